@@ -1,0 +1,1 @@
+//! Operation keys — being written.
