@@ -1,1 +1,476 @@
-//! Operation keys — being written.
+//! The operation key, which names one logical operation (never one attempt), the fingerprint of
+//! the full arguments, and the key fields that let a tool key on part of its arguments.
+//!
+//! `key = "idem:" + hex(sha256(scope ‖ 0x00 ‖ tool ‖ 0x00 ‖ canonical(args)))[..32]`, with the
+//! canonical text of [`crate::canonical`].
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::canonical::{self, DEFAULT_MAX_DEPTH};
+use crate::{Error, Result};
+
+/// The name of the HTTP header that carries an operation key to a downstream system, as in the
+/// IETF Idempotency-Key draft.
+pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
+
+const KEY_PREFIX: &str = "idem:";
+const KEY_HEX_LEN: usize = 32;
+
+/// The key of one logical operation: `idem:` followed by 32 lowercase hex digits (the first 128
+/// bits of a SHA-256).
+///
+/// It is derived from the scope (by default the run id), the tool name and the canonical
+/// arguments, never from the attempt (`tool_use_id`), so every duplicate of an operation (a
+/// retry, a replay after a crash, the model asking twice) gets the same key.
+///
+/// The key is the same as the one a TypeScript worker of the widespread reference
+/// implementation computes for flat arguments, so both can share one store. For nested
+/// arguments the reference implementation is wrong (see [`crate::canonical`]) and the keys
+/// differ, by design.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OperationKey(String);
+
+impl OperationKey {
+    /// Derives the key of `tool` called in `scope` with arguments whose canonical text (see
+    /// [`canonical::canonicalize`]) is `canonical`.
+    ///
+    /// The NUL between the parts is what keeps `("ab", "c")` apart from `("a", "bc")`, which is
+    /// why neither part may contain one.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidKeyPart`] if `scope` or `tool` is empty or contains NUL: a bad part is
+    /// an error, never a silent key.
+    pub fn derive(scope: &str, tool: &str, canonical: &str) -> Result<OperationKey> {
+        check_parts(scope, tool)?;
+        Ok(key_of(scope, tool, canonical))
+    }
+
+    /// The key as text, for example `idem:6cbc65f0aa6d3f844178448aa38d1ee9`.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The value to send in an [`IDEMPOTENCY_KEY_HEADER`] header to a downstream system that
+    /// deduplicates requests: the key itself, so a crash between the downstream success and our
+    /// record of it is covered by the downstream system.
+    pub fn idempotency_key(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Computes the key; the parts must already be checked.
+fn key_of(scope: &str, tool: &str, canonical: &str) -> OperationKey {
+    let digest: [u8; 32] = Sha256::new()
+        .chain_update(scope)
+        .chain_update([0u8])
+        .chain_update(tool)
+        .chain_update([0u8])
+        .chain_update(canonical)
+        .finalize()
+        .into();
+    let mut key = String::with_capacity(KEY_PREFIX.len() + KEY_HEX_LEN);
+    key.push_str(KEY_PREFIX);
+    hex(&digest[..KEY_HEX_LEN / 2], &mut key);
+    OperationKey(key)
+}
+
+/// Checks that the scope and the tool name can be parts of a key.
+fn check_parts(scope: &str, tool: &str) -> Result<()> {
+    for (part, text) in [("scope", scope), ("tool name", tool)] {
+        if text.is_empty() {
+            return Err(Error::InvalidKeyPart {
+                part,
+                reason: "is empty",
+            });
+        }
+        if text.contains('\0') {
+            return Err(Error::InvalidKeyPart {
+                part,
+                reason: "contains NUL",
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Appends `bytes` in lowercase hex.
+fn hex(bytes: &[u8], out: &mut String) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for &b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+}
+
+fn is_lower_hex(text: &str) -> bool {
+    text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+impl FromStr for OperationKey {
+    type Err = Error;
+
+    /// Reads a key, checking it is `idem:` followed by exactly 32 lowercase hex digits.
+    fn from_str(text: &str) -> Result<Self> {
+        match text.strip_prefix(KEY_PREFIX) {
+            Some(digits) if digits.len() == KEY_HEX_LEN && is_lower_hex(digits) => {
+                Ok(OperationKey(text.to_owned()))
+            }
+            _ => Err(Error::InvalidKey(text.to_owned())),
+        }
+    }
+}
+
+impl fmt::Display for OperationKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for OperationKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl AsRef<str> for OperationKey {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Serialize for OperationKey {
+    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for OperationKey {
+    /// Reads the key from a string, refusing text that is not a well-formed key.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+const FINGERPRINT_HEX_LEN: usize = 64;
+
+/// The SHA-256 of the canonical full arguments, as 64 lowercase hex digits.
+///
+/// It is stored with every entry. When a tool keys on some fields only (see [`KeyFields`]), two
+/// calls may share a key with different arguments; their fingerprints then differ, and the
+/// second call is a conflict rather than a duplicate.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Fingerprint(String);
+
+impl Fingerprint {
+    /// The fingerprint of arguments whose canonical text is `canonical`.
+    pub fn of_canonical(canonical: &str) -> Fingerprint {
+        let digest: [u8; 32] = Sha256::digest(canonical).into();
+        let mut text = String::with_capacity(FINGERPRINT_HEX_LEN);
+        hex(&digest, &mut text);
+        Fingerprint(text)
+    }
+
+    /// The fingerprint as 64 lowercase hex digits.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Text that should be a [`Fingerprint`] (64 lowercase hex digits) is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid fingerprint {0:?}: expected 64 lowercase hex digits")]
+pub struct InvalidFingerprint(pub String);
+
+impl FromStr for Fingerprint {
+    type Err = InvalidFingerprint;
+
+    /// Reads a fingerprint, checking it is exactly 64 lowercase hex digits.
+    fn from_str(text: &str) -> std::result::Result<Self, InvalidFingerprint> {
+        if text.len() == FINGERPRINT_HEX_LEN && is_lower_hex(text) {
+            Ok(Fingerprint(text.to_owned()))
+        } else {
+            Err(InvalidFingerprint(text.to_owned()))
+        }
+    }
+}
+
+impl fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl Serialize for Fingerprint {
+    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Fingerprint {
+    /// Reads the fingerprint from a string, refusing text that is not 64 lowercase hex digits.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// The argument fields that define an operation, as JSON Pointers (RFC 6901), for tools whose
+/// other arguments the model may rephrase between calls (a free-text `note`, say).
+///
+/// The key is then computed over the [projection](KeyFields::project) of the arguments on these
+/// fields, while the [`Fingerprint`] still covers all of them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyFields {
+    pointers: Vec<String>,
+}
+
+impl KeyFields {
+    /// Key fields from JSON Pointers such as `/amount` or `/payment/card` (`""` is the whole
+    /// arguments document).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidPointer`] if there are no pointers, or one is neither empty nor starts
+    /// with `/`, or has a `~` not followed by `0` or `1`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use toolonce::key::KeyFields;
+    /// let fields = KeyFields::new(["/to", "/amount"])?;
+    /// let args = serde_json::json!({"to": "acct-1", "amount": 5, "note": "rent"});
+    /// assert_eq!(fields.project(&args), serde_json::json!({"/amount": 5, "/to": "acct-1"}));
+    /// # Ok::<(), toolonce::Error>(())
+    /// ```
+    pub fn new<I, S>(pointers: I) -> Result<KeyFields>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let pointers: Vec<String> = pointers.into_iter().map(Into::into).collect();
+        if pointers.is_empty() {
+            return Err(Error::InvalidPointer {
+                pointer: String::new(),
+                reason: "no key fields given: at least one is needed",
+            });
+        }
+        for pointer in &pointers {
+            check_pointer(pointer)?;
+        }
+        Ok(KeyFields { pointers })
+    }
+
+    /// The pointers, as given.
+    pub fn pointers(&self) -> &[String] {
+        &self.pointers
+    }
+
+    /// The object that maps each pointer to the value it finds in `args`.
+    ///
+    /// A pointer that finds nothing is left out, so a missing field and a `null` one give
+    /// different projections (and keys).
+    pub fn project(&self, args: &Value) -> Value {
+        let mut projection = Map::new();
+        for pointer in &self.pointers {
+            if let Some(found) = args.pointer(pointer) {
+                projection.insert(pointer.clone(), found.clone());
+            }
+        }
+        Value::Object(projection)
+    }
+}
+
+/// Checks RFC 6901 syntax: empty, or `/`-separated tokens whose only escapes are `~0` and `~1`.
+fn check_pointer(pointer: &str) -> Result<()> {
+    let invalid = |reason| {
+        Err(Error::InvalidPointer {
+            pointer: pointer.to_owned(),
+            reason,
+        })
+    };
+    if !pointer.is_empty() && !pointer.starts_with('/') {
+        return invalid("a JSON Pointer is empty or starts with \"/\"");
+    }
+    let mut bytes = pointer.bytes();
+    while let Some(b) = bytes.next() {
+        if b == b'~' && !matches!(bytes.next(), Some(b'0' | b'1')) {
+            return invalid("\"~\" must be followed by \"0\" or \"1\"");
+        }
+    }
+    Ok(())
+}
+
+/// The key and the fingerprint of one call.
+#[derive(Clone, Debug)]
+pub struct Derived {
+    /// The operation key.
+    pub key: OperationKey,
+    /// The fingerprint of the full arguments.
+    pub fingerprint: Fingerprint,
+}
+
+/// Derives the key and the fingerprint of `tool` called in `scope` with `args`.
+///
+/// The key covers the projection of `args` on `key_fields` if there are key fields, else all
+/// of `args`; the fingerprint always covers all of `args`. Without key fields the arguments are
+/// canonicalized once and hashed twice.
+///
+/// # Errors
+///
+/// - [`Error::InvalidKeyPart`] if `scope` or `tool` is empty or contains NUL (checked before
+///   anything else);
+/// - [`Error::TooDeep`] if `args` nests deeper than [`DEFAULT_MAX_DEPTH`].
+///
+/// # Example
+///
+/// ```
+/// let args = serde_json::json!({"payment": {"card": "A", "amount": 100}});
+/// let derived = toolonce::key::derive("run-1", "charge_card", &args, None)?;
+/// assert_eq!(derived.key.as_str(), "idem:a696f045ec83b1a80d5f52d3c5a3b6b0");
+/// # Ok::<(), toolonce::Error>(())
+/// ```
+pub fn derive(
+    scope: &str,
+    tool: &str,
+    args: &Value,
+    key_fields: Option<&KeyFields>,
+) -> Result<Derived> {
+    check_parts(scope, tool)?;
+    let full = canonical::canonicalize(args)?;
+    let fingerprint = Fingerprint::of_canonical(&full);
+    let key = match key_fields {
+        None => key_of(scope, tool, &full),
+        Some(fields) => {
+            // The projection wraps values one level deeper than they were (a pointer "" puts
+            // the whole arguments inside it), hence one more level allowed.
+            let mut projected = String::with_capacity(full.len());
+            canonical::canonicalize_into(
+                &fields.project(args),
+                DEFAULT_MAX_DEPTH + 1,
+                &mut projected,
+            )?;
+            key_of(scope, tool, &projected)
+        }
+    };
+    Ok(Derived { key, fingerprint })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn key_has_the_documented_form() {
+        let key = OperationKey::derive("run-1", "charge_card", "{}").unwrap();
+        assert_eq!(key.as_str().len(), 37);
+        assert_eq!(key.as_str().parse::<OperationKey>().unwrap(), key);
+        assert_eq!(key.to_string(), key.as_str());
+        assert_eq!(format!("{key:?}"), format!("{:?}", key.as_str()));
+        assert_eq!(key.idempotency_key(), key.as_str());
+    }
+
+    #[test]
+    fn key_is_the_truncated_sha256_of_the_separated_parts() {
+        // sha256("s\0t\0{}") computed independently.
+        let digest: [u8; 32] = Sha256::digest(b"s\0t\0{}").into();
+        let mut want = String::from("idem:");
+        hex(&digest[..16], &mut want);
+        assert_eq!(OperationKey::derive("s", "t", "{}").unwrap().as_str(), want);
+    }
+
+    #[test]
+    fn malformed_keys_are_refused() {
+        for text in [
+            "",
+            "idem:",
+            "idem:6CBC65F0AA6D3F844178448AA38D1EE9",
+            "idem:6cbc65f0aa6d3f844178448aa38d1ee",
+            "idem:6cbc65f0aa6d3f844178448aa38d1ee9a",
+            "idex:6cbc65f0aa6d3f844178448aa38d1ee9",
+            "idem:6cbc65f0aa6d3f844178448aa38d1eg9",
+            " idem:6cbc65f0aa6d3f844178448aa38d1ee9",
+        ] {
+            assert!(
+                matches!(text.parse::<OperationKey>(), Err(Error::InvalidKey(t)) if t == text),
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn keys_and_fingerprints_serialize_as_strings_and_are_checked_when_read() {
+        let derived = derive("r", "t", &json!({"a": 1}), None).unwrap();
+        let text = serde_json::to_string(&derived.key).unwrap();
+        assert_eq!(text, format!("\"{}\"", derived.key));
+        assert_eq!(
+            serde_json::from_str::<OperationKey>(&text).unwrap(),
+            derived.key
+        );
+        assert!(serde_json::from_str::<OperationKey>("\"idem:x\"").is_err());
+
+        let text = serde_json::to_string(&derived.fingerprint).unwrap();
+        assert_eq!(
+            serde_json::from_str::<Fingerprint>(&text).unwrap(),
+            derived.fingerprint
+        );
+        assert!(serde_json::from_str::<Fingerprint>("\"abc\"").is_err());
+    }
+
+    #[test]
+    fn fingerprint_is_the_sha256_of_the_canonical_text() {
+        assert_eq!(
+            Fingerprint::of_canonical("").as_str(),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        let text = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+        assert_eq!(text.parse::<Fingerprint>().unwrap().as_str(), text);
+        assert!(text.to_uppercase().parse::<Fingerprint>().is_err());
+        assert!(text[1..].parse::<Fingerprint>().is_err());
+    }
+
+    #[test]
+    fn pointers_are_checked() {
+        for ok in ["", "/", "/a", "/a~0b/~1", "/0/-", "/é"] {
+            assert!(KeyFields::new([ok]).is_ok(), "{ok:?}");
+        }
+        for bad in ["a", "/a~", "/a~2", "~0", "/~x"] {
+            assert!(
+                matches!(KeyFields::new([bad]), Err(Error::InvalidPointer { pointer, .. }) if pointer == bad),
+                "{bad:?}"
+            );
+        }
+        assert!(matches!(
+            KeyFields::new(Vec::<String>::new()),
+            Err(Error::InvalidPointer { .. })
+        ));
+    }
+
+    #[test]
+    fn projection_follows_rfc_6901() {
+        let args = json!({"a/b": 1, "m~n": 2, "list": [10, 20], "x": null});
+        let fields =
+            KeyFields::new(["/a~1b", "/m~0n", "/list/1", "/x", "/missing", "/list/7"]).unwrap();
+        assert_eq!(
+            fields.project(&args),
+            json!({"/a~1b": 1, "/m~0n": 2, "/list/1": 20, "/x": null})
+        );
+        assert_eq!(
+            KeyFields::new([""]).unwrap().project(&args),
+            json!({"": args})
+        );
+    }
+}

@@ -1,11 +1,53 @@
 //! toolonce makes every side-effecting tool call of an AI agent take effect once.
 //!
-//! (crate docs are written with the layer)
+//! An agent's write tool (charge a card, send an email, open a ticket) gets asked to run twice
+//! for the same logical operation: the loop retries after a provider timeout, the model calls
+//! again with a new `tool_use_id`, a crashed agent resumes from a checkpoint taken before the
+//! call, or two parallel calls duplicate each other. toolonce does not try to prevent the
+//! duplicates; it makes them harmless:
+//!
+//! 1. The operation's identity is derived from `(scope, tool, canonical arguments)` — the
+//!    [operation key](key), never the attempt's `tool_use_id`.
+//! 2. The key is **claimed** atomically in a [`Store`]. Exactly one caller wins and runs the
+//!    tool, with a heartbeat renewing a short lease.
+//! 3. The result is recorded and **replayed** to every duplicate, exactly as the first caller
+//!    got it. A duplicate that arrives while the tool runs is told it is in flight.
+//! 4. The key is handed to the tool ([`WriteContext`]) to pass downstream as an
+//!    `Idempotency-Key`, which covers a crash between the downstream success and the record.
+//!
+//! If the store cannot be reached, a write tool is not run (fail closed). Every answer, including
+//! duplicates, conflicts, invalid input and outages, is a well-formed [`ToolResult`] rather than
+//! an error of the agent loop.
+//!
+//! # Layout
+//!
+//! - [`canonical`]: RFC 8785 JSON canonicalization, the basis of the key.
+//! - [`key`]: operation keys, fingerprints and key fields.
+//! - [`tool`]: the two tool kinds, [`ReadTool`] and [`WriteTool`], and [`ToolError`].
+//! - [`store`]: the [`Store`] contract and its backends: [`MemoryStore`] always,
+//!   SQLite, Redis and PostgreSQL behind the features of the same names.
+//! - [`layer`]: the protocol of a write call, [`Layer`].
+//! - [`toolbox`]: [`Toolbox`], which registers tools, describes them to the model in the
+//!   Anthropic and OpenAI formats, and dispatches calls.
+//!
+//! # Example
+//!
+//! See [`Toolbox`] for a write tool called twice and executed once.
 
 #![warn(missing_docs)]
 
 pub mod canonical;
 mod error;
 pub mod key;
+pub mod layer;
+pub mod store;
+pub mod tool;
+pub mod toolbox;
 
 pub use error::{BoxError, Error, Result};
+pub use key::{Fingerprint, KeyFields, OperationKey};
+pub use layer::{InFlight, Layer, Outcome, WriteAnswer, WriteOptions};
+pub use store::memory::{ManualClock, MemoryStore};
+pub use store::{Claim, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, State, Store};
+pub use tool::{ErrorClass, ReadTool, ToolError, WriteContext, WriteTool};
+pub use toolbox::{ToolResult, Toolbox, ToolboxBuilder};

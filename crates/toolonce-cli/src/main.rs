@@ -1,0 +1,3 @@
+//! The `toolonce` command (being written).
+
+fn main() {}

@@ -1,0 +1,456 @@
+//! The idempotency layer: what a write call does. Claim the key, run the tool once with a lease
+//! heartbeat, record the result or the error, and answer duplicates from the store — all
+//! without letting a store outage or a tool panic become a crash of the agent loop.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use serde::Serialize;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::key::{Derived, OperationKey};
+use crate::store::{Claim, EntryState, Fenced, OwnerToken, Store};
+use crate::tool::{ToolError, WriteContext};
+
+/// How a write call ended. Every answer carries one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The tool ran (successfully or not) in this call. Read tools always end here.
+    Executed,
+    /// A duplicate: the stored result of the first run was returned; nothing ran.
+    Replayed,
+    /// A duplicate of an operation that failed permanently: the stored error was returned.
+    ReplayedFailure,
+    /// The same operation is running elsewhere right now; this call did not run it.
+    InFlight,
+    /// The key fields match an earlier operation but the other arguments differ; not run.
+    Conflict,
+    /// The arguments did not fit the tool's schema (or the limits); nothing was claimed or run.
+    InvalidArguments,
+    /// No tool of that name is registered.
+    UnknownTool,
+    /// The store could not be used, so the write tool was not run (fail closed).
+    StoreUnavailable,
+}
+
+impl Outcome {
+    /// The outcome as a `snake_case` word, as logs and JSON spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Executed => "executed",
+            Outcome::Replayed => "replayed",
+            Outcome::ReplayedFailure => "replayed_failure",
+            Outcome::InFlight => "in_flight",
+            Outcome::Conflict => "conflict",
+            Outcome::InvalidArguments => "invalid_arguments",
+            Outcome::UnknownTool => "unknown_tool",
+            Outcome::StoreUnavailable => "store_unavailable",
+        }
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What to do when a duplicate finds its operation still running.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InFlight {
+    /// Answer at once with an `in_flight` result telling the model not to retry (the default).
+    Reject,
+    /// Wait up to this long for the running call to settle, then answer as a duplicate of it.
+    /// If the owner fails transiently (or its lease expires), the waiter takes the operation
+    /// over and runs it itself.
+    Wait(Duration),
+}
+
+/// Per-tool settings of the layer.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct WriteOptions {
+    /// How long a claim lives without a heartbeat. Short, so a crashed caller's operation can
+    /// be retried soon; the heartbeat renews it every third of it while the tool runs.
+    pub lease: Duration,
+    /// How long a result (or a permanent error) is kept and replayed.
+    pub retention: Duration,
+    /// What a duplicate does while the operation runs.
+    pub in_flight: InFlight,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        WriteOptions {
+            lease: Duration::from_secs(60),
+            retention: Duration::from_secs(24 * 60 * 60),
+            in_flight: InFlight::Reject,
+        }
+    }
+}
+
+impl WriteOptions {
+    /// The defaults: a 60 s lease, 24 h retention, in-flight duplicates rejected.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Sets the lease.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+    /// Sets the retention.
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = retention;
+        self
+    }
+    /// Sets the in-flight policy.
+    pub fn in_flight(mut self, policy: InFlight) -> Self {
+        self.in_flight = policy;
+        self
+    }
+}
+
+/// The answer of [`Layer::run`].
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct WriteAnswer {
+    /// How the call ended.
+    pub outcome: Outcome,
+    /// The operation key.
+    pub key: OperationKey,
+    /// The tool's result, or the error to show the model (the tool's own, or the layer's
+    /// explanation for `in_flight`, `conflict` and `store_unavailable`).
+    pub result: Result<Value, ToolError>,
+}
+
+/// Runs write operations at most once per key on a [`Store`].
+///
+/// [`Toolbox`](crate::Toolbox) is the usual way in; use `Layer` directly to put arbitrary
+/// futures behind a key, as the `toolonce` command does for shell commands and MCP servers.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use std::sync::Arc;
+/// use toolonce::{key, Layer, MemoryStore, Outcome, WriteOptions};
+///
+/// let layer = Layer::new(Arc::new(MemoryStore::new()));
+/// let args = serde_json::json!({"to": "ada@example.com", "subject": "Hi"});
+/// let op = key::derive("run-1", "send_email", &args, None).unwrap();
+///
+/// for expected in [Outcome::Executed, Outcome::Replayed] {
+///     let answer = layer
+///         .run("send_email", &op, &WriteOptions::new(), |ctx| async move {
+///             // Hand the key downstream: ctx.idempotency_header()
+///             Ok(serde_json::json!({"message_id": ctx.key().as_str()}))
+///         })
+///         .await;
+///     assert_eq!(answer.outcome, expected);
+/// }
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Layer {
+    store: Arc<dyn Store>,
+}
+
+/// How often a complete or fail is retried when the store is briefly unreachable: the tool has
+/// already run, so giving up means a duplicate will run it again (with the same key).
+const SETTLE_RETRIES: u32 = 3;
+
+impl Layer {
+    /// A layer on `store`.
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Layer { store }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Runs `run` at most once for the operation `op` (see the crate docs for the whole
+    /// protocol). `tool` names the tool in messages and logs.
+    ///
+    /// # Cancellation
+    ///
+    /// Dropping the returned future while the tool runs drops the tool's future too and stops
+    /// the heartbeat: the entry stays `running` until its lease expires, after which a
+    /// duplicate reclaims it and runs the operation again with the same key. A panic in the
+    /// tool is caught and leaves the entry the same way, since the tool may have had its effect.
+    pub async fn run<F, Fut>(
+        &self,
+        tool: &str,
+        op: &Derived,
+        options: &WriteOptions,
+        run: F,
+    ) -> WriteAnswer
+    where
+        F: FnOnce(WriteContext) -> Fut,
+        Fut: Future<Output = Result<Value, ToolError>> + Send,
+    {
+        let answer = self.run_inner(tool, op, options, run).await;
+        match &answer.result {
+            Ok(_) => tracing::info!(
+                target: "toolonce",
+                tool,
+                key = %answer.key,
+                outcome = answer.outcome.as_str(),
+                "write call"
+            ),
+            Err(e) => tracing::info!(
+                target: "toolonce",
+                tool,
+                key = %answer.key,
+                outcome = answer.outcome.as_str(),
+                error = %e.message,
+                "write call"
+            ),
+        }
+        answer
+    }
+
+    async fn run_inner<F, Fut>(
+        &self,
+        tool: &str,
+        op: &Derived,
+        options: &WriteOptions,
+        run: F,
+    ) -> WriteAnswer
+    where
+        F: FnOnce(WriteContext) -> Fut,
+        Fut: Future<Output = Result<Value, ToolError>> + Send,
+    {
+        let key = &op.key;
+        let answer = |outcome, result| WriteAnswer {
+            outcome,
+            key: key.clone(),
+            result,
+        };
+        let deadline = match options.in_flight {
+            InFlight::Wait(timeout) => Some(Instant::now() + timeout),
+            InFlight::Reject => None,
+        };
+        let mut run = Some(run);
+        let mut reclaimed = false;
+        loop {
+            let claim = match self.store.claim(key, &op.fingerprint, options.lease).await {
+                Ok(claim) => claim,
+                Err(e) => return answer(Outcome::StoreUnavailable, Err(unavailable(tool, &e))),
+            };
+            let entry = match claim {
+                Claim::Won(owner) => {
+                    let run = run.take().expect("a won claim runs the tool once");
+                    let ctx = WriteContext::new(key.clone(), reclaimed);
+                    return self.execute(tool, key, owner, options, run(ctx)).await;
+                }
+                Claim::Existing(entry) => entry,
+            };
+            if !entry.matches(&op.fingerprint) {
+                return answer(Outcome::Conflict, Err(conflict(tool, key)));
+            }
+            match entry.state {
+                EntryState::Done { result, .. } => return answer(Outcome::Replayed, Ok(result)),
+                EntryState::Failed { error, .. } => {
+                    return answer(Outcome::ReplayedFailure, Err(error));
+                }
+                EntryState::Running { .. } => {}
+            }
+            let Some(deadline) = deadline else {
+                return answer(Outcome::InFlight, Err(in_flight(tool, key)));
+            };
+            // Wait for the running entry to settle or vanish, polling with a growing pause:
+            // stores have no portable change notification, and a poll is one cheap read.
+            let mut pause = Duration::from_millis(5);
+            loop {
+                let now = Instant::now();
+                if now >= deadline {
+                    return answer(Outcome::InFlight, Err(in_flight(tool, key)));
+                }
+                tokio::time::sleep(pause.min(deadline - now)).await;
+                pause = (pause * 2).min(Duration::from_millis(200));
+                match self.store.get(key).await {
+                    Err(e) => {
+                        return answer(Outcome::StoreUnavailable, Err(unavailable(tool, &e)));
+                    }
+                    Ok(Some(e)) if matches!(e.state, EntryState::Running { .. }) => continue,
+                    // Settled: the next claim returns the settled entry. Gone: the owner failed
+                    // transiently or its lease expired, and the next claim takes over.
+                    Ok(Some(_)) => break,
+                    Ok(None) => {
+                        reclaimed = true;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn execute<Fut>(
+        &self,
+        tool: &str,
+        key: &OperationKey,
+        owner: OwnerToken,
+        options: &WriteOptions,
+        work: Fut,
+    ) -> WriteAnswer
+    where
+        Fut: Future<Output = Result<Value, ToolError>> + Send,
+    {
+        // The tool and the heartbeat are polled by the same task, so dropping this future
+        // stops both: no detached task keeps renewing a lease for a caller that is gone.
+        let outcome = tokio::select! {
+            biased;
+            out = AssertUnwindSafe(work).catch_unwind() => out,
+            never = heartbeat(&*self.store, key, &owner, options.lease) => match never {},
+        };
+        let result = match outcome {
+            Ok(result) => result,
+            Err(_panic) => {
+                tracing::error!(
+                    target: "toolonce",
+                    tool,
+                    key = %key,
+                    "the tool panicked; its entry stays running until the lease expires"
+                );
+                return WriteAnswer {
+                    outcome: Outcome::Executed,
+                    key: key.clone(),
+                    result: Err(ToolError::transient(format!(
+                        "The tool `{tool}` failed unexpectedly (it panicked), so whether it took \
+                         effect is unknown. The operation stays locked until its lease expires; \
+                         a later identical call runs it again with the same idempotency key."
+                    ))),
+                };
+            }
+        };
+        let settled = match &result {
+            Ok(value) => {
+                self.settle(tool, key, &owner, |store, owner| {
+                    let value = value.clone();
+                    let key = key.clone();
+                    async move { store.complete(&key, owner, &value, options.retention).await }
+                })
+                .await
+            }
+            Err(error) => {
+                let sticky = (!error.is_transient()).then_some(options.retention);
+                self.settle(tool, key, &owner, |store, owner| {
+                    let error = error.clone();
+                    let key = key.clone();
+                    async move { store.fail(&key, owner, &error, sticky).await }
+                })
+                .await
+            }
+        };
+        if settled == Some(Fenced::NotOwner) {
+            tracing::warn!(
+                target: "toolonce",
+                tool,
+                key = %key,
+                "the claim was lost while the tool ran (lease expired); the result was not recorded"
+            );
+        }
+        WriteAnswer {
+            outcome: Outcome::Executed,
+            key: key.clone(),
+            result,
+        }
+    }
+
+    /// Runs a fenced complete or fail, retrying a few times while the store is unreachable.
+    /// `None` means it could not be recorded at all: the entry then expires with its lease.
+    async fn settle<'a, F, Fut>(
+        &'a self,
+        tool: &str,
+        key: &OperationKey,
+        owner: &OwnerToken,
+        write: F,
+    ) -> Option<Fenced>
+    where
+        F: Fn(Arc<dyn Store>, OwnerToken) -> Fut,
+        Fut: Future<Output = crate::Result<Fenced>>,
+    {
+        let mut pause = Duration::from_millis(50);
+        for attempt in 1..=SETTLE_RETRIES {
+            match write(self.store.clone(), owner.duplicate()).await {
+                // After a retry, NotOwner may mean an earlier attempt did apply.
+                Ok(fenced) => return Some(fenced),
+                Err(e) if e.is_retryable() && attempt < SETTLE_RETRIES => {
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+                Err(e) => {
+                    tracing::error!(
+                        target: "toolonce",
+                        tool,
+                        key = %key,
+                        error = %crate::error::Report(&e),
+                        "could not record the outcome; the entry expires with its lease"
+                    );
+                    return None;
+                }
+            }
+        }
+        None
+    }
+}
+
+/// Renews the lease every third of its length until the future is dropped. Never returns.
+async fn heartbeat(
+    store: &dyn Store,
+    key: &OperationKey,
+    owner: &OwnerToken,
+    lease: Duration,
+) -> std::convert::Infallible {
+    let period = (lease / 3).max(Duration::from_millis(1));
+    loop {
+        tokio::time::sleep(period).await;
+        match store.renew(key, owner, lease).await {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(target: "toolonce", key = %key, "lease lost while the tool runs");
+                return std::future::pending().await;
+            }
+            Err(e) => tracing::warn!(
+                target: "toolonce",
+                key = %key,
+                error = %crate::error::Report(&e),
+                "could not renew the lease"
+            ),
+        }
+    }
+}
+
+fn unavailable(tool: &str, e: &crate::Error) -> ToolError {
+    ToolError::transient(format!(
+        "Not executed: `{tool}` was not run because the idempotency store is unavailable \
+         ({}), and running it without the store could perform it twice. Nothing happened; \
+         it is safe to try again later.",
+        crate::error::Report(e)
+    ))
+}
+
+fn in_flight(tool: &str, key: &OperationKey) -> ToolError {
+    ToolError::transient(format!(
+        "Already in progress: an identical call of `{tool}` (operation {key}) is running right \
+         now. This call was not executed, and you must not retry it: the operation will take \
+         effect once. Continue with other work, or check its outcome later."
+    ))
+}
+
+fn conflict(tool: &str, key: &OperationKey) -> ToolError {
+    ToolError::permanent(format!(
+        "Conflict: an earlier call of `{tool}` with the same identifying fields (operation \
+         {key}) had different other arguments. This call was not executed. If you meant the \
+         earlier operation, it has already been done; if you meant a new one, change an \
+         identifying field."
+    ))
+}

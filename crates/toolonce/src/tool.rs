@@ -1,0 +1,177 @@
+//! Tool kinds at the type level: a [`ReadTool`] runs directly, a [`WriteTool`] only through the
+//! layer, because its handler needs a [`WriteContext`] and only this crate can build one.
+
+use std::fmt;
+use std::future::Future;
+
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::key::{OperationKey, IDEMPOTENCY_KEY_HEADER};
+
+/// A tool without side effects: never claimed, never cached; retrying it is free.
+///
+/// ```
+/// use toolonce::{ReadTool, ToolError};
+///
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct Args { account: String }
+///
+/// struct Balance;
+///
+/// impl ReadTool for Balance {
+///     type Args = Args;
+///     type Output = u64;
+///     fn name(&self) -> &str { "get_balance" }
+///     fn description(&self) -> &str { "The balance of an account, in cents." }
+///     async fn call(&self, args: Args) -> Result<u64, ToolError> {
+///         Ok(if args.account == "acct_1" { 12_500 } else { 0 })
+///     }
+/// }
+/// ```
+pub trait ReadTool: Send + Sync + 'static {
+    /// The arguments, deserialized from the model's JSON; their JSON Schema is shown to the model.
+    type Args: DeserializeOwned + JsonSchema + Send + 'static;
+    /// The result, serialized to JSON for the model.
+    type Output: Serialize + Send + 'static;
+
+    /// The name the model calls the tool by.
+    fn name(&self) -> &str;
+    /// What the tool does, for the model.
+    fn description(&self) -> &str;
+    /// Runs the tool.
+    fn call(
+        &self,
+        args: Self::Args,
+    ) -> impl Future<Output = Result<Self::Output, ToolError>> + Send;
+}
+
+/// A tool with side effects. It runs only through the layer ([`Toolbox`](crate::Toolbox) or
+/// [`Layer`](crate::Layer)), at most once per operation key while its entry lives.
+///
+/// The handler gets a [`WriteContext`] holding the operation key, and must hand that key to
+/// every downstream system that accepts one (an HTTP `Idempotency-Key` header, a payment
+/// provider's idempotency token): that is what covers a crash between the downstream success and
+/// the layer recording the result.
+pub trait WriteTool: Send + Sync + 'static {
+    /// The arguments, deserialized from the model's JSON; their JSON Schema is shown to the model.
+    type Args: DeserializeOwned + JsonSchema + Send + 'static;
+    /// The result, serialized to JSON, stored, and replayed to duplicates.
+    type Output: Serialize + Send + 'static;
+
+    /// The name the model calls the tool by (part of the key).
+    fn name(&self) -> &str;
+    /// What the tool does, for the model.
+    fn description(&self) -> &str;
+    /// JSON Pointers (RFC 6901) of the argument fields that define the operation, when not all
+    /// of them do (say, a free-text `note` the model may rephrase). Empty (the default) means
+    /// all arguments. A duplicate whose key fields match but whose other arguments differ is a
+    /// conflict and is not executed.
+    fn key_fields(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// Runs the tool, once per operation.
+    fn call(
+        &self,
+        ctx: WriteContext,
+        args: Self::Args,
+    ) -> impl Future<Output = Result<Self::Output, ToolError>> + Send;
+}
+
+/// What a write tool's handler knows about the operation it runs. Only the layer builds one.
+#[derive(Clone, Debug)]
+pub struct WriteContext {
+    key: OperationKey,
+    attempt_reclaimed: bool,
+}
+
+impl WriteContext {
+    pub(crate) fn new(key: OperationKey, attempt_reclaimed: bool) -> Self {
+        WriteContext {
+            key,
+            attempt_reclaimed,
+        }
+    }
+
+    /// The operation key: the same for every duplicate of this operation.
+    pub fn key(&self) -> &OperationKey {
+        &self.key
+    }
+
+    /// The header to send downstream: `("Idempotency-Key", "idem:…")`.
+    pub fn idempotency_header(&self) -> (&'static str, &str) {
+        (IDEMPOTENCY_KEY_HEADER, self.key.as_str())
+    }
+
+    /// Whether an earlier run of this operation may have started and not finished (its claim
+    /// was taken over from an expired or transiently failed owner). The downstream system's
+    /// idempotency key is what makes running again safe then.
+    pub fn may_have_run_before(&self) -> bool {
+        self.attempt_reclaimed
+    }
+}
+
+/// Whether running a failed operation again may succeed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ErrorClass {
+    /// A timeout, an outage, a rate limit: the entry is deleted and a duplicate runs again.
+    Transient,
+    /// Bad input, a declined card: the error is stored and replayed to duplicates.
+    Permanent,
+}
+
+/// An error from a tool, as the model sees it and the store keeps it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ToolError {
+    /// The text shown to the model.
+    pub message: String,
+    /// Transient or permanent.
+    pub class: ErrorClass,
+    /// Optional structured detail kept with the error and replayed with it (the MCP proxy keeps
+    /// the server's whole answer here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<serde_json::Value>,
+}
+
+impl ToolError {
+    /// A transient error: the operation may be tried again.
+    pub fn transient(message: impl Into<String>) -> Self {
+        ToolError {
+            message: message.into(),
+            class: ErrorClass::Transient,
+            detail: None,
+        }
+    }
+
+    /// A permanent error: stored and replayed to every duplicate.
+    pub fn permanent(message: impl Into<String>) -> Self {
+        ToolError {
+            message: message.into(),
+            class: ErrorClass::Permanent,
+            detail: None,
+        }
+    }
+
+    /// Attaches structured detail.
+    pub fn with_detail(mut self, detail: serde_json::Value) -> Self {
+        self.detail = Some(detail);
+        self
+    }
+
+    /// Whether the error is transient.
+    pub fn is_transient(&self) -> bool {
+        self.class == ErrorClass::Transient
+    }
+}
+
+impl fmt::Display for ToolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ToolError {}

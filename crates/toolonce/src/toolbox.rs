@@ -1,0 +1,484 @@
+//! The toolbox: registers read and write tools, describes them to the model in the two tool
+//! formats agents use most, and dispatches the model's tool calls — reads directly, writes
+//! through the [`Layer`].
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use crate::canonical::{self, Limits};
+use crate::key::{self, KeyFields, OperationKey};
+use crate::layer::{Layer, Outcome, WriteOptions};
+use crate::store::Store;
+use crate::tool::{ReadTool, ToolError, WriteContext, WriteTool};
+use crate::{Error, Result};
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+type Prepared = Box<dyn FnOnce(WriteContext) -> BoxFuture<Result<Value, ToolError>> + Send>;
+
+/// One answer to the model: a well-formed tool result whatever happened.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct ToolResult {
+    /// The text the model reads.
+    pub content: String,
+    /// Whether the result is an error.
+    pub is_error: bool,
+    /// How the call ended.
+    pub outcome: Outcome,
+    /// The operation key, for write calls that got as far as deriving one.
+    pub key: Option<OperationKey>,
+    /// The structured result, when the call produced one (executed or replayed).
+    pub value: Option<Value>,
+}
+
+impl ToolResult {
+    fn ok(value: Value, outcome: Outcome, key: Option<OperationKey>) -> Self {
+        ToolResult {
+            content: content_text(&value),
+            is_error: false,
+            outcome,
+            key,
+            value: Some(value),
+        }
+    }
+
+    fn error(message: String, outcome: Outcome, key: Option<OperationKey>) -> Self {
+        ToolResult {
+            content: message,
+            is_error: true,
+            outcome,
+            key,
+            value: None,
+        }
+    }
+
+    /// The result as an Anthropic Messages `tool_result` content block.
+    pub fn to_anthropic(&self, tool_use_id: &str) -> Value {
+        let mut block = json!({
+            "type": "tool_result",
+            "tool_use_id": tool_use_id,
+            "content": self.content,
+        });
+        if self.is_error {
+            block["is_error"] = Value::Bool(true);
+        }
+        block
+    }
+
+    /// The result as an OpenAI chat completions `tool` message. That format has no error flag:
+    /// the content says so.
+    pub fn to_openai(&self, tool_call_id: &str) -> Value {
+        json!({
+            "role": "tool",
+            "tool_call_id": tool_call_id,
+            "content": self.content,
+        })
+    }
+}
+
+/// The text of a result: a JSON string as itself, anything else as compact JSON. The same
+/// stored value always gives the same text, so a replay reads exactly like the first answer.
+fn content_text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+trait ErasedRead: Send + Sync {
+    fn call(self: Arc<Self>, args: &Value) -> Result<BoxFuture<Result<Value, ToolError>>, String>;
+}
+
+impl<T: ReadTool> ErasedRead for T {
+    fn call(self: Arc<Self>, args: &Value) -> Result<BoxFuture<Result<Value, ToolError>>, String> {
+        let args: T::Args = parse_typed(args)?;
+        Ok(Box::pin(async move { to_result(ReadTool::call(&*self, args).await) }))
+    }
+}
+
+trait ErasedWrite: Send + Sync {
+    fn prepare(self: Arc<Self>, args: &Value) -> Result<Prepared, String>;
+}
+
+impl<T: WriteTool> ErasedWrite for T {
+    fn prepare(self: Arc<Self>, args: &Value) -> Result<Prepared, String> {
+        let args: T::Args = parse_typed(args)?;
+        Ok(Box::new(move |ctx| {
+            Box::pin(async move { to_result(WriteTool::call(&*self, ctx, args).await) })
+        }))
+    }
+}
+
+/// Deserializes the arguments, naming the offending field on error (`payment.amount: invalid
+/// type: string "x", expected u64`).
+fn parse_typed<A: serde::de::DeserializeOwned>(args: &Value) -> Result<A, String> {
+    serde_path_to_error::deserialize(args).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." {
+            e.into_inner().to_string()
+        } else {
+            format!("{path}: {}", e.into_inner())
+        }
+    })
+}
+
+fn to_result<O: serde::Serialize>(out: Result<O, ToolError>) -> Result<Value, ToolError> {
+    let out = out?;
+    serde_json::to_value(out).map_err(|e| {
+        ToolError::permanent(format!("the tool's result could not be serialized: {e}"))
+    })
+}
+
+enum Kind {
+    Read(Arc<dyn ErasedRead>),
+    Write {
+        tool: Arc<dyn ErasedWrite>,
+        options: WriteOptions,
+        key_fields: Option<KeyFields>,
+    },
+}
+
+struct Registered {
+    description: String,
+    schema: Value,
+    kind: Kind,
+}
+
+/// Read and write tools behind one dispatcher.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> toolonce::Result<()> {
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicU32, Ordering};
+/// use toolonce::{MemoryStore, Outcome, Toolbox, ToolError, WriteContext, WriteTool};
+///
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct Charge { customer: String, cents: u64 }
+///
+/// struct ChargeCard { charges: AtomicU32 }
+///
+/// impl WriteTool for ChargeCard {
+///     type Args = Charge;
+///     type Output = serde_json::Value;
+///     fn name(&self) -> &str { "charge_card" }
+///     fn description(&self) -> &str { "Charge a customer's card." }
+///     async fn call(&self, ctx: WriteContext, args: Charge) -> Result<serde_json::Value, ToolError> {
+///         // A real tool sends ctx.idempotency_header() to the payment provider.
+///         let n = self.charges.fetch_add(1, Ordering::SeqCst) + 1;
+///         Ok(serde_json::json!({"receipt": n, "customer": args.customer, "cents": args.cents}))
+///     }
+/// }
+///
+/// let toolbox = Toolbox::builder(Arc::new(MemoryStore::new()))
+///     .scope("run-42")
+///     .write(ChargeCard { charges: AtomicU32::new(0) })
+///     .build()?;
+///
+/// let args = serde_json::json!({"customer": "cus_1", "cents": 500});
+/// let first = toolbox.call("charge_card", args.clone()).await;
+/// // The model calls again (a retry, a new tool_use_id, a resumed run): nothing is charged.
+/// let again = toolbox.call("charge_card", args).await;
+/// assert_eq!(first.outcome, Outcome::Executed);
+/// assert_eq!(again.outcome, Outcome::Replayed);
+/// assert_eq!(first.content, again.content);
+/// # Ok(()) }
+/// ```
+pub struct Toolbox {
+    layer: Layer,
+    scope: String,
+    limits: Limits,
+    tools: HashMap<String, Registered>,
+    order: Vec<String>,
+}
+
+impl std::fmt::Debug for Toolbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Toolbox")
+            .field("scope", &self.scope)
+            .field("tools", &self.order)
+            .field("store", self.layer.store())
+            .finish()
+    }
+}
+
+/// Builds a [`Toolbox`].
+#[must_use]
+pub struct ToolboxBuilder {
+    store: Arc<dyn Store>,
+    scope: Option<String>,
+    limits: Limits,
+    defaults: WriteOptions,
+    tools: Vec<(String, Result<Registered>)>,
+}
+
+impl ToolboxBuilder {
+    /// The scope of the operation keys: by default the run id, so the same call in another run
+    /// is another operation. Required.
+    pub fn scope(mut self, scope: impl Into<String>) -> Self {
+        self.scope = Some(scope.into());
+        self
+    }
+
+    /// Limits on the size and nesting of arguments.
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The write options of tools registered without their own.
+    pub fn write_options(mut self, options: WriteOptions) -> Self {
+        self.defaults = options;
+        self
+    }
+
+    /// Registers a read tool.
+    pub fn read<T: ReadTool>(mut self, tool: T) -> Self {
+        let name = tool.name().to_owned();
+        let registered = Ok(Registered {
+            description: tool.description().to_owned(),
+            schema: schema_of::<T::Args>(),
+            kind: Kind::Read(Arc::new(tool)),
+        });
+        self.tools.push((name, registered));
+        self
+    }
+
+    /// Registers a write tool with the builder's default options.
+    pub fn write<T: WriteTool>(self, tool: T) -> Self {
+        let options = self.defaults.clone();
+        self.write_with(tool, options)
+    }
+
+    /// Registers a write tool with its own options.
+    pub fn write_with<T: WriteTool>(mut self, tool: T, options: WriteOptions) -> Self {
+        let name = tool.name().to_owned();
+        let fields = tool.key_fields();
+        let registered = (|| {
+            let key_fields = if fields.is_empty() {
+                None
+            } else {
+                Some(KeyFields::new(fields)?)
+            };
+            Ok(Registered {
+                description: tool.description().to_owned(),
+                schema: schema_of::<T::Args>(),
+                kind: Kind::Write {
+                    tool: Arc::new(tool),
+                    options,
+                    key_fields,
+                },
+            })
+        })();
+        self.tools.push((name, registered));
+        self
+    }
+
+    /// Builds the toolbox. Fails without a scope, on a duplicate or invalid tool name, and on
+    /// invalid key fields.
+    pub fn build(self) -> Result<Toolbox> {
+        let scope = self.scope.ok_or_else(|| {
+            Error::Config(
+                "a toolbox needs a scope (usually the run id): call .scope(run_id)".into(),
+            )
+        })?;
+        // Validates the scope the way every key derivation will.
+        key::OperationKey::derive(&scope, "-", "")?;
+        let mut tools = HashMap::new();
+        let mut order = Vec::new();
+        for (name, registered) in self.tools {
+            let registered = registered?;
+            key::OperationKey::derive("-", &name, "")?;
+            if tools.insert(name.clone(), registered).is_some() {
+                return Err(Error::Config(format!("two tools are named {name:?}")));
+            }
+            order.push(name);
+        }
+        Ok(Toolbox {
+            layer: Layer::new(self.store),
+            scope,
+            limits: self.limits,
+            tools,
+            order,
+        })
+    }
+}
+
+/// The JSON Schema of the arguments, as the tool formats want it: an object schema without
+/// the `$schema` marker.
+fn schema_of<A: schemars::JsonSchema>() -> Value {
+    let mut schema = schemars::schema_for!(A).to_value();
+    if let Value::Object(map) = &mut schema {
+        map.remove("$schema");
+    }
+    if schema == Value::Bool(true) {
+        schema = json!({"type": "object"});
+    }
+    schema
+}
+
+impl Toolbox {
+    /// Starts a toolbox on `store`.
+    pub fn builder(store: Arc<dyn Store>) -> ToolboxBuilder {
+        ToolboxBuilder {
+            store,
+            scope: None,
+            limits: Limits::default(),
+            defaults: WriteOptions::default(),
+            tools: Vec::new(),
+        }
+    }
+
+    /// The scope of [`call`](Self::call).
+    pub fn scope(&self) -> &str {
+        &self.scope
+    }
+
+    /// The layer, for running other operations on the same store.
+    pub fn layer(&self) -> &Layer {
+        &self.layer
+    }
+
+    /// The names of the registered tools, in registration order.
+    pub fn tool_names(&self) -> impl Iterator<Item = &str> {
+        self.order.iter().map(String::as_str)
+    }
+
+    /// Calls a tool in the toolbox's scope.
+    pub async fn call(&self, name: &str, args: Value) -> ToolResult {
+        self.call_in(&self.scope, name, args).await
+    }
+
+    /// Calls a tool with arguments given as JSON text (checked against the size limit first).
+    pub async fn call_json(&self, name: &str, args: &str) -> ToolResult {
+        match canonical::parse_args(args, &self.limits) {
+            Ok(args) => self.call(name, args).await,
+            Err(e) => self.invalid(name, &e.to_string()),
+        }
+    }
+
+    /// Calls a tool with keys in another scope (another run, a session, a user and day).
+    pub async fn call_in(&self, scope: &str, name: &str, args: Value) -> ToolResult {
+        let Some(tool) = self.tools.get(name) else {
+            let answer = ToolResult::error(
+                format!(
+                    "Unknown tool `{name}`. Nothing was executed. Available tools: {}.",
+                    self.order.join(", ")
+                ),
+                Outcome::UnknownTool,
+                None,
+            );
+            tracing::info!(target: "toolonce", tool = name, outcome = "unknown_tool", "tool call");
+            return answer;
+        };
+        match &tool.kind {
+            Kind::Read(read) => match read.clone().call(&args) {
+                Err(e) => self.invalid(name, &e),
+                Ok(fut) => {
+                    let result = fut.await;
+                    tracing::info!(target: "toolonce", tool = name, outcome = "executed", "read call");
+                    match result {
+                        Ok(v) => ToolResult::ok(v, Outcome::Executed, None),
+                        Err(e) => ToolResult::error(e.message, Outcome::Executed, None),
+                    }
+                }
+            },
+            Kind::Write {
+                tool,
+                options,
+                key_fields,
+            } => {
+                // Validate before anything touches the store: bad input claims nothing.
+                let prepared = match tool.clone().prepare(&args) {
+                    Ok(p) => p,
+                    Err(e) => return self.invalid(name, &e),
+                };
+                let op = match key::derive(scope, name, &args, key_fields.as_ref()) {
+                    Ok(op) => op,
+                    Err(e) => return self.invalid(name, &e.to_string()),
+                };
+                let answer = self.layer.run(name, &op, options, prepared).await;
+                match answer.result {
+                    Ok(v) => ToolResult::ok(v, answer.outcome, Some(answer.key)),
+                    Err(e) => ToolResult::error(e.message, answer.outcome, Some(answer.key)),
+                }
+            }
+        }
+    }
+
+    fn invalid(&self, name: &str, reason: &str) -> ToolResult {
+        tracing::info!(target: "toolonce", tool = name, outcome = "invalid_arguments", reason, "tool call");
+        ToolResult::error(
+            format!("Invalid arguments for `{name}`: {reason}. Nothing was executed."),
+            Outcome::InvalidArguments,
+            None,
+        )
+    }
+
+    /// The tool definitions for the Anthropic Messages API (`tools`: name, description,
+    /// `input_schema`).
+    pub fn anthropic_tools(&self) -> Value {
+        Value::Array(
+            self.order
+                .iter()
+                .map(|name| {
+                    let t = &self.tools[name];
+                    json!({"name": name, "description": t.description, "input_schema": t.schema})
+                })
+                .collect(),
+        )
+    }
+
+    /// The tool definitions for OpenAI chat completions (`tools`: `type: function` with
+    /// `function.parameters`).
+    pub fn openai_tools(&self) -> Value {
+        Value::Array(
+            self.order
+                .iter()
+                .map(|name| {
+                    let t = &self.tools[name];
+                    json!({
+                        "type": "function",
+                        "function": {
+                            "name": name,
+                            "description": t.description,
+                            "parameters": t.schema,
+                        }
+                    })
+                })
+                .collect(),
+        )
+    }
+
+    /// Answers an Anthropic `tool_use` content block with a `tool_result` block.
+    pub async fn call_anthropic(&self, tool_use: &Value) -> Value {
+        let id = tool_use["id"].as_str().unwrap_or_default();
+        let result = match tool_use["name"].as_str() {
+            None => self.invalid("?", "the tool_use block has no name"),
+            Some(name) => {
+                let input = tool_use.get("input").cloned().unwrap_or_else(|| json!({}));
+                self.call(name, input).await
+            }
+        };
+        result.to_anthropic(id)
+    }
+
+    /// Answers an OpenAI chat completions tool call (`{"id", "function": {"name",
+    /// "arguments"}}`, with the arguments as JSON text) with a `tool` message.
+    pub async fn call_openai(&self, tool_call: &Value) -> Value {
+        let id = tool_call["id"].as_str().unwrap_or_default();
+        let function = &tool_call["function"];
+        let result = match function["name"].as_str() {
+            None => self.invalid("?", "the tool call has no function name"),
+            Some(name) => match &function["arguments"] {
+                Value::String(text) => self.call_json(name, text).await,
+                Value::Null => self.call(name, json!({})).await,
+                other => self.call(name, other.clone()).await,
+            },
+        };
+        result.to_openai(id)
+    }
+}

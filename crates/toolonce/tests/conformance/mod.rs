@@ -1,0 +1,434 @@
+//! The store conformance suite: the contract of `Store`, written once and run against every
+//! backend by `store_conformance!`. Each test gets a fresh, isolated store from the backend's
+//! factory, and uses only real time (short leases and sleeps), so backends whose clock is a
+//! server's run it unchanged.
+
+#![allow(dead_code, unreachable_pub)]
+
+pub mod multiprocess;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use toolonce::key::{self, Fingerprint, OperationKey};
+use toolonce::{Claim, EntryState, Fenced, ListQuery, OwnerToken, State, Store, ToolError};
+
+/// A lease long enough never to expire during a test unless it means to wait for it.
+pub const LONG: Duration = Duration::from_secs(60);
+/// A lease short enough to wait out.
+pub const SHORT: Duration = Duration::from_millis(300);
+/// Longer than `SHORT`, with room for slow machines and server clocks.
+pub const PAST_SHORT: Duration = Duration::from_millis(700);
+
+/// A fresh key and fingerprint, unique to the test and the process.
+pub fn op(name: &str) -> (OperationKey, Fingerprint) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let scope = format!("conformance-{}-{n}", std::process::id());
+    let d = key::derive(&scope, name, &json!({"n": n}), None).unwrap();
+    (d.key, d.fingerprint)
+}
+
+pub fn won(claim: Claim) -> OwnerToken {
+    match claim {
+        Claim::Won(owner) => owner,
+        Claim::Existing(entry) => panic!("expected to win the claim, found {entry:?}"),
+    }
+}
+
+pub fn existing(claim: Claim) -> toolonce::Entry {
+    match claim {
+        Claim::Existing(entry) => entry,
+        Claim::Won(owner) => panic!("expected an existing entry, but won with {owner:?}"),
+    }
+}
+
+pub async fn first_claim_wins_and_the_second_sees_it_running(store: Arc<dyn Store>) {
+    let (key, fp) = op("t");
+    let owner = won(store.claim(&key, &fp, LONG).await.unwrap());
+    let entry = existing(store.claim(&key, &fp, LONG).await.unwrap());
+    assert_eq!(entry.key, key);
+    assert_eq!(entry.state(), State::Running);
+    assert_eq!(entry.fingerprint.as_ref(), Some(&fp));
+    match &entry.state {
+        EntryState::Running { owner: Some(o) } => assert_eq!(o, owner.as_str()),
+        other => panic!("expected a running entry with its owner, got {other:?}"),
+    }
+    assert!(entry.expires_at.is_some(), "a running entry knows its lease expiry");
+}
+
+pub async fn sixty_four_concurrent_claims_have_exactly_one_winner(store: Arc<dyn Store>) {
+    for round in 0..200 {
+        let (key, fp) = op("race");
+        let barrier = Arc::new(tokio::sync::Barrier::new(64));
+        let tasks: Vec<_> = (0..64)
+            .map(|_| {
+                let (store, key, fp, barrier) =
+                    (store.clone(), key.clone(), fp.clone(), barrier.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    store.claim(&key, &fp, LONG).await.unwrap()
+                })
+            })
+            .collect();
+        let mut winners = 0;
+        for t in tasks {
+            match t.await.unwrap() {
+                Claim::Won(_) => winners += 1,
+                Claim::Existing(e) => assert_eq!(e.state(), State::Running),
+            }
+        }
+        assert_eq!(winners, 1, "round {round}: {winners} winners");
+    }
+}
+
+pub async fn a_completed_entry_replays_its_result_exactly(store: Arc<dyn Store>) {
+    let (key, fp) = op("t");
+    let owner = won(store.claim(&key, &fp, LONG).await.unwrap());
+    let result = json!({
+        "receipt": "r_1", "cents": 500, "ratio": 0.1, "big": 18446744073709551615u64,
+        "neg": -9007199254740993i64, "text": "é\u{1F600}\n\"", "nested": {"list": [1, 2.5, null, true]}
+    });
+    assert_eq!(
+        store.complete(&key, owner, &result, LONG).await.unwrap(),
+        Fenced::Applied
+    );
+    let entry = existing(store.claim(&key, &fp, LONG).await.unwrap());
+    match entry.state {
+        EntryState::Done { result: stored, .. } => assert_eq!(stored, result),
+        other => panic!("expected done, got {other:?}"),
+    }
+    let got = store.get(&key).await.unwrap().expect("entry");
+    assert_eq!(got.state(), State::Done);
+    assert_eq!(got.fingerprint.as_ref(), Some(&fp));
+}
+
+pub async fn a_sticky_failure_is_replayed(store: Arc<dyn Store>) {
+    let (key, fp) = op("t");
+    let owner = won(store.claim(&key, &fp, LONG).await.unwrap());
+    let error = ToolError::permanent("card declined").with_detail(json!({"code": "declined"}));
+    assert_eq!(
+        store.fail(&key, owner, &error, Some(LONG)).await.unwrap(),
+        Fenced::Applied
+    );
+    match existing(store.claim(&key, &fp, LONG).await.unwrap()).state {
+        EntryState::Failed { error: stored, .. } => assert_eq!(stored, error),
+        other => panic!("expected failed, got {other:?}"),
+    }
+}
+
+pub async fn a_transient_failure_deletes_the_entry(store: Arc<dyn Store>) {
+    let (key, fp) = op("t");
+    let owner = won(store.claim(&key, &fp, LONG).await.unwrap());
+    let error = ToolError::transient("timeout");
+    assert_eq!(
+        store.fail(&key, owner, &error, None).await.unwrap(),
+        Fenced::Applied
+    );
+    assert!(store.get(&key).await.unwrap().is_none());
+    won(store.claim(&key, &fp, LONG).await.unwrap());
+}
+
+pub async fn renew_keeps_a_running_entry_alive_past_its_first_lease(store: Arc<dyn Store>) {
+    let (key, fp) = op("t");
+    let owner = won(store.claim(&key, &fp, SHORT).await.unwrap());
+    for _ in 0..4 {
+        tokio::time::sleep(SHORT / 3).await;
+        assert!(store.renew(&key, &owner, SHORT).await.unwrap());
+    }
+    // More than one lease has passed since the claim, yet the entry lives.
+    existing(store.claim(&key, &fp, SHORT).await.unwrap());
+}
+
+pub async fn an_expired_lease_lets_a_new_caller_reclaim(store: Arc<dyn Store>) {
+    let (key, fp) = op("t");
+    let _first = won(store.claim(&key, &fp, SHORT).await.unwrap());
+    tokio::time::sleep(PAST_SHORT).await;
+    assert!(store.get(&key).await.unwrap().is_none(), "expired counts as absent");
+    won(store.claim(&key, &fp, LONG).await.unwrap());
+}
+
+pub async fn a_stale_owner_can_neither_complete_renew_nor_fail_after_a_reclaim(
+    store: Arc<dyn Store>,
+) {
+    let (key, fp) = op("t");
+    let stale = won(store.claim(&key, &fp, SHORT).await.unwrap());
+    tokio::time::sleep(PAST_SHORT).await;
+    let fresh = won(store.claim(&key, &fp, LONG).await.unwrap());
+    assert!(!store.renew(&key, &stale, LONG).await.unwrap());
+    let stale_copy = OwnerToken::from_stored(stale.as_str());
+    assert_eq!(
+        store
+            .complete(&key, stale, &json!("stale"), LONG)
+            .await
+            .unwrap(),
+        Fenced::NotOwner
+    );
+    assert_eq!(
+        store
+            .fail(&key, stale_copy, &ToolError::transient("x"), None)
+            .await
+            .unwrap(),
+        Fenced::NotOwner
+    );
+    // The fresh owner's entry is untouched and still completes.
+    assert_eq!(
+        store.get(&key).await.unwrap().unwrap().state(),
+        State::Running
+    );
+    assert_eq!(
+        store.complete(&key, fresh, &json!("fresh"), LONG).await.unwrap(),
+        Fenced::Applied
+    );
+}
+
+pub async fn an_owner_whose_lease_expired_cannot_complete_even_without_a_reclaim(
+    store: Arc<dyn Store>,
+) {
+    let (key, fp) = op("t");
+    let owner = won(store.claim(&key, &fp, SHORT).await.unwrap());
+    tokio::time::sleep(PAST_SHORT).await;
+    assert_eq!(
+        store.complete(&key, owner, &json!(1), LONG).await.unwrap(),
+        Fenced::NotOwner
+    );
+    assert!(store.get(&key).await.unwrap().is_none());
+}
+
+pub async fn a_stranger_token_is_fenced_out(store: Arc<dyn Store>) {
+    let (key, fp) = op("t");
+    let _owner = won(store.claim(&key, &fp, LONG).await.unwrap());
+    let stranger = OwnerToken::generate();
+    assert!(!store.renew(&key, &stranger, LONG).await.unwrap());
+    assert_eq!(
+        store.complete(&key, stranger, &json!(1), LONG).await.unwrap(),
+        Fenced::NotOwner
+    );
+    // Settling an absent key is refused too.
+    let (absent, _) = op("t");
+    assert_eq!(
+        store
+            .fail(&absent, OwnerToken::generate(), &ToolError::transient("x"), None)
+            .await
+            .unwrap(),
+        Fenced::NotOwner
+    );
+}
+
+pub async fn a_settled_entry_cannot_be_settled_again(store: Arc<dyn Store>) {
+    let (key, fp) = op("t");
+    let owner = won(store.claim(&key, &fp, LONG).await.unwrap());
+    let copy = OwnerToken::from_stored(owner.as_str());
+    let copy2 = OwnerToken::from_stored(owner.as_str());
+    assert_eq!(
+        store.complete(&key, owner, &json!("first"), LONG).await.unwrap(),
+        Fenced::Applied
+    );
+    assert_eq!(
+        store.complete(&key, copy, &json!("second"), LONG).await.unwrap(),
+        Fenced::NotOwner
+    );
+    assert_eq!(
+        store
+            .fail(&key, copy2, &ToolError::transient("x"), None)
+            .await
+            .unwrap(),
+        Fenced::NotOwner
+    );
+    match store.get(&key).await.unwrap().unwrap().state {
+        EntryState::Done { result, .. } => assert_eq!(result, json!("first")),
+        other => panic!("expected done, got {other:?}"),
+    }
+}
+
+pub async fn retention_expiry_makes_a_done_entry_absent(store: Arc<dyn Store>) {
+    let (key, fp) = op("t");
+    let owner = won(store.claim(&key, &fp, LONG).await.unwrap());
+    assert_eq!(
+        store.complete(&key, owner, &json!(1), SHORT).await.unwrap(),
+        Fenced::Applied
+    );
+    assert_eq!(store.get(&key).await.unwrap().unwrap().state(), State::Done);
+    tokio::time::sleep(PAST_SHORT).await;
+    assert!(store.get(&key).await.unwrap().is_none());
+    won(store.claim(&key, &fp, LONG).await.unwrap());
+}
+
+pub async fn list_pages_through_entries_and_filters_by_state(store: Arc<dyn Store>) {
+    let mut done = Vec::new();
+    let mut running = Vec::new();
+    for i in 0..7 {
+        let (key, fp) = op("list");
+        let owner = won(store.claim(&key, &fp, LONG).await.unwrap());
+        if i % 2 == 0 {
+            let _ = store.complete(&key, owner, &json!(i), LONG).await.unwrap();
+            done.push(key);
+        } else {
+            running.push(key);
+        }
+    }
+    let (failed_key, fp) = op("list");
+    let owner = won(store.claim(&failed_key, &fp, LONG).await.unwrap());
+    let _ = store
+        .fail(&failed_key, owner, &ToolError::permanent("no"), Some(LONG))
+        .await
+        .unwrap();
+
+    let mut all = Vec::new();
+    let mut cursor = None;
+    let mut pages = 0;
+    loop {
+        let mut q = ListQuery::new().limit(3);
+        if let Some(c) = cursor.take() {
+            q = q.cursor(c);
+        }
+        let page = store.list(&q).await.unwrap();
+        assert!(page.entries.len() <= 3);
+        all.extend(page.entries.into_iter().map(|e| e.key));
+        pages += 1;
+        assert!(pages < 50, "paging does not end");
+        match page.next {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    all.sort();
+    let mut expected: Vec<_> = done.iter().chain(&running).cloned().collect();
+    expected.push(failed_key.clone());
+    expected.sort();
+    assert_eq!(all, expected, "every entry listed exactly once");
+
+    let collect = |state| {
+        let store = store.clone();
+        async move {
+            let mut keys = Vec::new();
+            let mut cursor: Option<String> = None;
+            loop {
+                let mut q = ListQuery::new().state(state).limit(2);
+                if let Some(c) = cursor.take() {
+                    q = q.cursor(c);
+                }
+                let page = store.list(&q).await.unwrap();
+                for e in &page.entries {
+                    assert_eq!(e.state(), state);
+                }
+                keys.extend(page.entries.into_iter().map(|e| e.key));
+                match page.next {
+                    Some(c) => cursor = Some(c),
+                    None => break,
+                }
+            }
+            keys.sort();
+            keys
+        }
+    };
+    done.sort();
+    running.sort();
+    assert_eq!(collect(State::Done).await, done);
+    assert_eq!(collect(State::Running).await, running);
+    assert_eq!(collect(State::Failed).await, vec![failed_key]);
+}
+
+pub async fn delete_removes_an_entry_whatever_its_state(store: Arc<dyn Store>) {
+    let (key, fp) = op("t");
+    let owner = won(store.claim(&key, &fp, LONG).await.unwrap());
+    assert!(store.delete(&key).await.unwrap());
+    assert!(!store.delete(&key).await.unwrap());
+    assert!(store.get(&key).await.unwrap().is_none());
+    // The deleted owner is fenced out; a new caller wins.
+    assert_eq!(
+        store.complete(&key, owner, &json!(1), LONG).await.unwrap(),
+        Fenced::NotOwner
+    );
+    let owner = won(store.claim(&key, &fp, LONG).await.unwrap());
+    let _ = store.complete(&key, owner, &json!(1), LONG).await.unwrap();
+    assert!(store.delete(&key).await.unwrap());
+    assert!(store.get(&key).await.unwrap().is_none());
+}
+
+pub async fn purge_removes_expired_entries_and_keeps_live_ones(store: Arc<dyn Store>) {
+    let (live, fp) = op("t");
+    let owner = won(store.claim(&live, &fp, LONG).await.unwrap());
+    let _ = store.complete(&live, owner, &json!(1), LONG).await.unwrap();
+    let (expiring, fp2) = op("t");
+    let owner = won(store.claim(&expiring, &fp2, LONG).await.unwrap());
+    let _ = store.complete(&expiring, owner, &json!(2), SHORT).await.unwrap();
+    let (lapsed, fp3) = op("t");
+    let _ = won(store.claim(&lapsed, &fp3, SHORT).await.unwrap());
+    tokio::time::sleep(PAST_SHORT).await;
+    let purged = store.purge_expired().await.unwrap();
+    assert!(purged <= 2, "purged {purged}, but only two entries had expired");
+    assert!(store.get(&live).await.unwrap().is_some());
+    assert!(store.get(&expiring).await.unwrap().is_none());
+    assert!(store.get(&lapsed).await.unwrap().is_none());
+    let listed = store.list(&ListQuery::new()).await.unwrap();
+    assert_eq!(
+        listed.entries.iter().map(|e| e.key.clone()).collect::<Vec<_>>(),
+        vec![live]
+    );
+    assert_eq!(store.purge_expired().await.unwrap(), 0, "nothing left to purge");
+}
+
+pub async fn get_of_an_unknown_key_is_none(store: Arc<dyn Store>) {
+    let (key, _) = op("t");
+    assert!(store.get(&key).await.unwrap().is_none());
+    assert!(!store.delete(&key).await.unwrap());
+    assert!(
+        !store
+            .renew(&key, &OwnerToken::generate(), LONG)
+            .await
+            .unwrap()
+    );
+}
+
+pub async fn a_running_entry_reports_a_lease_expiry_in_the_future(store: Arc<dyn Store>) {
+    let (key, fp) = op("t");
+    let _owner = won(store.claim(&key, &fp, LONG).await.unwrap());
+    let entry = store.get(&key).await.unwrap().unwrap();
+    let expires = entry.expires_at.expect("expiry known");
+    let now = std::time::SystemTime::now();
+    // Generous bounds: the store's clock may differ a little from ours.
+    assert!(expires > now + Duration::from_secs(30), "{expires:?} vs {now:?}");
+    assert!(expires < now + Duration::from_secs(90), "{expires:?} vs {now:?}");
+    let started = entry.started_at;
+    assert!(started < now + Duration::from_secs(5) && started > now - Duration::from_secs(30));
+}
+
+
+/// Runs the whole suite against a backend. `$make` is an async expression that gives a fresh,
+/// isolated `Arc<dyn Store>` each time it is evaluated.
+#[macro_export]
+macro_rules! store_conformance {
+    ($make:expr) => {
+        $crate::store_conformance!(@tests $make;
+            first_claim_wins_and_the_second_sees_it_running,
+            sixty_four_concurrent_claims_have_exactly_one_winner,
+            a_completed_entry_replays_its_result_exactly,
+            a_sticky_failure_is_replayed,
+            a_transient_failure_deletes_the_entry,
+            renew_keeps_a_running_entry_alive_past_its_first_lease,
+            an_expired_lease_lets_a_new_caller_reclaim,
+            a_stale_owner_can_neither_complete_renew_nor_fail_after_a_reclaim,
+            an_owner_whose_lease_expired_cannot_complete_even_without_a_reclaim,
+            a_stranger_token_is_fenced_out,
+            a_settled_entry_cannot_be_settled_again,
+            retention_expiry_makes_a_done_entry_absent,
+            list_pages_through_entries_and_filters_by_state,
+            delete_removes_an_entry_whatever_its_state,
+            purge_removes_expired_entries_and_keeps_live_ones,
+            get_of_an_unknown_key_is_none,
+            a_running_entry_reports_a_lease_expiry_in_the_future,
+        );
+    };
+    (@tests $make:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() {
+                let store: ::std::sync::Arc<dyn ::toolonce::Store> = $make.await;
+                conformance::$name(store).await;
+            }
+        )*
+    };
+}

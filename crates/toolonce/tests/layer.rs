@@ -1,0 +1,571 @@
+//! The layer's behaviour (SPEC "The layer"), on `MemoryStore` and a store that fails on demand.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use toolonce::{
+    key, Claim, Entry, Error, Fenced, InFlight, ListQuery, ManualClock, MemoryStore,
+    OperationKey, Outcome, OwnerToken, Page, ReadTool, State, Store, ToolError, Toolbox,
+    WriteContext, WriteOptions, WriteTool,
+};
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct ChargeArgs {
+    payment: Payment,
+    #[serde(default)]
+    note: Option<String>,
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Payment {
+    card: String,
+    cents: u64,
+}
+
+/// A payment tool that counts its charges and can be told to stall, fail or panic.
+#[derive(Clone, Default)]
+struct Charge {
+    charges: Arc<AtomicU32>,
+    delay: Option<Duration>,
+    fail_with: Option<ToolError>,
+    panic: bool,
+    keys_seen: Arc<std::sync::Mutex<Vec<String>>>,
+    key_fields: Vec<String>,
+}
+
+impl WriteTool for Charge {
+    type Args = ChargeArgs;
+    type Output = Value;
+    fn name(&self) -> &str {
+        "charge_card"
+    }
+    fn description(&self) -> &str {
+        "Charge a card."
+    }
+    fn key_fields(&self) -> Vec<String> {
+        self.key_fields.clone()
+    }
+    async fn call(&self, ctx: WriteContext, args: ChargeArgs) -> Result<Value, ToolError> {
+        let n = self.charges.fetch_add(1, Ordering::SeqCst) + 1;
+        self.keys_seen
+            .lock()
+            .unwrap()
+            .push(ctx.idempotency_header().1.to_owned());
+        if let Some(d) = self.delay {
+            tokio::time::sleep(d).await;
+        }
+        if self.panic {
+            panic!("the payment client crashed");
+        }
+        if let Some(e) = &self.fail_with {
+            return Err(e.clone());
+        }
+        Ok(json!({
+            "receipt": format!("rcpt_{n}"),
+            "card": args.payment.card,
+            "cents": args.payment.cents,
+            "note": args.note,
+        }))
+    }
+}
+
+struct Balance;
+
+impl ReadTool for Balance {
+    type Args = Value;
+    type Output = u64;
+    fn name(&self) -> &str {
+        "balance"
+    }
+    fn description(&self) -> &str {
+        "Read a balance."
+    }
+    async fn call(&self, _args: Value) -> Result<u64, ToolError> {
+        Ok(42)
+    }
+}
+
+fn toolbox(store: Arc<dyn Store>, tool: Charge, options: WriteOptions) -> Toolbox {
+    Toolbox::builder(store)
+        .scope("run-1")
+        .read(Balance)
+        .write_with(tool, options)
+        .build()
+        .unwrap()
+}
+
+fn args(card: &str) -> Value {
+    json!({"payment": {"card": card, "cents": 500}})
+}
+
+#[tokio::test]
+async fn the_same_call_twice_executes_once_and_both_get_the_same_result() {
+    let tool = Charge::default();
+    let tb = toolbox(Arc::new(MemoryStore::new()), tool.clone(), WriteOptions::new());
+    let first = tb.call("charge_card", args("A")).await;
+    let second = tb.call("charge_card", args("A")).await;
+    assert_eq!(first.outcome, Outcome::Executed);
+    assert_eq!(second.outcome, Outcome::Replayed);
+    assert!(!first.is_error && !second.is_error);
+    assert_eq!(first.content, second.content);
+    assert_eq!(first.key, second.key);
+    assert_eq!(tool.charges.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn the_tool_sees_the_operation_key_as_its_idempotency_key() {
+    let tool = Charge::default();
+    let tb = toolbox(Arc::new(MemoryStore::new()), tool.clone(), WriteOptions::new());
+    let answer = tb.call("charge_card", args("A")).await;
+    let expected = key::derive("run-1", "charge_card", &args("A"), None).unwrap().key;
+    assert_eq!(answer.key.as_ref(), Some(&expected));
+    assert_eq!(*tool.keys_seen.lock().unwrap(), vec![expected.as_str().to_owned()]);
+}
+
+#[tokio::test]
+async fn a_different_scope_is_a_different_operation() {
+    let tool = Charge::default();
+    let tb = toolbox(Arc::new(MemoryStore::new()), tool.clone(), WriteOptions::new());
+    tb.call("charge_card", args("A")).await;
+    let other = tb.call_in("run-2", "charge_card", args("A")).await;
+    assert_eq!(other.outcome, Outcome::Executed);
+    assert_eq!(tool.charges.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn nested_arguments_that_differ_never_share_a_key() {
+    let tool = Charge::default();
+    let tb = toolbox(Arc::new(MemoryStore::new()), tool.clone(), WriteOptions::new());
+    let a = tb.call("charge_card", args("A")).await;
+    let b = tb.call("charge_card", args("B")).await;
+    assert_eq!(a.outcome, Outcome::Executed);
+    assert_eq!(b.outcome, Outcome::Executed);
+    assert_ne!(a.key, b.key);
+    assert!(b.content.contains("\"card\":\"B\""), "{}", b.content);
+    assert_eq!(tool.charges.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_concurrent_duplicates_execute_once_and_the_other_is_told_it_is_in_flight() {
+    let tool = Charge {
+        delay: Some(Duration::from_millis(200)),
+        ..Charge::default()
+    };
+    let tb = Arc::new(toolbox(
+        Arc::new(MemoryStore::new()),
+        tool.clone(),
+        WriteOptions::new(),
+    ));
+    let (a, b) = tokio::join!(
+        tb.call("charge_card", args("A")),
+        tb.call("charge_card", args("A"))
+    );
+    let mut outcomes = [a.outcome, b.outcome];
+    outcomes.sort_by_key(|o| o.as_str());
+    assert_eq!(outcomes, [Outcome::Executed, Outcome::InFlight]);
+    let rejected = if a.outcome == Outcome::InFlight { &a } else { &b };
+    assert!(rejected.is_error);
+    assert!(rejected.content.contains("must not retry"), "{}", rejected.content);
+    assert_eq!(tool.charges.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_a_concurrent_duplicate_gets_the_same_result() {
+    let tool = Charge {
+        delay: Some(Duration::from_millis(200)),
+        ..Charge::default()
+    };
+    let options = WriteOptions::new().in_flight(InFlight::Wait(Duration::from_secs(5)));
+    let tb = Arc::new(toolbox(Arc::new(MemoryStore::new()), tool.clone(), options));
+    let (a, b) = tokio::join!(
+        tb.call("charge_card", args("A")),
+        tb.call("charge_card", args("A"))
+    );
+    let mut outcomes = [a.outcome, b.outcome];
+    outcomes.sort_by_key(|o| o.as_str());
+    assert_eq!(outcomes, [Outcome::Executed, Outcome::Replayed]);
+    assert_eq!(a.content, b.content);
+    assert_eq!(tool.charges.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_takes_over_when_the_owner_fails_transiently() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let failing = Charge {
+        delay: Some(Duration::from_millis(150)),
+        fail_with: Some(ToolError::transient("provider timed out")),
+        ..Charge::default()
+    };
+    let healthy = Charge::default();
+    let options = WriteOptions::new().in_flight(InFlight::Wait(Duration::from_secs(5)));
+    let owner_box = toolbox(store.clone(), failing.clone(), options.clone());
+    let waiter_box = toolbox(store, healthy.clone(), options);
+    let owner = owner_box.call("charge_card", args("A"));
+    let waiter = async {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        waiter_box.call("charge_card", args("A")).await
+    };
+    let (owner, waiter) = tokio::join!(owner, waiter);
+    assert_eq!(owner.outcome, Outcome::Executed);
+    assert!(owner.is_error);
+    assert_eq!(waiter.outcome, Outcome::Executed, "{}", waiter.content);
+    assert!(!waiter.is_error);
+    assert_eq!(healthy.charges.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_gives_up_with_in_flight_after_its_timeout() {
+    let tool = Charge {
+        delay: Some(Duration::from_millis(500)),
+        ..Charge::default()
+    };
+    let options = WriteOptions::new().in_flight(InFlight::Wait(Duration::from_millis(100)));
+    let tb = Arc::new(toolbox(Arc::new(MemoryStore::new()), tool.clone(), options));
+    let (a, b) = tokio::join!(tb.call("charge_card", args("A")), async {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        tb.call("charge_card", args("A")).await
+    });
+    assert_eq!(a.outcome, Outcome::Executed);
+    assert_eq!(b.outcome, Outcome::InFlight);
+    assert_eq!(tool.charges.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn same_key_fields_with_a_different_fingerprint_is_a_conflict_and_not_executed() {
+    let tool = Charge {
+        key_fields: vec!["/payment/card".into(), "/payment/cents".into()],
+        ..Charge::default()
+    };
+    let tb = toolbox(Arc::new(MemoryStore::new()), tool.clone(), WriteOptions::new());
+    let mut with_note = args("A");
+    with_note["note"] = json!("for the October invoice");
+    let first = tb.call("charge_card", with_note.clone()).await;
+    let same = tb.call("charge_card", with_note).await;
+    let mut reworded = args("A");
+    reworded["note"] = json!("October invoice");
+    let conflict = tb.call("charge_card", reworded).await;
+    assert_eq!(first.outcome, Outcome::Executed);
+    assert_eq!(same.outcome, Outcome::Replayed);
+    assert_eq!(conflict.outcome, Outcome::Conflict);
+    assert!(conflict.is_error);
+    assert!(conflict.content.contains("not executed"), "{}", conflict.content);
+    assert_eq!(first.key, conflict.key);
+    assert_eq!(tool.charges.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn invalid_arguments_name_the_field_and_never_claim() {
+    let store = Arc::new(MemoryStore::new());
+    let tool = Charge::default();
+    let tb = toolbox(store.clone(), tool.clone(), WriteOptions::new());
+    let answer = tb
+        .call(
+            "charge_card",
+            json!({"payment": {"card": "A", "cents": "five"}}),
+        )
+        .await;
+    assert_eq!(answer.outcome, Outcome::InvalidArguments);
+    assert!(answer.is_error);
+    assert!(answer.content.contains("payment.cents"), "{}", answer.content);
+    assert!(answer.content.contains("Nothing was executed"));
+    let missing = tb.call("charge_card", json!({"payment": {"card": "A"}})).await;
+    assert!(missing.content.contains("cents"), "{}", missing.content);
+    let text = tb.call_json("charge_card", "{\"payment\": ").await;
+    assert_eq!(text.outcome, Outcome::InvalidArguments);
+    assert!(text.content.contains("line 1"), "{}", text.content);
+    assert_eq!(tool.charges.load(Ordering::SeqCst), 0);
+    assert!(store.list(&ListQuery::new()).await.unwrap().entries.is_empty());
+}
+
+#[tokio::test]
+async fn an_unknown_tool_is_a_tool_result_naming_the_available_ones() {
+    let tb = toolbox(Arc::new(MemoryStore::new()), Charge::default(), WriteOptions::new());
+    let answer = tb.call("refund", json!({})).await;
+    assert_eq!(answer.outcome, Outcome::UnknownTool);
+    assert!(answer.is_error);
+    assert!(answer.content.contains("balance, charge_card"), "{}", answer.content);
+}
+
+#[tokio::test]
+async fn a_permanent_failure_is_stored_and_replayed_without_running_again() {
+    let tool = Charge {
+        fail_with: Some(ToolError::permanent("card declined")),
+        ..Charge::default()
+    };
+    let tb = toolbox(Arc::new(MemoryStore::new()), tool.clone(), WriteOptions::new());
+    let first = tb.call("charge_card", args("A")).await;
+    let again = tb.call("charge_card", args("A")).await;
+    assert_eq!(first.outcome, Outcome::Executed);
+    assert_eq!(again.outcome, Outcome::ReplayedFailure);
+    assert!(first.is_error && again.is_error);
+    assert_eq!(first.content, "card declined");
+    assert_eq!(first.content, again.content);
+    assert_eq!(tool.charges.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_transient_failure_is_released_so_a_duplicate_runs_again() {
+    let tool = Charge {
+        fail_with: Some(ToolError::transient("provider timed out")),
+        ..Charge::default()
+    };
+    let tb = toolbox(Arc::new(MemoryStore::new()), tool.clone(), WriteOptions::new());
+    let first = tb.call("charge_card", args("A")).await;
+    let again = tb.call("charge_card", args("A")).await;
+    assert_eq!(first.outcome, Outcome::Executed);
+    assert_eq!(again.outcome, Outcome::Executed);
+    assert_eq!(tool.charges.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn read_tools_run_every_time_and_never_touch_the_store() {
+    let store = Arc::new(MemoryStore::new());
+    let tb = toolbox(store.clone(), Charge::default(), WriteOptions::new());
+    for _ in 0..2 {
+        let answer = tb.call("balance", json!({})).await;
+        assert_eq!(answer.outcome, Outcome::Executed);
+        assert_eq!(answer.content, "42");
+    }
+    assert!(store.list(&ListQuery::new()).await.unwrap().entries.is_empty());
+}
+
+/// A store that can be switched off, as if its server went away.
+#[derive(Debug)]
+struct Flaky {
+    inner: MemoryStore,
+    down: AtomicBool,
+}
+
+impl Flaky {
+    fn check(&self) -> toolonce::Result<()> {
+        if self.down.load(Ordering::SeqCst) {
+            Err(Error::unavailable("connection refused"))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[async_trait]
+impl Store for Flaky {
+    async fn claim(
+        &self,
+        key: &OperationKey,
+        fp: &toolonce::Fingerprint,
+        lease: Duration,
+    ) -> toolonce::Result<Claim> {
+        self.check()?;
+        self.inner.claim(key, fp, lease).await
+    }
+    async fn renew(
+        &self,
+        key: &OperationKey,
+        owner: &OwnerToken,
+        lease: Duration,
+    ) -> toolonce::Result<bool> {
+        self.check()?;
+        self.inner.renew(key, owner, lease).await
+    }
+    async fn complete(
+        &self,
+        key: &OperationKey,
+        owner: OwnerToken,
+        result: &Value,
+        retention: Duration,
+    ) -> toolonce::Result<Fenced> {
+        self.check()?;
+        self.inner.complete(key, owner, result, retention).await
+    }
+    async fn fail(
+        &self,
+        key: &OperationKey,
+        owner: OwnerToken,
+        error: &ToolError,
+        sticky: Option<Duration>,
+    ) -> toolonce::Result<Fenced> {
+        self.check()?;
+        self.inner.fail(key, owner, error, sticky).await
+    }
+    async fn get(&self, key: &OperationKey) -> toolonce::Result<Option<Entry>> {
+        self.check()?;
+        self.inner.get(key).await
+    }
+    async fn list(&self, q: &ListQuery) -> toolonce::Result<Page> {
+        self.check()?;
+        self.inner.list(q).await
+    }
+    async fn delete(&self, key: &OperationKey) -> toolonce::Result<bool> {
+        self.check()?;
+        self.inner.delete(key).await
+    }
+    async fn purge_expired(&self) -> toolonce::Result<u64> {
+        self.check()?;
+        self.inner.purge_expired().await
+    }
+}
+
+#[tokio::test]
+async fn a_store_that_errors_means_the_write_tool_is_not_executed() {
+    let store = Arc::new(Flaky {
+        inner: MemoryStore::new(),
+        down: AtomicBool::new(true),
+    });
+    let tool = Charge::default();
+    let tb = toolbox(store.clone(), tool.clone(), WriteOptions::new());
+    let answer = tb.call("charge_card", args("A")).await;
+    assert_eq!(answer.outcome, Outcome::StoreUnavailable);
+    assert!(answer.is_error);
+    assert!(answer.content.contains("Not executed"), "{}", answer.content);
+    assert!(answer.content.contains("connection refused"), "{}", answer.content);
+    assert_eq!(tool.charges.load(Ordering::SeqCst), 0);
+    // Reads do not need the store.
+    assert_eq!(tb.call("balance", json!({})).await.outcome, Outcome::Executed);
+    // Once the store is back, the same call runs.
+    store.down.store(false, Ordering::SeqCst);
+    assert_eq!(tb.call("charge_card", args("A")).await.outcome, Outcome::Executed);
+    assert_eq!(tool.charges.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_panicking_tool_leaves_a_running_entry_that_expires_and_is_then_reclaimed() {
+    let clock = ManualClock::new(SystemTime::now());
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::with_clock(clock.clone()));
+    let crashing = Charge {
+        panic: true,
+        ..Charge::default()
+    };
+    let healthy = Charge::default();
+    let lease = Duration::from_secs(60);
+    let tb = toolbox(store.clone(), crashing.clone(), WriteOptions::new().lease(lease));
+    let answer = tb.call("charge_card", args("A")).await;
+    assert!(answer.is_error);
+    assert!(answer.content.contains("panicked"), "{}", answer.content);
+    let key = answer.key.clone().unwrap();
+    assert_eq!(store.get(&key).await.unwrap().unwrap().state(), State::Running);
+
+    let tb2 = toolbox(store.clone(), healthy.clone(), WriteOptions::new().lease(lease));
+    assert_eq!(tb2.call("charge_card", args("A")).await.outcome, Outcome::InFlight);
+    clock.advance(lease + Duration::from_secs(1));
+    let resumed = tb2.call("charge_card", args("A")).await;
+    assert_eq!(resumed.outcome, Outcome::Executed);
+    assert_eq!(resumed.key.as_ref(), Some(&key), "the same key goes downstream again");
+    assert_eq!(healthy.charges.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_cancelled_call_leaves_a_running_entry_that_expires_and_is_then_reclaimed() {
+    let clock = ManualClock::new(SystemTime::now());
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::with_clock(clock.clone()));
+    let slow = Charge {
+        delay: Some(Duration::from_secs(3600)),
+        ..Charge::default()
+    };
+    let lease = Duration::from_secs(60);
+    let tb = toolbox(store.clone(), slow.clone(), WriteOptions::new().lease(lease));
+    let cancelled =
+        tokio::time::timeout(Duration::from_millis(50), tb.call("charge_card", args("A"))).await;
+    assert!(cancelled.is_err(), "the call was cancelled by the timeout");
+    let key = key::derive("run-1", "charge_card", &args("A"), None).unwrap().key;
+    assert_eq!(store.get(&key).await.unwrap().unwrap().state(), State::Running);
+
+    let healthy = Charge::default();
+    let tb2 = toolbox(store.clone(), healthy.clone(), WriteOptions::new().lease(lease));
+    assert_eq!(tb2.call("charge_card", args("A")).await.outcome, Outcome::InFlight);
+    clock.advance(lease + Duration::from_secs(1));
+    assert_eq!(tb2.call("charge_card", args("A")).await.outcome, Outcome::Executed);
+    assert_eq!(healthy.charges.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_heartbeat_keeps_a_long_running_tool_claimed_past_its_lease() {
+    // The paused tokio clock drives the heartbeat; the store's clock follows it.
+    #[derive(Debug)]
+    struct TokioClock(SystemTime, tokio::time::Instant);
+    impl toolonce::store::memory::Clock for TokioClock {
+        fn now(&self) -> SystemTime {
+            self.0 + self.1.elapsed()
+        }
+    }
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::with_clock(Arc::new(TokioClock(
+        SystemTime::now(),
+        tokio::time::Instant::now(),
+    ))));
+    let slow = Charge {
+        delay: Some(Duration::from_secs(10)),
+        ..Charge::default()
+    };
+    let options = WriteOptions::new().lease(Duration::from_secs(3));
+    let tb = Arc::new(toolbox(store.clone(), slow.clone(), options));
+    let running = tokio::spawn({
+        let tb = tb.clone();
+        async move { tb.call("charge_card", args("A")).await }
+    });
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let dup = tb.call("charge_card", args("A")).await;
+    assert_eq!(dup.outcome, Outcome::InFlight, "lease was renewed, not expired");
+    let first = running.await.unwrap();
+    assert_eq!(first.outcome, Outcome::Executed);
+    assert_eq!(tb.call("charge_card", args("A")).await.outcome, Outcome::Replayed);
+    assert_eq!(slow.charges.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn tool_definitions_come_in_the_anthropic_and_openai_formats() {
+    let tb = toolbox(Arc::new(MemoryStore::new()), Charge::default(), WriteOptions::new());
+    let anthropic = tb.anthropic_tools();
+    let charge = &anthropic[1];
+    assert_eq!(charge["name"], "charge_card");
+    assert_eq!(charge["input_schema"]["type"], "object");
+    assert!(charge["input_schema"]["properties"]["payment"].is_object());
+    assert!(charge["input_schema"].get("$schema").is_none());
+    let openai = tb.openai_tools();
+    assert_eq!(openai[1]["type"], "function");
+    assert_eq!(openai[1]["function"]["name"], "charge_card");
+    assert_eq!(openai[1]["function"]["parameters"], charge["input_schema"]);
+}
+
+#[tokio::test]
+async fn anthropic_and_openai_tool_calls_are_answered_in_their_own_format() {
+    let tool = Charge::default();
+    let tb = toolbox(Arc::new(MemoryStore::new()), tool.clone(), WriteOptions::new());
+    let first = tb
+        .call_anthropic(&json!({
+            "type": "tool_use", "id": "toolu_1", "name": "charge_card", "input": args("A")
+        }))
+        .await;
+    assert_eq!(first["type"], "tool_result");
+    assert_eq!(first["tool_use_id"], "toolu_1");
+    assert!(first.get("is_error").is_none());
+    // The model calls again with a new id, and OpenAI-style with the arguments as text.
+    let again = tb
+        .call_openai(&json!({
+            "id": "call_9", "type": "function",
+            "function": {"name": "charge_card", "arguments": args("A").to_string()}
+        }))
+        .await;
+    assert_eq!(again["role"], "tool");
+    assert_eq!(again["tool_call_id"], "call_9");
+    assert_eq!(again["content"], first["content"]);
+    assert_eq!(tool.charges.load(Ordering::SeqCst), 1);
+    let bad = tb
+        .call_anthropic(&json!({"type": "tool_use", "id": "toolu_2", "name": "nope", "input": {}}))
+        .await;
+    assert_eq!(bad["is_error"], true);
+}
+
+#[test]
+fn a_toolbox_without_a_scope_or_with_a_nul_in_a_name_is_refused() {
+    let err = Toolbox::builder(Arc::new(MemoryStore::new()))
+        .write(Charge::default())
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("scope"), "{err}");
+    let err = Toolbox::builder(Arc::new(MemoryStore::new()))
+        .scope("a\0b")
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("NUL"), "{err}");
+}
