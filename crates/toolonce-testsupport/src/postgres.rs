@@ -1,0 +1,659 @@
+//! A real PostgreSQL server in a temporary data directory.
+
+use std::ffi::OsStr;
+use std::fs;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use crate::free_port;
+use crate::process::{
+    LogFile, POLL, PORT_ATTEMPTS, Spawned, StartError, Watchdog, find_on_path, is_executable,
+    running_as_root, tail, wait_ready,
+};
+
+/// How long the postmaster may take to accept connections.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long `stop()` waits after SIGINT (fast shutdown) before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(15);
+/// How long `kill()` waits for the killed server's backends to exit.
+const BACKENDS_EXIT_TIMEOUT: Duration = Duration::from_secs(10);
+
+const MISSING_SERVER: &str =
+    "postgres/initdb not found: run scripts/install-test-deps (Debian package postgresql)";
+
+/// The OS user that runs PostgreSQL when the tests run as root, since
+/// PostgreSQL refuses to run as root.
+const OS_USER: &str = "postgres";
+
+/// What the watchdog does when the test process is gone: `$1` is the
+/// postmaster's pid, `$2` the temporary directory, `$3` the data directory.
+/// A fast shutdown (SIGINT) first, which also frees the shared memory; if
+/// that takes over 10 s, SIGKILL and remove the System V segment whose id
+/// line 7 of `postmaster.pid` names.
+const PG_ORPHAN_SCRIPT: &str = r#"pidfile="$3/postmaster.pid"
+kill -INT "$1" 2>/dev/null
+i=0
+while [ -e "$pidfile" ] && kill -0 "$1" 2>/dev/null && [ "$i" -lt 100 ]; do
+  sleep 0.1
+  i=$((i + 1))
+done
+if [ -e "$pidfile" ]; then
+  kill -9 "$1" 2>/dev/null
+  shmid=$(sed -n 7p "$pidfile" | { read -r key id; echo "$id"; })
+  sleep 1
+  [ -n "$shmid" ] && ipcrm -m "$shmid" 2>/dev/null
+fi
+rm -rf "$2""#;
+
+/// The PostgreSQL programs of one installation.
+#[derive(Debug, Clone)]
+struct PgBins {
+    initdb: PathBuf,
+    postgres: PathBuf,
+    /// The directory of the real `postgres` binary, where `psql` and
+    /// `pg_isready` of the same version usually are.
+    bindir: PathBuf,
+}
+
+impl PgBins {
+    /// `initdb` and `postgres` on `PATH`, else in the highest-numbered
+    /// `/usr/lib/postgresql/*/bin` (Debian's layout).
+    fn find() -> PgBins {
+        if let (Some(initdb), Some(postgres)) = (find_on_path("initdb"), find_on_path("postgres")) {
+            let postgres = fs::canonicalize(&postgres).unwrap_or(postgres);
+            let bindir = postgres.parent().map(Path::to_path_buf).unwrap_or_default();
+            return PgBins {
+                initdb,
+                postgres,
+                bindir,
+            };
+        }
+        let mut versions: Vec<(Vec<u32>, PathBuf)> = fs::read_dir("/usr/lib/postgresql")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|entry| {
+                let name = entry.file_name().into_string().ok()?;
+                let version = name
+                    .split('.')
+                    .map(str::parse)
+                    .collect::<Result<Vec<u32>, _>>()
+                    .ok()?;
+                let bindir = entry.path().join("bin");
+                (is_executable(&bindir.join("initdb")) && is_executable(&bindir.join("postgres")))
+                    .then_some((version, bindir))
+            })
+            .collect();
+        versions.sort();
+        let (_, bindir) = versions.pop().unwrap_or_else(|| panic!("{MISSING_SERVER}"));
+        PgBins {
+            initdb: bindir.join("initdb"),
+            postgres: bindir.join("postgres"),
+            bindir,
+        }
+    }
+
+    /// A client program (`psql`, `pg_isready`) of the same installation if
+    /// it has one, else from `PATH`.
+    fn client(&self, name: &str) -> Option<PathBuf> {
+        let beside = self.bindir.join(name);
+        if is_executable(&beside) {
+            Some(beside)
+        } else {
+            find_on_path(name)
+        }
+    }
+
+    /// Whether the `pg_stat_statements` module is installed.
+    fn has_pg_stat_statements(&self) -> bool {
+        let Some(prefix) = self.bindir.parent() else {
+            return false;
+        };
+        let candidates = [
+            prefix.join("lib/pg_stat_statements.so"),
+            prefix.join("lib/postgresql/pg_stat_statements.so"),
+        ];
+        if candidates.iter().any(|p| p.is_file()) {
+            return true;
+        }
+        let Some(pg_config) = self.client("pg_config") else {
+            return false;
+        };
+        Command::new(pg_config)
+            .arg("--pkglibdir")
+            .stderr(Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .is_some_and(|dir| Path::new(&dir).join("pg_stat_statements.so").is_file())
+    }
+}
+
+/// The uid and gid of the `postgres` OS user.
+fn os_user_ids() -> (u32, u32) {
+    let id = |flag: &str| -> Option<u32> {
+        let out = Command::new("id")
+            .args([flag, OS_USER])
+            .stderr(Stdio::null())
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+    };
+    match (id("-u"), id("-g")) {
+        (Some(uid), Some(gid)) => (uid, gid),
+        _ => panic!(
+            "the tests run as root and PostgreSQL refuses to, but there is no `{OS_USER}` OS \
+             user to run it as: run scripts/install-test-deps (Debian package postgresql \
+             creates it)"
+        ),
+    }
+}
+
+/// Where to make the temporary directory: the usual temporary directory,
+/// unless the server runs as another user who could not reach it, or the
+/// path is so long that the Unix socket path would pass its 107-byte limit.
+fn temp_base(for_other_user: bool) -> PathBuf {
+    let base = std::env::temp_dir();
+    let reachable = !for_other_user
+        || base.ancestors().all(|dir| {
+            dir.metadata()
+                .is_ok_and(|m| m.permissions().mode() & 0o001 != 0)
+        });
+    if reachable && base.as_os_str().len() <= 60 {
+        base
+    } else {
+        PathBuf::from("/tmp")
+    }
+}
+
+/// Quotes a value for a libpq connection string.
+fn conninfo_quote(value: &str) -> String {
+    format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+/// The System V shared memory segment (key, id) named on line 7 of a
+/// `postmaster.pid`.
+fn shm_segment(data_dir: &Path) -> Option<(i64, i64)> {
+    let text = fs::read_to_string(data_dir.join("postmaster.pid")).ok()?;
+    let mut fields = text.lines().nth(6)?.split_whitespace();
+    let key = fields.next()?.parse().ok()?;
+    let id = fields.next()?.parse().ok()?;
+    Some((key, id))
+}
+
+/// How many processes have the segment attached, `None` if it is gone.
+fn shm_attached(segment: (i64, i64)) -> Option<u64> {
+    let table = fs::read_to_string("/proc/sysvipc/shm").ok()?;
+    table.lines().skip(1).find_map(|row| {
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        let key: i64 = cols.first()?.parse().ok()?;
+        let id: i64 = cols.get(1)?.parse().ok()?;
+        ((key, id) == segment)
+            .then(|| cols.get(6)?.parse().ok())
+            .flatten()
+    })
+}
+
+/// Waits until no process has the segment attached: after a SIGKILL of the
+/// postmaster, its backends notice and exit on their own.
+fn wait_segment_detached(segment: Option<(i64, i64)>, timeout: Duration) {
+    let Some(segment) = segment else { return };
+    let deadline = Instant::now() + timeout;
+    while shm_attached(segment).is_some_and(|n| n > 0) && Instant::now() < deadline {
+        thread::sleep(POLL);
+    }
+}
+
+/// A PostgreSQL server on a free loopback port, with its own `initdb`'d
+/// data directory in a temporary directory, tuned for tests (`fsync` and
+/// `full_page_writes` off), trust authentication
+/// for the `postgres` superuser, and `pg_stat_statements` preloaded when
+/// the installation has it (see
+/// [`has_pg_stat_statements`](Self::has_pg_stat_statements)).
+///
+/// `synchronous_commit` stays on: with `fsync` off a commit costs only a
+/// `write()` of the WAL, and a commit that was acknowledged survives
+/// [`kill`](Self::kill) and [`restart`](Self::restart) as it would on a
+/// production server (`synchronous_commit=off` would lose the last commits
+/// on a kill). Only a crash of the whole machine could lose data.
+///
+/// When the tests run as root, `initdb` and `postgres` run as the
+/// `postgres` OS user through `setpriv`, which execs, so the postmaster is
+/// still this process's direct child.
+///
+/// Dropping the value shuts the server down and removes its directory; a
+/// watchdog does the same if the test process dies first. All methods take
+/// `&self`, so a server in an `Arc` can be killed from another thread.
+#[derive(Debug)]
+pub struct PostgresServer {
+    port: u16,
+    bins: PgBins,
+    run_as: Option<(u32, u32)>,
+    pg_stat_statements: bool,
+    data_dir: PathBuf,
+    socket_dir: PathBuf,
+    log: LogFile,
+    proc: Mutex<Option<Spawned>>,
+    dir: TempDir,
+}
+
+impl PostgresServer {
+    /// Runs `initdb`, starts the server on a free port and waits until it
+    /// accepts connections.
+    ///
+    /// # Panics
+    ///
+    /// If the PostgreSQL programs are missing (run
+    /// `scripts/install-test-deps`), `initdb` fails, or the server is not
+    /// ready within 30 s; the message shows the relevant log.
+    pub fn start() -> PostgresServer {
+        let bins = PgBins::find();
+        let run_as = running_as_root().then(os_user_ids);
+        let dir = tempfile::Builder::new()
+            .prefix("toolonce-pg-")
+            .tempdir_in(temp_base(run_as.is_some()))
+            .unwrap_or_else(|e| panic!("cannot create a temporary directory: {e}"));
+        let socket_dir = dir.path().join("sock");
+        fs::create_dir(&socket_dir)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", socket_dir.display()));
+        if let Some((uid, gid)) = run_as {
+            for path in [dir.path(), socket_dir.as_path()] {
+                std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap_or_else(|e| {
+                    panic!("cannot hand {} to the {OS_USER} user: {e}", path.display())
+                });
+            }
+        }
+        let mut server = PostgresServer {
+            port: 0,
+            pg_stat_statements: bins.has_pg_stat_statements(),
+            bins,
+            run_as,
+            data_dir: dir.path().join("data"),
+            socket_dir,
+            log: LogFile::new(dir.path().join("postgres.log")),
+            proc: Mutex::new(None),
+            dir,
+        };
+        server.initdb();
+        let mut last = String::new();
+        for _ in 0..PORT_ATTEMPTS {
+            server.port = free_port();
+            match server.spawn() {
+                Ok(spawned) => {
+                    *server.lock() = Some(spawned);
+                    return server;
+                }
+                Err(StartError::PortInUse(msg)) => last = msg,
+                Err(StartError::Failed(msg)) => panic!("cannot start postgres: {msg}"),
+            }
+        }
+        panic!("cannot start postgres: {PORT_ATTEMPTS} ports in a row were taken; last: {last}")
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<Spawned>> {
+        self.proc.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A command that runs `program` as the server's OS user, in the
+    /// temporary directory, with no `PG*` variables from the environment.
+    fn command_as_server_user(&self, program: &Path) -> Command {
+        let mut cmd = match self.run_as {
+            Some((uid, gid)) => {
+                let setpriv = find_on_path("setpriv")
+                    .or_else(|| Some(PathBuf::from("/usr/bin/setpriv")).filter(|p| is_executable(p)))
+                    .unwrap_or_else(|| {
+                        panic!("setpriv not found (Debian package util-linux): it is needed to run PostgreSQL as the {OS_USER} user when the tests run as root")
+                    });
+                let mut cmd = Command::new(setpriv);
+                cmd.arg(format!("--reuid={uid}"))
+                    .arg(format!("--regid={gid}"))
+                    .arg("--init-groups")
+                    .arg("--")
+                    .arg(program);
+                cmd
+            }
+            None => Command::new(program),
+        };
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("PG") {
+                cmd.env_remove(name);
+            }
+        }
+        cmd.env("LC_ALL", "C").current_dir(self.dir.path());
+        cmd
+    }
+
+    fn initdb(&self) {
+        let log_path = self.dir.path().join("initdb.log");
+        let log = fs::File::create(&log_path)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", log_path.display()));
+        let log_err = log
+            .try_clone()
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", log_path.display()));
+        let status = self
+            .command_as_server_user(&self.bins.initdb)
+            .arg("-D")
+            .arg(&self.data_dir)
+            .args(["-A", "trust", "-U", "postgres", "--no-sync"])
+            .args(["-E", "UTF8", "--locale=C"])
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.bins.initdb.display()));
+        if !status.success() {
+            let text = fs::read_to_string(&log_path).unwrap_or_default();
+            panic!("initdb failed ({status}); its output:\n{}", tail(&text, 40));
+        }
+    }
+
+    /// Starts the postmaster on `self.port` and waits until it is ready.
+    fn spawn(&self) -> Result<Spawned, StartError> {
+        let failed = |what: &str, e: io::Error| StartError::Failed(format!("{what}: {e}"));
+        let (log_file, offset) = self
+            .log
+            .open_append()
+            .map_err(|e| failed("cannot open the postgres log", e))?;
+        let log_err = log_file
+            .try_clone()
+            .map_err(|e| failed("cannot open the postgres log", e))?;
+        let mut cmd = self.command_as_server_user(&self.bins.postgres);
+        cmd.arg("-D")
+            .arg(&self.data_dir)
+            .arg("-p")
+            .arg(self.port.to_string())
+            .arg("-k")
+            .arg(&self.socket_dir)
+            .args(["-c", "listen_addresses=127.0.0.1"])
+            .args(["-c", "fsync=off"])
+            .args(["-c", "full_page_writes=off"])
+            .args(["-c", "max_connections=200"]);
+        if self.pg_stat_statements {
+            cmd.args(["-c", "shared_preload_libraries=pg_stat_statements"]);
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(log_file)
+            .stderr(log_err)
+            .spawn()
+            .map_err(|e| failed(&format!("cannot run {}", self.bins.postgres.display()), e))?;
+        let mut spawned = Spawned::new(child);
+        let pid = spawned.pid().to_string();
+        let watchdog = Watchdog::spawn(
+            PG_ORPHAN_SCRIPT,
+            &[
+                OsStr::new(&pid),
+                self.dir.path().as_os_str(),
+                self.data_dir.as_os_str(),
+            ],
+        )
+        .map_err(|e| failed("cannot spawn the watchdog shell", e))?;
+        spawned.set_watchdog(watchdog);
+        let pg_isready = self.bins.client("pg_isready");
+        wait_ready(
+            &mut spawned,
+            &format!("postgres on port {}", self.port),
+            &self.log,
+            offset,
+            READY_TIMEOUT,
+            |pid| self.is_ready(pid, pg_isready.as_deref()),
+        )?;
+        Ok(spawned)
+    }
+
+    /// Ready: our postmaster (by pid) says `ready` in `postmaster.pid`, the
+    /// port accepts TCP connections, and `pg_isready` agrees if present.
+    fn is_ready(&self, pid: u32, pg_isready: Option<&Path>) -> bool {
+        let Ok(text) = fs::read_to_string(self.data_dir.join("postmaster.pid")) else {
+            return false;
+        };
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        if lines.first() != Some(&pid.to_string().as_str()) || lines.get(7) != Some(&"ready") {
+            return false;
+        }
+        if TcpStream::connect_timeout(&self.addr(), Duration::from_secs(1)).is_err() {
+            return false;
+        }
+        pg_isready.is_none_or(|bin| {
+            Command::new(bin)
+                .args(["-q", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres"])
+                .args(["-t", "2", "-p"])
+                .arg(self.port.to_string())
+                .stdin(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+    }
+
+    /// The TCP port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// `postgres://postgres@127.0.0.1:PORT/postgres`.
+    pub fn url(&self) -> String {
+        self.url_for("postgres")
+    }
+
+    /// The URL of another database on this server.
+    pub fn url_for(&self, database: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// The directory of the server's Unix socket.
+    pub fn socket_dir(&self) -> &Path {
+        &self.socket_dir
+    }
+
+    /// Everything the server has logged since it was first started.
+    pub fn log(&self) -> String {
+        self.log.read_since(0)
+    }
+
+    /// Whether `pg_stat_statements` is preloaded. A test that counts
+    /// statements still runs `CREATE EXTENSION IF NOT EXISTS
+    /// pg_stat_statements` in its database first.
+    pub fn has_pg_stat_statements(&self) -> bool {
+        self.pg_stat_statements
+    }
+
+    /// The postmaster's pid, `None` after [`kill`](Self::kill) or
+    /// [`stop`](Self::stop).
+    pub fn pid(&self) -> Option<u32> {
+        self.lock().as_ref().map(Spawned::pid)
+    }
+
+    /// Whether the postmaster is running.
+    pub fn is_running(&self) -> bool {
+        self.lock().as_mut().is_some_and(|s| s.try_wait().is_none())
+    }
+
+    /// SIGKILLs the postmaster, as a crash would, and waits until its
+    /// backends have exited too (none has the shared memory attached). The
+    /// data directory stays; [`restart`](Self::restart) recovers from it on
+    /// the same port. Does nothing if the server is not running.
+    pub fn kill(&self) {
+        if let Some(spawned) = self.lock().take() {
+            let segment = shm_segment(&self.data_dir);
+            spawned.kill();
+            wait_segment_detached(segment, BACKENDS_EXIT_TIMEOUT);
+        }
+    }
+
+    /// Shuts the server down (fast shutdown: SIGINT; SIGKILL after 15 s).
+    pub fn stop(&self) {
+        let mut guard = self.lock();
+        if let Some(spawned) = guard.take() {
+            let segment = shm_segment(&self.data_dir);
+            if !spawned.terminate("INT", STOP_GRACE) {
+                wait_segment_detached(segment, BACKENDS_EXIT_TIMEOUT);
+            }
+        }
+    }
+
+    /// Starts the server again on the same port with the same data
+    /// directory (shutting it down first if it runs) and waits until it is
+    /// ready. After [`kill`](Self::kill) this runs crash recovery.
+    ///
+    /// # Panics
+    ///
+    /// If it is not ready within 30 s.
+    pub fn restart(&self) {
+        self.stop();
+        let mut guard = self.lock();
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            match self.spawn() {
+                Ok(spawned) => {
+                    *guard = Some(spawned);
+                    return;
+                }
+                Err(StartError::PortInUse(_)) if Instant::now() < deadline => {}
+                Err(StartError::Failed(msg))
+                    if Instant::now() < deadline
+                        && (msg.contains("pre-existing shared memory block")
+                            || msg.contains("lock file")) => {}
+                Err(StartError::PortInUse(msg) | StartError::Failed(msg)) => {
+                    panic!("cannot restart postgres on port {}: {msg}", self.port)
+                }
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Runs SQL with `psql` in the `postgres` database and returns its
+    /// unaligned, tuples-only output, trimmed: `psql("SELECT 1")` is `"1"`.
+    ///
+    /// # Panics
+    ///
+    /// If `psql` is missing or the SQL fails.
+    pub fn psql(&self, sql: &str) -> String {
+        self.psql_in("postgres", sql)
+    }
+
+    /// Like [`psql`](Self::psql), in `database`.
+    ///
+    /// # Panics
+    ///
+    /// If `psql` is missing or the SQL fails.
+    pub fn psql_in(&self, database: &str, sql: &str) -> String {
+        self.try_psql_in(database, sql)
+            .unwrap_or_else(|e| panic!("psql on port {} failed: {e}", self.port))
+    }
+
+    /// Like [`psql_in`](Self::psql_in), returning psql's error output
+    /// instead of panicking when the SQL fails or the server is down.
+    ///
+    /// # Errors
+    ///
+    /// psql's stderr when it exits unsuccessfully.
+    ///
+    /// # Panics
+    ///
+    /// If `psql` is missing.
+    pub fn try_psql_in(&self, database: &str, sql: &str) -> Result<String, String> {
+        let psql = self.bins.client("psql").unwrap_or_else(|| {
+            panic!(
+                "psql not found: run scripts/install-test-deps (Debian package postgresql-client)"
+            )
+        });
+        let conninfo = format!(
+            "host=127.0.0.1 port={} user=postgres dbname={} connect_timeout=10",
+            self.port,
+            conninfo_quote(database)
+        );
+        let mut cmd = Command::new(&psql);
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("PG") {
+                cmd.env_remove(name);
+            }
+        }
+        let output = cmd
+            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d"])
+            .arg(conninfo)
+            .arg("-c")
+            .arg(sql)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", psql.display()));
+        if output.status.success() {
+            Ok(String::from_utf8_lossy(&output.stdout)
+                .trim_end()
+                .to_owned())
+        } else {
+            Err(format!(
+                "{} ({})",
+                String::from_utf8_lossy(&output.stderr).trim_end(),
+                output.status
+            ))
+        }
+    }
+
+    /// Creates a database and returns its URL.
+    ///
+    /// # Panics
+    ///
+    /// If `name` is not 1 to 63 ASCII letters, digits and underscores, or
+    /// the database cannot be created (it exists already, say).
+    pub fn create_database(&self, name: &str) -> String {
+        assert!(
+            !name.is_empty()
+                && name.len() <= 63
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'),
+            "database name {name:?}: use 1 to 63 ASCII letters, digits and underscores"
+        );
+        self.psql(&format!("CREATE DATABASE \"{name}\""));
+        self.url_for(name)
+    }
+
+    /// Creates a database with a name no other call in this process has
+    /// used (`test_<pid>_<n>`) and returns its URL: one per test keeps
+    /// tests on a [shared](crate::shared_postgres) server apart.
+    pub fn create_unique_database(&self) -> String {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        self.create_database(&format!("test_{}_{n}", std::process::id()))
+    }
+}
+
+impl Drop for PostgresServer {
+    fn drop(&mut self) {
+        self.stop();
+        // After a kill() without a restart, the segment of the dead server
+        // is left behind: nothing has it attached any more, so remove it.
+        if let Some(segment) = shm_segment(&self.data_dir)
+            && shm_attached(segment) == Some(0)
+        {
+            let _ = Command::new("ipcrm")
+                .arg("-m")
+                .arg(segment.1.to_string())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
