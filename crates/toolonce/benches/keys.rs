@@ -1,5 +1,6 @@
-//! Key derivation (canonicalize once, hash twice) on a small and a large argument document,
-//! beside two baselines: plain `serde_json::to_string` + one SHA-256 (the least any key could
+//! Canonicalization and key derivation (canonicalize once, hash twice) on a small and a large
+//! argument document, beside serde_json, serde_jcs and SHA-256 alone. For derivation, two
+//! baselines: plain `serde_json::to_string` + one SHA-256 (the least any key could
 //! cost) and `serde_jcs::to_string` + one SHA-256 (the RFC 8785 crate we don't use). Derivation
 //! hashes twice (the key and the fingerprint), the baselines once.
 
@@ -95,7 +96,32 @@ fn bench_derive(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_derive);
+fn bench_canonicalize(c: &mut Criterion) {
+    let mut group = c.benchmark_group("canonicalize");
+    for (name, args) in documents() {
+        let size = toolonce::canonical::canonicalize(&args).unwrap().len();
+        group.throughput(Throughput::Bytes(size as u64));
+        let label = format!("{name} ({size} B)");
+        group.bench_with_input(BenchmarkId::new("toolonce", &label), &args, |b, args| {
+            b.iter(|| toolonce::canonical::canonicalize(black_box(args)))
+        });
+        group.bench_with_input(BenchmarkId::new("serde_json", &label), &args, |b, args| {
+            b.iter(|| serde_json::to_string(black_box(args)))
+        });
+        group.bench_with_input(BenchmarkId::new("serde_jcs", &label), &args, |b, args| {
+            b.iter(|| serde_jcs::to_string(black_box(args)))
+        });
+        let text = serde_json::to_string(&args).unwrap();
+        group.bench_with_input(
+            BenchmarkId::new("sha256 alone", &label),
+            &text,
+            |b, text| b.iter(|| Sha256::digest(black_box(text))),
+        );
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_canonicalize, bench_derive);
 
 /// Mean time of `f` over about half a second.
 fn time(mut f: impl FnMut()) -> Duration {
