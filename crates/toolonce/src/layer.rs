@@ -367,8 +367,8 @@ impl Layer {
 
     /// Runs a fenced complete or fail, retrying a few times while the store is unreachable.
     /// `None` means it could not be recorded at all: the entry then expires with its lease.
-    async fn settle<'a, F, Fut>(
-        &'a self,
+    async fn settle<F, Fut>(
+        &self,
         tool: &str,
         key: &OperationKey,
         owner: &OwnerToken,
