@@ -20,6 +20,7 @@ pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
 
 const KEY_PREFIX: &str = "idem:";
 const KEY_HEX_LEN: usize = 32;
+const KEY_LEN: usize = KEY_PREFIX.len() + KEY_HEX_LEN;
 
 /// The key of one logical operation: `idem:` followed by 32 lowercase hex digits (the first 128
 /// bits of a SHA-256).
@@ -32,8 +33,11 @@ const KEY_HEX_LEN: usize = 32;
 /// implementation computes for flat arguments, so both can share one store. For nested
 /// arguments the reference implementation is wrong (see [`crate::canonical`]) and the keys
 /// differ, by design.
+// Held inline rather than as a `String`: a key is cloned into the store, the context, the answer
+// and logs on every call, and a fixed-size clone costs no allocation. (Not `Copy`, so that code
+// keeps saying where a key is duplicated.)
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct OperationKey(String);
+pub struct OperationKey([u8; KEY_LEN]);
 
 impl OperationKey {
     /// Derives the key of `tool` called in `scope` with arguments whose canonical text (see
@@ -53,14 +57,14 @@ impl OperationKey {
 
     /// The key as text, for example `idem:6cbc65f0aa6d3f844178448aa38d1ee9`.
     pub fn as_str(&self) -> &str {
-        &self.0
+        std::str::from_utf8(&self.0).expect("a key is ASCII by construction")
     }
 
     /// The value to send in an [`IDEMPOTENCY_KEY_HEADER`] header to a downstream system that
     /// deduplicates requests: the key itself, so a crash between the downstream success and our
     /// record of it is covered by the downstream system.
     pub fn idempotency_key(&self) -> &str {
-        &self.0
+        self.as_str()
     }
 }
 
@@ -74,9 +78,9 @@ fn key_of(scope: &str, tool: &str, canonical: &str) -> OperationKey {
         .chain_update(canonical)
         .finalize()
         .into();
-    let mut key = String::with_capacity(KEY_PREFIX.len() + KEY_HEX_LEN);
-    key.push_str(KEY_PREFIX);
-    hex(&digest[..KEY_HEX_LEN / 2], &mut key);
+    let mut key = [0u8; KEY_LEN];
+    key[..KEY_PREFIX.len()].copy_from_slice(KEY_PREFIX.as_bytes());
+    hex_into(&digest[..KEY_HEX_LEN / 2], &mut key[KEY_PREFIX.len()..]);
     OperationKey(key)
 }
 
@@ -99,12 +103,12 @@ fn check_parts(scope: &str, tool: &str) -> Result<()> {
     Ok(())
 }
 
-/// Appends `bytes` in lowercase hex.
-fn hex(bytes: &[u8], out: &mut String) {
+/// Writes `bytes` in lowercase hex into `out`, which is twice as long.
+pub(crate) fn hex_into(bytes: &[u8], out: &mut [u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for &b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    for (b, pair) in bytes.iter().zip(out.chunks_exact_mut(2)) {
+        pair[0] = DIGITS[usize::from(b >> 4)];
+        pair[1] = DIGITS[usize::from(b & 0xf)];
     }
 }
 
@@ -118,9 +122,9 @@ impl FromStr for OperationKey {
     /// Reads a key, checking it is `idem:` followed by exactly 32 lowercase hex digits.
     fn from_str(text: &str) -> Result<Self> {
         match text.strip_prefix(KEY_PREFIX) {
-            Some(digits) if digits.len() == KEY_HEX_LEN && is_lower_hex(digits) => {
-                Ok(OperationKey(text.to_owned()))
-            }
+            Some(digits) if digits.len() == KEY_HEX_LEN && is_lower_hex(digits) => Ok(
+                OperationKey(text.as_bytes().try_into().expect("length checked")),
+            ),
             _ => Err(Error::InvalidKey(text.to_owned())),
         }
     }
@@ -128,25 +132,25 @@ impl FromStr for OperationKey {
 
 impl fmt::Display for OperationKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
 impl fmt::Debug for OperationKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
+        fmt::Debug::fmt(self.as_str(), f)
     }
 }
 
 impl AsRef<str> for OperationKey {
     fn as_ref(&self) -> &str {
-        &self.0
+        self.as_str()
     }
 }
 
 impl Serialize for OperationKey {
     fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.0)
+        serializer.serialize_str(self.as_str())
     }
 }
 
@@ -166,20 +170,20 @@ const FINGERPRINT_HEX_LEN: usize = 64;
 /// calls may share a key with different arguments; their fingerprints then differ, and the
 /// second call is a conflict rather than a duplicate.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct Fingerprint(String);
+pub struct Fingerprint([u8; FINGERPRINT_HEX_LEN]);
 
 impl Fingerprint {
     /// The fingerprint of arguments whose canonical text is `canonical`.
     pub fn of_canonical(canonical: &str) -> Fingerprint {
         let digest: [u8; 32] = Sha256::digest(canonical).into();
-        let mut text = String::with_capacity(FINGERPRINT_HEX_LEN);
-        hex(&digest, &mut text);
+        let mut text = [0u8; FINGERPRINT_HEX_LEN];
+        hex_into(&digest, &mut text);
         Fingerprint(text)
     }
 
     /// The fingerprint as 64 lowercase hex digits.
     pub fn as_str(&self) -> &str {
-        &self.0
+        std::str::from_utf8(&self.0).expect("a fingerprint is ASCII by construction")
     }
 }
 
@@ -194,7 +198,9 @@ impl FromStr for Fingerprint {
     /// Reads a fingerprint, checking it is exactly 64 lowercase hex digits.
     fn from_str(text: &str) -> std::result::Result<Self, InvalidFingerprint> {
         if text.len() == FINGERPRINT_HEX_LEN && is_lower_hex(text) {
-            Ok(Fingerprint(text.to_owned()))
+            Ok(Fingerprint(
+                text.as_bytes().try_into().expect("length checked"),
+            ))
         } else {
             Err(InvalidFingerprint(text.to_owned()))
         }
@@ -203,19 +209,19 @@ impl FromStr for Fingerprint {
 
 impl fmt::Display for Fingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
 impl fmt::Debug for Fingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
+        fmt::Debug::fmt(self.as_str(), f)
     }
 }
 
 impl Serialize for Fingerprint {
     fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.0)
+        serializer.serialize_str(self.as_str())
     }
 }
 
@@ -387,8 +393,9 @@ mod tests {
     fn key_is_the_truncated_sha256_of_the_separated_parts() {
         // sha256("s\0t\0{}") computed independently.
         let digest: [u8; 32] = Sha256::digest(b"s\0t\0{}").into();
-        let mut want = String::from("idem:");
-        hex(&digest[..16], &mut want);
+        let want: String = std::iter::once("idem:".to_owned())
+            .chain(digest[..16].iter().map(|b| format!("{b:02x}")))
+            .collect();
         assert_eq!(OperationKey::derive("s", "t", "{}").unwrap().as_str(), want);
     }
 

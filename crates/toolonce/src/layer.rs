@@ -331,25 +331,7 @@ impl Layer {
                 };
             }
         };
-        let settled = match &result {
-            Ok(value) => {
-                self.settle(tool, key, &owner, |store, owner| {
-                    let value = value.clone();
-                    let key = key.clone();
-                    async move { store.complete(&key, owner, &value, options.retention).await }
-                })
-                .await
-            }
-            Err(error) => {
-                let sticky = (!error.is_transient()).then_some(options.retention);
-                self.settle(tool, key, &owner, |store, owner| {
-                    let error = error.clone();
-                    let key = key.clone();
-                    async move { store.fail(&key, owner, &error, sticky).await }
-                })
-                .await
-            }
-        };
+        let settled = self.settle(tool, key, &owner, &result, options).await;
         if settled == Some(Fenced::NotOwner) {
             tracing::warn!(
                 target: "toolonce",
@@ -365,22 +347,32 @@ impl Layer {
         }
     }
 
-    /// Runs a fenced complete or fail, retrying a few times while the store is unreachable.
-    /// `None` means it could not be recorded at all: the entry then expires with its lease.
-    async fn settle<F, Fut>(
+    /// Records the outcome with a fenced complete or fail, retrying a few times while the
+    /// store is unreachable. `None` means it could not be recorded at all: the entry then
+    /// expires with its lease.
+    async fn settle(
         &self,
         tool: &str,
         key: &OperationKey,
         owner: &OwnerToken,
-        write: F,
-    ) -> Option<Fenced>
-    where
-        F: Fn(Arc<dyn Store>, OwnerToken) -> Fut,
-        Fut: Future<Output = crate::Result<Fenced>>,
-    {
+        result: &Result<Value, ToolError>,
+        options: &WriteOptions,
+    ) -> Option<Fenced> {
         let mut pause = Duration::from_millis(50);
         for attempt in 1..=SETTLE_RETRIES {
-            match write(self.store.clone(), owner.duplicate()).await {
+            let written = match result {
+                Ok(value) => {
+                    let retention = options.retention;
+                    self.store
+                        .complete(key, owner.duplicate(), value, retention)
+                        .await
+                }
+                Err(error) => {
+                    let sticky = (!error.is_transient()).then_some(options.retention);
+                    self.store.fail(key, owner.duplicate(), error, sticky).await
+                }
+            };
+            match written {
                 // After a retry, NotOwner may mean an earlier attempt did apply.
                 Ok(fenced) => return Some(fenced),
                 Err(e) if e.is_retryable() && attempt < SETTLE_RETRIES => {

@@ -3,16 +3,16 @@
 //! always there).
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use serde_json::Value;
 
+use crate::Result;
 use crate::key::{Fingerprint, OperationKey};
 use crate::tool::ToolError;
-use crate::Result;
 
 pub mod memory;
 #[cfg(feature = "postgres")]
@@ -51,7 +51,12 @@ impl OwnerToken {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let hi = splitmix64(seed[0].wrapping_add(n));
         let lo = splitmix64(seed[1] ^ n.rotate_left(32));
-        OwnerToken(format!("{hi:016x}{lo:016x}"))
+        let mut text = [0u8; 32];
+        let mut bytes = [0u8; 16];
+        bytes[..8].copy_from_slice(&hi.to_be_bytes());
+        bytes[8..].copy_from_slice(&lo.to_be_bytes());
+        crate::key::hex_into(&bytes, &mut text);
+        OwnerToken(String::from_utf8(text.to_vec()).expect("hex is ASCII"))
     }
 
     /// Rebuilds a token read back from a store.
@@ -433,7 +438,9 @@ pub async fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {
         "postgres" | "postgresql" => {
             #[cfg(feature = "postgres")]
             {
-                Ok(std::sync::Arc::new(postgres::PostgresStore::connect(url).await?))
+                Ok(std::sync::Arc::new(
+                    postgres::PostgresStore::connect(url).await?,
+                ))
             }
             #[cfg(not(feature = "postgres"))]
             Err(missing("postgres"))

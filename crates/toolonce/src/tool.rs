@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::key::{OperationKey, IDEMPOTENCY_KEY_HEADER};
+use crate::key::{IDEMPOTENCY_KEY_HEADER, OperationKey};
 
 /// A tool without side effects: never claimed, never cached; retrying it is free.
 ///

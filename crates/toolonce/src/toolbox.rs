@@ -7,7 +7,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use crate::canonical::{self, Limits};
 use crate::key::{self, KeyFields, OperationKey};
@@ -96,7 +96,9 @@ trait ErasedRead: Send + Sync {
 impl<T: ReadTool> ErasedRead for T {
     fn call(self: Arc<Self>, args: &Value) -> Result<BoxFuture<Result<Value, ToolError>>, String> {
         let args: T::Args = parse_typed(args)?;
-        Ok(Box::pin(async move { to_result(ReadTool::call(&*self, args).await) }))
+        Ok(Box::pin(async move {
+            to_result(ReadTool::call(&*self, args).await)
+        }))
     }
 }
 
@@ -116,6 +118,11 @@ impl<T: WriteTool> ErasedWrite for T {
 /// Deserializes the arguments, naming the offending field on error (`payment.amount: invalid
 /// type: string "x", expected u64`).
 fn parse_typed<A: serde::de::DeserializeOwned>(args: &Value) -> Result<A, String> {
+    // Tracking the path costs as much as the rest of a replay, so it runs only to explain a
+    // failure.
+    if let Ok(parsed) = <A as serde::Deserialize>::deserialize(args) {
+        return Ok(parsed);
+    }
     serde_path_to_error::deserialize(args).map_err(|e| {
         let path = e.path().to_string();
         if path == "." {
@@ -126,11 +133,22 @@ fn parse_typed<A: serde::de::DeserializeOwned>(args: &Value) -> Result<A, String
     })
 }
 
-fn to_result<O: serde::Serialize>(out: Result<O, ToolError>) -> Result<Value, ToolError> {
+fn to_result<O: serde::Serialize + 'static>(out: Result<O, ToolError>) -> Result<Value, ToolError> {
     let out = out?;
-    serde_json::to_value(out).map_err(|e| {
-        ToolError::permanent(format!("the tool's result could not be serialized: {e}"))
-    })
+    // A tool that already returns a `Value` needs no round through the serializer, which
+    // would copy the whole result.
+    let out: Box<dyn std::any::Any> = Box::new(out);
+    match out.downcast::<Value>() {
+        Ok(value) => Ok(*value),
+        Err(out) => {
+            let out = out
+                .downcast::<O>()
+                .expect("the result has the tool's output type");
+            serde_json::to_value(*out).map_err(|e| {
+                ToolError::permanent(format!("the tool's result could not be serialized: {e}"))
+            })
+        }
+    }
 }
 
 enum Kind {

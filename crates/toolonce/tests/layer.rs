@@ -1,15 +1,15 @@
 //! The layer's behaviour (SPEC "The layer"), on `MemoryStore` and a store that fails on demand.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use toolonce::{
-    key, Claim, Entry, Error, Fenced, InFlight, ListQuery, ManualClock, MemoryStore,
-    OperationKey, Outcome, OwnerToken, Page, ReadTool, State, Store, ToolError, Toolbox,
-    WriteContext, WriteOptions, WriteTool,
+    Claim, Entry, Error, Fenced, InFlight, ListQuery, ManualClock, MemoryStore, OperationKey,
+    Outcome, OwnerToken, Page, ReadTool, State, Store, ToolError, Toolbox, WriteContext,
+    WriteOptions, WriteTool, key,
 };
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]
@@ -104,7 +104,11 @@ fn args(card: &str) -> Value {
 #[tokio::test]
 async fn the_same_call_twice_executes_once_and_both_get_the_same_result() {
     let tool = Charge::default();
-    let tb = toolbox(Arc::new(MemoryStore::new()), tool.clone(), WriteOptions::new());
+    let tb = toolbox(
+        Arc::new(MemoryStore::new()),
+        tool.clone(),
+        WriteOptions::new(),
+    );
     let first = tb.call("charge_card", args("A")).await;
     let second = tb.call("charge_card", args("A")).await;
     assert_eq!(first.outcome, Outcome::Executed);
@@ -118,17 +122,30 @@ async fn the_same_call_twice_executes_once_and_both_get_the_same_result() {
 #[tokio::test]
 async fn the_tool_sees_the_operation_key_as_its_idempotency_key() {
     let tool = Charge::default();
-    let tb = toolbox(Arc::new(MemoryStore::new()), tool.clone(), WriteOptions::new());
+    let tb = toolbox(
+        Arc::new(MemoryStore::new()),
+        tool.clone(),
+        WriteOptions::new(),
+    );
     let answer = tb.call("charge_card", args("A")).await;
-    let expected = key::derive("run-1", "charge_card", &args("A"), None).unwrap().key;
+    let expected = key::derive("run-1", "charge_card", &args("A"), None)
+        .unwrap()
+        .key;
     assert_eq!(answer.key.as_ref(), Some(&expected));
-    assert_eq!(*tool.keys_seen.lock().unwrap(), vec![expected.as_str().to_owned()]);
+    assert_eq!(
+        *tool.keys_seen.lock().unwrap(),
+        vec![expected.as_str().to_owned()]
+    );
 }
 
 #[tokio::test]
 async fn a_different_scope_is_a_different_operation() {
     let tool = Charge::default();
-    let tb = toolbox(Arc::new(MemoryStore::new()), tool.clone(), WriteOptions::new());
+    let tb = toolbox(
+        Arc::new(MemoryStore::new()),
+        tool.clone(),
+        WriteOptions::new(),
+    );
     tb.call("charge_card", args("A")).await;
     let other = tb.call_in("run-2", "charge_card", args("A")).await;
     assert_eq!(other.outcome, Outcome::Executed);
@@ -138,7 +155,11 @@ async fn a_different_scope_is_a_different_operation() {
 #[tokio::test]
 async fn nested_arguments_that_differ_never_share_a_key() {
     let tool = Charge::default();
-    let tb = toolbox(Arc::new(MemoryStore::new()), tool.clone(), WriteOptions::new());
+    let tb = toolbox(
+        Arc::new(MemoryStore::new()),
+        tool.clone(),
+        WriteOptions::new(),
+    );
     let a = tb.call("charge_card", args("A")).await;
     let b = tb.call("charge_card", args("B")).await;
     assert_eq!(a.outcome, Outcome::Executed);
@@ -166,9 +187,17 @@ async fn two_concurrent_duplicates_execute_once_and_the_other_is_told_it_is_in_f
     let mut outcomes = [a.outcome, b.outcome];
     outcomes.sort_by_key(|o| o.as_str());
     assert_eq!(outcomes, [Outcome::Executed, Outcome::InFlight]);
-    let rejected = if a.outcome == Outcome::InFlight { &a } else { &b };
+    let rejected = if a.outcome == Outcome::InFlight {
+        &a
+    } else {
+        &b
+    };
     assert!(rejected.is_error);
-    assert!(rejected.content.contains("must not retry"), "{}", rejected.content);
+    assert!(
+        rejected.content.contains("must not retry"),
+        "{}",
+        rejected.content
+    );
     assert_eq!(tool.charges.load(Ordering::SeqCst), 1);
 }
 
@@ -239,7 +268,11 @@ async fn same_key_fields_with_a_different_fingerprint_is_a_conflict_and_not_exec
         key_fields: vec!["/payment/card".into(), "/payment/cents".into()],
         ..Charge::default()
     };
-    let tb = toolbox(Arc::new(MemoryStore::new()), tool.clone(), WriteOptions::new());
+    let tb = toolbox(
+        Arc::new(MemoryStore::new()),
+        tool.clone(),
+        WriteOptions::new(),
+    );
     let mut with_note = args("A");
     with_note["note"] = json!("for the October invoice");
     let first = tb.call("charge_card", with_note.clone()).await;
@@ -251,7 +284,11 @@ async fn same_key_fields_with_a_different_fingerprint_is_a_conflict_and_not_exec
     assert_eq!(same.outcome, Outcome::Replayed);
     assert_eq!(conflict.outcome, Outcome::Conflict);
     assert!(conflict.is_error);
-    assert!(conflict.content.contains("not executed"), "{}", conflict.content);
+    assert!(
+        conflict.content.contains("not executed"),
+        "{}",
+        conflict.content
+    );
     assert_eq!(first.key, conflict.key);
     assert_eq!(tool.charges.load(Ordering::SeqCst), 1);
 }
@@ -269,24 +306,45 @@ async fn invalid_arguments_name_the_field_and_never_claim() {
         .await;
     assert_eq!(answer.outcome, Outcome::InvalidArguments);
     assert!(answer.is_error);
-    assert!(answer.content.contains("payment.cents"), "{}", answer.content);
+    assert!(
+        answer.content.contains("payment.cents"),
+        "{}",
+        answer.content
+    );
     assert!(answer.content.contains("Nothing was executed"));
-    let missing = tb.call("charge_card", json!({"payment": {"card": "A"}})).await;
+    let missing = tb
+        .call("charge_card", json!({"payment": {"card": "A"}}))
+        .await;
     assert!(missing.content.contains("cents"), "{}", missing.content);
     let text = tb.call_json("charge_card", "{\"payment\": ").await;
     assert_eq!(text.outcome, Outcome::InvalidArguments);
     assert!(text.content.contains("line 1"), "{}", text.content);
     assert_eq!(tool.charges.load(Ordering::SeqCst), 0);
-    assert!(store.list(&ListQuery::new()).await.unwrap().entries.is_empty());
+    assert!(
+        store
+            .list(&ListQuery::new())
+            .await
+            .unwrap()
+            .entries
+            .is_empty()
+    );
 }
 
 #[tokio::test]
 async fn an_unknown_tool_is_a_tool_result_naming_the_available_ones() {
-    let tb = toolbox(Arc::new(MemoryStore::new()), Charge::default(), WriteOptions::new());
+    let tb = toolbox(
+        Arc::new(MemoryStore::new()),
+        Charge::default(),
+        WriteOptions::new(),
+    );
     let answer = tb.call("refund", json!({})).await;
     assert_eq!(answer.outcome, Outcome::UnknownTool);
     assert!(answer.is_error);
-    assert!(answer.content.contains("balance, charge_card"), "{}", answer.content);
+    assert!(
+        answer.content.contains("balance, charge_card"),
+        "{}",
+        answer.content
+    );
 }
 
 #[tokio::test]
@@ -295,7 +353,11 @@ async fn a_permanent_failure_is_stored_and_replayed_without_running_again() {
         fail_with: Some(ToolError::permanent("card declined")),
         ..Charge::default()
     };
-    let tb = toolbox(Arc::new(MemoryStore::new()), tool.clone(), WriteOptions::new());
+    let tb = toolbox(
+        Arc::new(MemoryStore::new()),
+        tool.clone(),
+        WriteOptions::new(),
+    );
     let first = tb.call("charge_card", args("A")).await;
     let again = tb.call("charge_card", args("A")).await;
     assert_eq!(first.outcome, Outcome::Executed);
@@ -312,7 +374,11 @@ async fn a_transient_failure_is_released_so_a_duplicate_runs_again() {
         fail_with: Some(ToolError::transient("provider timed out")),
         ..Charge::default()
     };
-    let tb = toolbox(Arc::new(MemoryStore::new()), tool.clone(), WriteOptions::new());
+    let tb = toolbox(
+        Arc::new(MemoryStore::new()),
+        tool.clone(),
+        WriteOptions::new(),
+    );
     let first = tb.call("charge_card", args("A")).await;
     let again = tb.call("charge_card", args("A")).await;
     assert_eq!(first.outcome, Outcome::Executed);
@@ -329,7 +395,14 @@ async fn read_tools_run_every_time_and_never_touch_the_store() {
         assert_eq!(answer.outcome, Outcome::Executed);
         assert_eq!(answer.content, "42");
     }
-    assert!(store.list(&ListQuery::new()).await.unwrap().entries.is_empty());
+    assert!(
+        store
+            .list(&ListQuery::new())
+            .await
+            .unwrap()
+            .entries
+            .is_empty()
+    );
 }
 
 /// A store that can be switched off, as if its server went away.
@@ -418,14 +491,28 @@ async fn a_store_that_errors_means_the_write_tool_is_not_executed() {
     let answer = tb.call("charge_card", args("A")).await;
     assert_eq!(answer.outcome, Outcome::StoreUnavailable);
     assert!(answer.is_error);
-    assert!(answer.content.contains("Not executed"), "{}", answer.content);
-    assert!(answer.content.contains("connection refused"), "{}", answer.content);
+    assert!(
+        answer.content.contains("Not executed"),
+        "{}",
+        answer.content
+    );
+    assert!(
+        answer.content.contains("connection refused"),
+        "{}",
+        answer.content
+    );
     assert_eq!(tool.charges.load(Ordering::SeqCst), 0);
     // Reads do not need the store.
-    assert_eq!(tb.call("balance", json!({})).await.outcome, Outcome::Executed);
+    assert_eq!(
+        tb.call("balance", json!({})).await.outcome,
+        Outcome::Executed
+    );
     // Once the store is back, the same call runs.
     store.down.store(false, Ordering::SeqCst);
-    assert_eq!(tb.call("charge_card", args("A")).await.outcome, Outcome::Executed);
+    assert_eq!(
+        tb.call("charge_card", args("A")).await.outcome,
+        Outcome::Executed
+    );
     assert_eq!(tool.charges.load(Ordering::SeqCst), 1);
 }
 
@@ -439,19 +526,37 @@ async fn a_panicking_tool_leaves_a_running_entry_that_expires_and_is_then_reclai
     };
     let healthy = Charge::default();
     let lease = Duration::from_secs(60);
-    let tb = toolbox(store.clone(), crashing.clone(), WriteOptions::new().lease(lease));
+    let tb = toolbox(
+        store.clone(),
+        crashing.clone(),
+        WriteOptions::new().lease(lease),
+    );
     let answer = tb.call("charge_card", args("A")).await;
     assert!(answer.is_error);
     assert!(answer.content.contains("panicked"), "{}", answer.content);
     let key = answer.key.clone().unwrap();
-    assert_eq!(store.get(&key).await.unwrap().unwrap().state(), State::Running);
+    assert_eq!(
+        store.get(&key).await.unwrap().unwrap().state(),
+        State::Running
+    );
 
-    let tb2 = toolbox(store.clone(), healthy.clone(), WriteOptions::new().lease(lease));
-    assert_eq!(tb2.call("charge_card", args("A")).await.outcome, Outcome::InFlight);
+    let tb2 = toolbox(
+        store.clone(),
+        healthy.clone(),
+        WriteOptions::new().lease(lease),
+    );
+    assert_eq!(
+        tb2.call("charge_card", args("A")).await.outcome,
+        Outcome::InFlight
+    );
     clock.advance(lease + Duration::from_secs(1));
     let resumed = tb2.call("charge_card", args("A")).await;
     assert_eq!(resumed.outcome, Outcome::Executed);
-    assert_eq!(resumed.key.as_ref(), Some(&key), "the same key goes downstream again");
+    assert_eq!(
+        resumed.key.as_ref(),
+        Some(&key),
+        "the same key goes downstream again"
+    );
     assert_eq!(healthy.charges.load(Ordering::SeqCst), 1);
 }
 
@@ -464,18 +569,37 @@ async fn a_cancelled_call_leaves_a_running_entry_that_expires_and_is_then_reclai
         ..Charge::default()
     };
     let lease = Duration::from_secs(60);
-    let tb = toolbox(store.clone(), slow.clone(), WriteOptions::new().lease(lease));
+    let tb = toolbox(
+        store.clone(),
+        slow.clone(),
+        WriteOptions::new().lease(lease),
+    );
     let cancelled =
         tokio::time::timeout(Duration::from_millis(50), tb.call("charge_card", args("A"))).await;
     assert!(cancelled.is_err(), "the call was cancelled by the timeout");
-    let key = key::derive("run-1", "charge_card", &args("A"), None).unwrap().key;
-    assert_eq!(store.get(&key).await.unwrap().unwrap().state(), State::Running);
+    let key = key::derive("run-1", "charge_card", &args("A"), None)
+        .unwrap()
+        .key;
+    assert_eq!(
+        store.get(&key).await.unwrap().unwrap().state(),
+        State::Running
+    );
 
     let healthy = Charge::default();
-    let tb2 = toolbox(store.clone(), healthy.clone(), WriteOptions::new().lease(lease));
-    assert_eq!(tb2.call("charge_card", args("A")).await.outcome, Outcome::InFlight);
+    let tb2 = toolbox(
+        store.clone(),
+        healthy.clone(),
+        WriteOptions::new().lease(lease),
+    );
+    assert_eq!(
+        tb2.call("charge_card", args("A")).await.outcome,
+        Outcome::InFlight
+    );
     clock.advance(lease + Duration::from_secs(1));
-    assert_eq!(tb2.call("charge_card", args("A")).await.outcome, Outcome::Executed);
+    assert_eq!(
+        tb2.call("charge_card", args("A")).await.outcome,
+        Outcome::Executed
+    );
     assert_eq!(healthy.charges.load(Ordering::SeqCst), 1);
 }
 
@@ -505,16 +629,27 @@ async fn the_heartbeat_keeps_a_long_running_tool_claimed_past_its_lease() {
     });
     tokio::time::sleep(Duration::from_secs(7)).await;
     let dup = tb.call("charge_card", args("A")).await;
-    assert_eq!(dup.outcome, Outcome::InFlight, "lease was renewed, not expired");
+    assert_eq!(
+        dup.outcome,
+        Outcome::InFlight,
+        "lease was renewed, not expired"
+    );
     let first = running.await.unwrap();
     assert_eq!(first.outcome, Outcome::Executed);
-    assert_eq!(tb.call("charge_card", args("A")).await.outcome, Outcome::Replayed);
+    assert_eq!(
+        tb.call("charge_card", args("A")).await.outcome,
+        Outcome::Replayed
+    );
     assert_eq!(slow.charges.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]
 async fn tool_definitions_come_in_the_anthropic_and_openai_formats() {
-    let tb = toolbox(Arc::new(MemoryStore::new()), Charge::default(), WriteOptions::new());
+    let tb = toolbox(
+        Arc::new(MemoryStore::new()),
+        Charge::default(),
+        WriteOptions::new(),
+    );
     let anthropic = tb.anthropic_tools();
     let charge = &anthropic[1];
     assert_eq!(charge["name"], "charge_card");
@@ -530,7 +665,11 @@ async fn tool_definitions_come_in_the_anthropic_and_openai_formats() {
 #[tokio::test]
 async fn anthropic_and_openai_tool_calls_are_answered_in_their_own_format() {
     let tool = Charge::default();
-    let tb = toolbox(Arc::new(MemoryStore::new()), tool.clone(), WriteOptions::new());
+    let tb = toolbox(
+        Arc::new(MemoryStore::new()),
+        tool.clone(),
+        WriteOptions::new(),
+    );
     let first = tb
         .call_anthropic(&json!({
             "type": "tool_use", "id": "toolu_1", "name": "charge_card", "input": args("A")

@@ -10,7 +10,7 @@ async fn a_layer_runs_each_of_many_operations_once_across_concurrent_tasks() {
     // multi-process test the durable stores run: 8 tasks × the same 500 operations.
     use serde_json::json;
     use std::sync::atomic::{AtomicU32, Ordering};
-    use toolonce::{key, InFlight, Layer, WriteOptions};
+    use toolonce::{InFlight, Layer, WriteOptions, key};
     let layer = Layer::new(std::sync::Arc::new(toolonce::MemoryStore::new()));
     let counts: std::sync::Arc<Vec<AtomicU32>> =
         std::sync::Arc::new((0..500).map(|_| AtomicU32::new(0)).collect());

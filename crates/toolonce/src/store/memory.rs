@@ -10,9 +10,9 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::{Claim, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, Store};
+use crate::Result;
 use crate::key::{Fingerprint, OperationKey};
 use crate::tool::ToolError;
-use crate::Result;
 
 /// A source of the current time for [`MemoryStore`].
 pub trait Clock: Send + Sync + fmt::Debug + 'static {
@@ -59,7 +59,6 @@ impl Clock for ManualClock {
 
 struct Slot {
     entry: Entry,
-    owner: Option<OwnerToken>,
     expires_at: SystemTime,
 }
 
@@ -127,8 +126,8 @@ impl MemoryStore {
     ) -> Option<&'a mut Slot> {
         map.get_mut(key).filter(|slot| {
             slot.live(now)
-                && matches!(slot.entry.state, EntryState::Running { .. })
-                && slot.owner.as_ref() == Some(owner)
+                && matches!(&slot.entry.state,
+                    EntryState::Running { owner: Some(o) } if o == owner.as_str())
         })
     }
 }
@@ -159,14 +158,7 @@ impl Store for MemoryStore {
                 owner: Some(owner.as_str().to_owned()),
             },
         );
-        map.insert(
-            key.clone(),
-            Slot {
-                entry,
-                owner: Some(owner.duplicate()),
-                expires_at,
-            },
-        );
+        map.insert(key.clone(), Slot { entry, expires_at });
         Ok(Claim::Won(owner))
     }
 
@@ -198,7 +190,6 @@ impl Store for MemoryStore {
                     result: result.clone(),
                     completed_at: Some(now),
                 };
-                slot.owner = None;
                 slot.expires_at = now + retention;
                 slot.entry.expires_at = Some(slot.expires_at);
                 Fenced::Applied
@@ -225,7 +216,6 @@ impl Store for MemoryStore {
                     error: error.clone(),
                     failed_at: Some(now),
                 };
-                slot.owner = None;
                 slot.expires_at = now + retention;
                 slot.entry.expires_at = Some(slot.expires_at);
             }
@@ -286,4 +276,3 @@ impl Store for MemoryStore {
         Ok((before - map.len()) as u64)
     }
 }
-

@@ -56,7 +56,10 @@ pub async fn first_claim_wins_and_the_second_sees_it_running(store: Arc<dyn Stor
         EntryState::Running { owner: Some(o) } => assert_eq!(o, owner.as_str()),
         other => panic!("expected a running entry with its owner, got {other:?}"),
     }
-    assert!(entry.expires_at.is_some(), "a running entry knows its lease expiry");
+    assert!(
+        entry.expires_at.is_some(),
+        "a running entry knows its lease expiry"
+    );
 }
 
 pub async fn sixty_four_concurrent_claims_have_exactly_one_winner(store: Arc<dyn Store>) {
@@ -146,7 +149,10 @@ pub async fn an_expired_lease_lets_a_new_caller_reclaim(store: Arc<dyn Store>) {
     let (key, fp) = op("t");
     let _first = won(store.claim(&key, &fp, SHORT).await.unwrap());
     tokio::time::sleep(PAST_SHORT).await;
-    assert!(store.get(&key).await.unwrap().is_none(), "expired counts as absent");
+    assert!(
+        store.get(&key).await.unwrap().is_none(),
+        "expired counts as absent"
+    );
     won(store.claim(&key, &fp, LONG).await.unwrap());
 }
 
@@ -179,7 +185,10 @@ pub async fn a_stale_owner_can_neither_complete_renew_nor_fail_after_a_reclaim(
         State::Running
     );
     assert_eq!(
-        store.complete(&key, fresh, &json!("fresh"), LONG).await.unwrap(),
+        store
+            .complete(&key, fresh, &json!("fresh"), LONG)
+            .await
+            .unwrap(),
         Fenced::Applied
     );
 }
@@ -203,14 +212,22 @@ pub async fn a_stranger_token_is_fenced_out(store: Arc<dyn Store>) {
     let stranger = OwnerToken::generate();
     assert!(!store.renew(&key, &stranger, LONG).await.unwrap());
     assert_eq!(
-        store.complete(&key, stranger, &json!(1), LONG).await.unwrap(),
+        store
+            .complete(&key, stranger, &json!(1), LONG)
+            .await
+            .unwrap(),
         Fenced::NotOwner
     );
     // Settling an absent key is refused too.
     let (absent, _) = op("t");
     assert_eq!(
         store
-            .fail(&absent, OwnerToken::generate(), &ToolError::transient("x"), None)
+            .fail(
+                &absent,
+                OwnerToken::generate(),
+                &ToolError::transient("x"),
+                None
+            )
             .await
             .unwrap(),
         Fenced::NotOwner
@@ -223,11 +240,17 @@ pub async fn a_settled_entry_cannot_be_settled_again(store: Arc<dyn Store>) {
     let copy = OwnerToken::from_stored(owner.as_str());
     let copy2 = OwnerToken::from_stored(owner.as_str());
     assert_eq!(
-        store.complete(&key, owner, &json!("first"), LONG).await.unwrap(),
+        store
+            .complete(&key, owner, &json!("first"), LONG)
+            .await
+            .unwrap(),
         Fenced::Applied
     );
     assert_eq!(
-        store.complete(&key, copy, &json!("second"), LONG).await.unwrap(),
+        store
+            .complete(&key, copy, &json!("second"), LONG)
+            .await
+            .unwrap(),
         Fenced::NotOwner
     );
     assert_eq!(
@@ -354,21 +377,35 @@ pub async fn purge_removes_expired_entries_and_keeps_live_ones(store: Arc<dyn St
     let _ = store.complete(&live, owner, &json!(1), LONG).await.unwrap();
     let (expiring, fp2) = op("t");
     let owner = won(store.claim(&expiring, &fp2, LONG).await.unwrap());
-    let _ = store.complete(&expiring, owner, &json!(2), SHORT).await.unwrap();
+    let _ = store
+        .complete(&expiring, owner, &json!(2), SHORT)
+        .await
+        .unwrap();
     let (lapsed, fp3) = op("t");
     let _ = won(store.claim(&lapsed, &fp3, SHORT).await.unwrap());
     tokio::time::sleep(PAST_SHORT).await;
     let purged = store.purge_expired().await.unwrap();
-    assert!(purged <= 2, "purged {purged}, but only two entries had expired");
+    assert!(
+        purged <= 2,
+        "purged {purged}, but only two entries had expired"
+    );
     assert!(store.get(&live).await.unwrap().is_some());
     assert!(store.get(&expiring).await.unwrap().is_none());
     assert!(store.get(&lapsed).await.unwrap().is_none());
     let listed = store.list(&ListQuery::new()).await.unwrap();
     assert_eq!(
-        listed.entries.iter().map(|e| e.key.clone()).collect::<Vec<_>>(),
+        listed
+            .entries
+            .iter()
+            .map(|e| e.key.clone())
+            .collect::<Vec<_>>(),
         vec![live]
     );
-    assert_eq!(store.purge_expired().await.unwrap(), 0, "nothing left to purge");
+    assert_eq!(
+        store.purge_expired().await.unwrap(),
+        0,
+        "nothing left to purge"
+    );
 }
 
 pub async fn get_of_an_unknown_key_is_none(store: Arc<dyn Store>) {
@@ -390,12 +427,17 @@ pub async fn a_running_entry_reports_a_lease_expiry_in_the_future(store: Arc<dyn
     let expires = entry.expires_at.expect("expiry known");
     let now = std::time::SystemTime::now();
     // Generous bounds: the store's clock may differ a little from ours.
-    assert!(expires > now + Duration::from_secs(30), "{expires:?} vs {now:?}");
-    assert!(expires < now + Duration::from_secs(90), "{expires:?} vs {now:?}");
+    assert!(
+        expires > now + Duration::from_secs(30),
+        "{expires:?} vs {now:?}"
+    );
+    assert!(
+        expires < now + Duration::from_secs(90),
+        "{expires:?} vs {now:?}"
+    );
     let started = entry.started_at;
     assert!(started < now + Duration::from_secs(5) && started > now - Duration::from_secs(30));
 }
-
 
 /// Runs the whole suite against a backend. `$make` is an async expression that gives a fresh,
 /// isolated `Arc<dyn Store>` each time it is evaluated.

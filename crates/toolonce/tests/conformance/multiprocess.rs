@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use toolonce::{key, InFlight, Layer, Store, WriteOptions};
+use toolonce::{InFlight, Layer, Store, WriteOptions, key};
 
 const ROLE: &str = "TOOLONCE_MP_ROLE";
 const LOG: &str = "TOOLONCE_MP_LOG";
@@ -79,7 +79,12 @@ fn check_log(log: &Path, ops: usize) {
         wrong.is_empty(),
         "{} of {ops} operations did not run exactly once: {}",
         wrong.len(),
-        wrong.iter().take(20).cloned().collect::<Vec<_>>().join(", ")
+        wrong
+            .iter()
+            .take(20)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ")
     );
 }
 
@@ -94,13 +99,8 @@ pub async fn worker(store: Arc<dyn Store>) {
     let options = WriteOptions::new()
         .lease(Duration::from_secs(30))
         .in_flight(InFlight::Wait(Duration::from_secs(60)));
-    let file = Arc::new(
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(&log)
-            .unwrap(),
-    );
-    let order: Vec<usize> = if role % 2 == 0 {
+    let file = Arc::new(std::fs::OpenOptions::new().append(true).open(&log).unwrap());
+    let order: Vec<usize> = if role.is_multiple_of(2) {
         (0..ops).collect()
     } else {
         (0..ops).rev().collect()
@@ -118,7 +118,12 @@ pub async fn worker(store: Arc<dyn Store>) {
                 Ok(json!(op))
             })
             .await;
-        assert_eq!(answer.result, Ok(json!(op)), "op {op}: {:?}", answer.outcome);
+        assert_eq!(
+            answer.result,
+            Ok(json!(op)),
+            "op {op}: {:?}",
+            answer.outcome
+        );
     }
 }
 
