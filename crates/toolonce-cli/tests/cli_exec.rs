@@ -1,0 +1,304 @@
+//! `toolonce exec`: a command runs at most once per operation, and every duplicate replays its
+//! exit code, stdout and stderr byte for byte. These run the real binary on a SQLite file, the
+//! store several processes can share.
+
+mod cli_support;
+
+use std::path::Path;
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use cli_support::{code, lines, sqlite_url, stderr, stdout, toolonce};
+
+/// `toolonce exec --store <dir>/store.db --scope s --name <name> <extra…> -- sh -c <script>`.
+fn exec(dir: &Path, name: &str, extra: &[&str], script: &str) -> Output {
+    toolonce()
+        .current_dir(dir)
+        .args([
+            "exec",
+            "--store",
+            &sqlite_url(dir),
+            "--scope",
+            "s",
+            "--name",
+            name,
+        ])
+        .args(extra)
+        .args(["--", "sh", "-c", script])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn exec_runs_once_and_replays_a_failing_commands_exit_code_stdout_and_stderr_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    // Non-UTF-8 bytes on both streams, a NUL, no trailing newline on stderr.
+    let script =
+        r"echo ran >> counter; printf 'out \377\376 done\n'; printf 'err\000\377' >&2; exit 3";
+    let first = exec(dir.path(), "deploy", &[], script);
+    let again = exec(dir.path(), "deploy", &[], script);
+    assert_eq!(
+        lines(&dir.path().join("counter")),
+        1,
+        "the command ran twice"
+    );
+    for out in [&first, &again] {
+        assert_eq!(code(out), 3);
+        assert_eq!(out.stdout, b"out \xff\xfe done\n");
+        assert_eq!(out.stderr, b"err\x00\xff");
+    }
+}
+
+#[test]
+fn exec_replays_a_successful_command_without_running_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = "echo ran >> counter; echo hello; echo warning >&2";
+    let first = exec(dir.path(), "greet", &[], script);
+    let again = exec(dir.path(), "greet", &[], script);
+    assert_eq!(lines(&dir.path().join("counter")), 1);
+    for out in [&first, &again] {
+        assert_eq!(code(out), 0, "{}", stderr(out));
+        assert_eq!(stdout(out), "hello\n");
+        assert_eq!(stderr(out), "warning\n");
+    }
+    // Other arguments are another operation.
+    let other = exec(dir.path(), "greet", &["--args", r#"{"to":"ada"}"#], script);
+    assert_eq!(code(&other), 0);
+    assert_eq!(lines(&dir.path().join("counter")), 2);
+}
+
+#[test]
+fn exec_hands_the_operation_key_to_the_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = r#"{"b":2,"a":1}"#;
+    let out = exec(
+        dir.path(),
+        "charge_card",
+        &["--args", args],
+        r#"printf '%s %s' "$TOOLONCE_KEY" "$IDEMPOTENCY_KEY""#,
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let key = toolonce()
+        .args([
+            "key",
+            "--scope",
+            "s",
+            "--tool",
+            "charge_card",
+            "--args",
+            args,
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let key = cli_support::json(&key)["key"].as_str().unwrap().to_owned();
+    assert_eq!(stdout(&out), format!("{key} {key}"));
+}
+
+#[test]
+fn eight_concurrent_invocations_run_the_command_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = "echo ran >> counter; sleep 0.5; echo done";
+    let outputs: Vec<Output> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..8)
+            .map(|_| s.spawn(|| exec(dir.path(), "once", &["--wait", "30"], script)))
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    assert_eq!(
+        lines(&dir.path().join("counter")),
+        1,
+        "the command ran more than once"
+    );
+    for out in &outputs {
+        assert_eq!(code(out), 0, "{}", stderr(out));
+        assert_eq!(stdout(out), "done\n");
+    }
+}
+
+#[test]
+fn transient_exit_lets_the_next_call_run_the_command_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = "echo ran >> counter; echo try; exit 4";
+    for expected_runs in 1..=2 {
+        let out = exec(dir.path(), "flaky", &["--transient-exit"], script);
+        assert_eq!(code(&out), 4);
+        assert_eq!(stdout(&out), "try\n");
+        assert_eq!(lines(&dir.path().join("counter")), expected_runs);
+    }
+    let ls = toolonce()
+        .args(["ls", "--json", "--store", &sqlite_url(dir.path())])
+        .output()
+        .unwrap();
+    assert_eq!(cli_support::json(&ls)["entries"], serde_json::json!([]));
+}
+
+#[test]
+fn a_concurrent_duplicate_is_refused_with_exit_code_75_unless_told_to_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = "touch started; echo ran >> counter; sleep 2; echo slow";
+    let first = std::process::Command::new(env!("CARGO_BIN_EXE_toolonce"))
+        .current_dir(dir.path())
+        .env_remove("TOOLONCE_STORE")
+        .args(["exec", "--store", &sqlite_url(dir.path()), "--scope", "s"])
+        .args(["--name", "slow", "--", "sh", "-c", script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !dir.path().join("started").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the first invocation never started"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let refused = exec(dir.path(), "slow", &[], script);
+    assert_eq!(code(&refused), 75, "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("already running"),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(refused.stdout.is_empty());
+
+    let waited = exec(dir.path(), "slow", &["--wait", "30"], script);
+    assert_eq!(code(&waited), 0, "{}", stderr(&waited));
+    assert_eq!(stdout(&waited), "slow\n");
+
+    let first = first.wait_with_output().unwrap();
+    assert_eq!(code(&first), 0, "{}", stderr(&first));
+    assert_eq!(stdout(&first), "slow\n");
+    assert_eq!(lines(&dir.path().join("counter")), 1);
+}
+
+#[test]
+fn a_store_that_cannot_be_used_runs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |store: &str| {
+        toolonce()
+            .current_dir(dir.path())
+            .args(["exec", "--store", store, "--scope", "s", "--name", "n"])
+            .args(["--", "touch", "ran"])
+            .output()
+            .unwrap()
+    };
+    // An outage: SQLite cannot open a directory as its file. A retry may help: exit 75.
+    let out = run(&format!("sqlite://{}", dir.path().display()));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    assert!(stderr(&out).contains("not run"), "{}", stderr(&out));
+    // Misconfigurations: a retry will not help, exit 2.
+    let out = run("sqlite:///nonexistent-dir/x.db");
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("not run"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("/nonexistent-dir"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run("nosuch://x");
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("unknown store scheme"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        !dir.path().join("ran").exists(),
+        "the command ran without a store"
+    );
+}
+
+#[test]
+fn the_store_url_comes_from_toolonce_store_when_not_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = toolonce()
+        .current_dir(dir.path())
+        .env("TOOLONCE_STORE", "nosuch://x")
+        .args(["exec", "--scope", "s", "--name", "n", "--", "touch", "ran"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("nosuch://x"), "{}", stderr(&out));
+    assert!(!dir.path().join("ran").exists());
+}
+
+#[test]
+fn invalid_json_arguments_name_the_position_and_run_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = exec(
+        dir.path(),
+        "n",
+        &["--args", r#"{"amount": 5,}"#],
+        "touch ran",
+    );
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("line 1 column 14"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!dir.path().join("ran").exists());
+    assert!(
+        !dir.path().join("store.db").exists(),
+        "bad input opened the store"
+    );
+}
+
+#[test]
+fn a_command_that_cannot_start_is_released_so_the_next_call_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_url(dir.path());
+    let out = toolonce()
+        .current_dir(dir.path())
+        .args(["exec", "--store", &store, "--scope", "s", "--name", "n"])
+        .args(["--", "/nonexistent/program"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 127);
+    assert!(
+        stderr(&out).contains("cannot run /nonexistent/program"),
+        "{}",
+        stderr(&out)
+    );
+    let out = exec(dir.path(), "n", &[], "echo ran >> counter");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(lines(&dir.path().join("counter")), 1);
+}
+
+#[test]
+fn key_fields_make_a_changed_argument_a_conflict() {
+    let dir = tempfile::tempdir().unwrap();
+    let fields = ["--key-field", "/ticket"];
+    let first = exec(
+        dir.path(),
+        "close",
+        &[
+            fields[0],
+            fields[1],
+            "--args",
+            r#"{"ticket":7,"note":"done"}"#,
+        ],
+        "echo ran >> counter",
+    );
+    assert_eq!(code(&first), 0);
+    let conflict = exec(
+        dir.path(),
+        "close",
+        &[
+            fields[0],
+            fields[1],
+            "--args",
+            r#"{"ticket":7,"note":"fixed"}"#,
+        ],
+        "echo ran >> counter",
+    );
+    assert_eq!(code(&conflict), 65, "{}", stderr(&conflict));
+    assert!(
+        stderr(&conflict).contains("Conflict"),
+        "{}",
+        stderr(&conflict)
+    );
+    assert_eq!(lines(&dir.path().join("counter")), 1);
+}

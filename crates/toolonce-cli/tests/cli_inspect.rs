@@ -1,0 +1,159 @@
+//! `toolonce ls | show | rm | purge` on a SQLite store filled by `toolonce exec`.
+
+mod cli_support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use cli_support::{code, json, sqlite_url, stderr, stdout, toolonce};
+
+/// Runs `toolonce <args…> --store <the dir's store>` and returns its output.
+fn run(dir: &Path, args: &[&str]) -> std::process::Output {
+    toolonce()
+        .current_dir(dir)
+        .args(args)
+        .args(["--store", &sqlite_url(dir)])
+        .output()
+        .unwrap()
+}
+
+/// Records one operation with `exec` and returns its key.
+fn exec(dir: &Path, name: &str, extra: &[&str], script: &str) -> String {
+    let out = toolonce()
+        .current_dir(dir)
+        .args([
+            "exec",
+            "--store",
+            &sqlite_url(dir),
+            "--scope",
+            "s",
+            "--name",
+            name,
+        ])
+        .args(extra)
+        .args(["--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    assert!(code(&out) != 2, "{}", stderr(&out));
+    let key = toolonce()
+        .args(["key", "--json", "--scope", "s", "--tool", name])
+        .output()
+        .unwrap();
+    json(&key)["key"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn ls_show_rm_work_on_a_store_filled_by_exec() {
+    let dir = tempfile::tempdir().unwrap();
+    let ok = exec(dir.path(), "greet", &[], "echo hello");
+    let failed = exec(dir.path(), "broken", &[], "echo oops >&2; exit 5");
+
+    let table = run(dir.path(), &["ls"]);
+    assert_eq!(code(&table), 0, "{}", stderr(&table));
+    let text = stdout(&table);
+    assert!(text.starts_with("KEY "), "{text}");
+    for (key, state) in [(&ok, "done"), (&failed, "failed")] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(key.as_str()))
+            .expect(&text);
+        assert!(line.contains(state), "{line}");
+        assert!(line.ends_with(" B"), "no size: {line}");
+    }
+
+    let all = json(&run(dir.path(), &["ls", "--json"]));
+    assert_eq!(all["entries"].as_array().unwrap().len(), 2, "{all}");
+    assert_eq!(all["more"], false);
+    let entry = &all["entries"][0];
+    for field in [
+        "key",
+        "state",
+        "fingerprint",
+        "started_at",
+        "expires_at",
+        "size",
+    ] {
+        assert!(!entry[field].is_null(), "{field} missing: {entry}");
+    }
+    let failed_only = json(&run(dir.path(), &["ls", "--json", "--state", "failed"]));
+    assert_eq!(failed_only["entries"].as_array().unwrap().len(), 1);
+    assert_eq!(failed_only["entries"][0]["key"], failed.as_str());
+    let limited = json(&run(dir.path(), &["ls", "--json", "--limit", "1"]));
+    assert_eq!(limited["entries"].as_array().unwrap().len(), 1);
+    assert_eq!(limited["more"], true);
+
+    let shown = json(&run(dir.path(), &["show", &ok, "--json"]));
+    assert_eq!(shown["state"], "done");
+    assert_eq!(shown["result"]["exit_code"], 0);
+    assert_eq!(shown["result"]["stdout"], "hello\n");
+    let shown = json(&run(dir.path(), &["show", &failed, "--json"]));
+    assert_eq!(shown["state"], "failed");
+    assert_eq!(shown["error"]["class"], "permanent");
+    assert_eq!(shown["error"]["detail"]["exit_code"], 5);
+    assert_eq!(shown["error"]["detail"]["stderr"], "oops\n");
+    let human = stdout(&run(dir.path(), &["show", &ok]));
+    assert!(human.contains("state        done"), "{human}");
+    assert!(human.contains("\"stdout\": \"hello\\n\""), "{human}");
+
+    let removed = run(dir.path(), &["rm", &ok]);
+    assert_eq!(code(&removed), 0, "{}", stderr(&removed));
+    assert_eq!(stdout(&removed), format!("removed {ok}\n"));
+    let again = run(dir.path(), &["rm", &ok]);
+    assert_eq!(code(&again), 1);
+    assert!(
+        stderr(&again).contains("no live entry"),
+        "{}",
+        stderr(&again)
+    );
+    let gone = run(dir.path(), &["show", &ok]);
+    assert_eq!(code(&gone), 1);
+    let removed = json(&run(dir.path(), &["rm", &failed, "--json"]));
+    assert_eq!(removed, serde_json::json!({"key": failed, "removed": true}));
+    assert_eq!(stdout(&run(dir.path(), &["ls"])), "no entries\n");
+}
+
+#[test]
+fn purge_removes_expired_entries_and_says_how_many() {
+    let dir = tempfile::tempdir().unwrap();
+    exec(dir.path(), "short", &["--retention", "0.2"], "true");
+    exec(dir.path(), "long", &[], "true");
+    std::thread::sleep(Duration::from_millis(400));
+    let purged = json(&run(dir.path(), &["purge", "--json"]));
+    assert_eq!(purged["removed"], 1, "{purged}");
+    let text = stdout(&run(dir.path(), &["purge"]));
+    assert_eq!(text, "removed 0 expired entries\n");
+    let left = json(&run(dir.path(), &["ls", "--json"]));
+    assert_eq!(left["entries"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn an_invalid_key_is_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    for cmd in ["show", "rm"] {
+        let out = run(dir.path(), &[cmd, "idem:XYZ"]);
+        assert_eq!(code(&out), 2);
+        assert!(
+            stderr(&out).contains("invalid operation key \"idem:XYZ\""),
+            "{}",
+            stderr(&out)
+        );
+    }
+}
+
+#[test]
+fn an_empty_store_lists_no_entries() {
+    let out = toolonce()
+        .args(["ls", "--store", "memory://"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0);
+    assert_eq!(stdout(&out), "no entries\n");
+    let out = toolonce()
+        .args(["ls", "--json", "--store", "memory://"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        json(&out),
+        serde_json::json!({"entries": [], "more": false})
+    );
+}

@@ -1,0 +1,48 @@
+//! Helpers shared by the end-to-end tests of the `toolonce` binary.
+
+#![allow(dead_code)] // Each test file uses a different part.
+
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+/// The real binary, with no store picked up from the environment and a timeout so a hung
+/// command fails the test instead of stalling it.
+pub(crate) fn toolonce() -> assert_cmd::Command {
+    let mut cmd = assert_cmd::Command::new(env!("CARGO_BIN_EXE_toolonce"));
+    cmd.env_remove("TOOLONCE_STORE")
+        .env_remove("RUST_LOG")
+        .timeout(Duration::from_secs(120));
+    cmd
+}
+
+/// The URL of a SQLite store file in `dir`.
+pub(crate) fn sqlite_url(dir: &Path) -> String {
+    format!("sqlite://{}", dir.join("store.db").display())
+}
+
+pub(crate) fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub(crate) fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The exit code, failing the test with the output if the process had none.
+pub(crate) fn code(out: &Output) -> i32 {
+    out.status
+        .code()
+        .unwrap_or_else(|| panic!("killed by a signal: {out:?}"))
+}
+
+/// Parses stdout as one JSON document.
+pub(crate) fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}): {}", stdout(out)))
+}
+
+/// How many lines a counter file has (0 if it does not exist).
+pub(crate) fn lines(path: &Path) -> usize {
+    std::fs::read_to_string(path).map_or(0, |t| t.lines().count())
+}
