@@ -270,7 +270,7 @@ impl Tools {
 
 /// One `tool_use` block of a model reply.
 struct ToolCall {
-    #[allow(dead_code)] // The id is what toolonce deliberately ignores; kept for the reader.
+    /// A new one for every attempt: the operation key deliberately ignores it.
     id: &'static str,
     args: Value,
 }
@@ -313,10 +313,15 @@ async fn run_agent(
         if let Some(path) = checkpoint {
             std::fs::write(path, json!({"next_turn": turn}).to_string())?;
         }
-        let answers =
-            futures_util::future::join_all(current.calls.iter().map(|c| tools.call(c))).await;
-        for answer in answers {
-            outcomes.extend(answer?);
+        let answers = futures_util::future::join_all(
+            current
+                .calls
+                .iter()
+                .map(|c| async move { (c.id, tools.call(c).await) }),
+        )
+        .await;
+        for (id, answer) in answers {
+            outcomes.extend(answer.with_context(|| format!("tool call {id}"))?);
         }
         if current.times_out_once && !timed_out[turn] {
             // The model provider timed out on the request carrying the results: retry the turn.

@@ -167,9 +167,10 @@ pub(crate) async fn run(a: ExecArgs) -> anyhow::Result<ExitCode> {
         },
         (Outcome::InFlight, _) => {
             eprintln!(
-                "toolonce: operation {} (scope {:?}, name {:?}) is already running elsewhere; \
-                 the command was not run. Try again later, or pass --wait SECONDS to wait for \
-                 it and replay its outcome.",
+                "toolonce: operation {} (scope {:?}, name {:?}) is already running elsewhere, or \
+                 a run of it was interrupted and its lease has not expired yet; the command was \
+                 not run. Try again later, or pass --wait SECONDS to wait for it and replay its \
+                 outcome.",
                 op.key, a.scope, a.name
             );
             Ok(ExitCode::from(EXIT_TEMPFAIL))
