@@ -456,41 +456,35 @@ async fn run_scenario(
         provider: provider.clone(),
         crash_after_charge: false,
     };
-    let (calls, resumed_in) = if scenario == Scenario::Crash {
+    let crash = scenario == Scenario::Crash;
+    let options = if crash {
+        // The resumed run finds the dead run's claim still `running`: it waits for its lease
+        // to expire, then takes the operation over.
+        WriteOptions::new()
+            .lease(CRASH_LEASE)
+            .in_flight(InFlight::Wait(Duration::from_secs(10)))
+    } else {
+        WriteOptions::new()
+    };
+    let tools = match guard {
+        None => Tools::Direct(charger),
+        Some(g) => Tools::toolonce(
+            g.store.clone(),
+            &g.scope(scenario),
+            charger,
+            options,
+            reclaimed.clone(),
+        )?,
+    };
+    let (calls, resumed_in) = if crash {
         let checkpoint = dir.join(format!("{name}.checkpoint"));
         crash_and_kill(&provider.ledger, &checkpoint, guard).await?;
-        // Resume from the checkpoint, which is before the tool call. The dead run's claim is
-        // still `running`: wait for its lease to expire, then take the operation over.
-        let tools = match guard {
-            None => Tools::Direct(charger),
-            Some(g) => {
-                let options = WriteOptions::new()
-                    .lease(CRASH_LEASE)
-                    .in_flight(InFlight::Wait(Duration::from_secs(10)));
-                Tools::toolonce(
-                    g.store.clone(),
-                    &g.scope(scenario),
-                    charger,
-                    options,
-                    reclaimed.clone(),
-                )?
-            }
-        };
+        // Resume from the checkpoint, which is before the tool call.
         let started = Instant::now();
         let from = load_checkpoint(&checkpoint)?;
         let calls = run_agent(&scenario.script(), &tools, from, Some(&checkpoint)).await?;
         (calls, Some(started.elapsed()))
     } else {
-        let tools = match guard {
-            None => Tools::Direct(charger),
-            Some(g) => Tools::toolonce(
-                g.store.clone(),
-                &g.scope(scenario),
-                charger,
-                WriteOptions::new(),
-                reclaimed.clone(),
-            )?,
-        };
         (run_agent(&scenario.script(), &tools, 0, None).await?, None)
     };
     Ok(Figures {

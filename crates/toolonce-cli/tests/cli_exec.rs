@@ -4,30 +4,10 @@
 
 mod cli_support;
 
-use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-use cli_support::{code, lines, sqlite_url, stderr, stdout, toolonce};
-
-/// `toolonce exec --store <dir>/store.db --scope s --name <name> <extra…> -- sh -c <script>`.
-fn exec(dir: &Path, name: &str, extra: &[&str], script: &str) -> Output {
-    toolonce()
-        .current_dir(dir)
-        .args([
-            "exec",
-            "--store",
-            &sqlite_url(dir),
-            "--scope",
-            "s",
-            "--name",
-            name,
-        ])
-        .args(extra)
-        .args(["--", "sh", "-c", script])
-        .output()
-        .unwrap()
-}
+use cli_support::{code, exec, lines, sqlite_url, stderr, stdout, toolonce};
 
 #[test]
 fn exec_runs_once_and_replays_a_failing_commands_exit_code_stdout_and_stderr_byte_for_byte() {

@@ -18,22 +18,8 @@ fn run(dir: &Path, args: &[&str]) -> std::process::Output {
 }
 
 /// Records one operation with `exec` and returns its key.
-fn exec(dir: &Path, name: &str, extra: &[&str], script: &str) -> String {
-    let out = toolonce()
-        .current_dir(dir)
-        .args([
-            "exec",
-            "--store",
-            &sqlite_url(dir),
-            "--scope",
-            "s",
-            "--name",
-            name,
-        ])
-        .args(extra)
-        .args(["--", "sh", "-c", script])
-        .output()
-        .unwrap();
+fn record(dir: &Path, name: &str, extra: &[&str], script: &str) -> String {
+    let out = cli_support::exec(dir, name, extra, script);
     assert!(code(&out) != 2, "{}", stderr(&out));
     let key = toolonce()
         .args(["key", "--json", "--scope", "s", "--tool", name])
@@ -45,8 +31,8 @@ fn exec(dir: &Path, name: &str, extra: &[&str], script: &str) -> String {
 #[test]
 fn ls_show_rm_work_on_a_store_filled_by_exec() {
     let dir = tempfile::tempdir().unwrap();
-    let ok = exec(dir.path(), "greet", &[], "echo hello");
-    let failed = exec(dir.path(), "broken", &[], "echo oops >&2; exit 5");
+    let ok = record(dir.path(), "greet", &[], "echo hello");
+    let failed = record(dir.path(), "broken", &[], "echo oops >&2; exit 5");
 
     let table = run(dir.path(), &["ls"]);
     assert_eq!(code(&table), 0, "{}", stderr(&table));
@@ -115,8 +101,8 @@ fn ls_show_rm_work_on_a_store_filled_by_exec() {
 #[test]
 fn purge_removes_expired_entries_and_says_how_many() {
     let dir = tempfile::tempdir().unwrap();
-    exec(dir.path(), "short", &["--retention", "0.2"], "true");
-    exec(dir.path(), "long", &[], "true");
+    record(dir.path(), "short", &["--retention", "0.2"], "true");
+    record(dir.path(), "long", &[], "true");
     std::thread::sleep(Duration::from_millis(400));
     let purged = json(&run(dir.path(), &["purge", "--json"]));
     assert_eq!(purged["removed"], 1, "{purged}");

@@ -16,6 +16,26 @@ pub(crate) fn toolonce() -> assert_cmd::Command {
     cmd
 }
 
+/// `toolonce exec --store <dir>/store.db --scope s --name <name> <extra…> -- sh -c <script>`,
+/// run in `dir`.
+pub(crate) fn exec(dir: &Path, name: &str, extra: &[&str], script: &str) -> Output {
+    toolonce()
+        .current_dir(dir)
+        .args([
+            "exec",
+            "--store",
+            &sqlite_url(dir),
+            "--scope",
+            "s",
+            "--name",
+            name,
+        ])
+        .args(extra)
+        .args(["--", "sh", "-c", script])
+        .output()
+        .unwrap()
+}
+
 /// The URL of a SQLite store file in `dir`.
 pub(crate) fn sqlite_url(dir: &Path) -> String {
     format!("sqlite://{}", dir.join("store.db").display())
