@@ -1,0 +1,928 @@
+//! The SQLite store: a durable store in one database file, shared safely by every process of
+//! the machine that opens it (the default store of the `toolonce` command). SQLite is
+//! synchronous, so every statement that may wait runs on a dedicated connection thread; only
+//! point reads, which never wait, run on the caller's task (see [`SqliteStore`]).
+
+use std::fmt;
+use std::panic::AssertUnwindSafe;
+use std::path::Path;
+use std::sync::{Arc, Mutex, TryLockError, mpsc};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, params};
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use super::{Claim, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, State, Store, millis};
+use crate::key::{Fingerprint, OperationKey};
+use crate::tool::ToolError;
+use crate::{Error, Result};
+
+/// The schema version this build creates and understands, kept in `PRAGMA user_version`.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// `PRAGMA application_id` of a toolonce database (`"tool"` in ASCII), so that a file of another
+/// program is refused instead of being mistaken for an old or new toolonce schema.
+const APPLICATION_ID: i32 = i32::from_be_bytes(*b"tool");
+
+/// Schema version 1. Times are milliseconds since the Unix epoch, read from the system clock of
+/// the process that writes them: SQLite is embedded, so every process sharing the file shares
+/// the machine's clock. `expires_at` is the lease while `running` and the retention once
+/// settled; a row with `expires_at <= now` counts as absent everywhere, and its index lets
+/// `purge_expired` find such rows without a scan. `payload` is the result (`done`) or the
+/// [`ToolError`] (`failed`) as JSON text.
+const SCHEMA_V1: &str = "
+CREATE TABLE toolonce_entries (
+    key         TEXT PRIMARY KEY NOT NULL,
+    state       TEXT NOT NULL CHECK (state IN ('running', 'done', 'failed')),
+    owner       TEXT,
+    fingerprint TEXT,
+    started_at  INTEGER NOT NULL,
+    expires_at  INTEGER NOT NULL,
+    settled_at  INTEGER,
+    payload     TEXT
+);
+CREATE INDEX toolonce_entries_expires_at ON toolonce_entries (expires_at);
+";
+
+/// The statements the store runs, public only so that the benchmark can run exactly the same
+/// SQL on a raw connection as its baseline. Not a stable API.
+///
+/// Every write runs between [`BEGIN`] and [`COMMIT`]: `BEGIN IMMEDIATE` takes the database's
+/// write lock up front (waiting up to the busy timeout for another connection or process to
+/// release it), so nothing else can write between the statements of one operation, and the
+/// clock is read only once the lock is held (a wait for the lock cannot make `now` stale).
+#[doc(hidden)]
+pub mod sql {
+    /// Takes the write lock for the operation's transaction.
+    pub const BEGIN: &str = "BEGIN IMMEDIATE";
+    /// Ends it.
+    pub const COMMIT: &str = "COMMIT";
+
+    /// The live entry of a key: `?1` key, `?2` now.
+    pub const SELECT_LIVE: &str = "SELECT key, state, owner, fingerprint, started_at, expires_at, \
+         settled_at, payload FROM toolonce_entries WHERE key = ?1 AND expires_at > ?2";
+
+    /// The decisive statement of a claim: `?1` key, `?2` owner, `?3` fingerprint, `?4` now,
+    /// `?5` lease expiry. It inserts a `running` row if the key has none, overwrites the row
+    /// if it has expired, and leaves a live row alone; the number of changed rows (1 or 0)
+    /// says which. (`RETURNING` would not help: it returns no row in exactly the case where
+    /// the row is needed, when the `DO UPDATE`'s `WHERE` is false.)
+    pub const CLAIM: &str = "INSERT INTO toolonce_entries \
+         (key, state, owner, fingerprint, started_at, expires_at, settled_at, payload) \
+         VALUES (?1, 'running', ?2, ?3, ?4, ?5, NULL, NULL) \
+         ON CONFLICT (key) DO UPDATE SET state = 'running', owner = excluded.owner, \
+         fingerprint = excluded.fingerprint, started_at = excluded.started_at, \
+         expires_at = excluded.expires_at, settled_at = NULL, payload = NULL \
+         WHERE toolonce_entries.expires_at <= ?4";
+
+    /// Extends a lease: `?1` key, `?2` owner, `?3` new expiry, `?4` now.
+    pub const RENEW: &str = "UPDATE toolonce_entries SET expires_at = ?3 \
+         WHERE key = ?1 AND state = 'running' AND owner = ?2 AND expires_at > ?4";
+
+    /// Records a result: `?1` key, `?2` owner, `?3` result JSON, `?4` now, `?5` retention end.
+    pub const COMPLETE: &str = "UPDATE toolonce_entries SET state = 'done', owner = NULL, \
+         payload = ?3, settled_at = ?4, expires_at = ?5 \
+         WHERE key = ?1 AND state = 'running' AND owner = ?2 AND expires_at > ?4";
+
+    /// Records a permanent error, same parameters as [`COMPLETE`] with the error JSON as `?3`.
+    pub const FAIL_STICKY: &str = "UPDATE toolonce_entries SET state = 'failed', owner = NULL, \
+         payload = ?3, settled_at = ?4, expires_at = ?5 \
+         WHERE key = ?1 AND state = 'running' AND owner = ?2 AND expires_at > ?4";
+
+    /// Drops an owned entry after a transient error: `?1` key, `?2` owner, `?3` now.
+    pub const FAIL_DELETE: &str = "DELETE FROM toolonce_entries \
+         WHERE key = ?1 AND state = 'running' AND owner = ?2 AND expires_at > ?3";
+
+    /// Deletes a key whatever its state, saying whether its row was live: `?1` key, `?2` now.
+    pub const DELETE: &str =
+        "DELETE FROM toolonce_entries WHERE key = ?1 RETURNING expires_at > ?2";
+
+    /// Deletes expired rows: `?1` now.
+    pub const PURGE: &str = "DELETE FROM toolonce_entries WHERE expires_at <= ?1";
+
+    /// A page of live entries: `?1` keys after this one, `?2` now, `?3` state or NULL for all,
+    /// `?4` how many.
+    pub const LIST: &str = "SELECT key, state, owner, fingerprint, started_at, expires_at, \
+         settled_at, payload FROM toolonce_entries \
+         WHERE key > ?1 AND expires_at > ?2 AND (?3 IS NULL OR state = ?3) \
+         ORDER BY key LIMIT ?4";
+}
+
+/// How to open a [`SqliteStore`].
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use toolonce::store::sqlite::SqliteOptions;
+///
+/// let store = SqliteOptions::new()
+///     .busy_timeout(Duration::from_secs(10))
+///     .open("/var/lib/agent/toolonce.db")?;
+/// # Ok::<(), toolonce::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct SqliteOptions {
+    busy_timeout: Duration,
+    readers: usize,
+    full_sync: bool,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            busy_timeout: Duration::from_secs(5),
+            readers: 2,
+            full_sync: false,
+        }
+    }
+}
+
+impl SqliteOptions {
+    /// The defaults: a 5 s busy timeout, two inline reader connections, `synchronous=NORMAL`.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How long an operation waits for another connection or process to release the
+    /// database's write lock before failing with [`Error::Unavailable`].
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// How many reader connections serve point reads (the replay check of
+    /// [`claim`](Store::claim), and [`get`](Store::get)) on the caller's task. `0` sends every
+    /// statement to the connection thread, so that no SQLite call at all runs on the async
+    /// executor, at the cost of a thread hop per read.
+    pub fn readers(mut self, readers: usize) -> Self {
+        self.readers = readers;
+        self
+    }
+
+    /// `synchronous=FULL` instead of `NORMAL`: fsync the write-ahead log at every commit.
+    ///
+    /// With `NORMAL` (the default) every commit is durable across a crash of the process
+    /// (SIGKILL included) and the database never corrupts, but the last commits before a power
+    /// loss or an OS crash may be lost, so an operation completed just before could run again
+    /// (with the same key, which the downstream system deduplicates). `FULL` closes that gap at
+    /// the price of a disk flush per claim and per completion.
+    pub fn full_sync(mut self, full: bool) -> Self {
+        self.full_sync = full;
+        self
+    }
+
+    /// Opens (creating it if needed) the database at `path`; `:memory:` is a private in-memory
+    /// database. The directory must exist: toolonce does not create directories.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an empty path, a missing directory, a file that belongs to another
+    /// program or holds a schema newer than this build knows; [`Error::Store`] or
+    /// [`Error::Unavailable`] when SQLite cannot open or set up the file.
+    pub fn open(&self, path: impl AsRef<Path>) -> Result<SqliteStore> {
+        SqliteStore::open_with(path.as_ref(), self)
+    }
+}
+
+type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+
+/// A [`Store`] in a SQLite database file.
+///
+/// # Design
+///
+/// - **One writer thread per store.** SQLite calls block, and a write may wait for the file's
+///   write lock held by another process (up to the busy timeout). So writes never run on the
+///   async executor: every store opens one connection that lives on a dedicated thread, fed
+///   jobs through a channel and answering through a oneshot. SQLite admits one writer at a time
+///   anyway, so one writer connection per process costs no concurrency.
+/// - **Inline point reads.** The read that answers a replay ([`claim`](Store::claim) of a key
+///   that has a live entry) and [`get`](Store::get) run on the caller's task, on a small pool of
+///   reader connections that never wait: their busy timeout is 0, a reader that is in use is
+///   skipped, and a busy database or a busy pool sends the read to the connection thread
+///   instead. In WAL mode readers do not block on writers, so such a read is a few microseconds
+///   of CPU on cached pages, less than the thread hop it saves (a replay would otherwise cost
+///   twice as much). [`SqliteOptions::readers`]`(0)` turns this off.
+/// - **WAL, `synchronous=NORMAL`.** Readers and the writer do not block each other, and a
+///   commit appends to the log without a flush (see [`SqliteOptions::full_sync`] for what that
+///   trades).
+/// - **Expiry by the machine clock.** Rows hold their expiry in milliseconds since the epoch;
+///   every statement compares it with `now` and treats an expired row as absent. All processes
+///   that share a file run on the same machine, hence on the same clock.
+///
+/// # Atomicity
+///
+/// Each write is one transaction that begins with `BEGIN IMMEDIATE`, which takes the write lock
+/// of the whole database for every connection of every process. See [`claim`](Store::claim)
+/// below for the one operation that is more than a single statement.
+///
+/// # Cancellation
+///
+/// A job handed to the connection thread runs to its end even if the caller's future is dropped
+/// (a dropped [`claim`](Store::claim) may have won, as the [`Store`] contract says).
+pub struct SqliteStore {
+    path: Arc<str>,
+    jobs: mpsc::Sender<Job>,
+    readers: Box<[Mutex<Connection>]>,
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .field("readers", &self.readers.len())
+            .finish()
+    }
+}
+
+/// What went wrong in a job: a SQLite error (classified by the caller, who knows the path) or
+/// an undecodable entry.
+enum Fault {
+    Sql(rusqlite::Error),
+    Corrupt(Error),
+}
+
+impl From<rusqlite::Error> for Fault {
+    fn from(e: rusqlite::Error) -> Self {
+        Fault::Sql(e)
+    }
+}
+
+type JobResult<T> = std::result::Result<T, Fault>;
+
+/// A SQLite error, with the database and what toolonce was doing.
+#[derive(Debug, thiserror::Error)]
+#[error("SQLite database {path}: could not {doing}")]
+struct SqliteError {
+    path: String,
+    doing: &'static str,
+    #[source]
+    source: rusqlite::Error,
+}
+
+/// Whether a SQLite error may go away by itself: a lock still held after the busy timeout, a
+/// full disk, an I/O error. Everything else (a corrupt file, a read-only one) will not.
+fn is_transient(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(
+            ErrorCode::DatabaseBusy
+                | ErrorCode::DatabaseLocked
+                | ErrorCode::SystemIoFailure
+                | ErrorCode::DiskFull
+                | ErrorCode::CannotOpen
+        )
+    )
+}
+
+fn sql_error(path: &str, doing: &'static str, source: rusqlite::Error) -> Error {
+    let transient = is_transient(&source);
+    let e = SqliteError {
+        path: path.to_owned(),
+        doing,
+        source,
+    };
+    if transient {
+        Error::unavailable(e)
+    } else {
+        Error::store(e)
+    }
+}
+
+/// The current time in milliseconds since the epoch.
+fn now_ms() -> i64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO);
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// `now` plus `d`, saturating.
+fn after(now: i64, d: Duration) -> i64 {
+    now.saturating_add(i64::try_from(millis(d)).unwrap_or(i64::MAX))
+}
+
+/// Whether `path` names a database that lives in memory, which each connection would see as a
+/// different, empty database (so it gets no reader connections).
+fn is_memory(path: &str) -> bool {
+    path == ":memory:" || (path.starts_with("file:") && path.contains("mode=memory"))
+}
+
+/// An open `BEGIN IMMEDIATE` transaction that rolls back when dropped uncommitted (after an
+/// error or a panic), so the connection thread always returns to autocommit. Both statements
+/// come from the statement cache, unlike rusqlite's `Transaction`, which parses them each time.
+struct Immediate<'c> {
+    conn: &'c Connection,
+    open: bool,
+}
+
+impl<'c> Immediate<'c> {
+    fn begin(conn: &'c Connection) -> rusqlite::Result<Self> {
+        conn.prepare_cached(sql::BEGIN)?.execute([])?;
+        Ok(Immediate { conn, open: true })
+    }
+
+    fn commit(mut self) -> rusqlite::Result<()> {
+        self.conn.prepare_cached(sql::COMMIT)?.execute([])?;
+        self.open = false;
+        Ok(())
+    }
+}
+
+impl Drop for Immediate<'_> {
+    fn drop(&mut self) {
+        if self.open && !self.conn.is_autocommit() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+    }
+}
+
+/// Decodes the entry in a row of [`sql::SELECT_LIVE`] or [`sql::LIST`], reading text straight
+/// from SQLite's buffers and copying only what the entry keeps. `key` is the key the caller
+/// asked for, when it did (it is the row's key, so it need not be parsed again).
+fn entry_from(r: &rusqlite::Row<'_>, key: Option<&OperationKey>) -> JobResult<Entry> {
+    let key = match key {
+        Some(k) => k.clone(),
+        None => {
+            let stored = r
+                .get_ref(0)?
+                .as_str()
+                .map_err(|e| Fault::Corrupt(Error::corrupt("(a key that is not text)", e)))?;
+            stored
+                .parse()
+                .map_err(|e: Error| Fault::Corrupt(Error::corrupt(stored, e)))?
+        }
+    };
+    let corrupt = |reason: String| Fault::Corrupt(Error::corrupt(&key, reason));
+    let text = |column: usize| -> JobResult<Option<&str>> {
+        r.get_ref(column)?
+            .as_str_or_null()
+            .map_err(|e| corrupt(format!("column {column}: {e}")))
+    };
+    let fingerprint = text(3)?
+        .map(str::parse::<Fingerprint>)
+        .transpose()
+        .map_err(|e| corrupt(e.to_string()))?;
+    let time = |column: usize, what: &str| -> JobResult<Option<SystemTime>> {
+        let Some(ms) = r.get::<_, Option<i64>>(column)? else {
+            return Ok(None);
+        };
+        u64::try_from(ms)
+            .ok()
+            .and_then(|ms| UNIX_EPOCH.checked_add(Duration::from_millis(ms)))
+            .map(Some)
+            .ok_or_else(|| corrupt(format!("{what} {ms} is not a time")))
+    };
+    let started_at = time(4, "started_at")?.ok_or_else(|| corrupt("no started_at".into()))?;
+    let expires_at = time(5, "expires_at")?;
+    let settled_at = time(6, "settled_at")?;
+    let state = text(1)?.unwrap_or_default();
+    let payload = || -> JobResult<&str> {
+        text(7)?.ok_or_else(|| corrupt(format!("a {state} entry without its payload")))
+    };
+    let state = match state {
+        "running" => EntryState::Running { owner: r.get(2)? },
+        "done" => EntryState::Done {
+            result: serde_json::from_str::<Value>(payload()?)
+                .map_err(|e| corrupt(format!("result is not JSON: {e}")))?,
+            completed_at: settled_at,
+        },
+        "failed" => EntryState::Failed {
+            error: serde_json::from_str::<ToolError>(payload()?)
+                .map_err(|e| corrupt(format!("error is not a tool error: {e}")))?,
+            failed_at: settled_at,
+        },
+        other => return Err(corrupt(format!("unknown state {other:?}"))),
+    };
+    Ok(Entry::new(key, fingerprint, started_at, expires_at, state))
+}
+
+/// The live entry of `key`, read in one statement (so from one consistent snapshot).
+fn read_live(conn: &Connection, key: &OperationKey, now: i64) -> JobResult<Option<Entry>> {
+    let mut stmt = conn.prepare_cached(sql::SELECT_LIVE)?;
+    let mut rows = stmt.query(params![key.as_str(), now])?;
+    match rows.next()? {
+        Some(row) => Ok(Some(entry_from(row, Some(key))?)),
+        None => Ok(None),
+    }
+}
+
+/// The outcome of [`claim_locked`]: won, or the live row that stopped the claim.
+enum Claimed {
+    Won,
+    Existing(Box<Entry>),
+}
+
+/// The atomic part of a claim, on the writer connection.
+///
+/// `BEGIN IMMEDIATE` takes the database's write lock, then [`sql::CLAIM`] decides in one
+/// statement: it writes a `running` row owned by `owner` if the key has no row or only an
+/// expired one, and changes nothing if the key has a live row. If it wrote, the caller won:
+/// nobody else can have written the key since, because the lock is held until the commit. If it
+/// did not, the key has a live row, and the read that follows runs under the same lock, so it
+/// sees exactly the row that stopped the claim: there is no window between "not mine" and
+/// "read it" in which that row could expire, be settled, be deleted or be claimed by another
+/// process, and a vanished row is never taken for a win.
+fn claim_locked(
+    conn: &Connection,
+    key: &OperationKey,
+    owner: &str,
+    fingerprint: &str,
+    lease: Duration,
+) -> JobResult<Claimed> {
+    let tx = Immediate::begin(conn)?;
+    let now = now_ms();
+    let wrote = conn.prepare_cached(sql::CLAIM)?.execute(params![
+        key.as_str(),
+        owner,
+        fingerprint,
+        now,
+        after(now, lease)
+    ])?;
+    let claimed = if wrote == 1 {
+        Claimed::Won
+    } else {
+        match read_live(conn, key, now)? {
+            Some(entry) => Claimed::Existing(Box::new(entry)),
+            // Unreachable while the lock is held: the claim saw a live row a moment ago.
+            None => return Err(Fault::Sql(rusqlite::Error::QueryReturnedNoRows)),
+        }
+    };
+    tx.commit()?;
+    Ok(claimed)
+}
+
+/// Runs one fenced statement (`renew`, `complete`, `fail`) in its own transaction, with `now`
+/// read under the lock. The fence is the statement's `WHERE key = ? AND state = 'running' AND
+/// owner = ? AND expires_at > now`: a caller whose lease expired, or whose key was reclaimed,
+/// deleted or settled, matches no row, so the statement changes nothing and says so (0 rows).
+/// It never overwrites or deletes an entry the caller does not own.
+fn fenced(
+    conn: &Connection,
+    write: impl FnOnce(&Connection, i64) -> rusqlite::Result<usize>,
+) -> rusqlite::Result<bool> {
+    let tx = Immediate::begin(conn)?;
+    let changed = write(conn, now_ms())?;
+    tx.commit()?;
+    Ok(changed == 1)
+}
+
+impl SqliteStore {
+    /// Opens the database at `path` with the default [`SqliteOptions`]: `toolonce.db`,
+    /// `/abs/path.db`, or `:memory:`. (The store URLs `sqlite://toolonce.db` and
+    /// `sqlite:///abs/path.db` of [`store::open`](crate::store::open) come here with the
+    /// scheme stripped.)
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteOptions::open`].
+    pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore> {
+        SqliteOptions::default().open(path)
+    }
+
+    /// The options to open a store with something other than the defaults.
+    pub fn options() -> SqliteOptions {
+        SqliteOptions::default()
+    }
+
+    /// The path the store was opened with.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    fn open_with(path: &Path, options: &SqliteOptions) -> Result<SqliteStore> {
+        let path_text: Arc<str> = path.to_string_lossy().into();
+        if path_text.is_empty() {
+            return Err(Error::Config(
+                "no SQLite database path: expected a file such as sqlite://toolonce.db or \
+                 sqlite:///var/lib/toolonce.db"
+                    .into(),
+            ));
+        }
+        let memory = is_memory(&path_text);
+        if !memory
+            && let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+            && !dir.is_dir()
+        {
+            return Err(Error::Config(format!(
+                "cannot open SQLite database {path_text}: directory {} does not exist \
+                 (toolonce does not create directories)",
+                dir.display()
+            )));
+        }
+        let text: &str = &path_text;
+        let err = |doing| move |e| sql_error(text, doing, e);
+
+        let writer = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_URI
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(err("open the file"))?;
+        configure(&writer, options.busy_timeout, options.full_sync)
+            .map_err(err("configure the connection"))?;
+        if !memory {
+            // WAL is a property of the file: set once, every later connection uses it.
+            let mode: String = writer
+                .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+                .map_err(err("switch to WAL mode"))?;
+            if !mode.eq_ignore_ascii_case("wal") {
+                tracing::warn!(
+                    target: "toolonce",
+                    path = %path_text,
+                    mode,
+                    "SQLite refused WAL mode (a network file system?); readers and the writer \
+                     will block each other"
+                );
+            }
+        }
+        migrate(&writer, &path_text)?;
+
+        let readers = if memory {
+            Vec::new()
+        } else {
+            (0..options.readers)
+                .map(|_| open_reader(path, options.full_sync))
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(err("open a reader connection"))?
+        };
+
+        let (jobs, queue) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("toolonce-sqlite".into())
+            .spawn(move || serve(writer, queue))
+            .map_err(|e| {
+                Error::Config(format!(
+                    "cannot start the SQLite connection thread for {path_text}: {e}"
+                ))
+            })?;
+        Ok(SqliteStore {
+            path: path_text,
+            jobs,
+            readers: readers.into_iter().map(Mutex::new).collect(),
+        })
+    }
+
+    /// Runs `job` on the connection thread and waits for its answer without blocking the
+    /// executor.
+    async fn on_thread<T, F>(&self, doing: &'static str, job: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> JobResult<T> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        self.jobs
+            .send(Box::new(move |conn| {
+                let _ = tx.send(job(conn));
+            }))
+            .map_err(|_| self.stopped())?;
+        match rx.await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(fault)) => Err(self.fault(doing, fault)),
+            Err(_) => Err(self.stopped()),
+        }
+    }
+
+    /// Runs a read on an idle reader connection, on the caller's task. `None` when no reader
+    /// can serve it at once (none configured, all in use, or SQLite busy): the caller then
+    /// sends the read to the connection thread, which may wait.
+    fn read_inline<T>(
+        &self,
+        doing: &'static str,
+        read: impl FnOnce(&Connection) -> JobResult<T>,
+    ) -> Option<Result<T>> {
+        let conn = self.readers.iter().find_map(|m| match m.try_lock() {
+            Ok(guard) => Some(guard),
+            // A panic during a read leaves no half-done state behind: statements reset on drop.
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        })?;
+        match read(&conn) {
+            Ok(value) => Some(Ok(value)),
+            Err(Fault::Sql(e)) if is_transient(&e) => None,
+            Err(fault) => Some(Err(self.fault(doing, fault))),
+        }
+    }
+
+    fn fault(&self, doing: &'static str, fault: Fault) -> Error {
+        match fault {
+            Fault::Sql(e) => sql_error(&self.path, doing, e),
+            Fault::Corrupt(e) => e,
+        }
+    }
+
+    fn stopped(&self) -> Error {
+        Error::unavailable(format!(
+            "the connection thread of SQLite database {} has stopped",
+            self.path
+        ))
+    }
+}
+
+/// The per-connection settings (WAL itself is a setting of the file).
+fn configure(conn: &Connection, busy_timeout: Duration, full_sync: bool) -> rusqlite::Result<()> {
+    conn.busy_timeout(busy_timeout)?;
+    conn.pragma_update(
+        None,
+        "synchronous",
+        if full_sync { "FULL" } else { "NORMAL" },
+    )?;
+    conn.set_prepared_statement_cache_capacity(32);
+    Ok(())
+}
+
+/// A connection for inline reads: it never waits for a lock (busy timeout 0) and cannot write.
+fn open_reader(path: &Path, full_sync: bool) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    configure(&conn, Duration::ZERO, full_sync)?;
+    conn.pragma_update(None, "query_only", true)?;
+    Ok(conn)
+}
+
+/// Creates the schema in a new database, checks it in an existing one. Runs under the write
+/// lock, so two processes opening a new file at once create the schema once.
+fn migrate(conn: &Connection, path: &str) -> Result<()> {
+    let err = |doing| move |e| sql_error(path, doing, e);
+    let tx = Immediate::begin(conn).map_err(err("read the schema version"))?;
+    let application_id: i32 = conn
+        .pragma_query_value(None, "application_id", |r| r.get(0))
+        .map_err(err("read the application id"))?;
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .map_err(err("read the schema version"))?;
+    match (application_id, version) {
+        (0, 0) => {
+            conn.execute_batch(SCHEMA_V1)
+                .map_err(err("create the schema"))?;
+            conn.pragma_update(None, "application_id", APPLICATION_ID)
+                .map_err(err("create the schema"))?;
+            conn.pragma_update(None, "user_version", SCHEMA_VERSION)
+                .map_err(err("create the schema"))?;
+        }
+        (APPLICATION_ID, SCHEMA_VERSION) => {}
+        (APPLICATION_ID, v) if v > SCHEMA_VERSION => {
+            return Err(Error::Config(format!(
+                "SQLite database {path} has schema version {v}, newer than this toolonce knows \
+                 ({SCHEMA_VERSION}): upgrade toolonce"
+            )));
+        }
+        (APPLICATION_ID, v) => {
+            return Err(Error::Config(format!(
+                "SQLite database {path} has schema version {v}, which no toolonce ever wrote"
+            )));
+        }
+        (0, v) => {
+            return Err(Error::Config(format!(
+                "SQLite database {path} is not a toolonce database (it has user_version {v} \
+                 but no toolonce application id)"
+            )));
+        }
+        (other, _) => {
+            return Err(Error::Config(format!(
+                "SQLite database {path} belongs to another program (application_id {other:#x})"
+            )));
+        }
+    }
+    tx.commit().map_err(err("create the schema"))
+}
+
+/// The connection thread: runs jobs in order until the store (the only sender) is dropped.
+fn serve(mut conn: Connection, jobs: mpsc::Receiver<Job>) {
+    for job in jobs {
+        // A panicking job drops its oneshot, so its caller gets an error; the thread carries on
+        // for the others. `Immediate` has rolled back any open transaction while unwinding.
+        let _ = std::panic::catch_unwind(AssertUnwindSafe(|| job(&mut conn)));
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    /// Claims `key`, in up to two steps:
+    ///
+    /// 1. A read of the key's live row, on a reader connection or the connection thread. If
+    ///    there is one, that is the answer: the read is one statement on one consistent
+    ///    snapshot, so the row was live at a moment during this call, which is all
+    ///    `Existing` promises. Replays end here, without taking the write lock.
+    /// 2. Otherwise the atomic claim of `claim_locked` under the write lock, which decides the
+    ///    winner and, if it is not us, reads the live row in the same transaction. A row that
+    ///    vanished or expired between steps 1 and 2 is simply claimed there: step 1 never
+    ///    concludes a win.
+    async fn claim(
+        &self,
+        key: &OperationKey,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+    ) -> Result<Claim> {
+        let inline = self.read_inline("claim", |conn| read_live(conn, key, now_ms()));
+        let read_on_thread = match inline {
+            Some(Ok(Some(entry))) => return Ok(Claim::Existing(entry)),
+            Some(Ok(None)) => false,
+            Some(Err(e)) => return Err(e),
+            None => true,
+        };
+        let owner = OwnerToken::generate();
+        let (k, o, f) = (
+            key.clone(),
+            owner.as_str().to_owned(),
+            fingerprint.as_str().to_owned(),
+        );
+        let claimed = self
+            .on_thread("claim", move |conn| {
+                if read_on_thread && let Some(entry) = read_live(conn, &k, now_ms())? {
+                    return Ok(Claimed::Existing(Box::new(entry)));
+                }
+                claim_locked(conn, &k, &o, &f, lease)
+            })
+            .await?;
+        Ok(match claimed {
+            Claimed::Won => Claim::Won(owner),
+            Claimed::Existing(entry) => Claim::Existing(*entry),
+        })
+    }
+
+    async fn renew(&self, key: &OperationKey, owner: &OwnerToken, lease: Duration) -> Result<bool> {
+        let (k, o) = (key.as_str().to_owned(), owner.as_str().to_owned());
+        self.on_thread("renew a lease", move |conn| {
+            Ok(fenced(conn, |c, now| {
+                c.prepare_cached(sql::RENEW)?
+                    .execute(params![k, o, after(now, lease), now])
+            })?)
+        })
+        .await
+    }
+
+    async fn complete(
+        &self,
+        key: &OperationKey,
+        owner: OwnerToken,
+        result: &Value,
+        retention: Duration,
+    ) -> Result<Fenced> {
+        let payload = serde_json::to_string(result)
+            .map_err(|e| Error::store(format!("cannot encode the result as JSON: {e}")))?;
+        let (k, o) = (key.as_str().to_owned(), owner.as_str().to_owned());
+        let applied = self
+            .on_thread("record a result", move |conn| {
+                Ok(fenced(conn, |c, now| {
+                    c.prepare_cached(sql::COMPLETE)?.execute(params![
+                        k,
+                        o,
+                        payload,
+                        now,
+                        after(now, retention)
+                    ])
+                })?)
+            })
+            .await?;
+        Ok(if applied {
+            Fenced::Applied
+        } else {
+            Fenced::NotOwner
+        })
+    }
+
+    async fn fail(
+        &self,
+        key: &OperationKey,
+        owner: OwnerToken,
+        error: &ToolError,
+        sticky: Option<Duration>,
+    ) -> Result<Fenced> {
+        let (k, o) = (key.as_str().to_owned(), owner.as_str().to_owned());
+        let applied = match sticky {
+            Some(retention) => {
+                let payload = serde_json::to_string(error)
+                    .map_err(|e| Error::store(format!("cannot encode the error as JSON: {e}")))?;
+                self.on_thread("record a failure", move |conn| {
+                    Ok(fenced(conn, |c, now| {
+                        c.prepare_cached(sql::FAIL_STICKY)?.execute(params![
+                            k,
+                            o,
+                            payload,
+                            now,
+                            after(now, retention)
+                        ])
+                    })?)
+                })
+                .await?
+            }
+            None => {
+                self.on_thread("release a failed claim", move |conn| {
+                    Ok(fenced(conn, |c, now| {
+                        c.prepare_cached(sql::FAIL_DELETE)?
+                            .execute(params![k, o, now])
+                    })?)
+                })
+                .await?
+            }
+        };
+        Ok(if applied {
+            Fenced::Applied
+        } else {
+            Fenced::NotOwner
+        })
+    }
+
+    async fn get(&self, key: &OperationKey) -> Result<Option<Entry>> {
+        if let Some(entry) = self.read_inline("read an entry", |c| read_live(c, key, now_ms())) {
+            return entry;
+        }
+        let k = key.clone();
+        self.on_thread("read an entry", move |conn| read_live(conn, &k, now_ms()))
+            .await
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Page> {
+        // Validate the cursor as the memory store does: a cursor is a key from a previous page.
+        let after_key = match &query.cursor {
+            Some(c) => c.parse::<OperationKey>()?.as_str().to_owned(),
+            None => String::new(),
+        };
+        let state = query.state.map(State::as_str);
+        let size = query.page_size();
+        // One more than a page, to know whether another page follows.
+        let fetch = i64::try_from(size).unwrap_or(i64::MAX).saturating_add(1);
+        let entries = self
+            .on_thread("list entries", move |conn| {
+                let mut stmt = conn.prepare_cached(sql::LIST)?;
+                let mut rows = stmt.query(params![after_key, now_ms(), state, fetch])?;
+                let mut entries = Vec::new();
+                while let Some(row) = rows.next()? {
+                    entries.push(entry_from(row, None)?);
+                }
+                Ok(entries)
+            })
+            .await?;
+        let mut entries = entries;
+        let next = if entries.len() > size {
+            entries.truncate(size);
+            entries.last().map(|e| e.key.as_str().to_owned())
+        } else {
+            None
+        };
+        Ok(Page::new(entries, next))
+    }
+
+    /// One statement under the write lock: deletes the row, live or not, and its `RETURNING`
+    /// says whether it was live.
+    async fn delete(&self, key: &OperationKey) -> Result<bool> {
+        let k = key.as_str().to_owned();
+        self.on_thread("delete an entry", move |conn| {
+            let tx = Immediate::begin(conn)?;
+            let live = conn
+                .prepare_cached(sql::DELETE)?
+                .query_row(params![k, now_ms()], |r| r.get::<_, bool>(0))
+                .optional()?;
+            tx.commit()?;
+            Ok(live == Some(true))
+        })
+        .await
+    }
+
+    /// One statement under the write lock, using the index on `expires_at`. Only rows that
+    /// already count as absent are deleted, so no live entry can be lost to a race.
+    async fn purge_expired(&self) -> Result<u64> {
+        self.on_thread("purge expired entries", move |conn| {
+            let tx = Immediate::begin(conn)?;
+            let purged = conn
+                .prepare_cached(sql::PURGE)?
+                .execute(params![now_ms()])?;
+            tx.commit()?;
+            Ok(purged as u64)
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_paths_are_recognised() {
+        assert!(is_memory(":memory:"));
+        assert!(is_memory("file:x?mode=memory&cache=shared"));
+        assert!(!is_memory("toolonce.db"));
+        assert!(!is_memory("/var/lib/memory.db"));
+    }
+
+    #[test]
+    fn expiry_saturates_instead_of_overflowing() {
+        assert_eq!(after(1_000, Duration::from_millis(500)), 1_500);
+        assert_eq!(after(i64::MAX - 1, Duration::from_secs(10)), i64::MAX);
+        assert_eq!(after(0, Duration::MAX), i64::MAX);
+    }
+
+    #[test]
+    fn the_application_id_spells_tool() {
+        assert_eq!(APPLICATION_ID.to_be_bytes(), *b"tool");
+    }
+}
