@@ -1,0 +1,588 @@
+//! The Redis store against real `redis-server` processes: the conformance suite, the wire
+//! format shared with TypeScript workers, round trips per operation, eight processes contending
+//! for the same operations, and a server killed while write calls are in flight.
+
+mod conformance;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+use toolonce::store::redis::RedisStore;
+use toolonce::{
+    Claim, EntryState, Error, Fenced, Layer, ListQuery, Outcome, OwnerToken, State, Store,
+    ToolError, WriteOptions, key,
+};
+use toolonce_testsupport::{RedisServer, shared_redis};
+
+/// A key prefix no other test (or test process) uses, so listings see only their own entries.
+fn unique_prefix() -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "test-{}-{}:",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+async fn store_on(url: &str) -> RedisStore {
+    RedisStore::builder(url)
+        .prefix(unique_prefix())
+        .connect()
+        .await
+        .unwrap()
+}
+
+store_conformance!(async { Arc::new(store_on(&shared_redis().url()).await) });
+
+/// The raw Redis key of an operation key in `store`.
+fn raw_key(store: &RedisStore, key: &toolonce::OperationKey) -> String {
+    store.redis_key(key)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+// ---------------------------------------------------------------------------------------------
+// Interoperation with TypeScript workers of the reference design (SPEC "Wire format").
+
+#[tokio::test]
+async fn a_done_entry_written_by_a_typescript_worker_is_replayed_by_the_layer() {
+    let redis = shared_redis();
+    let store = Arc::new(store_on(&redis.url()).await);
+    // Flat arguments: the reference design derives the same key.
+    let args = json!({"amount": 500, "currency": "eur", "customer": "cus_1"});
+    let op = key::derive("run-ts-1", "charge", &args, None).unwrap();
+    let started = now_ms() - 1_000;
+    let value = format!(
+        r#"{{"status":"done","result":{{"chargeId":"ch_1","amount":500,"big":12345678901234567890}},"startedAt":{started}}}"#
+    );
+    assert_eq!(
+        redis.command(&["SET", &raw_key(&store, &op.key), &value, "PX", "60000"]),
+        "OK"
+    );
+
+    let entry = match store
+        .claim(&op.key, &op.fingerprint, conformance::LONG)
+        .await
+        .unwrap()
+    {
+        Claim::Existing(entry) => entry,
+        Claim::Won(_) => panic!("claimed over a done entry"),
+    };
+    assert_eq!(entry.fingerprint, None, "the reference design records none");
+    assert_eq!(
+        entry.started_at,
+        UNIX_EPOCH + Duration::from_millis(started)
+    );
+    let expected = json!({"chargeId": "ch_1", "amount": 500, "big": 12345678901234567890u64});
+    match &entry.state {
+        EntryState::Done { result, .. } => assert_eq!(result, &expected),
+        other => panic!("expected done, got {other:?}"),
+    }
+    assert!(entry.expires_at.unwrap() > SystemTime::now());
+
+    let ran = Arc::new(AtomicU32::new(0));
+    let counter = ran.clone();
+    let answer = Layer::new(store)
+        .run("charge", &op, &WriteOptions::new(), |_| async move {
+            counter.fetch_add(1, Ordering::SeqCst);
+            Ok(json!("ran again"))
+        })
+        .await;
+    assert_eq!(answer.outcome, Outcome::Replayed);
+    assert_eq!(answer.result, Ok(expected));
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_running_entry_written_by_a_typescript_worker_is_in_flight_for_us() {
+    let redis = shared_redis();
+    let store = Arc::new(store_on(&redis.url()).await);
+    let op = key::derive(
+        "run-ts-2",
+        "send_email",
+        &json!({"to": "a@example.com"}),
+        None,
+    )
+    .unwrap();
+    let value = format!(
+        r#"{{"status":"running","startedAt":{},"workerId":"ts-7"}}"#,
+        now_ms()
+    );
+    redis.command(&["SET", &raw_key(&store, &op.key), &value, "PX", "30000"]);
+
+    let entry = store.get(&op.key).await.unwrap().expect("entry");
+    assert_eq!(entry.state, EntryState::Running { owner: None });
+    // Nobody can settle it with a token, and the layer does not run the tool.
+    assert!(
+        !store
+            .renew(&op.key, &OwnerToken::generate(), conformance::LONG)
+            .await
+            .unwrap()
+    );
+    let answer = Layer::new(store)
+        .run("send_email", &op, &WriteOptions::new(), |_| async move {
+            panic!("the tool must not run while another worker runs it")
+        })
+        .await;
+    assert_eq!(answer.outcome, Outcome::InFlight);
+}
+
+#[tokio::test]
+async fn our_running_entry_is_in_the_shared_wire_format_with_a_redis_expiry() {
+    let redis = shared_redis();
+    let store = store_on(&redis.url()).await;
+    let op = key::derive("run-ts-3", "charge", &json!({"amount": 1}), None).unwrap();
+    let before = now_ms();
+    let owner = conformance::won(
+        store
+            .claim(&op.key, &op.fingerprint, Duration::from_secs(30))
+            .await
+            .unwrap(),
+    );
+    let after = now_ms();
+    let raw = redis.command(&["GET", &raw_key(&store, &op.key)]);
+    let value: Value = serde_json::from_str(&raw).unwrap();
+    assert_eq!(value["status"], "running");
+    let started = value["startedAt"].as_u64().expect("startedAt in ms");
+    // The server's clock, which is this machine's: within the claim's window.
+    assert!(
+        started + 50 >= before && started <= after + 50,
+        "{started} not in {before}..{after}"
+    );
+    assert_eq!(value["owner"], owner.as_str());
+    assert_eq!(value["fingerprint"], op.fingerprint.as_str());
+    let pttl: i64 = redis
+        .command(&["PTTL", &raw_key(&store, &op.key)])
+        .parse()
+        .unwrap();
+    assert!(pttl > 25_000 && pttl <= 30_000, "PTTL {pttl}");
+}
+
+#[tokio::test]
+async fn our_done_and_failed_entries_keep_the_result_and_error_byte_for_byte() {
+    let redis = shared_redis();
+    let store = store_on(&redis.url()).await;
+    let op = key::derive("run-ts-4", "charge", &json!({"amount": 2}), None).unwrap();
+    let owner = conformance::won(
+        store
+            .claim(&op.key, &op.fingerprint, conformance::LONG)
+            .await
+            .unwrap(),
+    );
+    let result = json!({"id": 18446744073709551615u64, "ratio": 0.30000000000000004, "tiny": 5e-324, "s": "\u{2028}/\"é"});
+    assert_eq!(
+        store
+            .complete(&op.key, owner, &result, Duration::from_secs(3600))
+            .await
+            .unwrap(),
+        Fenced::Applied
+    );
+    let raw = redis.command(&["GET", &raw_key(&store, &op.key)]);
+    let value: Value = serde_json::from_str(&raw).unwrap();
+    assert_eq!(value["status"], "done");
+    assert_eq!(
+        value["result"], result,
+        "what a TypeScript worker reads is the exact result"
+    );
+    assert!(
+        raw.contains(r#""result":{"id":18446744073709551615,"ratio":0.30000000000000004"#),
+        "the result is stored as serde_json wrote it, never re-encoded by cjson: {raw}"
+    );
+    assert!(value["startedAt"].as_u64().unwrap() <= value["completedAt"].as_u64().unwrap());
+    assert_eq!(value["fingerprint"], op.fingerprint.as_str());
+    assert!(value.get("owner").is_none(), "a settled entry has no owner");
+    let pttl: i64 = redis
+        .command(&["PTTL", &raw_key(&store, &op.key)])
+        .parse()
+        .unwrap();
+    assert!(pttl > 3_500_000 && pttl <= 3_600_000, "PTTL {pttl}");
+
+    let op = key::derive("run-ts-4", "charge", &json!({"amount": 3}), None).unwrap();
+    let owner = conformance::won(
+        store
+            .claim(&op.key, &op.fingerprint, conformance::LONG)
+            .await
+            .unwrap(),
+    );
+    let error = ToolError::permanent("card declined").with_detail(json!({"code": "do_not_honor"}));
+    let _ = store
+        .fail(&op.key, owner, &error, Some(conformance::LONG))
+        .await
+        .unwrap();
+    let value: Value =
+        serde_json::from_str(&redis.command(&["GET", &raw_key(&store, &op.key)])).unwrap();
+    assert_eq!(value["status"], "failed");
+    assert_eq!(
+        value["error"],
+        json!({"message": "card declined", "class": "permanent", "detail": {"code": "do_not_honor"}})
+    );
+    assert!(value["failedAt"].is_u64());
+}
+
+#[tokio::test]
+async fn a_value_that_is_not_an_entry_is_corrupt_and_fenced_writes_leave_it_alone() {
+    let redis = shared_redis();
+    let store = store_on(&redis.url()).await;
+    let (key, fp) = conformance::op("corrupt");
+    let raw = raw_key(&store, &key);
+    for garbage in [
+        "not json",
+        "[1,2]",
+        "null",
+        r#"{"status":"paused"}"#,
+        r#"{"status":"running","owner":7}"#,
+    ] {
+        redis.command(&["SET", &raw, garbage, "PX", "60000"]);
+        assert!(
+            matches!(store.get(&key).await, Err(Error::Corrupt { .. })),
+            "get of {garbage}"
+        );
+        assert!(
+            matches!(
+                store.claim(&key, &fp, conformance::LONG).await,
+                Err(Error::Corrupt { .. })
+            ),
+            "claim of {garbage}"
+        );
+        // The scripts decode it with pcall: no script error, just "not yours".
+        assert!(
+            !store
+                .renew(&key, &OwnerToken::generate(), conformance::LONG)
+                .await
+                .unwrap()
+        );
+        assert_eq!(
+            store
+                .complete(&key, OwnerToken::generate(), &json!(1), conformance::LONG)
+                .await
+                .unwrap(),
+            Fenced::NotOwner
+        );
+        assert_eq!(
+            store
+                .fail(
+                    &key,
+                    OwnerToken::generate(),
+                    &ToolError::transient("x"),
+                    None
+                )
+                .await
+                .unwrap(),
+            Fenced::NotOwner
+        );
+        assert_eq!(redis.command(&["GET", &raw]), garbage, "left as it was");
+    }
+    assert!(
+        store.delete(&key).await.unwrap(),
+        "an operator can still remove it"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configuration.
+
+#[tokio::test]
+async fn a_prefix_from_the_url_namespaces_the_keys_and_the_listing() {
+    let redis = shared_redis();
+    let prefix = unique_prefix();
+    let url = format!("{}?prefix={}", redis.url(), prefix.replace(':', "%3A"));
+    let store = RedisStore::connect(&url).await.unwrap();
+    assert_eq!(store.prefix(), prefix);
+    let (key, fp) = conformance::op("prefixed");
+    let _owner = conformance::won(store.claim(&key, &fp, conformance::LONG).await.unwrap());
+    assert_eq!(redis.command(&["EXISTS", &format!("{prefix}{key}")]), "1");
+
+    let other = store_on(&redis.url()).await;
+    assert!(other.get(&key).await.unwrap().is_none());
+    assert!(
+        other
+            .list(&ListQuery::new())
+            .await
+            .unwrap()
+            .entries
+            .is_empty()
+    );
+    let listed = store.list(&ListQuery::new()).await.unwrap();
+    assert_eq!(listed.entries.len(), 1);
+    assert_eq!(listed.entries[0].key, key);
+}
+
+#[tokio::test]
+async fn store_open_picks_redis_from_the_url() {
+    let store = toolonce::store::open(&format!(
+        "{}?prefix={}",
+        shared_redis().url(),
+        unique_prefix()
+    ))
+    .await
+    .unwrap();
+    assert!(format!("{store:?}").contains("RedisStore"));
+    let (key, fp) = conformance::op("open");
+    conformance::won(store.claim(&key, &fp, conformance::LONG).await.unwrap());
+}
+
+#[tokio::test]
+async fn a_password_in_the_url_authenticates_and_a_wrong_one_is_refused() {
+    let server = RedisServer::start();
+    assert_eq!(
+        server.command(&["CONFIG", "SET", "requirepass", "s3cret"]),
+        "OK"
+    );
+    let url = format!("redis://:s3cret@127.0.0.1:{}/", server.port());
+    let store = RedisStore::connect(&url).await.unwrap();
+    let (key, fp) = conformance::op("auth");
+    conformance::won(store.claim(&key, &fp, conformance::LONG).await.unwrap());
+    assert!(!format!("{store:?}").contains("s3cret"), "{store:?}");
+
+    let wrong = format!("redis://:nope@127.0.0.1:{}/", server.port());
+    let err = RedisStore::connect(&wrong).await.unwrap_err();
+    assert!(
+        !err.is_retryable(),
+        "a wrong password is not worth retrying: {err:?}"
+    );
+}
+
+#[tokio::test]
+async fn connecting_to_a_server_that_is_not_there_is_unavailable() {
+    let port = toolonce_testsupport::free_port();
+    let err = RedisStore::builder(format!("redis://127.0.0.1:{port}/"))
+        .reconnect_attempts(0)
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Round trips.
+
+/// Every command the server ran since `CONFIG RESETSTAT`, as `name=calls` sorted by name,
+/// leaving out our own `INFO` and `CONFIG RESETSTAT`. Since Redis 7 this includes the commands
+/// run inside scripts.
+fn commands_run(server: &RedisServer) -> Vec<String> {
+    let info = server.command(&["INFO", "commandstats"]);
+    let mut stats: Vec<String> = info
+        .lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+            let calls = rest.split(',').next()?;
+            (name != "info" && name != "config|resetstat").then(|| format!("{name}={calls}"))
+        })
+        .collect();
+    stats.sort();
+    stats
+}
+
+#[tokio::test]
+async fn a_first_time_write_costs_two_round_trips_and_a_replay_one() {
+    let server = RedisServer::start();
+    let store = Arc::new(RedisStore::connect(&server.url()).await.unwrap());
+    let layer = Layer::new(store);
+    let op = key::derive("run-rt", "charge", &json!({"amount": 9}), None).unwrap();
+    let options = WriteOptions::new();
+    let run = || {
+        layer.run("charge", &op, &options, |_| async {
+            Ok(json!({"receipt": "r_9"}))
+        })
+    };
+
+    assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
+    assert_eq!(run().await.outcome, Outcome::Executed);
+    // Two EVALSHA (claim, complete) and nothing else from the client: the other counts are the
+    // scripts' own commands (claim: TIME, GET, SET; complete: GET, TIME, SET). No script had to
+    // be loaded, since `connect` loaded them all.
+    assert_eq!(
+        commands_run(&server),
+        ["evalsha=2", "get=2", "set=2", "time=2"]
+    );
+
+    assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
+    let answer = run().await;
+    assert_eq!(answer.outcome, Outcome::Replayed);
+    // One EVALSHA (claim: TIME, GET, PTTL).
+    assert_eq!(
+        commands_run(&server),
+        ["evalsha=1", "get=1", "pttl=1", "time=1"]
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Several processes.
+
+const URL_VAR: &str = "TOOLONCE_REDIS_URL";
+
+#[test]
+fn eight_processes_running_the_same_500_operations_execute_each_exactly_once() {
+    let url = format!("{}?prefix={}", shared_redis().url(), unique_prefix());
+    conformance::multiprocess::run_workers("multi_process_worker", &[(URL_VAR, url)], 8, 500);
+}
+
+/// The body of each worker process of the test above; does nothing in a normal test run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_process_worker() {
+    if !conformance::multiprocess::is_worker() {
+        return;
+    }
+    let url = std::env::var(URL_VAR).unwrap();
+    let store = RedisStore::connect(&url).await.unwrap();
+    conformance::multiprocess::worker(Arc::new(store)).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Outage.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killing_the_server_mid_flight_runs_nothing_twice_and_the_same_store_recovers() {
+    let server = Arc::new(RedisServer::start());
+    let store = Arc::new(
+        RedisStore::builder(server.url())
+            .response_timeout(Duration::from_millis(500))
+            .connection_timeout(Duration::from_millis(300))
+            .reconnect_attempts(1)
+            .connect()
+            .await
+            .unwrap(),
+    );
+    let layer = Layer::new(store.clone());
+    const CALLS: usize = 60;
+    let runs: Arc<Vec<AtomicU32>> = Arc::new((0..CALLS).map(|_| AtomicU32::new(0)).collect());
+    let options = WriteOptions::new().lease(Duration::from_secs(5));
+
+    // Calls start every 10 ms and each tool takes 100 ms; the server dies after 250 ms, so
+    // some calls finish before, some are inside their tool, and the rest start after.
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..CALLS)
+        .map(|i| {
+            let (layer, runs, options) = (layer.clone(), runs.clone(), options.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(10 * i as u64)).await;
+                let op = key::derive("outage", "charge", &json!({"call": i}), None).unwrap();
+                let answer = layer
+                    .run("charge", &op, &options, |_| async move {
+                        runs[i].fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        Ok(json!({"call": i}))
+                    })
+                    .await;
+                (i, answer)
+            })
+        })
+        .collect();
+    let killer = {
+        let server = server.clone();
+        tokio::task::spawn_blocking(move || {
+            std::thread::sleep(Duration::from_millis(250));
+            server.kill();
+        })
+    };
+    killer.await.unwrap();
+    let mut executed = 0;
+    let mut unavailable = 0;
+    for task in tasks {
+        let (i, answer) = task.await.unwrap();
+        let ran = runs[i].load(Ordering::SeqCst);
+        match answer.outcome {
+            Outcome::Executed => {
+                assert_eq!(ran, 1, "call {i}");
+                assert_eq!(
+                    answer.result,
+                    Ok(json!({"call": i})),
+                    "call {i} reports its result"
+                );
+                executed += 1;
+            }
+            Outcome::StoreUnavailable => {
+                assert_eq!(ran, 0, "call {i} was refused yet its tool ran");
+                let message = answer.result.unwrap_err().message;
+                assert!(message.contains("Not executed"), "call {i}: {message}");
+                unavailable += 1;
+            }
+            other => panic!("call {i}: unexpected outcome {other}"),
+        }
+    }
+    assert!(executed > 0, "no call finished before the kill");
+    assert!(unavailable > 0, "no call was refused during the outage");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the outage was not bounded"
+    );
+
+    // The same server comes back on the same port (empty: it keeps nothing on disk), and the
+    // same store instance serves again once its connection manager has reconnected.
+    server.restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match store.get(&conformance::op("probe").0).await {
+            Ok(_) => break,
+            Err(e) => {
+                assert!(e.is_retryable(), "{e:?}");
+                assert!(
+                    Instant::now() < deadline,
+                    "the store did not recover: {e:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    let after: Arc<Vec<AtomicU32>> = Arc::new((0..10).map(|_| AtomicU32::new(0)).collect());
+    for round in [Outcome::Executed, Outcome::Replayed] {
+        for i in 0..10 {
+            let op = key::derive("after-outage", "charge", &json!({"call": i}), None).unwrap();
+            let after = after.clone();
+            let answer = layer
+                .run("charge", &op, &options, |_| async move {
+                    after[i].fetch_add(1, Ordering::SeqCst);
+                    Ok(json!(i))
+                })
+                .await;
+            assert_eq!(answer.outcome, round, "call {i}");
+            assert_eq!(answer.result, Ok(json!(i)));
+        }
+    }
+    assert!(after.iter().all(|n| n.load(Ordering::SeqCst) == 1));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Listing beyond the conformance suite.
+
+#[tokio::test]
+async fn listing_pages_through_more_entries_than_one_scan_batch_holds() {
+    let store = store_on(&shared_redis().url()).await;
+    let mut keys = Vec::new();
+    for _ in 0..250 {
+        let (key, fp) = conformance::op("many");
+        let owner = conformance::won(store.claim(&key, &fp, conformance::LONG).await.unwrap());
+        let _ = store
+            .complete(&key, owner, &json!(1), conformance::LONG)
+            .await
+            .unwrap();
+        keys.push(key);
+    }
+    for limit in [1, 7, 100] {
+        let mut seen = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..1_000 {
+            let mut q = ListQuery::new().state(State::Done).limit(limit);
+            if let Some(c) = cursor.take() {
+                q = q.cursor(c);
+            }
+            let page = store.list(&q).await.unwrap();
+            assert!(page.entries.len() <= limit);
+            seen.extend(page.entries.into_iter().map(|e| e.key));
+            match page.next {
+                Some(c) => cursor = Some(c),
+                None => break,
+            }
+        }
+        seen.sort();
+        keys.sort();
+        assert_eq!(seen, keys, "limit {limit}");
+    }
+}
