@@ -1,0 +1,148 @@
+//! `toolonce mcp`: a transparent MCP stdio proxy that makes an MCP server's write tools
+//! idempotent.
+//!
+//! The agent's MCP client starts `toolonce mcp -- <server command>` instead of the server; the
+//! proxy starts the server as its child and relays newline-delimited JSON-RPC between them.
+//!
+//! # Design
+//!
+//! - **Messages, not a protocol library.** The proxy reads lines and looks only at `method` and
+//!   `id`; every line it does not intercept is forwarded as the original bytes, so unknown
+//!   fields, member order, number spelling, protocol version and capabilities are exactly what
+//!   the two ends sent. (An SDK-based proxy re-encodes every message and was not transparent.)
+//! - **Only write calls are touched.** A `tools/call` of a tool the server's `tools/list`
+//!   marked `readOnlyHint: true` passes through; any other tool, including one not yet listed,
+//!   is a write (the configuration can say otherwise per tool). The write call is keyed on
+//!   (scope, tool, canonical arguments) and claimed in the store; only the winner is forwarded,
+//!   with the key added as `params._meta["toolonce/key"]` (spliced into the client's bytes) and
+//!   the client's own request id, so ids never clash. The server's answer is recorded and sent
+//!   on as it came; duplicates are answered from the store under their own id.
+//! - **Every write answer is a tool result.** In flight, conflict, store outage (fail closed:
+//!   not forwarded), timeout: each is a `CallToolResult` with `isError: true` that tells the
+//!   model what happened and whether to retry; reads never touch the store.
+//! - **Nothing blocks forever.** A forwarded call waits at most `call_timeout`; a cancelled
+//!   one at most `cancel_grace`. Then the proxy stops renewing the claim, which expires with
+//!   its lease (the outcome is unknown, so it is neither recorded nor released).
+//!
+//! # Layout
+//!
+//! - [`config`]: the TOML configuration and per-tool policies.
+//! - [`jsonrpc`]: looking at messages without decoding them, the `_meta` splice, answers.
+//! - [`tools`]: read/write classification from `tools/list`.
+//! - [`proxy`]: routing between the client and the server, and the lifecycle.
+//! - [`call`]: one intercepted write call through the layer.
+//! - [`batch`]: batches (protocol 2025-03-26) that hold write calls.
+//! - [`store`]: a store opened lazily, so an outage at start-up fails writes, not the proxy.
+//! - [`stdio`]: the client's pipes, on threads.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+
+mod batch;
+mod call;
+mod config;
+mod jsonrpc;
+mod proxy;
+mod stdio;
+mod store;
+mod tools;
+
+/// Arguments of `toolonce mcp`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Example, as the command of an mcpServers entry:\n  \
+                  toolonce mcp --store sqlite:///var/lib/agent/toolonce.db --scope my-agent -- \
+                  npx -y @modelcontextprotocol/server-memory")]
+pub(crate) struct McpArgs {
+    /// The store: memory://, sqlite://PATH, redis://HOST, postgres://HOST.
+    #[arg(long, value_name = "URL", env = "TOOLONCE_STORE", default_value = crate::DEFAULT_STORE)]
+    store: String,
+    /// The scope of the operation keys (a run, session or agent id). Without one, each proxy
+    /// process picks a random scope, so duplicates are caught only within that process:
+    /// deduplicating across restarts or resumed agents needs a scope and a durable store.
+    #[arg(long, value_name = "ID", env = "TOOLONCE_SCOPE")]
+    scope: Option<String>,
+    /// A TOML file of per-tool settings (kind, key_fields, in_flight, lease, retention,
+    /// call_timeout).
+    #[arg(long, value_name = "FILE", env = "TOOLONCE_MCP_CONFIG")]
+    config: Option<PathBuf>,
+    /// The MCP server to start, after `--`.
+    #[arg(last = true, required = true, value_name = "SERVER COMMAND")]
+    command: Vec<OsString>,
+}
+
+/// Runs the proxy; the exit code is the server's.
+pub(crate) async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
+    let config = match &args.config {
+        Some(path) => config::Config::load(path)?,
+        None => config::Config::default(),
+    };
+    let scope = match args.scope {
+        Some(scope) if scope.is_empty() || scope.contains('\0') => {
+            anyhow::bail!("--scope must be non-empty and must not contain NUL")
+        }
+        Some(scope) => scope,
+        None => {
+            let scope = random_scope()?;
+            tracing::warn!(
+                target: "toolonce::mcp",
+                %scope,
+                "no --scope given: using a random scope for this process, so calls are \
+                 deduplicated only until it exits"
+            );
+            scope
+        }
+    };
+    let store = store::LazyStore::open(&args.store).await;
+    let (program, server_args) = args
+        .command
+        .split_first()
+        .context("no server command after --")?;
+    let mut command = tokio::process::Command::new(program);
+    command.args(server_args);
+
+    let client_in = stdio::spawn_reader(std::io::stdin(), "mcp-client-in");
+    let (client_out, out_rx) = stdio::ClientOut::channel();
+    let writer = stdio::spawn_writer(std::io::stdout(), out_rx, "mcp-client-out")
+        .context("cannot start the stdout thread")?;
+    let shutdown_timeout = config.proxy.shutdown_timeout;
+    let settings = proxy::Settings {
+        scope,
+        config: Arc::new(config),
+        store: Arc::new(store),
+    };
+    let status = proxy::run(
+        settings,
+        command,
+        client_in,
+        client_out.clone(),
+        shutdown_timeout,
+    )
+    .await;
+    // Join the writer (it stops at the close message) so every answer is flushed before the
+    // process exits.
+    client_out.close();
+    let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+    Ok(exit_code(status?))
+}
+
+/// A scope no other proxy process will pick: 64 random bits.
+fn random_scope() -> anyhow::Result<String> {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("no randomness for a scope: {e}"))?;
+    Ok(format!("mcp-{:016x}", u64::from_le_bytes(bytes)))
+}
+
+/// The server's exit status as the proxy's exit code; a signal `n` becomes `128 + n`, as
+/// shells report it.
+fn exit_code(status: std::process::ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1)),
+        (None, Some(signal)) => ExitCode::from(u8::try_from(128 + (signal & 0x7f)).unwrap_or(1)),
+        (None, None) => ExitCode::FAILURE,
+    }
+}

@@ -1,0 +1,387 @@
+//! The proxy's TOML configuration: per-tool overrides of the server's annotations (kind, key
+//! fields) and of the layer's policy (in-flight handling, lease, retention, call timeout), plus
+//! a few proxy-wide timeouts. Everything is optional; an empty file is the defaults.
+//!
+//! ```toml
+//! [proxy]
+//! cancel_grace = "5s"       # after a client's cancel, how long to wait for the server's answer
+//! shutdown_timeout = "5s"   # after the client hangs up, how long the server gets to exit
+//!
+//! [defaults]                # every write tool, unless the tool's own section says otherwise
+//! lease = "60s"
+//! retention = "24h"
+//! in_flight = "reject"      # or "wait", with wait_timeout = "30s"
+//! call_timeout = "5m"       # how long to wait for the server to answer a write call
+//!
+//! [tools.read_graph]
+//! kind = "read"             # the server did not mark it readOnlyHint
+//!
+//! [tools.charge]
+//! kind = "write"
+//! key_fields = ["/order_id"]   # JSON Pointers into the arguments
+//! in_flight = "wait"
+//! wait_timeout = "20s"
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
+use toolonce::{InFlight, KeyFields, WriteOptions};
+
+/// The kind a configuration forces on a tool, whatever the server's annotations say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Kind {
+    Read,
+    Write,
+}
+
+/// How one write tool is run.
+#[derive(Clone, Debug)]
+pub(crate) struct Policy {
+    pub(crate) options: WriteOptions,
+    pub(crate) key_fields: Option<KeyFields>,
+    /// How long to wait for the server's answer before giving up on the call.
+    pub(crate) call_timeout: Duration,
+}
+
+/// Proxy-wide settings.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ProxySettings {
+    /// After the client cancels a forwarded write call, how long to wait for the server to
+    /// answer anyway (its result is then recorded) before giving the call up.
+    pub(crate) cancel_grace: Duration,
+    /// After the client closes stdin, how long the server gets to exit before it is sent
+    /// SIGTERM, and as long again before SIGKILL.
+    pub(crate) shutdown_timeout: Duration,
+}
+
+/// The resolved configuration.
+#[derive(Debug)]
+pub(crate) struct Config {
+    pub(crate) proxy: ProxySettings,
+    default_policy: Arc<Policy>,
+    kinds: HashMap<String, Kind>,
+    policies: HashMap<String, Arc<Policy>>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config::from_toml("").expect("the empty configuration is valid")
+    }
+}
+
+impl Config {
+    /// Reads a configuration file.
+    pub(crate) fn load(path: &Path) -> anyhow::Result<Config> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the MCP configuration {}", path.display()))?;
+        Config::from_toml(&text)
+            .with_context(|| format!("invalid MCP configuration {}", path.display()))
+    }
+
+    /// Parses and checks a configuration.
+    pub(crate) fn from_toml(text: &str) -> anyhow::Result<Config> {
+        let file: File = toml::from_str(text)?;
+        let proxy = ProxySettings {
+            cancel_grace: file
+                .proxy
+                .cancel_grace
+                .map_or(Duration::from_secs(5), |d| d.0),
+            shutdown_timeout: file
+                .proxy
+                .shutdown_timeout
+                .map_or(Duration::from_secs(5), |d| d.0),
+        };
+        let base = Policy {
+            options: WriteOptions::new(),
+            key_fields: None,
+            call_timeout: Duration::from_secs(300),
+        };
+        let default_policy = file.defaults.apply(&base).context("[defaults]")?;
+        let mut kinds = HashMap::new();
+        let mut policies = HashMap::new();
+        for (name, section) in file.tools {
+            let context = || format!("[tools.{name}]");
+            if let Some(kind) = section.kind {
+                kinds.insert(name.clone(), kind);
+            }
+            let mut policy = section
+                .policy_section()
+                .apply(&default_policy)
+                .with_context(context)?;
+            if let Some(fields) = section.key_fields {
+                policy.key_fields = Some(KeyFields::new(fields).with_context(context)?);
+            }
+            if section.kind == Some(Kind::Read) && policy.key_fields.is_some() {
+                bail!("[tools.{name}]: key_fields only apply to write tools, and kind is \"read\"");
+            }
+            policies.insert(name, Arc::new(policy));
+        }
+        Ok(Config {
+            proxy,
+            default_policy: Arc::new(default_policy),
+            kinds,
+            policies,
+        })
+    }
+
+    /// The kind the configuration forces on `tool`, if any.
+    pub(crate) fn kind(&self, tool: &str) -> Option<Kind> {
+        self.kinds.get(tool).copied()
+    }
+
+    /// The policy of write tool `tool`.
+    pub(crate) fn policy(&self, tool: &str) -> Arc<Policy> {
+        self.policies
+            .get(tool)
+            .unwrap_or(&self.default_policy)
+            .clone()
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    proxy: ProxySection,
+    #[serde(default)]
+    defaults: PolicySection,
+    #[serde(default)]
+    tools: HashMap<String, ToolSection>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ProxySection {
+    cancel_grace: Option<Dur>,
+    shutdown_timeout: Option<Dur>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct PolicySection {
+    lease: Option<Dur>,
+    retention: Option<Dur>,
+    in_flight: Option<InFlightName>,
+    wait_timeout: Option<Dur>,
+    call_timeout: Option<Dur>,
+}
+
+// Written out rather than `#[serde(flatten)]`: flatten and `deny_unknown_fields` do not mix,
+// and a misspelt option must be an error, not silently ignored.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ToolSection {
+    kind: Option<Kind>,
+    key_fields: Option<Vec<String>>,
+    lease: Option<Dur>,
+    retention: Option<Dur>,
+    in_flight: Option<InFlightName>,
+    wait_timeout: Option<Dur>,
+    call_timeout: Option<Dur>,
+}
+
+impl ToolSection {
+    fn policy_section(&self) -> PolicySection {
+        PolicySection {
+            lease: self.lease,
+            retention: self.retention,
+            in_flight: self.in_flight,
+            wait_timeout: self.wait_timeout,
+            call_timeout: self.call_timeout,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum InFlightName {
+    Reject,
+    Wait,
+}
+
+const DEFAULT_WAIT: Duration = Duration::from_secs(30);
+
+impl PolicySection {
+    fn apply(&self, base: &Policy) -> anyhow::Result<Policy> {
+        let mut policy = base.clone();
+        if let Some(lease) = self.lease {
+            if lease.0 < Duration::from_millis(30) {
+                bail!("lease must be at least 30ms (it is renewed every third of it)");
+            }
+            policy.options = policy.options.lease(lease.0);
+        }
+        if let Some(retention) = self.retention {
+            if retention.0.is_zero() {
+                bail!("retention must be more than 0");
+            }
+            policy.options = policy.options.retention(retention.0);
+        }
+        match (self.in_flight, self.wait_timeout) {
+            (Some(InFlightName::Reject), Some(_)) => {
+                bail!("wait_timeout needs in_flight = \"wait\"");
+            }
+            (Some(InFlightName::Reject), None) => {
+                policy.options = policy.options.in_flight(InFlight::Reject);
+            }
+            (Some(InFlightName::Wait), wait) => {
+                let wait = wait.map_or(DEFAULT_WAIT, |d| d.0);
+                policy.options = policy.options.in_flight(InFlight::Wait(wait));
+            }
+            (None, Some(wait)) => match policy.options.in_flight {
+                InFlight::Wait(_) => {
+                    policy.options = policy.options.in_flight(InFlight::Wait(wait.0));
+                }
+                _ => bail!("wait_timeout needs in_flight = \"wait\""),
+            },
+            (None, None) => {}
+        }
+        if let Some(timeout) = self.call_timeout {
+            if timeout.0.is_zero() {
+                bail!("call_timeout must be more than 0");
+            }
+            policy.call_timeout = timeout.0;
+        }
+        Ok(policy)
+    }
+}
+
+/// A duration written `"250ms"`, `"30s"`, `"5m"`, `"2h"`, `"7d"`, or an integer of seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Dur(Duration);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct DurVisitor;
+        impl Visitor<'_> for DurVisitor {
+            type Value = Dur;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration such as \"250ms\", \"30s\", \"5m\", \"2h\" or \"7d\"")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Dur, E> {
+                u64::try_from(v)
+                    .map(|s| Dur(Duration::from_secs(s)))
+                    .map_err(|_| E::custom("a duration cannot be negative"))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Dur, E> {
+                Ok(Dur(Duration::from_secs(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Dur, E> {
+                parse_duration(v).map(Dur).map_err(E::custom)
+            }
+        }
+        d.deserialize_any(DurVisitor)
+    }
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let bad = || format!("invalid duration {text:?}: expected a number and ms, s, m, h or d");
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    let millis_per = match unit.trim() {
+        "ms" => 1,
+        "s" | "" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(millis_per)
+        .map(Duration::from_millis)
+        .ok_or_else(bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_configuration_is_the_layer_defaults() {
+        let config = Config::from_toml("").unwrap();
+        let policy = config.policy("anything");
+        assert_eq!(policy.options.lease, Duration::from_secs(60));
+        assert_eq!(policy.options.retention, Duration::from_secs(86_400));
+        assert_eq!(policy.options.in_flight, InFlight::Reject);
+        assert_eq!(policy.call_timeout, Duration::from_secs(300));
+        assert!(policy.key_fields.is_none());
+        assert_eq!(config.kind("anything"), None);
+    }
+
+    #[test]
+    fn tool_sections_override_defaults_which_override_the_layer() {
+        let config = Config::from_toml(
+            r#"
+            [proxy]
+            cancel_grace = "250ms"
+            [defaults]
+            lease = "10s"
+            in_flight = "wait"
+            [tools.charge]
+            key_fields = ["/order"]
+            wait_timeout = 3
+            retention = "2h"
+            [tools.read_graph]
+            kind = "read"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(config.proxy.cancel_grace, Duration::from_millis(250));
+        let charge = config.policy("charge");
+        assert_eq!(charge.options.lease, Duration::from_secs(10));
+        assert_eq!(charge.options.retention, Duration::from_secs(7200));
+        assert_eq!(
+            charge.options.in_flight,
+            InFlight::Wait(Duration::from_secs(3))
+        );
+        assert!(charge.key_fields.is_some());
+        let other = config.policy("other");
+        assert_eq!(other.options.in_flight, InFlight::Wait(DEFAULT_WAIT));
+        assert_eq!(config.kind("read_graph"), Some(Kind::Read));
+        assert_eq!(config.kind("charge"), None);
+    }
+
+    #[test]
+    fn mistakes_are_errors_not_silently_ignored() {
+        for (text, needle) in [
+            ("[tools.x]\nkindd = \"read\"", "unknown field"),
+            ("[tools.x]\nkind = \"reed\"", "unknown variant"),
+            ("[tools.x]\nkey_fields = [\"amount\"]", "invalid key field"),
+            ("[tools.x]\nwait_timeout = \"1s\"", "wait_timeout needs"),
+            ("[defaults]\nlease = \"5 parsecs\"", "invalid duration"),
+            ("[defaults]\nlease = \"1ms\"", "at least 30ms"),
+            (
+                "[tools.x]\nkind = \"read\"\nkey_fields = [\"/a\"]",
+                "only apply to write",
+            ),
+        ] {
+            let e = format!("{:#}", Config::from_toml(text).unwrap_err());
+            assert!(e.contains(needle), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn durations_read_their_units() {
+        for (text, ms) in [
+            ("250ms", 250),
+            ("30s", 30_000),
+            ("5m", 300_000),
+            ("2h", 7_200_000),
+        ] {
+            assert_eq!(parse_duration(text).unwrap(), Duration::from_millis(ms));
+        }
+        assert_eq!(parse_duration("1d").unwrap(), Duration::from_secs(86_400));
+        assert!(parse_duration("s").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+}

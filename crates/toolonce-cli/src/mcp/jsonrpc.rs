@@ -1,0 +1,380 @@
+//! Just enough JSON-RPC 2.0 to route messages without re-encoding them: a cheap look at a line
+//! (its `method` and `id`, skipping everything else), request ids as map keys, the byte splice
+//! that adds the operation key to a request's `params._meta`, and the few answers the proxy
+//! writes itself.
+
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::{Deserializer, IgnoredAny};
+use serde_json::{Value, json};
+
+/// What routing needs to know about one message, read without building a tree of the rest.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct Peek {
+    /// The method of a request or notification.
+    #[serde(default)]
+    pub(crate) method: Option<String>,
+    /// The id of a request or a response; `None` for a notification (or `"id": null`).
+    #[serde(default)]
+    pub(crate) id: Option<Value>,
+    #[serde(default)]
+    result: Present,
+    #[serde(default)]
+    error: Present,
+}
+
+impl Peek {
+    /// Looks at one line. `None` if it is not a JSON object (malformed, a batch, a scalar): the
+    /// caller passes such lines on untouched, or handles batches itself.
+    pub(crate) fn of(line: &[u8]) -> Option<Peek> {
+        match serde_json::from_slice(line) {
+            Ok(peek) => Some(peek),
+            // Valid JSON the quick look refuses (a member twice, a method that is not a
+            // string): read it as the peer's parser would, the last member winning.
+            Err(e) if e.is_data() => {
+                let Value::Object(message) = serde_json::from_slice(line).ok()? else {
+                    return None;
+                };
+                Some(Peek {
+                    method: message
+                        .get("method")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                    id: message.get("id").filter(|id| !id.is_null()).cloned(),
+                    result: Present(message.contains_key("result")),
+                    error: Present(message.contains_key("error")),
+                })
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Whether this is a response (it has a `result` or an `error` and no `method`).
+    pub(crate) fn is_response(&self) -> bool {
+        self.method.is_none() && (self.result.0 || self.error.0)
+    }
+}
+
+/// Whether a member is present at all, whatever its value (even `null`), without keeping it.
+#[derive(Debug, Default)]
+struct Present(bool);
+
+impl<'de> Deserialize<'de> for Present {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        IgnoredAny::deserialize(d).map(|_| Present(true))
+    }
+}
+
+/// A request id as a map key. Ids are strings or numbers; `1` and `1.0` are the same number (a
+/// peer in JavaScript answers `1.0` with `1`), `"1"` and `1` are different ids.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) enum IdKey {
+    Str(String),
+    Num(String),
+    Other(String),
+}
+
+impl IdKey {
+    pub(crate) fn of(id: &Value) -> IdKey {
+        match id {
+            Value::String(s) => IdKey::Str(s.clone()),
+            Value::Number(n) => IdKey::Num(number_text(n)),
+            other => IdKey::Other(other.to_string()),
+        }
+    }
+}
+
+fn number_text(n: &serde_json::Number) -> String {
+    if let Some(i) = n.as_i64() {
+        return i.to_string();
+    }
+    if let Some(u) = n.as_u64() {
+        return u.to_string();
+    }
+    match n.as_f64() {
+        // 2^53: below it every integral double is exactly an i64.
+        Some(f) if f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 => {
+            // The range check above makes this cast exact.
+            #[allow(clippy::cast_possible_truncation)]
+            let i = f as i64;
+            i.to_string()
+        }
+        _ => n.to_string(),
+    }
+}
+
+impl fmt::Debug for IdKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IdKey::Str(s) => write!(f, "{s:?}"),
+            IdKey::Num(s) | IdKey::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+/// A successful response with `id` and `result`, as one line.
+pub(crate) fn result_line(id: &Value, result: &Value) -> Vec<u8> {
+    line(&json!({"jsonrpc": "2.0", "id": id, "result": result}))
+}
+
+/// A `CallToolResult` with one text block and `isError: true`: how the proxy answers a write
+/// call it did not forward (in flight, conflict, store outage, timeout).
+pub(crate) fn tool_error(text: &str) -> Value {
+    json!({"content": [{"type": "text", "text": text}], "isError": true})
+}
+
+/// A `notifications/cancelled` for `request_id`, as one line.
+pub(crate) fn cancelled_line(request_id: &Value, reason: &str) -> Vec<u8> {
+    line(&json!({
+        "jsonrpc": "2.0",
+        "method": "notifications/cancelled",
+        "params": {"requestId": request_id, "reason": reason},
+    }))
+}
+
+/// Serializes `value` followed by a newline.
+pub(crate) fn line(value: &Value) -> Vec<u8> {
+    let mut out = serde_json::to_vec(value).expect("a JSON value always serializes");
+    out.push(b'\n');
+    out
+}
+
+/// The member name under `params._meta` that carries the operation key to the server.
+pub(crate) const META_KEY: &str = "toolonce/key";
+
+/// Returns `request` (one JSON object on one line, already known to parse) with
+/// `params._meta["toolonce/key"] = key` added, every other byte kept as it was.
+///
+/// The request is spliced rather than re-serialized so the server sees the client's arguments
+/// exactly: a re-encoding would reorder members and could change numbers (an integer beyond
+/// 64 bits parses as a double). The member is added last in `_meta`, so that if the client
+/// already sent one, ours is the one a last-wins parser (JavaScript's, serde_json's) keeps.
+///
+/// `None` if the structure is not what a `tools/call` has (no `params` object, or a `_meta`
+/// that is not an object).
+pub(crate) fn add_meta_key(request: &[u8], key: &str) -> Option<Vec<u8>> {
+    let key_member = format!("{}:{}", json!(META_KEY), json!(key));
+    let params = member_span(request, 0, "params")?;
+    if request.get(params.start) != Some(&b'{') {
+        return None;
+    }
+    let (at, insert) = match member_span(request, params.start, "_meta") {
+        Some(meta) => {
+            if request.get(meta.start) != Some(&b'{') {
+                return None;
+            }
+            (meta.end - 1, with_comma(request, meta.clone(), key_member))
+        }
+        None => (
+            params.end - 1,
+            with_comma(
+                request,
+                params.clone(),
+                format!("\"_meta\":{{{key_member}}}"),
+            ),
+        ),
+    };
+    let mut out = Vec::with_capacity(request.len() + insert.len());
+    out.extend_from_slice(&request[..at]);
+    out.extend_from_slice(insert.as_bytes());
+    out.extend_from_slice(&request[at..]);
+    Some(out)
+}
+
+/// `member` prefixed with a comma unless the object spanning `object` is empty.
+fn with_comma(text: &[u8], object: std::ops::Range<usize>, member: String) -> String {
+    let inner = &text[object.start + 1..object.end - 1];
+    if inner.iter().all(u8::is_ascii_whitespace) {
+        member
+    } else {
+        format!(",{member}")
+    }
+}
+
+/// The byte range of the value of member `name` of the object that starts at `start` (after
+/// any whitespace). Scans the text once, skipping nested values; member names with escapes are
+/// decoded before comparing. With duplicate names the last one counts, as in serde_json.
+fn member_span(text: &[u8], start: usize, name: &str) -> Option<std::ops::Range<usize>> {
+    let mut i = skip_ws(text, start);
+    if text.get(i) != Some(&b'{') {
+        return None;
+    }
+    i = skip_ws(text, i + 1);
+    let mut found = None;
+    if text.get(i) == Some(&b'}') {
+        return None;
+    }
+    loop {
+        let name_end = skip_string(text, i)?;
+        let raw = &text[i..name_end];
+        let matches = if raw.contains(&b'\\') {
+            serde_json::from_slice::<String>(raw).ok()? == name
+        } else {
+            &raw[1..raw.len() - 1] == name.as_bytes()
+        };
+        i = skip_ws(text, name_end);
+        if text.get(i) != Some(&b':') {
+            return None;
+        }
+        let value_start = skip_ws(text, i + 1);
+        let value_end = skip_value(text, value_start)?;
+        if matches {
+            found = Some(value_start..value_end);
+        }
+        i = skip_ws(text, value_end);
+        match text.get(i) {
+            Some(b',') => i = skip_ws(text, i + 1),
+            Some(b'}') => return found,
+            _ => return None,
+        }
+    }
+}
+
+fn skip_ws(text: &[u8], mut i: usize) -> usize {
+    while text
+        .get(i)
+        .is_some_and(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+    {
+        i += 1;
+    }
+    i
+}
+
+/// The index just past the string starting at `i`.
+fn skip_string(text: &[u8], i: usize) -> Option<usize> {
+    if text.get(i) != Some(&b'"') {
+        return None;
+    }
+    let mut j = i + 1;
+    loop {
+        match text.get(j)? {
+            b'"' => return Some(j + 1),
+            b'\\' => j += 2,
+            _ => j += 1,
+        }
+    }
+}
+
+/// The index just past the value starting at `i`.
+fn skip_value(text: &[u8], i: usize) -> Option<usize> {
+    match text.get(i)? {
+        b'"' => skip_string(text, i),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut j = i;
+            loop {
+                match text.get(j)? {
+                    b'"' => {
+                        j = skip_string(text, j)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(j + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+        }
+        _ => {
+            // A number, true, false or null: up to the next delimiter.
+            let mut j = i;
+            while text
+                .get(j)
+                .is_some_and(|b| !matches!(b, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'))
+            {
+                j += 1;
+            }
+            (j > i).then_some(j)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn splice(text: &str) -> Value {
+        let out = add_meta_key(text.as_bytes(), "idem:k").expect("spliced");
+        serde_json::from_slice(&out).expect("still JSON")
+    }
+
+    #[test]
+    fn key_is_added_to_params_without_a_meta() {
+        let v = splice(
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{"b":1,"a":2}}}"#,
+        );
+        assert_eq!(v["params"]["_meta"], json!({"toolonce/key": "idem:k"}));
+        assert_eq!(v["params"]["arguments"], json!({"b": 1, "a": 2}));
+    }
+
+    #[test]
+    fn key_is_added_last_to_an_existing_meta() {
+        let v = splice(r#"{"params":{"_meta":{"progressToken":7},"name":"t"},"id":"x"}"#);
+        assert_eq!(
+            v["params"]["_meta"],
+            json!({"progressToken": 7, "toolonce/key": "idem:k"})
+        );
+        let v = splice(r#"{"params":{"_meta":{ },"name":"t"}}"#);
+        assert_eq!(v["params"]["_meta"], json!({"toolonce/key": "idem:k"}));
+        // A client-sent key is overridden by ours for a last-wins parser.
+        let v = splice(r#"{"params":{"_meta":{"toolonce/key":"forged"}}}"#);
+        assert_eq!(v["params"]["_meta"]["toolonce/key"], "idem:k");
+    }
+
+    #[test]
+    fn splicing_keeps_every_other_byte() {
+        let text = r#"{ "id" : 1 , "params" : { "arguments" : {"n": 123456789012345678901234567890, "s": "}\"{"} } , "x-extra": [1, {"a": "]"}] }"#;
+        let out = String::from_utf8(add_meta_key(text.as_bytes(), "idem:k").unwrap()).unwrap();
+        assert_eq!(
+            out,
+            r#"{ "id" : 1 , "params" : { "arguments" : {"n": 123456789012345678901234567890, "s": "}\"{"} ,"_meta":{"toolonce/key":"idem:k"}} , "x-extra": [1, {"a": "]"}] }"#
+        );
+    }
+
+    #[test]
+    fn empty_params_and_escaped_member_names_are_handled() {
+        let v = splice(r#"{"params":{}}"#);
+        assert_eq!(v["params"], json!({"_meta": {"toolonce/key": "idem:k"}}));
+        let v = splice(r#"{"par\u0061ms":{"\u005fmeta":{"a":1}}}"#);
+        assert_eq!(
+            v["params"]["_meta"],
+            json!({"a": 1, "toolonce/key": "idem:k"})
+        );
+    }
+
+    #[test]
+    fn splice_refuses_shapes_it_cannot_extend() {
+        assert!(add_meta_key(br#"{"id":1}"#, "k").is_none());
+        assert!(add_meta_key(br#"{"params":[1]}"#, "k").is_none());
+        assert!(add_meta_key(br#"{"params":{"_meta":null}}"#, "k").is_none());
+    }
+
+    #[test]
+    fn peek_reads_method_and_id_and_tells_responses_apart() {
+        let p = Peek::of(br#"{"jsonrpc":"2.0","id":3,"result":null}"#).unwrap();
+        assert!(p.is_response());
+        assert_eq!(p.id, Some(json!(3)));
+        let p =
+            Peek::of(br#"{"id":"a","method":"ping","params":{"deep":[1,2,{"x":null}]}}"#).unwrap();
+        assert!(!p.is_response());
+        assert_eq!(p.method.as_deref(), Some("ping"));
+        assert!(Peek::of(b"[1]").is_none());
+        // A member twice: the last one counts, as in JavaScript.
+        let p = Peek::of(br#"{"method":"ping","method":"tools/call","id":1}"#).unwrap();
+        assert_eq!(p.method.as_deref(), Some("tools/call"));
+        assert!(Peek::of(b"{oops").is_none());
+    }
+
+    #[test]
+    fn equal_numbers_are_one_id_and_strings_differ_from_numbers() {
+        assert!(IdKey::of(&json!(1)) == IdKey::of(&serde_json::from_str("1.0").unwrap()));
+        assert!(IdKey::of(&json!(1)) != IdKey::of(&json!("1")));
+        assert!(IdKey::of(&json!(u64::MAX)) == IdKey::of(&json!(u64::MAX)));
+    }
+}

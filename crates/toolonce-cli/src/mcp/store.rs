@@ -1,0 +1,156 @@
+//! A store that opens itself when first needed and retries after a failure, so the proxy starts
+//! (and serves reads) while its store is down, answers writes with "not executed" meanwhile,
+//! and deduplicates again as soon as the store comes back.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use serde_json::Value;
+use tokio::sync::OnceCell;
+use toolonce::key::{Fingerprint, OperationKey};
+use toolonce::{Claim, Entry, Error, Fenced, ListQuery, OwnerToken, Page, Store, ToolError};
+
+/// How long after a failed open the next call fails at once instead of trying again, so a
+/// burst of write calls during an outage does not become a burst of connection attempts.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// A [`Store`] opened from a URL when first needed.
+#[derive(Debug)]
+pub(crate) struct LazyStore {
+    url: String,
+    store: OnceCell<Arc<dyn Store>>,
+    last_failure: Mutex<Option<(Instant, String)>>,
+}
+
+impl LazyStore {
+    /// Tries to open the store now, so a misconfiguration shows in the log at start-up. A
+    /// failure is not fatal, whatever its cause: the proxy still starts, reads work, and every
+    /// write call is answered as not executed (with the reason) and tries to open the store
+    /// again, since a missing directory can be created and a server can come back.
+    pub(crate) async fn open(url: &str) -> LazyStore {
+        let lazy = LazyStore {
+            url: url.to_owned(),
+            store: OnceCell::new(),
+            last_failure: Mutex::new(None),
+        };
+        match toolonce::store::open(url).await {
+            Ok(store) => {
+                lazy.store.set(store).expect("a new cell is empty");
+            }
+            Err(e) => {
+                let text = report(&e);
+                tracing::error!(
+                    target: "toolonce::mcp",
+                    store = url,
+                    error = %text,
+                    "cannot open the store; write calls are answered as not executed until it opens"
+                );
+                *lazy.failure() = Some((Instant::now(), text));
+            }
+        }
+        lazy
+    }
+
+    fn failure(&self) -> std::sync::MutexGuard<'_, Option<(Instant, String)>> {
+        self.last_failure.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn inner(&self) -> Result<&Arc<dyn Store>, Error> {
+        if let Some(store) = self.store.get() {
+            return Ok(store);
+        }
+        if let Some((at, text)) = &*self.failure()
+            && at.elapsed() < RETRY_AFTER
+        {
+            return Err(Error::unavailable(text.clone()));
+        }
+        self.store
+            .get_or_try_init(|| async {
+                match toolonce::store::open(&self.url).await {
+                    Ok(store) => {
+                        tracing::info!(target: "toolonce::mcp", store = %self.url, "store opened");
+                        Ok(store)
+                    }
+                    Err(e) => {
+                        let text = report(&e);
+                        *self.failure() = Some((Instant::now(), text.clone()));
+                        Err(Error::unavailable(text))
+                    }
+                }
+            })
+            .await
+    }
+}
+
+/// An error with its chain of sources, `a: b: c`.
+fn report(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+#[async_trait]
+impl Store for LazyStore {
+    async fn claim(
+        &self,
+        key: &OperationKey,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+    ) -> toolonce::Result<Claim> {
+        self.inner().await?.claim(key, fingerprint, lease).await
+    }
+
+    async fn renew(
+        &self,
+        key: &OperationKey,
+        owner: &OwnerToken,
+        lease: Duration,
+    ) -> toolonce::Result<bool> {
+        self.inner().await?.renew(key, owner, lease).await
+    }
+
+    async fn complete(
+        &self,
+        key: &OperationKey,
+        owner: OwnerToken,
+        result: &Value,
+        retention: Duration,
+    ) -> toolonce::Result<Fenced> {
+        self.inner()
+            .await?
+            .complete(key, owner, result, retention)
+            .await
+    }
+
+    async fn fail(
+        &self,
+        key: &OperationKey,
+        owner: OwnerToken,
+        error: &ToolError,
+        sticky: Option<Duration>,
+    ) -> toolonce::Result<Fenced> {
+        self.inner().await?.fail(key, owner, error, sticky).await
+    }
+
+    async fn get(&self, key: &OperationKey) -> toolonce::Result<Option<Entry>> {
+        self.inner().await?.get(key).await
+    }
+
+    async fn list(&self, query: &ListQuery) -> toolonce::Result<Page> {
+        self.inner().await?.list(query).await
+    }
+
+    async fn delete(&self, key: &OperationKey) -> toolonce::Result<bool> {
+        self.inner().await?.delete(key).await
+    }
+
+    async fn purge_expired(&self) -> toolonce::Result<u64> {
+        self.inner().await?.purge_expired().await
+    }
+}
