@@ -1,0 +1,769 @@
+//! `PostgresStore` against a real PostgreSQL from `toolonce-testsupport`: the conformance suite,
+//! round trips per call, multi-process contention, a server killed mid-call, and migrations.
+//! Tests on the shared server each use a table of their own; the ones that kill the server or
+//! count statements get a server or a database of their own.
+
+mod conformance;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use toolonce::store::postgres::{PostgresStore, SCHEMA_VERSION};
+use toolonce::{Error, Layer, Outcome, Store, WriteOptions, key};
+use toolonce_testsupport::{PostgresServer, shared_postgres};
+
+/// One database on the shared server for the tests that isolate by table.
+fn database_url() -> String {
+    static URL: OnceLock<String> = OnceLock::new();
+    URL.get_or_init(|| shared_postgres().create_unique_database())
+        .clone()
+}
+
+/// The database name at the end of a URL.
+fn database_of(url: &str) -> &str {
+    url.rsplit('/').next().unwrap()
+}
+
+/// A table name no other test of any process uses.
+fn unique_table() -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "t_{}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+async fn fresh_store() -> Arc<dyn Store> {
+    let url = tokio::task::spawn_blocking(database_url).await.unwrap();
+    Arc::new(
+        PostgresStore::builder(url)
+            .table(unique_table())
+            .pool_size(8)
+            .connect()
+            .await
+            .unwrap(),
+    )
+}
+
+store_conformance!(fresh_store());
+
+/// The chain of an error's messages, `a: b: c`.
+fn report(e: &Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+// ---------------------------------------------------------------------------------------------
+// Round trips
+
+/// A TCP proxy in front of the server that counts the client's round trips: each ends with a
+/// `Sync` (the extended protocol that prepared statements use) or is a simple `Query`.
+struct CountingProxy {
+    port: u16,
+    round_trips: Arc<AtomicU64>,
+}
+
+impl CountingProxy {
+    async fn start(server: std::net::SocketAddr) -> CountingProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let round_trips = Arc::new(AtomicU64::new(0));
+        let counter = round_trips.clone();
+        tokio::spawn(async move {
+            loop {
+                let (client, _) = listener.accept().await.unwrap();
+                let server = TcpStream::connect(server).await.unwrap();
+                let (mut client_rx, mut client_tx) = client.into_split();
+                let (mut server_rx, mut server_tx) = server.into_split();
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut server_rx, &mut client_tx).await;
+                });
+                let counter = counter.clone();
+                tokio::spawn(async move {
+                    let mut parser = MessageCounter::default();
+                    let mut buf = vec![0u8; 64 * 1024];
+                    loop {
+                        let n = match client_rx.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        let trips = parser.feed(&buf[..n]);
+                        counter.fetch_add(trips, Ordering::SeqCst);
+                        if server_tx.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        CountingProxy { port, round_trips }
+    }
+
+    fn round_trips(&self) -> u64 {
+        self.round_trips.load(Ordering::SeqCst)
+    }
+}
+
+/// Splits the client's byte stream into protocol messages: untyped ones (SSL request, startup)
+/// until the startup message, then `type byte + length + body`.
+#[derive(Default)]
+struct MessageCounter {
+    pending: Vec<u8>,
+    started: bool,
+}
+
+impl MessageCounter {
+    fn feed(&mut self, bytes: &[u8]) -> u64 {
+        self.pending.extend_from_slice(bytes);
+        let mut trips = 0;
+        loop {
+            let header = if self.started { 5 } else { 4 };
+            if self.pending.len() < header {
+                return trips;
+            }
+            let len_at = header - 4;
+            let len = u32::from_be_bytes(self.pending[len_at..header].try_into().unwrap()) as usize;
+            let total = len_at + len;
+            if self.pending.len() < total {
+                return trips;
+            }
+            if self.started {
+                if matches!(self.pending[0], b'S' | b'Q') {
+                    trips += 1;
+                }
+            } else {
+                let code = u32::from_be_bytes(self.pending[4..8].try_into().unwrap());
+                // 80877103: SSL request, 80877104: GSS encryption request; else the startup.
+                self.started = !matches!(code, 80_877_103 | 80_877_104);
+            }
+            self.pending.drain(..total);
+        }
+    }
+}
+
+async fn statements_executed(pg: &'static PostgresServer, database: &str) -> u64 {
+    let sql = format!(
+        "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements \
+         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = '{database}')"
+    );
+    tokio::task::spawn_blocking(move || pg.psql(&sql))
+        .await
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_time_call_costs_two_round_trips_and_a_replay_one() {
+    let pg = tokio::task::spawn_blocking(shared_postgres).await.unwrap();
+    let db_url = tokio::task::spawn_blocking(|| shared_postgres().create_unique_database())
+        .await
+        .unwrap();
+    let database = database_of(&db_url).to_owned();
+    let proxy = CountingProxy::start(pg.addr()).await;
+    let url = format!("postgres://postgres@127.0.0.1:{}/{database}", proxy.port);
+    let store = PostgresStore::builder(url)
+        .table(unique_table())
+        .pool_size(1)
+        .connect()
+        .await
+        .unwrap();
+    let layer = Layer::new(Arc::new(store));
+    let options = WriteOptions::new();
+    let call = |n: u64| {
+        let layer = layer.clone();
+        let options = options.clone();
+        async move {
+            let op = key::derive("round-trips", "charge", &json!({"n": n}), None).unwrap();
+            layer
+                .run("charge", &op, &options, |_| async move {
+                    Ok(json!({"receipt": n}))
+                })
+                .await
+                .outcome
+        }
+    };
+
+    // Connecting, migrating and preparing happen once per connection, before any call.
+    let pgss = pg.has_pg_stat_statements();
+    if pgss {
+        tokio::task::spawn_blocking(move || {
+            pg.psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        })
+        .await
+        .unwrap();
+    } else {
+        eprintln!("pg_stat_statements is not installed: counting round trips only");
+    }
+    for n in 0..3 {
+        let trips = proxy.round_trips();
+        let statements = if pgss {
+            statements_executed(pg, &database).await
+        } else {
+            0
+        };
+        assert_eq!(call(n).await, Outcome::Executed);
+        assert_eq!(
+            proxy.round_trips() - trips,
+            2,
+            "first-time call {n}: claim + complete"
+        );
+        if pgss {
+            assert_eq!(statements_executed(pg, &database).await - statements, 2);
+        }
+
+        let trips = proxy.round_trips();
+        let statements = if pgss {
+            statements_executed(pg, &database).await
+        } else {
+            0
+        };
+        assert_eq!(call(n).await, Outcome::Replayed);
+        assert_eq!(proxy.round_trips() - trips, 1, "replay {n}: claim only");
+        if pgss {
+            assert_eq!(statements_executed(pg, &database).await - statements, 1);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Races the claim function resolves on the server
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_claims_of_an_expired_entry_have_exactly_one_winner() {
+    let store = fresh_store().await;
+    for round in 0..50 {
+        let (key, fp) = conformance::op("takeover");
+        let _stale = conformance::won(
+            store
+                .claim(&key, &fp, Duration::from_millis(1))
+                .await
+                .unwrap(),
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let barrier = Arc::new(tokio::sync::Barrier::new(32));
+        let tasks: Vec<_> = (0..32)
+            .map(|_| {
+                let (store, key, fp, barrier) =
+                    (store.clone(), key.clone(), fp.clone(), barrier.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    store.claim(&key, &fp, conformance::LONG).await.unwrap()
+                })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        let mut seen = Vec::new();
+        for t in tasks {
+            match t.await.unwrap() {
+                toolonce::Claim::Won(owner) => winners.push(owner.as_str().to_owned()),
+                toolonce::Claim::Existing(e) => match e.state {
+                    toolonce::EntryState::Running { owner: Some(o) } => seen.push(o),
+                    other => panic!("round {round}: {other:?}"),
+                },
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: {} winners", winners.len());
+        assert!(
+            seen.iter().all(|o| *o == winners[0]),
+            "round {round}: a loser saw the stale owner"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn claims_racing_a_transient_failure_never_win_without_their_entry_written() {
+    let store = fresh_store().await;
+    for round in 0..50 {
+        let (key, fp) = conformance::op("vanish");
+        let first = conformance::won(store.claim(&key, &fp, conformance::LONG).await.unwrap());
+        let first_owner = first.as_str().to_owned();
+        let barrier = Arc::new(tokio::sync::Barrier::new(17));
+        let tasks: Vec<_> = (0..16)
+            .map(|_| {
+                let (store, key, fp, barrier) =
+                    (store.clone(), key.clone(), fp.clone(), barrier.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    store.claim(&key, &fp, conformance::LONG).await.unwrap()
+                })
+            })
+            .collect();
+        barrier.wait().await;
+        let failed = store
+            .fail(
+                &key,
+                first,
+                &toolonce::ToolError::transient("timeout"),
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(failed, toolonce::Fenced::Applied);
+        let mut winners = Vec::new();
+        let mut seen = Vec::new();
+        for t in tasks {
+            match t.await.unwrap() {
+                toolonce::Claim::Won(owner) => winners.push(owner),
+                toolonce::Claim::Existing(e) => match e.state {
+                    toolonce::EntryState::Running { owner: Some(o) } => seen.push(o),
+                    other => panic!("round {round}: {other:?}"),
+                },
+            }
+        }
+        assert!(
+            winners.len() <= 1,
+            "round {round}: {} winners",
+            winners.len()
+        );
+        let winner = winners.pop();
+        let winner_name = winner.as_ref().map(|w| w.as_str().to_owned());
+        for o in &seen {
+            assert!(
+                *o == first_owner || Some(o) == winner_name.as_ref(),
+                "round {round}: a loser saw an owner that never won: {o}"
+            );
+        }
+        match winner {
+            // The winner's entry is really there, and it can settle it.
+            Some(owner) => assert_eq!(
+                store
+                    .complete(&key, owner, &json!(round), conformance::LONG)
+                    .await
+                    .unwrap(),
+                toolonce::Fenced::Applied,
+                "round {round}"
+            ),
+            // Everybody claimed before the delete: the key is free now.
+            None => assert!(store.get(&key).await.unwrap().is_none(), "round {round}"),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Multi-process contention
+
+#[test]
+fn eight_processes_running_the_same_500_operations_execute_each_exactly_once() {
+    conformance::multiprocess::run_workers(
+        "multi_process_worker",
+        &[
+            ("TOOLONCE_PG_URL", database_url()),
+            ("TOOLONCE_PG_TABLE", unique_table()),
+        ],
+        8,
+        500,
+    );
+}
+
+/// The body of each worker process of the test above; a no-op when run as a test.
+#[test]
+fn multi_process_worker() {
+    if !conformance::multiprocess::is_worker() {
+        return;
+    }
+    let url = std::env::var("TOOLONCE_PG_URL").unwrap();
+    let table = std::env::var("TOOLONCE_PG_TABLE").unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        // All eight processes migrate the same fresh table at once.
+        let store = PostgresStore::builder(url)
+            .table(table)
+            .pool_size(4)
+            .connect()
+            .await
+            .unwrap();
+        conformance::multiprocess::worker(Arc::new(store)).await;
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Outage
+
+#[derive(Debug)]
+struct Call {
+    op: usize,
+    outcome: Outcome,
+    ran: bool,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killing_the_server_mid_call_runs_nothing_twice_and_the_same_store_recovers_after_restart()
+{
+    let pg = Arc::new(
+        tokio::task::spawn_blocking(PostgresServer::start)
+            .await
+            .unwrap(),
+    );
+    let store = PostgresStore::builder(pg.url())
+        .table("outage_entries")
+        .pool_size(8)
+        .connect_timeout(Duration::from_secs(2))
+        .wait_timeout(Duration::from_secs(2))
+        .operation_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap();
+    let store = Arc::new(store);
+    let layer = Layer::new(store.clone());
+    let options = WriteOptions::new().lease(Duration::from_secs(30));
+    let runs: Arc<Mutex<HashMap<usize, u32>>> = Arc::default();
+    let next_op = Arc::new(AtomicUsize::new(0));
+    let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+
+    let call = {
+        let (layer, options, runs) = (layer.clone(), options.clone(), runs.clone());
+        move |op: usize| {
+            let (layer, options, runs) = (layer.clone(), options.clone(), runs.clone());
+            async move {
+                let derived = key::derive("outage", "charge", &json!({"op": op}), None).unwrap();
+                let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let flag = ran.clone();
+                let answer = layer
+                    .run("charge", &derived, &options, move |_| async move {
+                        flag.store(true, Ordering::SeqCst);
+                        *runs.lock().unwrap().entry(op).or_default() += 1;
+                        // Long enough that calls are mid-run when the server dies.
+                        tokio::time::sleep(Duration::from_millis(40)).await;
+                        Ok(json!({"receipt": op}))
+                    })
+                    .await;
+                Call {
+                    op,
+                    outcome: answer.outcome,
+                    ran: ran.load(Ordering::SeqCst),
+                }
+            }
+        }
+    };
+
+    let body = async {
+        // Eight callers issue write calls on fresh operations until told to stop.
+        let callers: Vec<_> = (0..8)
+            .map(|_| {
+                let (call, next_op, stopped) = (call.clone(), next_op.clone(), stopped.clone());
+                tokio::spawn(async move {
+                    let mut calls = Vec::new();
+                    while !stopped.load(Ordering::SeqCst) {
+                        calls.push(call(next_op.fetch_add(1, Ordering::SeqCst)).await);
+                    }
+                    calls
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let killer = pg.clone();
+        tokio::task::spawn_blocking(move || killer.kill())
+            .await
+            .unwrap();
+        let killed_at = Instant::now();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        stopped.store(true, Ordering::SeqCst);
+        let mut calls = Vec::new();
+        for c in callers {
+            calls.extend(c.await.unwrap());
+        }
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(15),
+            "calls against a dead server must end in seconds"
+        );
+
+        // Each call either ran its tool once (executed) or did not run it at all because the
+        // store was unavailable; no operation ran twice.
+        let runs_now = runs.lock().unwrap().clone();
+        let mut executed = 0;
+        let mut unavailable = 0;
+        for c in &calls {
+            match c.outcome {
+                Outcome::Executed => {
+                    assert!(c.ran, "{c:?}");
+                    executed += 1;
+                }
+                Outcome::StoreUnavailable => {
+                    assert!(!c.ran, "{c:?}: the store was unavailable, yet the tool ran");
+                    assert!(!runs_now.contains_key(&c.op), "{c:?}");
+                    unavailable += 1;
+                }
+                other => panic!("unexpected outcome {other:?} for a fresh operation: {c:?}"),
+            }
+        }
+        assert!(
+            runs_now.values().all(|n| *n == 1),
+            "an operation ran twice: {runs_now:?}"
+        );
+        assert!(executed > 0, "no call ran before the kill");
+        assert!(unavailable > 0, "no call saw the outage");
+
+        // Restart: the same store recovers, without being rebuilt.
+        let restarter = pg.clone();
+        tokio::task::spawn_blocking(move || restarter.restart())
+            .await
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let first = loop {
+            let c = call(next_op.fetch_add(1, Ordering::SeqCst)).await;
+            if c.outcome == Outcome::Executed {
+                break c;
+            }
+            assert_eq!(c.outcome, Outcome::StoreUnavailable);
+            assert!(
+                Instant::now() < deadline,
+                "the store did not recover after the restart"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert!(first.ran);
+        for _ in 0..20 {
+            let c = call(next_op.fetch_add(1, Ordering::SeqCst)).await;
+            assert_eq!(c.outcome, Outcome::Executed, "{c:?}");
+        }
+        // Calls completed before the kill were committed: their duplicates replay.
+        let completed_before: Vec<usize> = calls
+            .iter()
+            .filter(|c| c.outcome == Outcome::Executed)
+            .map(|c| c.op)
+            .collect();
+        let mut replayed = 0;
+        for op in completed_before {
+            let c = call(op).await;
+            assert!(!c.ran, "{c:?} ran again");
+            if c.outcome == Outcome::Replayed {
+                replayed += 1;
+            } else {
+                // Its complete was lost with the server: the entry is running until its lease
+                // expires, and the duplicate is told so.
+                assert_eq!(c.outcome, Outcome::InFlight, "{c:?}");
+            }
+        }
+        assert!(
+            replayed > 0,
+            "no result recorded before the kill survived it"
+        );
+        eprintln!(
+            "outage: {executed} calls executed and {unavailable} refused while the server died, \
+             {replayed} replayed after the restart"
+        );
+    };
+    tokio::time::timeout(Duration::from_secs(120), body)
+        .await
+        .expect("the outage test took more than two minutes");
+}
+
+#[tokio::test]
+async fn connecting_to_a_server_that_is_down_reports_unavailable_within_the_connect_timeout() {
+    let port = toolonce_testsupport::free_port();
+    let started = Instant::now();
+    let err = PostgresStore::builder(format!("postgres://postgres@127.0.0.1:{port}/postgres"))
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Unavailable(_)), "{}", report(&err));
+    assert!(err.is_retryable());
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Migrations
+
+async fn shared_psql(sql: String) -> String {
+    let database = database_of(&database_url()).to_owned();
+    tokio::task::spawn_blocking(move || shared_postgres().psql_in(&database, &sql))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrating_twice_is_a_no_op_that_keeps_the_entries() {
+    let table = unique_table();
+    let url = tokio::task::spawn_blocking(database_url).await.unwrap();
+    let store = PostgresStore::builder(&url)
+        .table(&table)
+        .connect()
+        .await
+        .unwrap();
+    assert_eq!(store.schema_version().await.unwrap(), SCHEMA_VERSION);
+    let (k, fp) = conformance::op("m");
+    let _owner = conformance::won(store.claim(&k, &fp, conformance::LONG).await.unwrap());
+
+    assert_eq!(store.migrate().await.unwrap(), 0);
+    assert_eq!(store.migrate().await.unwrap(), 0);
+    let again = PostgresStore::builder(&url)
+        .table(&table)
+        .connect()
+        .await
+        .unwrap();
+    assert_eq!(again.migrate().await.unwrap(), 0);
+    assert!(store.get(&k).await.unwrap().is_some(), "the entry survives");
+    assert_eq!(
+        shared_psql(format!(
+            "SELECT version FROM toolonce_schema WHERE table_name = '{table}'"
+        ))
+        .await,
+        SCHEMA_VERSION.to_string()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_with_a_newer_schema_version_is_refused_with_a_clear_error() {
+    let table = unique_table();
+    let url = tokio::task::spawn_blocking(database_url).await.unwrap();
+    let store = PostgresStore::builder(&url)
+        .table(&table)
+        .connect()
+        .await
+        .unwrap();
+    shared_psql(format!(
+        "UPDATE toolonce_schema SET version = 99 WHERE table_name = '{table}'"
+    ))
+    .await;
+
+    for err in [
+        store.migrate().await.unwrap_err(),
+        PostgresStore::builder(&url)
+            .table(&table)
+            .connect()
+            .await
+            .unwrap_err(),
+        PostgresStore::builder(&url)
+            .table(&table)
+            .migrate_on_connect(false)
+            .connect()
+            .await
+            .unwrap_err(),
+    ] {
+        let text = report(&err);
+        assert!(matches!(err, Error::Store(_)), "{text}");
+        assert!(!err.is_retryable());
+        assert!(
+            text.contains("schema version 99") && text.contains("upgrade toolonce"),
+            "{text}"
+        );
+    }
+    // Nothing was changed by the refused migrations.
+    assert_eq!(
+        shared_psql(format!(
+            "SELECT version FROM toolonce_schema WHERE table_name = '{table}'"
+        ))
+        .await,
+        "99"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_table_name_is_created_quoted_and_used() {
+    let table = format!("Custom_{}", unique_table());
+    let url = tokio::task::spawn_blocking(database_url).await.unwrap();
+    let store = PostgresStore::builder(&url)
+        .table(&table)
+        .connect()
+        .await
+        .unwrap();
+    assert_eq!(store.table(), table);
+    let (k, fp) = conformance::op("custom");
+    let owner = conformance::won(store.claim(&k, &fp, conformance::LONG).await.unwrap());
+    let _ = store
+        .complete(
+            &k,
+            owner,
+            &json!({"ok": 1.0, "nul": "a\u{0}b"}),
+            conformance::LONG,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        shared_psql(format!(
+            "SELECT state || ' ' || result::text FROM \"{table}\" WHERE key = '{}'",
+            k.as_str()
+        ))
+        .await,
+        r#"done {"nul":"a\u0000b","ok":1.0}"#,
+        "the result is kept as written"
+    );
+    match store.get(&k).await.unwrap().unwrap().state {
+        toolonce::EntryState::Done { result, .. } => {
+            assert_eq!(result, json!({"ok": 1.0, "nul": "a\u{0}b"}))
+        }
+        other => panic!("{other:?}"),
+    }
+    // No default table was created alongside.
+    assert_eq!(
+        shared_psql("SELECT to_regclass('toolonce_entries') IS NULL".into()).await,
+        "t"
+    );
+}
+
+#[tokio::test]
+async fn invalid_table_names_are_refused_before_connecting() {
+    for bad in ["", "1st", "a-b", "x\"; DROP TABLE y; --", "toolonce_schema"] {
+        // No server at this address: the name is checked first.
+        let err = PostgresStore::builder("postgres://nobody@127.0.0.1:1/none")
+            .table(bad)
+            .connect()
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Config(_)), "{bad:?}: {}", report(&err));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_migration_on_connect_the_schema_waits_for_migrate() {
+    let table = unique_table();
+    let url = tokio::task::spawn_blocking(database_url).await.unwrap();
+    let store = PostgresStore::builder(&url)
+        .table(&table)
+        .migrate_on_connect(false)
+        .connect()
+        .await
+        .unwrap();
+    assert_eq!(store.schema_version().await.unwrap(), 0);
+    assert_eq!(
+        shared_psql(format!("SELECT to_regclass('\"{table}\"') IS NULL")).await,
+        "t"
+    );
+    let (k, fp) = conformance::op("lazy");
+    let err = store.claim(&k, &fp, conformance::LONG).await.unwrap_err();
+    assert!(matches!(err, Error::Store(_)), "{}", report(&err));
+
+    assert_eq!(store.migrate().await.unwrap(), SCHEMA_VERSION);
+    assert_eq!(store.schema_version().await.unwrap(), SCHEMA_VERSION);
+    conformance::won(store.claim(&k, &fp, conformance::LONG).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_stores_migrating_one_new_table_at_once_all_succeed() {
+    let table = unique_table();
+    let url = tokio::task::spawn_blocking(database_url).await.unwrap();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (url, table) = (url.clone(), table.clone());
+            tokio::spawn(async move {
+                PostgresStore::builder(url)
+                    .table(table)
+                    .pool_size(1)
+                    .connect()
+                    .await
+                    .map(|_| ())
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+}
