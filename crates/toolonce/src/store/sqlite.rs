@@ -202,8 +202,9 @@ type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 ///   reader connections that never wait: their busy timeout is 0, a reader that is in use is
 ///   skipped, and a busy database or a busy pool sends the read to the connection thread
 ///   instead. In WAL mode readers do not block on writers, so such a read is a few microseconds
-///   of CPU on cached pages, less than the thread hop it saves (a replay would otherwise cost
-///   twice as much). [`SqliteOptions::readers`]`(0)` turns this off.
+///   of CPU on cached pages, less than the two thread switches it saves (with
+///   [`SqliteOptions::readers`]`(0)`, which turns this off, a replay costs three to five times
+///   as much; see `benches/sqlite.rs`).
 /// - **WAL, `synchronous=NORMAL`.** Readers and the writer do not block each other, and a
 ///   commit appends to the log without a flush (see [`SqliteOptions::full_sync`] for what that
 ///   trades).
