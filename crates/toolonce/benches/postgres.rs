@@ -75,8 +75,14 @@ struct Raw {
 
 impl Raw {
     async fn connect(url: &str) -> Raw {
+        // The settings `PostgresStore` applies to its connections.
         let mut config: tokio_postgres::Config = url.parse().unwrap();
-        config.application_name("toolonce");
+        config
+            .application_name("toolonce")
+            .keepalives_idle(Duration::from_secs(10))
+            .keepalives_interval(Duration::from_secs(5))
+            .keepalives_retries(3)
+            .tcp_user_timeout(Duration::from_secs(30));
         let (client, connection) = config.connect(NoTls).await.unwrap();
         tokio::spawn(connection);
         let claim = client.prepare(CLAIM).await.unwrap();

@@ -69,10 +69,12 @@ fn report(e: &Error) -> String {
 // Round trips
 
 /// A TCP proxy in front of the server that counts the client's round trips: each ends with a
-/// `Sync` (the extended protocol that prepared statements use) or is a simple `Query`.
+/// `Sync` (the extended protocol that prepared statements use) or is a simple `Query`. While
+/// frozen, it holds the client's bytes back, as a server that stopped answering would.
 struct CountingProxy {
     port: u16,
     round_trips: Arc<AtomicU64>,
+    frozen: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl CountingProxy {
@@ -80,7 +82,9 @@ impl CountingProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let round_trips = Arc::new(AtomicU64::new(0));
+        let frozen = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let counter = round_trips.clone();
+        let freeze = frozen.clone();
         tokio::spawn(async move {
             loop {
                 let (client, _) = listener.accept().await.unwrap();
@@ -90,7 +94,7 @@ impl CountingProxy {
                 tokio::spawn(async move {
                     let _ = tokio::io::copy(&mut server_rx, &mut client_tx).await;
                 });
-                let counter = counter.clone();
+                let (counter, freeze) = (counter.clone(), freeze.clone());
                 tokio::spawn(async move {
                     let mut parser = MessageCounter::default();
                     let mut buf = vec![0u8; 64 * 1024];
@@ -99,6 +103,9 @@ impl CountingProxy {
                             Ok(0) | Err(_) => break,
                             Ok(n) => n,
                         };
+                        while freeze.load(Ordering::SeqCst) {
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
                         let trips = parser.feed(&buf[..n]);
                         counter.fetch_add(trips, Ordering::SeqCst);
                         if server_tx.write_all(&buf[..n]).await.is_err() {
@@ -108,7 +115,11 @@ impl CountingProxy {
                 });
             }
         });
-        CountingProxy { port, round_trips }
+        CountingProxy {
+            port,
+            round_trips,
+            frozen,
+        }
     }
 
     fn round_trips(&self) -> u64 {
@@ -563,6 +574,39 @@ async fn killing_the_server_mid_call_runs_nothing_twice_and_the_same_store_recov
     tokio::time::timeout(Duration::from_secs(120), body)
         .await
         .expect("the outage test took more than two minutes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_stops_answering_is_reported_unavailable_after_the_operation_timeout() {
+    let pg = tokio::task::spawn_blocking(shared_postgres).await.unwrap();
+    let db_url = tokio::task::spawn_blocking(database_url).await.unwrap();
+    let proxy = CountingProxy::start(pg.addr()).await;
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/{}",
+        proxy.port,
+        database_of(&db_url)
+    );
+    let store = PostgresStore::builder(url)
+        .table(unique_table())
+        .pool_size(1)
+        .operation_timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .unwrap();
+    let (k, fp) = conformance::op("frozen");
+    proxy.frozen.store(true, Ordering::SeqCst);
+    let started = Instant::now();
+    let err = store.claim(&k, &fp, conformance::LONG).await.unwrap_err();
+    assert!(matches!(err, Error::Unavailable(_)), "{}", report(&err));
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // The silent connection was dropped: the next operation opens a fresh one and succeeds.
+    // The held-back claim may still have reached the server when the proxy let it through:
+    // after an error the outcome of a write is unknown, so the retry may find its entry.
+    proxy.frozen.store(false, Ordering::SeqCst);
+    match store.claim(&k, &fp, conformance::LONG).await.unwrap() {
+        toolonce::Claim::Won(_) => {}
+        toolonce::Claim::Existing(e) => assert_eq!(e.state(), toolonce::State::Running),
+    }
 }
 
 #[tokio::test]
