@@ -202,8 +202,7 @@ fn wait_for_file(path: &Path, child: &mut Child, timeout: Duration) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_process_killed_after_charging_leaves_a_running_entry_that_is_reclaimed_with_the_same_key_after_its_lease()
- {
+async fn a_process_killed_after_charging_is_reclaimed_with_the_same_key_once_its_lease_expires() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("crash.db");
     let marker = dir.path().join("charged");

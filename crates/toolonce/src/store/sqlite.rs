@@ -49,10 +49,11 @@ CREATE INDEX toolonce_entries_expires_at ON toolonce_entries (expires_at);
 /// The statements the store runs, public only so that the benchmark can run exactly the same
 /// SQL on a raw connection as its baseline. Not a stable API.
 ///
-/// Every write runs between [`BEGIN`] and [`COMMIT`]: `BEGIN IMMEDIATE` takes the database's
-/// write lock up front (waiting up to the busy timeout for another connection or process to
-/// release it), so nothing else can write between the statements of one operation, and the
-/// clock is read only once the lock is held (a wait for the lock cannot make `now` stale).
+/// Every write runs between [`BEGIN`](sql::BEGIN) and [`COMMIT`](sql::COMMIT): `BEGIN
+/// IMMEDIATE` takes the database's write lock up front (waiting up to the busy timeout for
+/// another connection or process to release it), so nothing else can write between the
+/// statements of one operation, and the clock is read only once the lock is held (a wait for
+/// the lock cannot make `now` stale).
 #[doc(hidden)]
 pub mod sql {
     /// Takes the write lock for the operation's transaction.
