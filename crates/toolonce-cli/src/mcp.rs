@@ -96,37 +96,74 @@ pub(crate) async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
             scope
         }
     };
-    let store = store::LazyStore::open(&args.store).await;
     let (program, server_args) = args
         .command
         .split_first()
         .context("no server command after --")?;
     let mut command = tokio::process::Command::new(program);
     command.args(server_args);
-
-    let client_in = stdio::spawn_reader(std::io::stdin(), "mcp-client-in");
-    let (client_out, out_rx) = stdio::ClientOut::channel();
-    let writer = stdio::spawn_writer(std::io::stdout(), out_rx, "mcp-client-out")
-        .context("cannot start the stdout thread")?;
-    let shutdown_timeout = config.proxy.shutdown_timeout;
-    let settings = proxy::Settings {
+    let settings = Settings {
+        url: args.store,
         scope,
         config: Arc::new(config),
+        command,
+    };
+
+    // The proxy runs on a single-threaded runtime of its own. A relay gains nothing from more
+    // threads and pays for every wake-up that crosses them: on one thread, the only wake-ups
+    // per message are those between the client, the proxy and the server.
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("toolonce-mcp".into())
+        .spawn(move || {
+            let status = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(anyhow::Error::from)
+                .map(|runtime| {
+                    let status = runtime.block_on(serve(settings));
+                    // Not waiting for blocking tasks: a fallback blocking read of stdin may
+                    // never return.
+                    runtime.shutdown_background();
+                    status
+                });
+            let _ = tx.send(status.and_then(|status| status));
+        })
+        .context("cannot start the proxy's thread")?;
+    let status = rx.await.context("the proxy's thread failed")??;
+    Ok(exit_code(status))
+}
+
+struct Settings {
+    url: String,
+    scope: String,
+    config: Arc<config::Config>,
+    command: tokio::process::Command,
+}
+
+async fn serve(settings: Settings) -> anyhow::Result<std::process::ExitStatus> {
+    let store = store::LazyStore::open(&settings.url).await;
+    let client_in = stdio::spawn_reader(stdio::stdin());
+    let (client_out, out_rx) = stdio::ClientOut::channel();
+    let writer = stdio::spawn_writer(stdio::stdout(), out_rx);
+    let shutdown_timeout = settings.config.proxy.shutdown_timeout;
+    let proxy = proxy::Settings {
+        scope: settings.scope,
+        config: settings.config,
         store: Arc::new(store),
     };
     let status = proxy::run(
-        settings,
-        command,
+        proxy,
+        settings.command,
         client_in,
         client_out.clone(),
         shutdown_timeout,
     )
     .await;
-    // Join the writer (it stops at the close message) so every answer is flushed before the
-    // process exits.
+    // Every answer is flushed before the process exits.
     client_out.close();
-    let _ = tokio::task::spawn_blocking(move || writer.join()).await;
-    Ok(exit_code(status?))
+    let _ = writer.await;
+    status
 }
 
 /// A scope no other proxy process will pick: 64 random bits.

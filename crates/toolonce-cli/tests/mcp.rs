@@ -392,8 +392,11 @@ fn the_proxy_exits_with_the_server_exit_code() {
 #[test]
 fn client_hanging_up_closes_the_server_and_ends_with_its_code() {
     let mut peer = ready(Spawn::proxy().env("MCP_TEST_EOF_EXIT", "3"));
-    peer.call("charge", json!({}));
+    // A call sent right before hanging up still reaches the server, as it would without us.
+    let id = peer.call_async("charge", json!({"last": true}));
     peer.close_stdin();
+    assert!(!is_error(&peer.response(&id)));
+    assert_eq!(peer.count("charge"), 1);
     assert_eq!(peer.wait(Duration::from_secs(10)).code(), Some(3));
 }
 
@@ -445,4 +448,86 @@ fn without_a_scope_the_proxy_picks_and_logs_a_random_one() {
         b_answer["result"]["_meta"]["received"]["toolonce/key"]
     );
     assert!(a.stderr().contains("random scope"), "{}", a.stderr());
+}
+
+/// Node.js clients (libuv) give a child UNIX sockets, not pipes, for its stdio.
+#[test]
+fn works_when_the_client_talks_over_unix_sockets() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
+    use std::process::{Command, Stdio};
+
+    let (mut ours, theirs) = UnixStream::pair().unwrap();
+    ours.set_read_timeout(Some(mcp_peer::PATIENCE)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let counter = dir.path().join("executions");
+    let mut proxy = Command::new(mcp_peer::toolonce())
+        .args(["mcp", "--store", "memory://", "--scope", "socket", "--"])
+        .arg(mcp_peer::test_server())
+        .env("MCP_TEST_COUNTER", &counter)
+        .stdin(Stdio::from(OwnedFd::from(theirs.try_clone().unwrap())))
+        .stdout(Stdio::from(OwnedFd::from(theirs)))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(ours.try_clone().unwrap());
+    let mut answers = Vec::new();
+    for id in 1..=3 {
+        writeln!(
+            ours,
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"charge","arguments":{{"n":1}}}}}}"#
+        )
+        .unwrap();
+        let mut line = String::new();
+        lines.read_line(&mut line).unwrap();
+        answers.push(without_id(&serde_json::from_str(&line).unwrap()));
+    }
+    assert_eq!(answers[0], answers[1]);
+    assert_eq!(answers[1], answers[2]);
+    assert_eq!(
+        std::fs::read_to_string(&counter).unwrap().lines().count(),
+        1
+    );
+    ours.shutdown(std::net::Shutdown::Write).unwrap();
+    assert_eq!(proxy.wait().unwrap().code(), Some(0));
+}
+
+/// Neither a pipe nor a socket (here: files), stdin and stdout fall back to blocking I/O.
+#[test]
+fn works_when_stdin_and_stdout_are_files() {
+    use std::process::{Command, Stdio};
+
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let output = dir.path().join("out.jsonl");
+    std::fs::write(
+        &input,
+        concat!(
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge","arguments":{}}}"#,
+            "\n",
+        ),
+    )
+    .unwrap();
+    let status = Command::new(mcp_peer::toolonce())
+        .args(["mcp", "--store", "memory://", "--"])
+        .arg(mcp_peer::test_server())
+        .stdin(std::fs::File::open(&input).unwrap())
+        .stdout(std::fs::File::create(&output).unwrap())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let out = std::fs::read_to_string(&output).unwrap();
+    let answers: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(answers.len(), 2, "{out}");
+    assert!(
+        answers.iter().any(|a| a["id"] == 2 && !is_error(a)),
+        "{out}"
+    );
 }

@@ -72,7 +72,7 @@ mod tests {
 
     #[test]
     fn answers_are_sent_as_one_array_in_request_order_once_all_arrived() {
-        let (out, rx) = ClientOut::channel();
+        let (out, mut rx) = ClientOut::channel();
         let batch = Batch::new(3, out);
         batch.settle(2, Some(b"{\"id\":3}\n".to_vec()));
         batch.settle(0, Some(b"{\"id\":1}".to_vec()));
@@ -83,7 +83,7 @@ mod tests {
 
     #[test]
     fn a_batch_without_answers_sends_nothing() {
-        let (out, rx) = ClientOut::channel();
+        let (out, mut rx) = ClientOut::channel();
         let batch = Batch::new(1, out);
         batch.settle(0, None);
         assert!(rx.try_recv().is_err());

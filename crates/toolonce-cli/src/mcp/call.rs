@@ -23,7 +23,7 @@ use toolonce::{Outcome, ToolError, WriteAnswer};
 use super::batch::Batch;
 use super::config::Policy;
 use super::jsonrpc::{self, IdKey, META_KEY};
-use super::proxy::{Route, Shared};
+use super::proxy::{Route, Shared, UnsentCall};
 use super::stdio::ClientOut;
 
 /// A write call taken from the client's stream.
@@ -78,13 +78,20 @@ pub(super) async fn run(
     call: Call,
     cancel: watch::Receiver<bool>,
     sink: Sink,
+    unsent: UnsentCall,
 ) {
-    let answer = answer(&shared, &call, cancel).await;
+    let answer = answer(&shared, &call, cancel, &unsent).await;
+    drop(unsent);
     shared.routes().calls.remove(&call.id_key);
     sink.answer(answer);
 }
 
-async fn answer(shared: &Shared, call: &Call, cancel: watch::Receiver<bool>) -> Option<Vec<u8>> {
+async fn answer(
+    shared: &Shared,
+    call: &Call,
+    cancel: watch::Receiver<bool>,
+    unsent: &UnsentCall,
+) -> Option<Vec<u8>> {
     let policy = shared.config.policy(&call.tool);
     let error_line = |text: &str| Some(jsonrpc::result_line(&call.id, &jsonrpc::tool_error(text)));
     let derived = match key::derive(
@@ -111,6 +118,7 @@ async fn answer(shared: &Shared, call: &Call, cancel: watch::Receiver<bool>) -> 
         policy: &policy,
         derived: &derived,
         response: &response,
+        unsent,
     };
     let run = shared
         .layer
@@ -198,6 +206,7 @@ struct Forward<'a> {
     derived: &'a Derived,
     /// The server's answer, as it sent it, for the client.
     response: &'a Mutex<Option<Vec<u8>>>,
+    unsent: &'a UnsentCall,
 }
 
 impl Forward<'_> {
@@ -214,6 +223,7 @@ impl Forward<'_> {
             policy,
             derived,
             response,
+            unsent,
         } = self;
         let request = with_key(&call.request, derived.key.as_str());
         let (tx, mut rx) = oneshot::channel();
@@ -231,7 +241,9 @@ impl Forward<'_> {
                 .routes()
                 .pending
                 .insert(call.id_key.clone(), Route::Call(tx));
-            if !stdin.send(&request).await {
+            let sent = stdin.send(&request).await;
+            unsent.settle();
+            if !sent {
                 shared.routes().pending.remove(&call.id_key);
                 return Err(ToolError::transient(
                     "Not executed: the MCP server's input is closed, so the call was not sent.",

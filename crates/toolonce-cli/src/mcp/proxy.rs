@@ -4,6 +4,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use anyhow::Context;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use toolonce::{Layer, Store};
 
@@ -121,6 +122,62 @@ impl Routes {
     }
 }
 
+/// Counts the write calls whose request has not gone to the server yet (being claimed, or
+/// waiting for another run of the operation), so that a client that sends a call and hangs up
+/// at once still has it delivered before the server's input is closed, as without the proxy.
+#[derive(Debug, Default)]
+pub(super) struct Unsent {
+    count: AtomicUsize,
+    drained: Notify,
+}
+
+impl Unsent {
+    /// Returns once no call is left unsent.
+    async fn drained(&self) {
+        loop {
+            let drained = self.drained.notified();
+            tokio::pin!(drained);
+            drained.as_mut().enable();
+            if self.count.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            drained.await;
+        }
+    }
+}
+
+/// One call's place in [`Unsent`], given up when its request is sent or the call ends.
+#[derive(Debug)]
+pub(super) struct UnsentCall {
+    shared: Arc<Shared>,
+    settled: AtomicBool,
+}
+
+impl UnsentCall {
+    fn new(shared: Arc<Shared>) -> Self {
+        shared.unsent.count.fetch_add(1, Ordering::AcqRel);
+        UnsentCall {
+            shared,
+            settled: AtomicBool::new(false),
+        }
+    }
+
+    /// The request went out, or never will.
+    pub(super) fn settle(&self) {
+        if !self.settled.swap(true, Ordering::AcqRel)
+            && self.shared.unsent.count.fetch_sub(1, Ordering::AcqRel) == 1
+        {
+            self.shared.unsent.drained.notify_waiters();
+        }
+    }
+}
+
+impl Drop for UnsentCall {
+    fn drop(&mut self) {
+        self.settle();
+    }
+}
+
 /// State shared by the routing loop, the server reader and the calls.
 #[derive(Debug)]
 pub(super) struct Shared {
@@ -129,6 +186,7 @@ pub(super) struct Shared {
     pub(super) tools: Tools,
     pub(super) layer: Layer,
     pub(super) server_in: ServerIn,
+    unsent: Unsent,
     pub(super) to_client: ClientOut,
     /// A std mutex: every critical section is a few map operations and channel sends that
     /// never block, and none holds it across an `.await`.
@@ -231,7 +289,8 @@ impl Shared {
             }
             routes.calls.insert(call.id_key.clone(), cancel_tx);
         }
-        calls.spawn(call::run(self.clone(), call, cancel_rx, sink));
+        let unsent = UnsentCall::new(self.clone());
+        calls.spawn(call::run(self.clone(), call, cancel_rx, sink, unsent));
     }
 
     /// Handles a `notifications/cancelled` (parsed `message`, bytes `line`). Returns whether it
@@ -444,6 +503,7 @@ pub(crate) async fn run(
         config: settings.config,
         layer: Layer::new(settings.store),
         server_in: ServerIn(tokio::sync::Mutex::new(Some(stdin))),
+        unsent: Unsent::default(),
         to_client: client_out.clone(),
         routes: Mutex::new(Routes::default()),
     });
@@ -499,6 +559,19 @@ async fn hang_up(
     child: &mut Child,
     timeout: Duration,
 ) -> anyhow::Result<ExitStatus> {
+    // Write calls the client sent before hanging up still reach the server first (one waiting
+    // for another run of its operation, at most for the shutdown timeout).
+    tokio::select! {
+        drained = tokio::time::timeout(timeout, shared.unsent.drained()) => {
+            if drained.is_err() {
+                tracing::warn!(
+                    target: "toolonce::mcp",
+                    "closing the server's input with write calls not sent yet"
+                );
+            }
+        }
+        status = child.wait() => return Ok(status?),
+    }
     shared.server_in.close().await;
     if let Ok(status) = tokio::time::timeout(timeout, child.wait()).await {
         return Ok(status?);
