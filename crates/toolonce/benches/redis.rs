@@ -8,9 +8,12 @@
 //!   the plain pairs.
 //!
 //! The server is a real `redis-server` started by the test support. After criterion's own
-//! report, a second pass alternates ours and raw in short rounds (so drift hits both alike) and
-//! prints `redis first-time: toolonce 61.2 µs, raw 58.9 µs, ratio 0.96` with ratio = raw / ours.
-//! Run with `cargo bench -p toolonce --features redis --bench redis`.
+//! report, a second pass alternates ours and raw in short rounds (so drift in the machine's load
+//! hits both alike) and prints `redis first-time: toolonce 61.2 µs, raw 58.9 µs, ratio 0.96`
+//! (ratio = raw / ours), with the CPU each call cost this process and the server, and then the
+//! server's own time per command. Run with
+//! `cargo bench -p toolonce --features redis --bench redis` (add `-- none` to skip criterion's
+//! pass and print only the ratios).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -304,42 +307,108 @@ fn bench_all(c: &mut Criterion) {
     group.finish();
 
     if std::env::args().any(|arg| arg == "--bench") {
+        assert_eq!(shared_redis().command(&["CONFIG", "RESETSTAT"]), "OK");
         print_ratios(&bench);
+        print_server_time();
     }
 }
 
-/// Alternates ours and raw in rounds of `n` operations for about `total`, and returns the
-/// median time per operation of each.
-fn compare<O, R>(
-    bench: &Arc<Bench>,
-    n: u64,
-    total: Duration,
-    ours: O,
-    raw: R,
-) -> (Duration, Duration)
-where
-    O: Fn(Arc<Bench>, u64) -> std::pin::Pin<Box<dyn std::future::Future<Output = Duration>>>,
-    R: Fn(Arc<Bench>, u64) -> std::pin::Pin<Box<dyn std::future::Future<Output = Duration>>>,
-{
-    let mut ours_t = Vec::new();
-    let mut raw_t = Vec::new();
+/// CPU time used so far by this process (all threads) and by the Redis server: the machine's
+/// load stretches round trips, but hardly what each call costs in CPU.
+fn cpu_now() -> (Duration, Duration) {
+    // utime and stime, fields 14 and 15 of /proc/self/stat, in ticks of 1/100 s.
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<u64> = after_name
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let client = Duration::from_millis(fields.iter().sum::<u64>() * 10);
+    let info = shared_redis().command(&["INFO", "cpu"]);
+    let server: f64 = info
+        .lines()
+        .filter_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            matches!(name, "used_cpu_sys" | "used_cpu_user")
+                .then(|| value.trim().parse::<f64>().ok())?
+        })
+        .sum();
+    (client, Duration::from_secs_f64(server))
+}
+
+/// One side of a comparison: median wall time per call, and CPU per call (client, server).
+struct Side {
+    wall: Duration,
+    client_cpu: Duration,
+    server_cpu: Duration,
+}
+
+type Run =
+    Box<dyn Fn(Arc<Bench>, u64) -> std::pin::Pin<Box<dyn std::future::Future<Output = Duration>>>>;
+
+/// Alternates ours and raw in rounds of `n` operations for about `total` (so drift in the
+/// machine's load hits both alike) and measures each side.
+fn compare(bench: &Arc<Bench>, n: u64, total: Duration, ours: Run, raw: Run) -> (Side, Side) {
+    let mut walls = [Vec::new(), Vec::new()];
+    let mut cpu = [(Duration::ZERO, Duration::ZERO); 2];
+    let mut calls = [0u32; 2];
     let start = Instant::now();
-    while start.elapsed() < total || ours_t.len() < 5 {
-        ours_t.push(bench.runtime.block_on(ours(bench.clone(), n)) / n as u32);
-        raw_t.push(bench.runtime.block_on(raw(bench.clone(), n)) / n as u32);
+    while start.elapsed() < total || walls[0].len() < 5 {
+        for (i, run) in [&ours, &raw].into_iter().enumerate() {
+            let (c0, s0) = cpu_now();
+            walls[i].push(bench.runtime.block_on(run(bench.clone(), n)) / n as u32);
+            let (c1, s1) = cpu_now();
+            cpu[i].0 += c1 - c0;
+            cpu[i].1 += s1 - s0;
+            calls[i] += n as u32;
+        }
     }
-    ours_t.sort();
-    raw_t.sort();
-    (ours_t[ours_t.len() / 2], raw_t[raw_t.len() / 2])
+    let mut side = |i: usize| {
+        walls[i].sort();
+        Side {
+            wall: walls[i][walls[i].len() / 2],
+            client_cpu: cpu[i].0 / calls[i],
+            server_cpu: cpu[i].1 / calls[i],
+        }
+    };
+    let ours = side(0);
+    (ours, side(1))
+}
+
+/// The server's own time per command during the ratio pass (`INFO commandstats`; since Redis 7
+/// a script's time includes the commands it runs, and the `get`/`set` counts include those run
+/// by scripts).
+fn print_server_time() {
+    let info = shared_redis().command(&["INFO", "commandstats"]);
+    let per_call = |command: &str| -> Option<String> {
+        let line = info
+            .lines()
+            .find(|l| l.starts_with(&format!("cmdstat_{command}:")))?;
+        let usec = line.split("usec_per_call=").nth(1)?.split(',').next()?;
+        Some(format!("{command} {usec} µs"))
+    };
+    let stats: Vec<String> = ["evalsha", "set", "get"]
+        .iter()
+        .filter_map(|c| per_call(c))
+        .collect();
+    println!("redis server time per command: {}", stats.join(", "));
 }
 
 fn print_ratios(bench: &Arc<Bench>) {
-    let line = |name: &str, (ours, raw): (Duration, Duration)| {
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let line = |name: &str, (ours, raw): (Side, Side)| {
         println!(
-            "{name}: toolonce {:.1} µs, raw {:.1} µs, ratio {:.2}",
-            ours.as_secs_f64() * 1e6,
-            raw.as_secs_f64() * 1e6,
-            raw.as_secs_f64() / ours.as_secs_f64()
+            "{name}: toolonce {:.1} µs, raw {:.1} µs, ratio {:.2}  \
+             (CPU per call, client + server: toolonce {:.1} + {:.1} µs, raw {:.1} + {:.1} µs)",
+            us(ours.wall),
+            us(raw.wall),
+            raw.wall.as_secs_f64() / ours.wall.as_secs_f64(),
+            us(ours.client_cpu),
+            us(ours.server_cpu),
+            us(raw.client_cpu),
+            us(raw.server_cpu),
         );
     };
     let total = Duration::from_secs(4);
@@ -349,8 +418,8 @@ fn print_ratios(bench: &Arc<Bench>) {
             bench,
             200,
             total,
-            |b, n| Box::pin(async move { b.first_time_ours(n).await }),
-            |b, n| Box::pin(async move { b.first_time_raw(n).await }),
+            Box::new(|b, n| Box::pin(async move { b.first_time_ours(n).await })),
+            Box::new(|b, n| Box::pin(async move { b.first_time_raw(n).await })),
         ),
     );
     line(
@@ -359,8 +428,8 @@ fn print_ratios(bench: &Arc<Bench>) {
             bench,
             200,
             total,
-            |b, n| Box::pin(async move { b.replay_ours(n).await }),
-            |b, n| Box::pin(async move { b.replay_raw(n).await }),
+            Box::new(|b, n| Box::pin(async move { b.replay_ours(n).await })),
+            Box::new(|b, n| Box::pin(async move { b.replay_raw(n).await })),
         ),
     );
     line(
@@ -369,8 +438,8 @@ fn print_ratios(bench: &Arc<Bench>) {
             bench,
             1_600,
             total,
-            |b, n| Box::pin(async move { b.concurrent_ours(n).await }),
-            |b, n| Box::pin(async move { b.concurrent_raw(n).await }),
+            Box::new(|b, n| Box::pin(async move { b.concurrent_ours(n).await })),
+            Box::new(|b, n| Box::pin(async move { b.concurrent_raw(n).await })),
         ),
     );
 }

@@ -38,10 +38,7 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         include_str!("redis/now.lua"),
         include_str!("redis/claim.lua")
     )),
-    read: Script::new(concat!(
-        include_str!("redis/now.lua"),
-        include_str!("redis/read.lua")
-    )),
+    read: Script::new(include_str!("redis/read.lua")),
     renew: Script::new(concat!(
         include_str!("redis/owned.lua"),
         include_str!("redis/renew.lua")
@@ -231,15 +228,16 @@ impl RedisStoreBuilder {
 /// first-time write call two: claim and complete; a replay one). The owner token is compared
 /// inside the script that writes (fencing). Expiry is Redis's (`PX`, `PEXPIRE`), and the
 /// timestamps (`startedAt`, `completedAt`, `failedAt`) come from the server's `TIME` inside the
-/// scripts: every worker, whatever its own clock says, agrees on when a lease ends, and the
-/// timestamps are on the same clock as the expiry they sit beside. Scripts calling `TIME`
-/// before writing need effect replication, the default since Redis 5, the oldest version this
-/// store supports.
+/// scripts: every worker, whatever its own clock says, agrees on when a lease ends, and all
+/// workers' timestamps are on one clock, the one that expires the entries. (An
+/// [`Entry::expires_at`] is Redis's remaining `PTTL` added to this machine's clock, since that
+/// is the clock a caller compares it with.) Scripts calling `TIME` before writing need effect
+/// replication, the default since Redis 5, the oldest version this store supports.
 ///
 /// Results and errors are encoded to JSON here, in Rust, and passed to the scripts as text that
-/// they splice in unchanged: Redis's `cjson` would round numbers to 14 significant digits, so
-/// the scripts only ever decode an entry to read its `status`, `owner`, `startedAt` and
-/// `fingerprint`.
+/// they splice in unchanged. The scripts never use `cjson` (it would round numbers to 14
+/// significant digits, and can raise on odd input): the fencing scripts recognise a running
+/// entry of ours by its exact shape, with one anchored Lua pattern.
 ///
 /// # URLs
 ///
@@ -673,19 +671,18 @@ fn cluster_masters(reply: Value) -> Result<Vec<(String, u16)>> {
     Ok(masters)
 }
 
-/// Decodes `{value, PTTL, server time in ms}` from the claim and read scripts.
+/// Decodes `{value, PTTL}` from the claim and read scripts.
+///
+/// Redis decides the expiry; the remaining time it reports is turned into an instant on this
+/// machine's clock, which is what a caller compares it with.
 fn decode_read(key: &OperationKey, reply: Value) -> Result<Entry> {
     let bad = |what: &str| Error::store(format!("unexpected reply from the script: {what}"));
     let Value::Array(mut parts) = reply else {
         return Err(bad("not an array"));
     };
-    if parts.len() != 3 {
-        return Err(bad("not three elements"));
+    if parts.len() != 2 {
+        return Err(bad("not two elements"));
     }
-    let now = match parts.pop() {
-        Some(Value::Int(n)) => n,
-        _ => return Err(bad("time")),
-    };
     let pttl = match parts.pop() {
         Some(Value::Int(n)) => n,
         _ => return Err(bad("PTTL")),
@@ -695,7 +692,9 @@ fn decode_read(key: &OperationKey, reply: Value) -> Result<Entry> {
         _ => return Err(bad("value")),
     };
     // PTTL is -1 for a key without expiry (written so by another worker).
-    let expires_at = (pttl >= 0).then(|| epoch_ms(now.saturating_add(pttl) as f64));
+    let expires_at = u64::try_from(pttl)
+        .ok()
+        .map(|ms| SystemTime::now() + Duration::from_millis(ms));
     decode_entry(key, &raw, expires_at)
 }
 

@@ -2,15 +2,14 @@
 -- entry after startedAt, built by the client (`,"owner":"…","fingerprint":"…"}`).
 --
 -- Returns 1 when the key was absent (or expired: Redis treats it as absent) and is now
--- running for the lease; otherwise {value, PTTL, server time in ms}, read in this same
--- script. Scripts run one at a time, so deciding the winner and reading the existing entry are
--- one atomic step: two callers can never both win, and a loser always sees the entry that beat
--- it (there is no "set if absent, then read" gap in which it could vanish).
-local now = now_ms()
+-- running for the lease; otherwise {value, PTTL}, read in this same script. Scripts run one
+-- at a time, so deciding the winner and reading the existing entry are one atomic step: two
+-- callers can never both win, and a loser always sees the entry that beat it (there is no
+-- "set if absent, then read" gap in which it could vanish).
 local value = redis.call('GET', KEYS[1])
 if value then
-  return {value, redis.call('PTTL', KEYS[1]), now}
+  return {value, redis.call('PTTL', KEYS[1])}
 end
-redis.call('SET', KEYS[1], '{"status":"running","startedAt":' .. string.format('%d', now) .. ARGV[2],
-  'PX', ARGV[1])
+redis.call('SET', KEYS[1], '{"status":"running","startedAt":' .. string.format('%d', now_ms())
+  .. ARGV[2], 'PX', ARGV[1])
 return 1

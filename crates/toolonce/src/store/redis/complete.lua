@@ -3,9 +3,10 @@
 -- The result is spliced in as the client encoded it and never passes through cjson, which would
 -- round numbers to 14 digits. Writes only if the entry is still running with that owner, in
 -- the same script as the check (fencing). Returns 1 when written, 0 when not the owner.
-local entry = owned(KEYS[1], ARGV[1])
-if not entry then
+local started, fingerprint = owned(KEYS[1], ARGV[1])
+if not started then
   return 0
 end
-redis.call('SET', KEYS[1], ARGV[3] .. settled_tail(entry, 'completedAt', now_ms()), 'PX', ARGV[2])
+redis.call('SET', KEYS[1], ARGV[3] .. settled_tail(started, fingerprint, 'completedAt', now_ms()),
+  'PX', ARGV[2])
 return 1

@@ -3,13 +3,14 @@
 -- `{"status":"failed","error":<json>`. If the entry is still running with that owner (checked
 -- in the same script as the write: fencing), deletes it (transient) or records the failure
 -- for the retention (sticky). Returns 1 when applied, 0 when not the owner.
-local entry = owned(KEYS[1], ARGV[1])
-if not entry then
+local started, fingerprint = owned(KEYS[1], ARGV[1])
+if not started then
   return 0
 end
 if ARGV[2] == '' then
   redis.call('DEL', KEYS[1])
 else
-  redis.call('SET', KEYS[1], ARGV[3] .. settled_tail(entry, 'failedAt', now_ms()), 'PX', ARGV[2])
+  redis.call('SET', KEYS[1], ARGV[3] .. settled_tail(started, fingerprint, 'failedAt', now_ms()),
+    'PX', ARGV[2])
 end
 return 1
