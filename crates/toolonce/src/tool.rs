@@ -104,9 +104,13 @@ impl WriteContext {
         (IDEMPOTENCY_KEY_HEADER, self.key.as_str())
     }
 
-    /// Whether an earlier run of this operation may have started and not finished (its claim
-    /// was taken over from an expired or transiently failed owner). The downstream system's
-    /// idempotency key is what makes running again safe then.
+    /// Whether this call waited on an earlier run of the same operation that then vanished
+    /// without a result (its owner failed transiently, or crashed and its lease expired), so
+    /// that earlier run may have taken effect downstream. Handing the key downstream is what
+    /// makes running again safe either way.
+    ///
+    /// `false` proves nothing: a call that claims an expired entry without having waited for it
+    /// cannot always tell (Redis, for one, forgets expired entries).
     pub fn may_have_run_before(&self) -> bool {
         self.attempt_reclaimed
     }
