@@ -23,6 +23,11 @@
 //! - **Nothing blocks forever.** A forwarded call waits at most `call_timeout`; a cancelled
 //!   one at most `cancel_grace`. Then the proxy stops renewing the claim, which expires with
 //!   its lease (the outcome is unknown, so it is neither recorded nor released).
+//! - **Batches** (JSON arrays, protocol 2025-03-26 only) pass through untouched unless they
+//!   hold a write call; then they are split so the write calls go through the layer too, and
+//!   answered as one array (see [`batch`]).
+//! - **One thread.** The proxy runs on a single-threaded runtime with non-blocking stdio: a
+//!   relay gains nothing from more threads and pays for every wake-up that crosses them.
 //!
 //! # Layout
 //!
@@ -33,7 +38,7 @@
 //! - [`call`]: one intercepted write call through the layer.
 //! - [`batch`]: batches (protocol 2025-03-26) that hold write calls.
 //! - [`store`]: a store opened lazily, so an outage at start-up fails writes, not the proxy.
-//! - [`stdio`]: the client's pipes, on threads.
+//! - [`stdio`]: the client's side: the proxy's stdin and stdout.
 
 use std::ffi::OsString;
 use std::path::PathBuf;

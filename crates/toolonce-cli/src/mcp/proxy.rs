@@ -1,5 +1,5 @@
 //! The proxy itself: starts the server, routes every message between the client and the server,
-//! hands write calls to [`call`](super::call), and runs the lifecycle (the server's exit ends
+//! hands write calls to [`call`], and runs the lifecycle (the server's exit ends
 //! the proxy; the client hanging up ends the server).
 
 use std::collections::{HashMap, HashSet, VecDeque};
