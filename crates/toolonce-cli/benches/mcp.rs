@@ -1,7 +1,8 @@
 //! Added latency of `toolonce mcp` per `tools/call`: the test MCP server called directly, and
 //! through the proxy on the memory store (and SQLite with the `sqlite` feature), in the same
 //! run. Every write call has fresh arguments, so each one is a first-time call: claim, forward,
-//! record. Prints `mcp write call: direct X µs, proxied Y µs, added Z µs` per store.
+//! record. Prints `mcp write call: direct X µs, proxied Y µs, added Z µs` per store (medians,
+//! then means), after criterion's own estimates.
 //!
 //! `cargo bench -p toolonce-cli --bench mcp`
 
@@ -71,27 +72,53 @@ fn subjects() -> Vec<Subject> {
     subjects
 }
 
-/// The mean of `calls` calls, taken in interleaved rounds so that drift (CPU frequency, other
-/// load) hits every subject alike; the median of the rounds' means.
-fn interleaved(subjects: &mut [Subject], call: fn(&mut Subject), calls: usize) -> Vec<Duration> {
+/// Per-call latencies of `calls` calls per subject, taken in interleaved rounds so that drift
+/// (CPU frequency, other load) hits every subject alike.
+fn interleaved(subjects: &mut [Subject], call: fn(&mut Subject), calls: usize) -> Vec<Stats> {
     const ROUNDS: usize = 15;
-    let mut means: Vec<Vec<Duration>> = vec![Vec::new(); subjects.len()];
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(calls); subjects.len()];
     for _ in 0..ROUNDS {
         for (i, subject) in subjects.iter_mut().enumerate() {
-            let started = Instant::now();
             for _ in 0..calls / ROUNDS {
+                let started = Instant::now();
                 call(subject);
+                samples[i].push(started.elapsed());
             }
-            means[i].push(started.elapsed() / u32::try_from(calls / ROUNDS).unwrap());
         }
     }
-    means
-        .into_iter()
-        .map(|mut m| {
-            m.sort();
-            m[m.len() / 2]
-        })
-        .collect()
+    samples.into_iter().map(Stats::of).collect()
+}
+
+/// The median and the mean of some latencies. The median is the figure to compare: on a
+/// shared machine a few calls stall for a scheduler tick, which moves the mean a lot.
+#[derive(Clone, Copy)]
+struct Stats {
+    median: Duration,
+    mean: Duration,
+}
+
+impl Stats {
+    fn of(mut samples: Vec<Duration>) -> Stats {
+        samples.sort();
+        let total: Duration = samples.iter().sum();
+        Stats {
+            median: samples[samples.len() / 2],
+            mean: total / u32::try_from(samples.len()).expect("few samples"),
+        }
+    }
+}
+
+fn report(what: &str, direct: Stats, proxied: Stats, store: &str) {
+    println!(
+        "{what}: direct {:.1} µs, proxied {:.1} µs, added {:.1} µs ({store}; medians; means: \
+         direct {:.1} µs, proxied {:.1} µs, added {:.1} µs)",
+        micros(direct.median),
+        micros(proxied.median),
+        micros(proxied.median) - micros(direct.median),
+        micros(direct.mean),
+        micros(proxied.mean),
+        micros(proxied.mean) - micros(direct.mean),
+    );
 }
 
 fn micros(d: Duration) -> f64 {
@@ -113,23 +140,16 @@ fn bench(c: &mut Criterion) {
     group.finish();
 
     let writes = interleaved(&mut subjects, Subject::write_call, 3000);
-    let direct = writes[0];
     for (subject, proxied) in subjects.iter().zip(&writes).skip(1) {
-        println!(
-            "mcp write call: direct {:.1} µs, proxied {:.1} µs, added {:.1} µs ({} store)",
-            micros(direct),
-            micros(*proxied),
-            micros(*proxied) - micros(direct),
-            subject.name
+        report(
+            "mcp write call",
+            writes[0],
+            *proxied,
+            &format!("{} store", subject.name),
         );
     }
     let reads = interleaved(&mut subjects[..2], Subject::read_call, 3000);
-    println!(
-        "mcp read call: direct {:.1} µs, proxied {:.1} µs, added {:.1} µs (passed through)",
-        micros(reads[0]),
-        micros(reads[1]),
-        micros(reads[1]) - micros(reads[0])
-    );
+    report("mcp read call", reads[0], reads[1], "passed through");
 }
 
 criterion_group! {
