@@ -1,5 +1,5 @@
-//! The SQLite store: the conformance suite (on a file with inline reads, on a file without, and
-//! in memory), several OS processes sharing one file, a real crash between claim and complete,
+//! The SQLite store: the conformance suite (on a file with inline reads and writes, on a file
+//! without inline writes, on one without either, and in memory), several OS processes sharing one file, a real crash between claim and complete,
 //! the schema versioning and the mapping of SQLite's errors.
 
 mod conformance;
@@ -83,6 +83,12 @@ impl Store for TempStore {
 }
 
 store_conformance!(async { temp_store_with(SqliteOptions::new()) });
+
+/// The same suite with every write on the connection thread (inline reads only).
+mod without_inline_writes {
+    use super::*;
+    store_conformance!(async { temp_store_with(SqliteOptions::new().inline_writes(false)) });
+}
 
 /// The same suite with every statement on the connection thread (no inline reads).
 mod without_inline_reads {
@@ -462,6 +468,63 @@ async fn a_lock_held_past_the_busy_timeout_makes_the_store_unavailable_not_broke
         .await;
     assert_eq!(answer.outcome, Outcome::StoreUnavailable);
     blocker.execute_batch("ROLLBACK").unwrap();
+}
+
+#[tokio::test]
+async fn a_write_that_finds_the_lock_taken_waits_on_the_thread_and_leaves_no_transaction_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("busy.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let (key, fp) = conformance::op("busy");
+    let blocker = raw(&path);
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        blocker.execute_batch("COMMIT").unwrap();
+    });
+    // The inline attempt gets SQLITE_BUSY at once; the thread waits for the lock and claims.
+    let started = Instant::now();
+    let owner = conformance::won(store.claim(&key, &fp, conformance::LONG).await.unwrap());
+    assert!(started.elapsed() >= Duration::from_millis(150));
+    release.join().unwrap();
+    assert_eq!(
+        store
+            .complete(&key, owner, &json!("ok"), conformance::LONG)
+            .await
+            .unwrap(),
+        Fenced::Applied
+    );
+    // Neither of the store's writer connections holds the lock: another connection that
+    // does not wait gets it at once.
+    let other = raw(&path);
+    other.busy_timeout(Duration::ZERO).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE; ROLLBACK").unwrap();
+    match conformance::existing(store.claim(&key, &fp, conformance::LONG).await.unwrap()).state {
+        EntryState::Done { result, .. } => assert_eq!(result, json!("ok")),
+        other => panic!("expected the result, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_claims_of_one_key_inline_and_on_the_thread_have_one_winner() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(dir.path().join("race.db")).unwrap());
+    for round in 0..50 {
+        let (key, fp) = conformance::op(&format!("race{round}"));
+        let tasks: Vec<_> = (0..16)
+            .map(|_| {
+                let (store, key, fp) = (store.clone(), key.clone(), fp.clone());
+                tokio::spawn(async move { store.claim(&key, &fp, conformance::LONG).await })
+            })
+            .collect();
+        let mut won = 0;
+        for task in tasks {
+            if let Claim::Won(_) = task.await.unwrap().unwrap() {
+                won += 1;
+            }
+        }
+        assert_eq!(won, 1, "round {round}");
+    }
 }
 
 #[tokio::test]

@@ -1,11 +1,15 @@
 //! The SQLite store: a durable store in one database file, shared safely by every process of
 //! the machine that opens it (the default store of the `toolonce` command). SQLite is
-//! synchronous, so every statement that may wait runs on a dedicated connection thread; only
-//! point reads, which never wait, run on the caller's task (see [`SqliteStore`]).
+//! synchronous, so every statement that may wait runs on a dedicated connection thread. Point
+//! reads, and writes that find the database's write lock free, run on the caller's task on
+//! connections that never wait (busy timeout 0): a statement that would have to wait is sent
+//! to the thread instead, so the executor is never blocked for longer than a statement takes on
+//! an uncontended database (see [`SqliteStore`]).
 
 use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, TryLockError, mpsc};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -127,6 +131,7 @@ pub mod sql {
 pub struct SqliteOptions {
     busy_timeout: Duration,
     readers: usize,
+    inline_writes: bool,
     full_sync: bool,
 }
 
@@ -135,13 +140,15 @@ impl Default for SqliteOptions {
         SqliteOptions {
             busy_timeout: Duration::from_secs(5),
             readers: 2,
+            inline_writes: true,
             full_sync: false,
         }
     }
 }
 
 impl SqliteOptions {
-    /// The defaults: a 5 s busy timeout, two inline reader connections, `synchronous=NORMAL`.
+    /// The defaults: a 5 s busy timeout, two inline reader connections, inline writes,
+    /// `synchronous=NORMAL`.
     pub fn new() -> Self {
         Self::default()
     }
@@ -156,9 +163,29 @@ impl SqliteOptions {
     /// How many reader connections serve point reads (the replay check of
     /// [`claim`](Store::claim), and [`get`](Store::get)) on the caller's task. `0` sends every
     /// statement to the connection thread, so that no SQLite call at all runs on the async
-    /// executor, at the cost of a thread hop per read.
+    /// executor, at the cost of a thread hop per read; it turns off
+    /// [`inline_writes`](Self::inline_writes) too.
     pub fn readers(mut self, readers: usize) -> Self {
         self.readers = readers;
+        self
+    }
+
+    /// Whether writes ([`claim`](Store::claim)'s transaction, [`complete`](Store::complete),
+    /// [`fail`](Store::fail), [`renew`](Store::renew)) may run on the caller's task, on a
+    /// second writer connection whose busy timeout is 0 (default `true`).
+    ///
+    /// When that connection is free and SQLite grants the write lock at once, the write runs
+    /// inline: on an uncontended database it costs the statements themselves (tens of
+    /// microseconds with `synchronous=NORMAL`, which does not flush at commit) instead of two
+    /// thread switches, which cost several times as much. When the connection is in use by
+    /// another task, or another connection or process holds the write lock, the write goes to
+    /// the connection thread, which waits up to the [busy timeout](Self::busy_timeout): a
+    /// contended write never blocks the executor. The price is that an uncontended write
+    /// blocks the executor for as long as its statements take, which grows with
+    /// [`full_sync`](Self::full_sync) (a flush per commit): turn this off, or set
+    /// [`readers`](Self::readers)`(0)`, to keep every SQLite call off the executor.
+    pub fn inline_writes(mut self, inline: bool) -> Self {
+        self.inline_writes = inline;
         self
     }
 
@@ -206,6 +233,20 @@ type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 ///   of CPU on cached pages, less than the two thread switches it saves (with
 ///   [`SqliteOptions::readers`]`(0)`, which turns this off, a replay costs three to five times
 ///   as much; see `benches/sqlite.rs`).
+/// - **Inline writes when the lock is free.** The same idea for writes
+///   ([`SqliteOptions::inline_writes`]): a second writer connection, behind a mutex taken with
+///   `try_lock`, with busy timeout 0. A write runs on it, on the caller's task, if the mutex is
+///   free; if it is taken, or SQLite answers `SQLITE_BUSY`/`SQLITE_LOCKED` (another connection,
+///   this store's thread included, or another process holds the write lock), the write goes to
+///   the connection thread, which waits for the lock. Falling back is safe because a busy
+///   answer means the transaction did not commit: at `BEGIN IMMEDIATE` nothing was done, and
+///   after it (a busy `COMMIT`, possible without WAL) the transaction is rolled back before the
+///   thread runs the operation again from its start, with the same owner token; the inline
+///   connection is back in autocommit mode (holding no lock) before the fallback, or the write
+///   fails instead of falling back. The whole transaction runs within one poll of the caller's
+///   future, so a dropped future cannot leave it half done. The inline connection never runs
+///   an automatic checkpoint (that would flush the disk on the executor): every few hundred
+///   inline commits it asks the connection thread for a passive checkpoint instead.
 /// - **WAL, `synchronous=NORMAL`.** Readers and the writer do not block each other, and a
 ///   commit appends to the log without a flush (see [`SqliteOptions::full_sync`] for what that
 ///   trades).
@@ -227,13 +268,24 @@ pub struct SqliteStore {
     path: Arc<str>,
     jobs: mpsc::Sender<Job>,
     readers: Box<[Mutex<Connection>]>,
+    /// The inline writer connection, if [`SqliteOptions::inline_writes`] is on (and the
+    /// database is a file and has readers).
+    writer: Option<Mutex<Connection>>,
+    /// Commits on the inline writer, to schedule checkpoints on the connection thread.
+    inline_commits: AtomicU32,
 }
+
+/// How many commits on the inline writer between two checkpoints asked of the connection
+/// thread. A commit appends a few pages to the log, so this is near SQLite's automatic
+/// checkpoint threshold of 1000 pages.
+const CHECKPOINT_EVERY: u32 = 256;
 
 impl fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SqliteStore")
             .field("path", &self.path)
             .field("readers", &self.readers.len())
+            .field("inline_writes", &self.writer.is_some())
             .finish()
     }
 }
@@ -275,6 +327,15 @@ fn is_transient(e: &rusqlite::Error) -> bool {
                 | ErrorCode::DiskFull
                 | ErrorCode::CannotOpen
         )
+    )
+}
+
+/// Whether a SQLite error says that another connection holds a lock: the statement did nothing
+/// and may be retried elsewhere.
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
     )
 }
 
@@ -552,6 +613,17 @@ impl SqliteStore {
                 .map_err(err("open a reader connection"))?
         };
 
+        // Opened after the migration, so that the schema exists; never on an in-memory
+        // database (it would be another, empty database), nor with `readers(0)`.
+        let inline_writer = if memory || options.readers == 0 || !options.inline_writes {
+            None
+        } else {
+            Some(
+                open_inline_writer(path, options.full_sync)
+                    .map_err(err("open the inline writer connection"))?,
+            )
+        };
+
         let (jobs, queue) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("toolonce-sqlite".into())
@@ -565,7 +637,71 @@ impl SqliteStore {
             path: path_text,
             jobs,
             readers: readers.into_iter().map(Mutex::new).collect(),
+            writer: inline_writer.map(Mutex::new),
+            inline_commits: AtomicU32::new(0),
         })
+    }
+
+    /// Runs a write transaction on the inline writer if it can run at once, on the connection
+    /// thread otherwise (see [`SqliteStore`]). `write` must be one or more complete
+    /// transactions that either commit or leave nothing behind when they fail, since after a
+    /// busy answer it runs again on the thread.
+    async fn write<T, F>(&self, doing: &'static str, write: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(&Connection) -> JobResult<T> + Send + 'static,
+    {
+        if let Some(done) = self.write_inline(doing, &write) {
+            return done;
+        }
+        self.on_thread(doing, move |conn| write(conn)).await
+    }
+
+    /// Runs `write` on the inline writer, on the caller's task. `None` when it cannot run at
+    /// once (no inline writer, the connection in use, or the lock held elsewhere): then nothing
+    /// was committed and the connection holds no transaction, so the caller may run it on the
+    /// connection thread.
+    fn write_inline<T>(
+        &self,
+        doing: &'static str,
+        write: impl FnOnce(&Connection) -> JobResult<T>,
+    ) -> Option<Result<T>> {
+        let conn = match self.writer.as_ref()?.try_lock() {
+            Ok(guard) => guard,
+            // A panic inside a write unwound through `Immediate`, which rolled back;
+            // `in_autocommit` below checks it.
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        if !in_autocommit(&conn) {
+            return None;
+        }
+        let result = write(&conn);
+        // `Immediate` rolls back a transaction that did not commit (a busy `COMMIT` included);
+        // if that rollback failed, the connection may still hold the write lock, and the
+        // thread would only wait for it: report the error instead of falling back.
+        let settled = in_autocommit(&conn);
+        drop(conn);
+        match result {
+            Ok(value) => {
+                self.note_inline_commit();
+                Some(Ok(value))
+            }
+            Err(Fault::Sql(e)) if is_busy(&e) && settled => None,
+            Err(fault) => Some(Err(self.fault(doing, fault))),
+        }
+    }
+
+    /// Counts a commit of the inline writer, and every [`CHECKPOINT_EVERY`] asks the connection
+    /// thread for a passive checkpoint (which never waits for a lock), since the inline writer
+    /// runs none itself.
+    fn note_inline_commit(&self) {
+        let n = self.inline_commits.fetch_add(1, Ordering::Relaxed);
+        if n % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1 {
+            let _ = self.jobs.send(Box::new(|conn| {
+                let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+            }));
+        }
     }
 
     /// Runs `job` on the connection thread and waits for its answer without blocking the
@@ -649,6 +785,28 @@ fn open_reader(path: &Path, full_sync: bool) -> rusqlite::Result<Connection> {
     Ok(conn)
 }
 
+/// The inline writer connection: it never waits for a lock (busy timeout 0) and never runs an
+/// automatic checkpoint (which would flush the disk on the caller's task).
+fn open_inline_writer(path: &Path, full_sync: bool) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    configure(&conn, Duration::ZERO, full_sync)?;
+    conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+    Ok(conn)
+}
+
+/// Whether `conn` holds no open transaction, rolling back one that a failed rollback left open.
+fn in_autocommit(conn: &Connection) -> bool {
+    if !conn.is_autocommit() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    conn.is_autocommit()
+}
+
 /// Creates the schema in a new database, checks it in an existing one. Runs under the write
 /// lock, so two processes opening a new file at once create the schema once.
 fn migrate(conn: &Connection, path: &str) -> Result<()> {
@@ -709,14 +867,16 @@ fn serve(mut conn: Connection, jobs: mpsc::Receiver<Job>) {
 impl Store for SqliteStore {
     /// Claims `key`, in up to two steps:
     ///
-    /// 1. A read of the key's live row, on a reader connection or the connection thread. If
-    ///    there is one, that is the answer: the read is one statement on one consistent
-    ///    snapshot, so the row was live at a moment during this call, which is all
+    /// 1. A read of the key's live row, on a reader connection (or at the start of step 2, on
+    ///    the same connection, if no reader can serve it at once). If there is one, that is
+    ///    the answer: the read is one statement on one consistent snapshot, so the row was live at a moment during this call, which is all
     ///    `Existing` promises. Replays end here, without taking the write lock.
     /// 2. Otherwise the atomic claim of `claim_locked` under the write lock, which decides the
     ///    winner and, if it is not us, reads the live row in the same transaction. A row that
     ///    vanished or expired between steps 1 and 2 is simply claimed there: step 1 never
-    ///    concludes a win.
+    ///    concludes a win. It runs on the inline writer if the write lock is free, else on the
+    ///    connection thread; a busy inline attempt committed nothing, and the thread's attempt
+    ///    is the whole claim again (same owner token), so the claim happens at most once.
     async fn claim(
         &self,
         key: &OperationKey,
@@ -724,7 +884,7 @@ impl Store for SqliteStore {
         lease: Duration,
     ) -> Result<Claim> {
         let inline = self.read_inline("claim", |conn| read_live(conn, key, now_ms()));
-        let read_on_thread = match inline {
+        let read_first = match inline {
             Some(Ok(Some(entry))) => return Ok(Claim::Existing(entry)),
             Some(Ok(None)) => false,
             Some(Err(e)) => return Err(e),
@@ -737,8 +897,8 @@ impl Store for SqliteStore {
             fingerprint.as_str().to_owned(),
         );
         let claimed = self
-            .on_thread("claim", move |conn| {
-                if read_on_thread && let Some(entry) = read_live(conn, &k, now_ms())? {
+            .write("claim", move |conn| {
+                if read_first && let Some(entry) = read_live(conn, &k, now_ms())? {
                     return Ok(Claimed::Existing(Box::new(entry)));
                 }
                 claim_locked(conn, &k, &o, &f, lease)
@@ -752,7 +912,7 @@ impl Store for SqliteStore {
 
     async fn renew(&self, key: &OperationKey, owner: &OwnerToken, lease: Duration) -> Result<bool> {
         let (k, o) = (key.as_str().to_owned(), owner.as_str().to_owned());
-        self.on_thread("renew a lease", move |conn| {
+        self.write("renew a lease", move |conn| {
             Ok(fenced(conn, |c, now| {
                 c.prepare_cached(sql::RENEW)?
                     .execute(params![k, o, after(now, lease), now])
@@ -772,7 +932,7 @@ impl Store for SqliteStore {
             .map_err(|e| Error::store(format!("cannot encode the result as JSON: {e}")))?;
         let (k, o) = (key.as_str().to_owned(), owner.as_str().to_owned());
         let applied = self
-            .on_thread("record a result", move |conn| {
+            .write("record a result", move |conn| {
                 Ok(fenced(conn, |c, now| {
                     c.prepare_cached(sql::COMPLETE)?.execute(params![
                         k,
@@ -803,7 +963,7 @@ impl Store for SqliteStore {
             Some(retention) => {
                 let payload = serde_json::to_string(error)
                     .map_err(|e| Error::store(format!("cannot encode the error as JSON: {e}")))?;
-                self.on_thread("record a failure", move |conn| {
+                self.write("record a failure", move |conn| {
                     Ok(fenced(conn, |c, now| {
                         c.prepare_cached(sql::FAIL_STICKY)?.execute(params![
                             k,
@@ -817,7 +977,7 @@ impl Store for SqliteStore {
                 .await?
             }
             None => {
-                self.on_thread("release a failed claim", move |conn| {
+                self.write("release a failed claim", move |conn| {
                     Ok(fenced(conn, |c, now| {
                         c.prepare_cached(sql::FAIL_DELETE)?
                             .execute(params![k, o, now])
