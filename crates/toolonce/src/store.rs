@@ -196,7 +196,9 @@ pub struct Entry {
     /// When the claim that created the entry was made.
     pub started_at: SystemTime,
     /// When the entry expires (the lease while running, the retention once settled), if the
-    /// store knows.
+    /// store knows. For display and inspection only: expiry itself is decided by the store's
+    /// clock, and a store that keeps a remaining time rather than an instant (Redis's `PTTL`)
+    /// reports it added to the caller's clock.
     pub expires_at: Option<SystemTime>,
     /// The state and what it holds.
     pub state: EntryState,
