@@ -91,6 +91,12 @@ impl Error {
         Error::Store(e.into())
     }
 
+    /// Displays the error followed by its chain of sources, `a: b: c`, as logs and messages
+    /// want it (the error's own `Display` leaves the sources out, as errors should).
+    pub fn report(&self) -> impl fmt::Display + '_ {
+        Report(self)
+    }
+
     /// Builds [`Error::Corrupt`].
     pub fn corrupt(key: impl fmt::Display, reason: impl fmt::Display) -> Self {
         Error::Corrupt {

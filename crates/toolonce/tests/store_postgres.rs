@@ -53,18 +53,6 @@ async fn fresh_store() -> Arc<dyn Store> {
 
 store_conformance!(fresh_store());
 
-/// The chain of an error's messages, `a: b: c`.
-fn report(e: &Error) -> String {
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
-
 // ---------------------------------------------------------------------------------------------
 // Round trips
 
@@ -597,7 +585,7 @@ async fn a_server_that_stops_answering_is_reported_unavailable_after_the_operati
     proxy.frozen.store(true, Ordering::SeqCst);
     let started = Instant::now();
     let err = store.claim(&k, &fp, conformance::LONG).await.unwrap_err();
-    assert!(matches!(err, Error::Unavailable(_)), "{}", report(&err));
+    assert!(matches!(err, Error::Unavailable(_)), "{}", err.report());
     assert!(started.elapsed() < Duration::from_secs(3));
     // The silent connection was dropped: the next operation opens a fresh one and succeeds.
     // The held-back claim may still have reached the server when the proxy let it through:
@@ -618,7 +606,7 @@ async fn connecting_to_a_server_that_is_down_reports_unavailable_within_the_conn
         .connect()
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::Unavailable(_)), "{}", report(&err));
+    assert!(matches!(err, Error::Unavailable(_)), "{}", err.report());
     assert!(err.is_retryable());
     assert!(started.elapsed() < Duration::from_secs(5));
 }
@@ -692,7 +680,7 @@ async fn a_table_with_a_newer_schema_version_is_refused_with_a_clear_error() {
             .await
             .unwrap_err(),
     ] {
-        let text = report(&err);
+        let text = err.report().to_string();
         assert!(matches!(err, Error::Store(_)), "{text}");
         assert!(!err.is_retryable());
         assert!(
@@ -762,7 +750,7 @@ async fn invalid_table_names_are_refused_before_connecting() {
             .connect()
             .await
             .unwrap_err();
-        assert!(matches!(err, Error::Config(_)), "{bad:?}: {}", report(&err));
+        assert!(matches!(err, Error::Config(_)), "{bad:?}: {}", err.report());
     }
 }
 
@@ -783,7 +771,7 @@ async fn without_migration_on_connect_the_schema_waits_for_migrate() {
     );
     let (k, fp) = conformance::op("lazy");
     let err = store.claim(&k, &fp, conformance::LONG).await.unwrap_err();
-    assert!(matches!(err, Error::Store(_)), "{}", report(&err));
+    assert!(matches!(err, Error::Store(_)), "{}", err.report());
 
     assert_eq!(store.migrate().await.unwrap(), SCHEMA_VERSION);
     assert_eq!(store.schema_version().await.unwrap(), SCHEMA_VERSION);

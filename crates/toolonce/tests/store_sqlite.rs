@@ -379,22 +379,11 @@ fn a_file_that_is_not_a_database_is_a_store_error_naming_it() {
     std::fs::write(&path, "x".repeat(4096)).unwrap();
     match SqliteStore::open(&path) {
         Err(e @ Error::Store(_)) => {
-            let text = error_chain(&e);
+            let text = e.report().to_string();
             assert!(text.contains("notes.txt"), "{text}");
         }
         other => panic!("expected a store error, got {other:?}"),
     }
-}
-
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 /// `../..` up to the root from the current directory, then `path`: a relative spelling of an
@@ -448,9 +437,9 @@ async fn a_lock_held_past_the_busy_timeout_makes_the_store_unavailable_not_broke
     assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
     assert!(err.is_retryable());
     assert!(
-        error_chain(&err).contains("locked.db"),
+        err.report().to_string().contains("locked.db"),
         "{}",
-        error_chain(&err)
+        err.report().to_string()
     );
     // Reads still work while another process writes (WAL).
     assert!(store.get(&key).await.unwrap().is_none());

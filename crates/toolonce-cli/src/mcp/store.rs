@@ -39,7 +39,7 @@ impl LazyStore {
                 lazy.store.set(store).expect("a new cell is empty");
             }
             Err(e) => {
-                let text = report(&e);
+                let text = e.report().to_string();
                 tracing::error!(
                     target: "toolonce::mcp",
                     store = url,
@@ -73,7 +73,7 @@ impl LazyStore {
                         Ok(store)
                     }
                     Err(e) => {
-                        let text = report(&e);
+                        let text = e.report().to_string();
                         *self.failure() = Some((Instant::now(), text.clone()));
                         Err(Error::unavailable(text))
                     }
@@ -81,18 +81,6 @@ impl LazyStore {
             })
             .await
     }
-}
-
-/// An error with its chain of sources, `a: b: c`.
-fn report(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 #[async_trait]
