@@ -94,11 +94,9 @@ impl Raw {
         }
     }
 
-    /// What a first-time call does, by hand: claim, then record the result.
-    async fn first_time(&self, op: &Derived) {
-        let owner = OwnerToken::generate();
-        let row = self
-            .client
+    /// The claim statement, as the store issues it.
+    async fn raw_claim(&self, op: &Derived, owner: &OwnerToken) -> tokio_postgres::Row {
+        self.client
             .query_one(
                 &self.claim,
                 &[
@@ -109,7 +107,13 @@ impl Raw {
                 ],
             )
             .await
-            .unwrap();
+            .unwrap()
+    }
+
+    /// What a first-time call does, by hand: claim, then record the result.
+    async fn first_time(&self, op: &Derived) {
+        let owner = OwnerToken::generate();
+        let row = self.raw_claim(op, &owner).await;
         assert!(row.get::<_, bool>(0));
         let text = serde_json::to_string(&result_of(op)).unwrap();
         let n = self
@@ -125,20 +129,7 @@ impl Raw {
 
     /// What a replay does, by hand: the claim finds the done entry; decode its result.
     async fn replay(&self, op: &Derived) -> Value {
-        let owner = OwnerToken::generate();
-        let row = self
-            .client
-            .query_one(
-                &self.claim,
-                &[
-                    &op.key.as_str(),
-                    &owner.as_str(),
-                    &op.fingerprint.as_str(),
-                    &LEASE_MS,
-                ],
-            )
-            .await
-            .unwrap();
+        let row = self.raw_claim(op, &OwnerToken::generate()).await;
         assert!(!row.get::<_, bool>(0));
         serde_json::from_str(row.get::<_, &str>(7)).unwrap()
     }

@@ -110,7 +110,7 @@ impl Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Displays an error followed by its chain of sources, `a: b: c`, for logs and messages.
-pub(crate) struct Report<'a>(pub(crate) &'a (dyn std::error::Error + 'static));
+struct Report<'a>(&'a (dyn std::error::Error + 'static));
 
 impl fmt::Display for Report<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -197,23 +197,15 @@ impl Layer {
         Fut: Future<Output = Result<Value, ToolError>> + Send,
     {
         let answer = self.run_inner(tool, op, options, run).await;
-        match &answer.result {
-            Ok(_) => tracing::info!(
-                target: "toolonce",
-                tool,
-                key = %answer.key,
-                outcome = answer.outcome.as_str(),
-                "write call"
-            ),
-            Err(e) => tracing::info!(
-                target: "toolonce",
-                tool,
-                key = %answer.key,
-                outcome = answer.outcome.as_str(),
-                error = %e.message,
-                "write call"
-            ),
-        }
+        tracing::info!(
+            target: "toolonce",
+            tool,
+            key = %answer.key,
+            outcome = answer.outcome.as_str(),
+            // Recorded only for errors: `Option` fields are skipped when `None`.
+            error = answer.result.as_ref().err().map(|e| e.message.as_str()),
+            "write call"
+        );
         answer
     }
 
@@ -384,7 +376,7 @@ impl Layer {
                         target: "toolonce",
                         tool,
                         key = %key,
-                        error = %crate::error::Report(&e),
+                        error = %e.report(),
                         "could not record the outcome; the entry expires with its lease"
                     );
                     return None;
@@ -414,7 +406,7 @@ async fn heartbeat(
             Err(e) => tracing::warn!(
                 target: "toolonce",
                 key = %key,
-                error = %crate::error::Report(&e),
+                error = %e.report(),
                 "could not renew the lease"
             ),
         }
@@ -426,7 +418,7 @@ fn unavailable(tool: &str, e: &crate::Error) -> ToolError {
         "Not executed: `{tool}` was not run because the idempotency store is unavailable \
          ({}), and running it without the store could perform it twice. Nothing happened; \
          it is safe to try again later.",
-        crate::error::Report(e)
+        e.report()
     ))
 }
 
