@@ -1,5 +1,6 @@
-//! `toolonce key`: the key, canonical form and fingerprint of a call, checked against the
-//! shared test vectors that independent RFC 8785 implementations produced.
+//! `toolonce key`: the key, canonical form and fingerprint of a call, checked against the key
+//! vectors that independent RFC 8785 implementations produced (kept in the library crate's
+//! `tests/data/keys.json`).
 
 mod cli_support;
 
@@ -8,7 +9,7 @@ use serde_json::Value;
 
 const VECTORS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/vectors/keys.json"
+    "/../toolonce/tests/data/keys.json"
 );
 
 #[test]
@@ -34,7 +35,7 @@ fn key_prints_the_vector_key_and_canonical_form() {
 
 #[test]
 fn key_agrees_with_every_shared_vector() {
-    let text = std::fs::read_to_string(VECTORS).expect("read shared/vectors/keys.json");
+    let text = std::fs::read_to_string(VECTORS).expect("read crates/toolonce/tests/data/keys.json");
     let file: Value = serde_json::from_str(&text).unwrap();
     let vectors = file["vectors"].as_array().expect("a vectors array");
     assert!(!vectors.is_empty());

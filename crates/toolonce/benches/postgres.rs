@@ -10,7 +10,7 @@
 //! machine whose load drifts (other builds, the server on the same cores) skews both sides
 //! alike.
 //!
-//! Run: `CARGO_TARGET_DIR=/work/target-pg cargo bench -p toolonce --features postgres --bench postgres`
+//! Run: `cargo bench -p toolonce --features postgres --bench postgres`
 //! (append `-- paired` to skip criterion and print only the paired ratios).
 
 use std::sync::Arc;

@@ -1,5 +1,6 @@
-//! Operation keys against the shared test vectors, against `serde_jcs` as an oracle for RFC 8785,
-//! and against the SPEC's promises (nesting, separators, large integers, limits, key fields).
+//! Operation keys against the key vectors (`tests/data/keys.json`), against `serde_jcs` as an
+//! oracle for RFC 8785, and against the contract's promises (`docs/contract.md`: nesting,
+//! separators, large integers, limits, key fields).
 
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -7,15 +8,14 @@ use toolonce::Error;
 use toolonce::canonical::{self, Limits, canonicalize, canonicalize_into, parse_args};
 use toolonce::key::{KeyFields, OperationKey, derive};
 
-const VECTORS: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/vectors/keys.json"
-);
+/// Key vectors produced by independent RFC 8785 implementations, kept with the crate so a clone
+/// tests itself.
+const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/keys.json");
 
 #[test]
 fn every_shared_vector_gives_its_canonical_text_and_key() {
     let text = std::fs::read_to_string(VECTORS).unwrap_or_else(|e| {
-        panic!("cannot read the shared key vectors at {VECTORS}: {e} (shared/ must sit beside the repository)")
+        panic!("cannot read the key vectors at {VECTORS}: {e}")
     });
     let file: Value = serde_json::from_str(&text).expect("keys.json is JSON");
     let vectors = file["vectors"]
