@@ -50,4 +50,4 @@ pub use layer::{InFlight, Layer, Outcome, WriteAnswer, WriteOptions};
 pub use store::memory::{ManualClock, MemoryStore};
 pub use store::{Claim, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, State, Store};
 pub use tool::{ErrorClass, ReadTool, ToolError, WriteContext, WriteTool};
-pub use toolbox::{ToolResult, Toolbox, ToolboxBuilder};
+pub use toolbox::{Reply, ToolResult, Toolbox, ToolboxBuilder};

@@ -128,6 +128,11 @@ pub enum ErrorClass {
 }
 
 /// An error from a tool, as the model sees it and the store keeps it.
+///
+/// `?` converts [`std::io::Error`] and a [`tokio::time::timeout`]'s `Elapsed` (both transient).
+/// For your own error types, write a `From` impl that says which of their cases may succeed on
+/// another try ([`transient`](Self::transient)) and which never will
+/// ([`permanent`](Self::permanent)): the README's Quickstart shows one.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ToolError {
@@ -179,3 +184,23 @@ impl fmt::Display for ToolError {
 }
 
 impl std::error::Error for ToolError {}
+
+/// An I/O error (a refused or reset connection, a socket timeout, a full disk) is
+/// **transient**, so `?` on one in a tool does the usual right thing: the entry is released and
+/// a duplicate runs the tool again, with the same key. Whether a request that failed this way
+/// reached the downstream system is unknown, which is why the key goes downstream: it lets the
+/// downstream system drop the second attempt if the first one did arrive. Map the error
+/// yourself ([`ToolError::permanent`]) when it means the operation can never succeed.
+impl From<std::io::Error> for ToolError {
+    fn from(error: std::io::Error) -> Self {
+        ToolError::transient(error.to_string())
+    }
+}
+
+/// A [`tokio::time::timeout`] that ran out is **transient**, for the reasons given for I/O
+/// errors: trying again (with the same key downstream) may succeed.
+impl From<tokio::time::error::Elapsed> for ToolError {
+    fn from(_: tokio::time::error::Elapsed) -> Self {
+        ToolError::transient("the operation timed out")
+    }
+}
