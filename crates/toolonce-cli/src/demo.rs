@@ -1,5 +1,5 @@
 //! `toolonce demo`: a scripted agent loop pays through a fake payment provider in each of the
-//! four ways an agent runs a write tool twice (SPEC "The problem"), plus a control that must
+//! four ways an agent runs a write tool twice (see the README and `docs/contract.md`), plus a control that must
 //! charge twice. Every scenario runs once without toolonce and once with it; the command prints
 //! a table and exits non-zero if a figure with toolonce is wrong.
 //!

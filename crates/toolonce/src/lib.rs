@@ -19,6 +19,15 @@
 //! duplicates, conflicts, invalid input and outages, is a well-formed [`ToolResult`] rather than
 //! an error of the agent loop.
 //!
+//! # Contract
+//!
+//! The rules this crate keeps — how the key is made, the entry's states, what each store
+//! operation promises, what the layer does with a write call, and the Redis wire format shared
+//! with TypeScript workers — are written out in `docs/contract.md` at the root of the
+//! repository, linked from its README. The [`Store`] trait restates the store operations in Rust
+//! terms, and the README's Quickstart (`examples/agent_loop.rs` of this crate) shows a whole
+//! agent loop.
+//!
 //! # Layout
 //!
 //! - [`canonical`]: RFC 8785 JSON canonicalization, the basis of the key.

@@ -1,4 +1,4 @@
-//! The layer's behaviour (SPEC "The layer"), on `MemoryStore` and a store that fails on demand.
+//! The layer's behaviour (`docs/contract.md`, "The layer"), on `MemoryStore` and a store that fails on demand.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};

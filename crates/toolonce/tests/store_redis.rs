@@ -49,7 +49,7 @@ fn now_ms() -> u64 {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Interoperation with TypeScript workers of the reference design (SPEC "Wire format").
+// Interoperation with TypeScript workers of the reference design (`docs/contract.md`, "Wire format").
 
 #[tokio::test]
 async fn a_done_entry_written_by_a_typescript_worker_is_replayed_by_the_layer() {

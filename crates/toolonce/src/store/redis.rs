@@ -1,5 +1,5 @@
 //! The Redis store: entries are JSON values under the operation key (optionally prefixed), in
-//! the wire format TypeScript workers share (see the SPEC), with Redis's own `PX` expiry. Each
+//! the wire format TypeScript workers share (see `docs/contract.md`), with Redis's own `PX` expiry. Each
 //! operation is one Lua script sent by hash, so each is one atomic step and one round trip.
 //! Works on a single server and on Redis Cluster (every operation touches one key).
 
