@@ -14,9 +14,8 @@ const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/keys.json
 
 #[test]
 fn every_shared_vector_gives_its_canonical_text_and_key() {
-    let text = std::fs::read_to_string(VECTORS).unwrap_or_else(|e| {
-        panic!("cannot read the key vectors at {VECTORS}: {e}")
-    });
+    let text = std::fs::read_to_string(VECTORS)
+        .unwrap_or_else(|e| panic!("cannot read the key vectors at {VECTORS}: {e}"));
     let file: Value = serde_json::from_str(&text).expect("keys.json is JSON");
     let vectors = file["vectors"]
         .as_array()

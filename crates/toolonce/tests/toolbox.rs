@@ -81,9 +81,14 @@ async fn an_anthropic_call_tells_executed_then_replayed_under_one_key() {
         .await;
     assert_eq!(first.outcome(), Outcome::Executed);
     assert_eq!(again.outcome(), Outcome::Replayed);
-    let expected = key::derive("run-1", "send_email", &json!({"to": "ada@example.com"}), None)
-        .unwrap()
-        .key;
+    let expected = key::derive(
+        "run-1",
+        "send_email",
+        &json!({"to": "ada@example.com"}),
+        None,
+    )
+    .unwrap()
+    .key;
     assert_eq!(first.key(), Some(&expected));
     assert_eq!(again.key(), Some(&expected));
     // The JSON is the very block call_anthropic gives, under each call's own id.
@@ -92,7 +97,10 @@ async fn an_anthropic_call_tells_executed_then_replayed_under_one_key() {
     assert_eq!(again.json["tool_use_id"], "toolu_2");
     assert_eq!(first.json["content"], again.json["content"]);
     assert_eq!(first.json, first.result.to_anthropic("toolu_1"));
-    assert_eq!(first.result.value, Some(json!({"message_id": expected.as_str()})));
+    assert_eq!(
+        first.result.value,
+        Some(json!({"message_id": expected.as_str()}))
+    );
     assert_eq!(tool.runs.load(Ordering::SeqCst), 1);
     // call_anthropic answers the same JSON as the richer call, and runs nothing more.
     let plain = tb
@@ -132,7 +140,9 @@ async fn an_openai_call_tells_the_error_its_message_cannot_flag() {
 async fn calls_that_never_reach_the_layer_have_an_outcome_and_no_key() {
     let tb = toolbox(SendEmail::default());
     let unknown = tb
-        .call_anthropic_with_outcome(&json!({"type": "tool_use", "id": "toolu_1", "name": "nope", "input": {}}))
+        .call_anthropic_with_outcome(
+            &json!({"type": "tool_use", "id": "toolu_1", "name": "nope", "input": {}}),
+        )
         .await;
     assert_eq!(unknown.outcome(), Outcome::UnknownTool);
     assert_eq!(unknown.key(), None);
@@ -146,7 +156,11 @@ async fn calls_that_never_reach_the_layer_have_an_outcome_and_no_key() {
         .call_openai_with_outcome(&json!({"id": "call_2", "function": {"name": "send_email", "arguments": "{\"to\": 5}"}}))
         .await;
     assert_eq!(invalid.outcome(), Outcome::InvalidArguments);
-    assert!(invalid.result.content.contains("to"), "{}", invalid.result.content);
+    assert!(
+        invalid.result.content.contains("to"),
+        "{}",
+        invalid.result.content
+    );
 }
 
 #[tokio::test]
@@ -174,7 +188,9 @@ async fn a_timeout_raised_with_question_mark_is_transient_and_runs_again() {
     let tool = SendEmail::default();
     let tb = toolbox(tool.clone());
     for _ in 1..=2 {
-        let reply = tb.call("send_email", json!({"to": "slow@example.com"})).await;
+        let reply = tb
+            .call("send_email", json!({"to": "slow@example.com"}))
+            .await;
         assert_eq!(reply.outcome, Outcome::Executed);
         assert!(reply.is_error);
         assert!(reply.content.contains("timed out"), "{}", reply.content);
