@@ -128,7 +128,7 @@ fn bad_input_is_exit_2_for_every_subcommand() {
 }
 
 #[test]
-fn conflict_in_flight_and_the_commands_own_codes_are_kept_apart() {
+fn a_conflict_and_the_commands_own_codes_are_kept_apart() {
     let dir = tempfile::tempdir().unwrap();
     let fields = ["--key-field", "/id", "--args"];
     let first = exec(
@@ -175,4 +175,37 @@ fn the_exit_code_table_is_in_the_help_of_every_subcommand() {
             assert!(text.contains(line), "{sub:?} lacks {line}: {text}");
         }
     }
+}
+
+#[test]
+fn an_entry_toolonce_cannot_read_is_exit_70() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_url(dir.path());
+    assert_eq!(code(&exec(dir.path(), "n", &[], "echo hello")), 0);
+    // Damage the stored result as a bug (or another program) could.
+    let db = rusqlite::Connection::open(dir.path().join("store.db")).unwrap();
+    let changed = db
+        .execute("UPDATE toolonce_entries SET payload = 'not json'", [])
+        .unwrap();
+    assert_eq!(changed, 1);
+    drop(db);
+    let key = toolonce()
+        .args(["key", "--json", "--scope", "s", "--tool", "n"])
+        .output()
+        .unwrap();
+    let key = cli_support::json(&key)["key"].as_str().unwrap().to_owned();
+    for args in [vec!["show", key.as_str()], vec!["ls"], vec!["ls", "--json"]] {
+        let out = run(&args, &store, dir.path());
+        assert_eq!(code(&out), 70, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("corrupt entry"), "{}", stderr(&out));
+    }
+    // For exec the store cannot be used for this operation: fail closed, as for an outage, in
+    // the operator's words rather than the model's.
+    let again = exec(dir.path(), "n", &[], "echo ran >> counter");
+    assert_eq!(code(&again), 69, "{}", stderr(&again));
+    let text = stderr(&again);
+    assert!(text.contains("the command was not run"), "{text}");
+    assert!(text.contains("corrupt entry"), "{text}");
+    assert!(!text.contains("Not executed"), "{text}");
+    assert!(!dir.path().join("counter").exists());
 }
