@@ -33,6 +33,7 @@ pub(crate) const BROKEN_PIPE: u8 = 128 + 13;
 pub(crate) const TABLE: &str = "\
 Exit codes (the same for every subcommand):
   0        done
+  1        demo: a figure came out wrong
   2        bad input or configuration: nothing was done
   65       conflict: the key fields match an earlier operation with other arguments; not run
   66       not found: no live entry for the key (show, rm)
@@ -45,9 +46,9 @@ Exit codes (the same for every subcommand):
   128+N    exec: the command was killed by signal N; or toolonce got signal N before it
            started the command (nothing recorded)
   141      stdout was closed early (a reader such as `head` went away)
-Otherwise exec exits with the command's own code, run now or replayed. toolonce's own codes
-from 2 to 127 come with a line on stderr starting with \"toolonce:\"; for the command's own
-code exec adds nothing to stderr.";
+Otherwise exec exits with the command's own code, run now or replayed. When exec ends with a
+code of its own (2 to 127, or 128+N before the command started), it writes a line on stderr
+starting with \"toolonce:\"; with the command's own code it adds nothing to stderr.";
 
 /// An error with the exit code it must end the process with.
 #[derive(Debug)]
