@@ -216,3 +216,38 @@ fn sigkill_to_toolonce_kills_the_command_and_its_children_too() {
         "the command or its child outlived a SIGKILLed toolonce"
     );
 }
+
+#[test]
+fn a_signal_while_waiting_for_a_concurrent_run_stops_the_wait_and_runs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = "echo ran >> counter; echo $$ > pid; sleep 3; echo first";
+    let first = start(dir.path(), "waited", script);
+    let pid = wait_for_pid(dir.path(), "pid");
+    let waiter = Command::new(env!("CARGO_BIN_EXE_toolonce"))
+        .current_dir(dir.path())
+        .env_remove("TOOLONCE_STORE")
+        .args(["exec", "--store", &sqlite_url(dir.path()), "--scope", "s"])
+        .args(["--name", "waited", "--lease", "1", "--wait", "600"])
+        .args(["--", "sh", "-c", script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    // Let the waiter reach its wait (a signal earlier must have the same effect anyway).
+    std::thread::sleep(Duration::from_millis(500));
+    kill("-INT", &waiter.id().to_string());
+    let waited = waiter.wait_with_output().unwrap();
+    assert_eq!(code(&waited), 130, "{}", stderr(&waited));
+    assert!(
+        stderr(&waited).contains("before the command started"),
+        "{}",
+        stderr(&waited)
+    );
+    assert!(waited.stdout.is_empty());
+    let first = first.wait_with_output().unwrap();
+    reap(&[pid]);
+    assert_eq!(code(&first), 0, "{}", stderr(&first));
+    assert_eq!(lines(&dir.path().join("counter")), 1);
+    assert_eq!(only_state(dir.path()), "done");
+}
