@@ -26,7 +26,7 @@ use toolonce::{
 };
 
 use crate::args;
-use crate::output::{self, Align, Table};
+use crate::output::{self, Align, Table, out, outln};
 
 #[derive(clap::Args)]
 pub(crate) struct DemoArgs {
@@ -678,12 +678,12 @@ pub(crate) async fn run(a: DemoArgs) -> anyhow::Result<ExitCode> {
         run_id: format!("demo-{millis}-{}", std::process::id()),
     };
 
-    println!(
+    outln!(
         "toolonce demo: a scripted agent pays with the write tool charge_card, through a fake\n\
          payment provider that counts charges and honours an Idempotency-Key. Each scenario\n\
          runs without toolonce (calling the provider directly, no key), then with it."
     );
-    println!(
+    outln!(
         "store: {} ({})\n",
         guard.url,
         if fresh {
@@ -724,21 +724,21 @@ pub(crate) async fn run(a: DemoArgs) -> anyhow::Result<ExitCode> {
             if ok { "yes" } else { "NO" }.into(),
         ]);
     }
-    print!("{}", table.render());
-    println!();
+    out!("{}", table.render());
+    outln!();
     for (scenario, without, with) in &rows {
         let (setup, result) = explain(*scenario, without, with);
         let number = match scenario.label().split_once(' ') {
             Some((number, _)) => format!("{number} "),
             None => String::new(),
         };
-        print!("{}", output::wrap(&number, &setup, WIDTH));
-        print!(
+        out!("{}", output::wrap(&number, &setup, WIDTH));
+        out!(
             "{}",
             output::wrap(&" ".repeat(number.len()), &result, WIDTH)
         );
     }
-    println!();
+    outln!();
 
     let wrong = rows
         .iter()
@@ -764,7 +764,7 @@ pub(crate) async fn run(a: DemoArgs) -> anyhow::Result<ExitCode> {
             rows.len()
         )
     };
-    print!("{}", output::wrap("", &summary, WIDTH));
+    out!("{}", output::wrap("", &summary, WIDTH));
     Ok(if wrong == 0 {
         ExitCode::SUCCESS
     } else {

@@ -1,50 +1,65 @@
 //! `toolonce exec`: runs a command at most once per operation. The first call runs it (its
-//! output streamed as usual) and stores its exit code, stdout and stderr; every duplicate
-//! replays exactly those, byte for byte, without running it.
+//! output streamed as usual) and stores its exit code and the head and tail of its stdout and
+//! stderr; every duplicate replays exactly those, byte for byte, without running it.
 //!
 //! The operation is `(scope, name, args)`, the same key `toolonce key` prints; the command line
 //! is deliberately not part of it, so a fixed typo in a deploy script does not make the deploy
 //! run twice. Put whatever distinguishes two operations into `--args`.
+//!
+//! The command runs in a process group of its own, tied to toolonce's life (see [`child`] and
+//! [`shim`]): signals to toolonce reach it, and it does not outlive toolonce.
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::process::{ExitCode, ExitStatus, Stdio};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use rustix::process::Signal;
 use toolonce::{InFlight, Layer, OperationKey, Outcome, ToolError, WriteOptions, key};
 
 use crate::args::{self, StoreArg};
+use crate::exit;
 
+mod capture;
+mod child;
 mod record;
+pub(crate) mod shim;
 
+use child::{NotStarted, Signals};
 use record::Record;
 
-/// Exit code when the command was not run but may be later: its operation is in flight
-/// elsewhere, or the store is unavailable (`EX_TEMPFAIL` of sysexits.h).
-const EXIT_TEMPFAIL: u8 = 75;
-/// Exit code when the key fields match an earlier operation whose other arguments differ
-/// (`EX_DATAERR`).
-const EXIT_CONFLICT: u8 = 65;
+const EXEC_NOTES: &str = "\
+exec exits with the command's own code, whether it ran now or this is a duplicate replaying
+its recorded outcome (a non-zero exit is recorded too, unless --transient-exit). A command
+that cannot be started (126, 127) and a call stopped by a signal before the command started
+(128+N) record nothing: the next call tries again.
 
-const EXIT_CODES: &str = "\
-Exit codes:
-  the command's own   it ran now, or this is a duplicate replaying its recorded outcome
-  75                  not run: the same operation is running elsewhere (without --wait, or the
-                      wait timed out), or the store cannot be used right now; try again later
-  65                  not run: the key fields match an earlier operation with other arguments
-  126, 127            the command could not be started (nothing recorded: the next call tries again)
-  2                   not run: bad input or configuration (arguments, store URL, a store
-                      directory that does not exist)
+Signals: the command runs in a process group of its own. SIGINT, SIGTERM and SIGHUP sent to
+toolonce (Ctrl-C included) are forwarded to that group; toolonce keeps renewing the claim,
+waits for the command, SIGKILLs the group if it is still running after --grace, and records
+the outcome like any other exit (a command killed by signal N exits 128+N). If toolonce itself
+is killed (SIGKILL), the command's group is killed too: at once on Linux (parent-death signal),
+within half a second elsewhere. Being in its own group, the command is not in the terminal's
+foreground group: a command that reads from the terminal stops (SIGTTIN); give it its input
+through a pipe or a file.
+
+Output: streamed live in full; the stored copy keeps the first and last halves of
+--max-output bytes of each stream, with a line saying how many bytes were dropped between
+them. exec returns once the command exits; a background process it started is not waited for
+(its output is read for one more second).
 
 The operation is identified by --scope, --name and --args, never by the command line.
 The command gets the operation key in TOOLONCE_KEY and IDEMPOTENCY_KEY: hand it to any
 downstream service that deduplicates requests. Set RUST_LOG=toolonce=info to see whether a
 call executed or replayed.";
 
+/// The largest `--max-output`: a record must stay well within what every store accepts.
+const MAX_OUTPUT_LIMIT: usize = 64 << 20;
+
 #[derive(clap::Args)]
-#[command(after_long_help = EXIT_CODES)]
+#[command(after_long_help = EXEC_NOTES)]
 pub(crate) struct ExecArgs {
     /// The scope of the operation: a deploy id, a cron slot (`backup/2026-11-29`), a run id.
     #[arg(long)]
@@ -76,16 +91,38 @@ pub(crate) struct ExecArgs {
     /// How long the outcome is kept and replayed.
     #[arg(long, value_name = "SECONDS", value_parser = args::seconds, default_value = "86400")]
     retention: Duration,
+    /// The most bytes of each stream (stdout, stderr) stored for replay: its head and tail,
+    /// half each. A number of bytes, or with a suffix K, M (KiB, MiB); at most 64M. The live
+    /// output is never cut.
+    #[arg(long, value_name = "BYTES", value_parser = bytes, default_value = "1M")]
+    max_output: usize,
+    /// After forwarding a signal to the command, how long to wait for it before killing its
+    /// process group with SIGKILL.
+    #[arg(long, value_name = "SECONDS", value_parser = args::seconds, default_value = "10")]
+    grace: Duration,
     /// The command and its arguments, best after `--`.
     #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     command: Vec<OsString>,
 }
 
-/// Why the command did not run to an exit status.
-struct NotStarted {
-    message: String,
-    /// 127 when the program was not found, 126 otherwise, as shells report it.
-    exit_code: u8,
+/// Parses a size in bytes: `1000`, `64K`, `1M` (binary units).
+fn bytes(text: &str) -> Result<usize, String> {
+    let (digits, unit) = match text.strip_suffix(['K', 'k']) {
+        Some(digits) => (digits, 1 << 10),
+        None => match text.strip_suffix(['M', 'm']) {
+            Some(digits) => (digits, 1 << 20),
+            None => (text, 1),
+        },
+    };
+    let size = digits
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(unit))
+        .ok_or_else(|| format!("{text:?} is not a number of bytes (such as 65536, 64K or 1M)"))?;
+    if size > MAX_OUTPUT_LIMIT {
+        return Err(format!("{text:?} is more than the largest allowed, 64M"));
+    }
+    Ok(size)
 }
 
 pub(crate) async fn run(a: ExecArgs) -> anyhow::Result<ExitCode> {
@@ -99,18 +136,23 @@ pub(crate) async fn run(a: ExecArgs) -> anyhow::Result<ExitCode> {
     if a.lease.is_zero() {
         bail!("--lease must be more than 0 seconds");
     }
-    let store = match toolonce::store::open(&a.store.url).await {
-        Ok(store) => store,
-        Err(e @ toolonce::Error::Config(_)) => {
-            return Err(e).context("the command was not run");
-        }
-        Err(e) => {
-            let e = anyhow::Error::new(e);
-            eprintln!(
-                "toolonce: cannot open the store {}: {e:#}; the command was not run",
-                a.store.url
-            );
-            return Ok(ExitCode::from(EXIT_TEMPFAIL));
+    // From here on, SIGINT, SIGTERM and SIGHUP are toolonce's to handle.
+    let mut signals = child::listen()
+        .context("cannot handle signals")
+        .map_err(exit::internal)?;
+    let started = AtomicBool::new(false);
+
+    let opened = until_signal(toolonce::store::open(&a.store.url), &mut signals, None).await;
+    let store = match opened {
+        Err(sig) => return Ok(not_started(&child::stopped_before_start(sig))),
+        Ok(Ok(store)) => store,
+        Ok(Err(e)) => {
+            return Err(e).with_context(|| {
+                format!(
+                    "cannot open the store {}; the command was not run",
+                    a.store.url
+                )
+            });
         }
     };
     let options = WriteOptions::new()
@@ -121,35 +163,45 @@ pub(crate) async fn run(a: ExecArgs) -> anyhow::Result<ExitCode> {
     // Set only if the command ran here (its output has then been streamed already).
     let mut ran: Option<Result<Record, NotStarted>> = None;
     let answer = {
-        let (ran, command, transient) = (&mut ran, &a.command, a.transient_exit);
-        Layer::new(store)
-            .run(&a.name, &op, &options, |ctx| async move {
-                let outcome = run_command(command, ctx.key()).await;
-                let result = match &outcome {
-                    Ok(record) if record.exit_code == 0 => Ok(record.to_json()),
-                    Ok(record) => {
-                        let message = format!("the command exited with code {}", record.exit_code);
-                        let error = if transient {
-                            ToolError::transient(message)
-                        } else {
-                            ToolError::permanent(message)
-                        };
-                        Err(error.with_detail(record.to_json()))
-                    }
-                    Err(not_started) => Err(ToolError::transient(not_started.message.clone())),
-                };
-                *ran = Some(outcome);
-                result
-            })
-            .await
+        let (ran, started, transient) = (&mut ran, &started, a.transient_exit);
+        let run = child::Run {
+            command: &a.command,
+            key: &op.key,
+            max_output: a.max_output,
+            grace: a.grace,
+        };
+        let command_signals = signals.clone();
+        let layer = Layer::new(store);
+        let call = layer.run(&a.name, &op, &options, |_ctx| async move {
+            started.store(true, Ordering::SeqCst);
+            let outcome = child::run(run, command_signals).await;
+            let result = match &outcome {
+                Ok(record) if record.exit_code == 0 => Ok(record.to_json()),
+                Ok(record) => {
+                    let message = format!("the command exited with code {}", record.exit_code);
+                    let error = if transient {
+                        ToolError::transient(message)
+                    } else {
+                        ToolError::permanent(message)
+                    };
+                    Err(error.with_detail(record.to_json()))
+                }
+                Err(not_started) => Err(ToolError::transient(not_started.message.clone())),
+            };
+            *ran = Some(outcome);
+            result
+        });
+        until_signal(call, &mut signals, Some(started)).await
+    };
+    let answer = match answer {
+        Ok(answer) => answer,
+        // Waiting for the claim or for a concurrent run: nothing was started here.
+        Err(sig) => return Ok(not_started(&child::stopped_before_start(sig))),
     };
 
     match ran {
         Some(Ok(record)) => return Ok(exit_code(record.exit_code)),
-        Some(Err(not_started)) => {
-            eprintln!("toolonce: {}", not_started.message);
-            return Ok(ExitCode::from(not_started.exit_code));
-        }
+        Some(Err(not_started_here)) => return Ok(not_started(&not_started_here)),
         None => {}
     }
     match (answer.outcome, answer.result) {
@@ -173,30 +225,95 @@ pub(crate) async fn run(a: ExecArgs) -> anyhow::Result<ExitCode> {
                  outcome.",
                 op.key, a.scope, a.name
             );
-            Ok(ExitCode::from(EXIT_TEMPFAIL))
+            Ok(ExitCode::from(exit::IN_FLIGHT))
         }
         (Outcome::StoreUnavailable, Err(error)) => {
-            eprintln!("toolonce: {}", error.message);
-            Ok(ExitCode::from(EXIT_TEMPFAIL))
+            eprintln!(
+                "toolonce: the store {} is unavailable ({}); the command was not run. Try again \
+                 later.",
+                a.store.url,
+                store_cause(&error.message)
+            );
+            Ok(ExitCode::from(exit::UNAVAILABLE))
         }
-        (Outcome::Conflict, Err(error)) => {
-            eprintln!("toolonce: {}", error.message);
-            Ok(ExitCode::from(EXIT_CONFLICT))
+        (Outcome::Conflict, Err(_)) => {
+            eprintln!(
+                "toolonce: conflict: operation {} (scope {:?}, name {:?}) was already recorded \
+                 with the same key fields but other arguments; the command was not run. Change \
+                 a key field to make it a new operation.",
+                op.key, a.scope, a.name
+            );
+            Ok(ExitCode::from(exit::CONFLICT))
         }
-        (outcome, result) => bail!("unexpected answer from the layer: {outcome}: {result:?}"),
+        (outcome, result) => Err(exit::internal(anyhow::anyhow!(
+            "unexpected answer from the layer: {outcome}: {result:?}"
+        ))),
     }
 }
 
-/// Writes a recorded run's stdout and stderr back out and returns its exit code.
+/// Runs `work` unless one of the signals arrives first while nothing has been started
+/// (`started` unset or false): then `work` is dropped and the signal returned. Once the
+/// command has started, signals are the command's to get (see [`child::run`]).
+async fn until_signal<T>(
+    work: impl Future<Output = T>,
+    signals: &mut Signals,
+    started: Option<&AtomicBool>,
+) -> Result<T, Signal> {
+    tokio::pin!(work);
+    let mut listening = true;
+    loop {
+        tokio::select! {
+            biased;
+            done = &mut work => return Ok(done),
+            changed = signals.changed(), if listening => {
+                if changed.is_err() {
+                    listening = false;
+                    continue;
+                }
+                let has_started = started.is_some_and(|s| s.load(Ordering::SeqCst));
+                if let Some(sig) = *signals.borrow_and_update()
+                    && !has_started
+                {
+                    return Err(sig);
+                }
+            }
+        }
+    }
+}
+
+fn not_started(not_started: &NotStarted) -> ExitCode {
+    eprintln!(
+        "toolonce: {}; nothing was recorded, so the next call runs it",
+        not_started.message
+    );
+    ExitCode::from(not_started.exit_code)
+}
+
+/// The cause in the layer's store-unavailable message, which is written for a model: the
+/// operator gets it in a line of their own.
+fn store_cause(message: &str) -> &str {
+    message
+        .split_once("is unavailable (")
+        .and_then(|(_, rest)| rest.rsplit_once("), and running"))
+        .map_or(message, |(cause, _)| cause)
+}
+
+/// Writes a recorded run's stdout and stderr back out and returns its exit code. A reader
+/// that went away (a closed pipe) does not change the outcome, which is the exit code.
 fn replay(key: &OperationKey, value: &serde_json::Value) -> anyhow::Result<ExitCode> {
-    let record = Record::from_json(value)
-        .map_err(|e| anyhow::anyhow!("the stored outcome of {key} is not an exec record: {e}"))?;
+    let record = Record::from_json(value).map_err(|e| {
+        exit::internal(anyhow::anyhow!(
+            "the stored outcome of {key} is not an exec record: {e}"
+        ))
+    })?;
     let mut stdout = std::io::stdout().lock();
-    stdout.write_all(&record.stdout)?;
-    stdout.flush()?;
+    let _ = stdout
+        .write_all(&record.stdout)
+        .and_then(|()| stdout.flush());
     let mut stderr = std::io::stderr().lock();
-    stderr.write_all(&record.stderr)?;
-    stderr.flush()?;
+    let _ = stderr
+        .write_all(&record.stderr)
+        .and_then(|()| stderr.flush());
     Ok(exit_code(record.exit_code))
 }
 
@@ -204,75 +321,31 @@ fn exit_code(code: i32) -> ExitCode {
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 
-/// Runs the command with the key in its environment, streaming its output through while
-/// capturing it.
-async fn run_command(command: &[OsString], key: &OperationKey) -> Result<Record, NotStarted> {
-    let (program, rest) = command.split_first().expect("clap requires a command");
-    let mut child = tokio::process::Command::new(program)
-        .args(rest)
-        .env("TOOLONCE_KEY", key.as_str())
-        .env("IDEMPOTENCY_KEY", key.as_str())
-        .stdin(Stdio::inherit())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| NotStarted {
-            message: format!("cannot run {}: {e}", program.to_string_lossy()),
-            exit_code: if e.kind() == std::io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            },
-        })?;
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let stderr = child.stderr.take().expect("stderr is piped");
-    let (stdout, stderr, status) = tokio::join!(
-        tee(stdout, tokio::io::stdout()),
-        tee(stderr, tokio::io::stderr()),
-        child.wait()
-    );
-    let status = status.map_err(|e| NotStarted {
-        message: format!("lost track of {}: {e}", program.to_string_lossy()),
-        exit_code: 126,
-    })?;
-    Ok(Record {
-        exit_code: status_code(status),
-        stdout,
-        stderr,
-        command: command
-            .iter()
-            .map(|part| part.to_string_lossy().into_owned())
-            .collect(),
-    })
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// The exit code, or `128 + N` for a command killed by signal N, as shells report it.
-fn status_code(status: ExitStatus) -> i32 {
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt;
-        if let Some(signal) = status.signal() {
-            return 128 + signal;
+    #[test]
+    fn sizes_take_binary_suffixes_and_a_ceiling() {
+        assert_eq!(bytes("0"), Ok(0));
+        assert_eq!(bytes("1000"), Ok(1000));
+        assert_eq!(bytes("64K"), Ok(65536));
+        assert_eq!(bytes("1M"), Ok(1 << 20));
+        assert_eq!(bytes("64M"), Ok(64 << 20));
+        for bad in ["65M", "-1", "lots", "1G", "", "K", "99999999999999999999"] {
+            assert!(bytes(bad).is_err(), "{bad}");
         }
     }
-    status.code().unwrap_or(1)
-}
 
-/// Copies `from` to `to` as it arrives and returns everything read. A failing `to` (a closed
-/// pipe) stops the echo, never the capture.
-async fn tee(mut from: impl AsyncRead + Unpin, mut to: impl AsyncWrite + Unpin) -> Vec<u8> {
-    let mut captured = Vec::new();
-    let mut buf = vec![0u8; 16 * 1024];
-    let mut echo = true;
-    loop {
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        captured.extend_from_slice(&buf[..n]);
-        if echo {
-            echo = to.write_all(&buf[..n]).await.is_ok() && to.flush().await.is_ok();
-        }
+    #[test]
+    fn the_store_cause_is_taken_out_of_the_models_wording() {
+        let message = "Not executed: `t` was not run because the idempotency store is \
+                       unavailable (store unavailable: Connection refused (os error 111)), and \
+                       running it without the store could perform it twice.";
+        assert_eq!(
+            store_cause(message),
+            "store unavailable: Connection refused (os error 111)"
+        );
+        assert_eq!(store_cause("other text"), "other text");
     }
-    captured
 }

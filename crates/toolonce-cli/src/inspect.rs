@@ -8,7 +8,8 @@ use serde_json::{Value, json};
 use toolonce::{Entry, EntryState, ListQuery, OperationKey, State};
 
 use crate::args::StoreArg;
-use crate::output::{self, Align, Table};
+use crate::exit;
+use crate::output::{self, Align, Table, out, outln};
 
 #[derive(clap::Args)]
 pub(crate) struct LsArgs {
@@ -85,11 +86,11 @@ pub(crate) async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
     let now = SystemTime::now();
     if a.json {
         let list: Vec<Value> = entries.iter().map(|e| summary(e, now)).collect();
-        println!("{}", json!({"entries": list, "more": more}));
+        outln!("{}", json!({"entries": list, "more": more}));
         return Ok(ExitCode::SUCCESS);
     }
     if entries.is_empty() {
-        println!("no entries");
+        outln!("no entries");
         return Ok(ExitCode::SUCCESS);
     }
     let mut table = Table::new(
@@ -112,9 +113,9 @@ pub(crate) async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
             payload(e).map_or("-".into(), |p| format!("{} B", p.to_string().len())),
         ]);
     }
-    print!("{}", table.render());
+    out!("{}", table.render());
     if more {
-        println!("(more entries: raise --limit to see them)");
+        outln!("(more entries: raise --limit to see them)");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -130,25 +131,27 @@ pub(crate) async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
     match &entry.state {
         EntryState::Running { owner } => doc["owner"] = json!(owner),
         EntryState::Done { result, .. } => doc["result"] = result.clone(),
-        EntryState::Failed { error, .. } => doc["error"] = serde_json::to_value(error)?,
+        EntryState::Failed { error, .. } => {
+            doc["error"] = serde_json::to_value(error).map_err(exit::internal)?
+        }
         _ => {}
     }
     if a.json {
-        println!("{doc}");
+        outln!("{doc}");
         return Ok(ExitCode::SUCCESS);
     }
-    println!("key          {}", entry.key);
-    println!("state        {}", entry.state());
+    outln!("key          {}", entry.key);
+    outln!("state        {}", entry.state());
     if let Some(fp) = &entry.fingerprint {
-        println!("fingerprint  {fp}");
+        outln!("fingerprint  {fp}");
     }
-    println!(
+    outln!(
         "started      {} ({} ago)",
         output::timestamp(entry.started_at),
         output::duration(since(entry.started_at, now))
     );
     if let Some(t) = entry.expires_at {
-        println!(
+        outln!(
             "expires      {} (in {})",
             output::timestamp(t),
             output::duration(until(t, now))
@@ -156,13 +159,16 @@ pub(crate) async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
     }
     match &entry.state {
         EntryState::Running { owner } => {
-            println!("owner        {}", owner.as_deref().unwrap_or("-"));
+            outln!("owner        {}", owner.as_deref().unwrap_or("-"));
         }
         EntryState::Done { result, .. } => {
-            println!("result\n{}", serde_json::to_string_pretty(result)?);
+            outln!(
+                "result\n{}",
+                serde_json::to_string_pretty(result).map_err(exit::internal)?
+            );
         }
         EntryState::Failed { error, .. } => {
-            println!(
+            outln!(
                 "error        {} ({})",
                 error.message,
                 if error.is_transient() {
@@ -172,7 +178,10 @@ pub(crate) async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
                 }
             );
             if let Some(detail) = &error.detail {
-                println!("detail\n{}", serde_json::to_string_pretty(detail)?);
+                outln!(
+                    "detail\n{}",
+                    serde_json::to_string_pretty(detail).map_err(exit::internal)?
+                );
             }
         }
         _ => {}
@@ -187,9 +196,9 @@ pub(crate) async fn rm(a: RmArgs) -> anyhow::Result<ExitCode> {
         return absent(&key, a.json);
     }
     if a.json {
-        println!("{}", json!({"key": key, "removed": true}));
+        outln!("{}", json!({"key": key, "removed": true}));
     } else {
-        println!("removed {key}");
+        outln!("removed {key}");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -198,21 +207,21 @@ pub(crate) async fn purge(a: PurgeArgs) -> anyhow::Result<ExitCode> {
     let store = a.store.open().await?;
     let removed = store.purge_expired().await?;
     if a.json {
-        println!("{}", json!({"removed": removed}));
+        outln!("{}", json!({"removed": removed}));
     } else {
-        println!("removed {removed} expired entries");
+        outln!("removed {removed} expired entries");
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// The answer for a key without a live entry: exit 1, a message on stderr (and the JSON
+/// The answer for a key without a live entry: exit 66, a message on stderr (and the JSON
 /// document on stdout for scripts).
 fn absent(key: &OperationKey, json: bool) -> anyhow::Result<ExitCode> {
     if json {
-        println!("{}", json!({"key": key, "found": false}));
+        outln!("{}", json!({"key": key, "found": false}));
     }
     eprintln!("toolonce: no live entry for {key}");
-    Ok(ExitCode::FAILURE)
+    Ok(ExitCode::from(exit::NOT_FOUND))
 }
 
 /// What an entry holds: the result when done, the error when failed.

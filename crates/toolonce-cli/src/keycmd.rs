@@ -8,6 +8,7 @@ use toolonce::canonical::{self, DEFAULT_MAX_DEPTH};
 use toolonce::key;
 
 use crate::args;
+use crate::output::outln;
 
 #[derive(clap::Args)]
 pub(crate) struct KeyArgs {
@@ -45,17 +46,17 @@ pub(crate) async fn run(a: KeyArgs) -> anyhow::Result<ExitCode> {
             "key_fields": a.key_fields,
             "key_object": key_object,
         });
-        println!("{doc}");
+        outln!("{doc}");
     } else {
-        println!("key          {}", derived.key);
-        println!("canonical    {canonical}");
-        println!("fingerprint  {}", derived.fingerprint);
+        outln!("key          {}", derived.key);
+        outln!("canonical    {canonical}");
+        outln!("fingerprint  {}", derived.fingerprint);
         if let Some(object) = key_object {
             // The projection wraps each value one level deeper, as `key::derive` allows for.
             let mut text = String::new();
             canonical::canonicalize_into(&object, DEFAULT_MAX_DEPTH + 1, &mut text)?;
-            println!("key fields   {}", a.key_fields.join(" "));
-            println!("key object   {text}");
+            outln!("key fields   {}", a.key_fields.join(" "));
+            outln!("key object   {text}");
         }
     }
     Ok(ExitCode::SUCCESS)

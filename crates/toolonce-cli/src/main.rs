@@ -2,15 +2,17 @@
 //! command, key derivation for debugging, store inspection, and an MCP stdio proxy.
 //!
 //! Logs go to stderr (set `RUST_LOG`): stdout carries results, and for `mcp` the protocol.
+//! Every subcommand ends with a code of the one table in [`exit`].
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Subcommand};
 
 mod args;
 mod demo;
 mod exec;
+mod exit;
 mod inspect;
 mod keycmd;
 mod mcp;
@@ -19,8 +21,9 @@ mod output;
 /// The default store of every subcommand: a SQLite file in the current directory.
 pub(crate) const DEFAULT_STORE: &str = "sqlite://toolonce.db";
 
-#[derive(Parser)]
+#[derive(clap::Parser)]
 #[command(
+    after_help = exit::TABLE,
     name = "toolonce",
     version,
     about = "Make every side-effecting tool call take effect once"
@@ -51,9 +54,41 @@ enum Command {
     /// The agent process of the demo's crash scenario (started by `demo`, killed by it).
     #[command(name = "__demo-child", hide = true)]
     DemoChild(demo::ChildArgs),
+    /// What `exec` starts in the command's place, to tie the command's life to its own.
+    #[command(name = "__exec-shim", hide = true)]
+    ExecShim(exec::shim::ShimArgs),
+}
+
+/// Parses the command line, with the exit-code table after every subcommand's help.
+fn parse() -> Result<Cli, clap::Error> {
+    let command = Cli::command().mut_subcommands(|sub| {
+        if sub.is_hide_set() {
+            return sub;
+        }
+        let with_table = |text: Option<&clap::builder::StyledStr>| match text {
+            Some(text) => format!("{text}\n\n{}", exit::TABLE),
+            None => exit::TABLE.to_owned(),
+        };
+        let long = sub.get_after_long_help().map(|t| with_table(Some(t)));
+        let short = with_table(sub.get_after_help());
+        let sub = sub.after_help(short);
+        match long {
+            Some(long) => sub.after_long_help(long),
+            None => sub,
+        }
+    });
+    Cli::from_arg_matches(&command.try_get_matches()?)
 }
 
 fn main() -> ExitCode {
+    let cli = match parse() {
+        Ok(cli) => cli,
+        Err(e) => return exit::clap(&e),
+    };
+    // The shim becomes the command's parent at once: no logger, no multi-threaded runtime.
+    if let Command::ExecShim(args) = cli.command {
+        return exec::shim::run(args);
+    }
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         // Colours only for a person at a terminal, never into a log file or a pipe.
@@ -63,7 +98,6 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
-    let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -72,7 +106,7 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("toolonce: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
+            return ExitCode::from(exit::INTERNAL);
         }
     };
     let result = runtime.block_on(async {
@@ -86,13 +120,11 @@ fn main() -> ExitCode {
             Command::Purge(args) => inspect::purge(args).await,
             Command::Mcp(args) => mcp::run(args).await,
             Command::DemoChild(args) => demo::child(args).await,
+            Command::ExecShim(_) => unreachable!("the shim returned above"),
         }
     });
     match result {
         Ok(code) => code,
-        Err(e) => {
-            eprintln!("toolonce: {e:#}");
-            ExitCode::from(2)
-        }
+        Err(e) => exit::report(&e),
     }
 }

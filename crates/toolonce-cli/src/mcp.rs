@@ -134,8 +134,12 @@ pub(crate) async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
                 });
             let _ = tx.send(status.and_then(|status| status));
         })
-        .context("cannot start the proxy's thread")?;
-    let status = rx.await.context("the proxy's thread failed")??;
+        .context("cannot start the proxy's thread")
+        .map_err(crate::exit::internal)?;
+    let status = rx
+        .await
+        .context("the proxy's thread failed")
+        .map_err(crate::exit::internal)??;
     Ok(exit_code(status))
 }
 

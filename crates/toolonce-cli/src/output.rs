@@ -1,7 +1,38 @@
 //! Plain-text output shared by the subcommands: aligned tables, short durations and UTC
 //! timestamps (RFC 3339), without pulling in a date or table crate for three functions.
+//!
+//! Everything meant for stdout goes through [`out!`] and [`outln!`], which return the write
+//! error instead of panicking as `print!` does: a reader that closes the pipe early
+//! (`toolonce ls | head -1`) then ends the command quietly (see `crate::exit`).
 
+use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Writes formatted text to stdout, returning the error (`?` it).
+pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_fmt(args)?;
+    out.flush()
+}
+
+/// `print!` that hands a failed write (a closed pipe) back to the caller with `?`.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::output::write_stdout(format_args!($($arg)*))?
+    };
+}
+
+/// `println!` that hands a failed write (a closed pipe) back to the caller with `?`.
+macro_rules! outln {
+    () => {
+        $crate::output::write_stdout(format_args!("\n"))?
+    };
+    ($($arg:tt)*) => {
+        $crate::output::write_stdout(format_args!("{}\n", format_args!($($arg)*)))?
+    };
+}
+
+pub(crate) use {out, outln};
 
 /// How a column's cells line up.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -164,9 +164,9 @@ fn a_store_that_cannot_be_used_runs_nothing() {
             .output()
             .unwrap()
     };
-    // An outage: SQLite cannot open a directory as its file. A retry may help: exit 75.
+    // An outage: SQLite cannot open a directory as its file. A retry may help: exit 69.
     let out = run(&format!("sqlite://{}", dir.path().display()));
-    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
     assert!(stderr(&out).contains("not run"), "{}", stderr(&out));
     // Misconfigurations: a retry will not help, exit 2.
     let out = run("sqlite:///nonexistent-dir/x.db");
@@ -276,9 +276,118 @@ fn key_fields_make_a_changed_argument_a_conflict() {
     );
     assert_eq!(code(&conflict), 65, "{}", stderr(&conflict));
     assert!(
-        stderr(&conflict).contains("Conflict"),
+        stderr(&conflict).contains("conflict"),
         "{}",
         stderr(&conflict)
     );
     assert_eq!(lines(&dir.path().join("counter")), 1);
+}
+
+#[test]
+fn a_background_grandchild_does_not_hold_exec_until_it_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = "echo ran >> counter; sleep 20 & echo started";
+    let begun = Instant::now();
+    let first = exec(dir.path(), "bg", &[], script);
+    let took = begun.elapsed();
+    assert_eq!(code(&first), 0, "{}", stderr(&first));
+    assert_eq!(stdout(&first), "started\n");
+    // The grandchild sleeps for 20 s; exec must not wait for it (generous for a loaded machine).
+    assert!(took < Duration::from_secs(15), "exec waited {took:?}");
+    let again = exec(dir.path(), "bg", &[], script);
+    assert_eq!(stdout(&again), "started\n");
+    assert_eq!(lines(&dir.path().join("counter")), 1);
+}
+
+/// The peak resident memory of a running process, from /proc (Linux).
+#[cfg(target_os = "linux")]
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_huge_output_keeps_memory_bounded_is_recorded_and_replays_head_and_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = dir.path().join("streamed");
+    // 50 MB between two markers, then a pause so the peak is measured before the process ends.
+    let script = "echo ran >> counter; echo BEGIN; head -c 50000000 /dev/zero | tr '\\0' x; \
+                  echo; echo END; sleep 0.5";
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_toolonce"))
+        .current_dir(dir.path())
+        .env_remove("TOOLONCE_STORE")
+        .env_remove("RUST_LOG")
+        .args(["exec", "--store", &sqlite_url(dir.path()), "--scope", "s"])
+        .args(["--name", "huge", "--", "sh", "-c", script])
+        .stdout(std::fs::File::create(&sink).unwrap())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut peak = 0;
+    while child.try_wait().unwrap().is_none() {
+        if let Some(kib) = peak_rss_kib(child.id()) {
+            peak = peak.max(kib);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let first = child.wait_with_output().unwrap();
+    assert_eq!(code(&first), 0, "{}", stderr(&first));
+    // Everything still streamed through live.
+    assert_eq!(std::fs::metadata(&sink).unwrap().len(), 50_000_000 + 11);
+    assert!(peak > 0, "never measured the memory");
+    assert!(
+        peak < 40 * 1024,
+        "toolonce held {peak} KiB for a 50 MB output"
+    );
+
+    let ls = toolonce()
+        .args(["ls", "--json", "--store", &sqlite_url(dir.path())])
+        .output()
+        .unwrap();
+    assert_eq!(cli_support::json(&ls)["entries"][0]["state"], "done");
+    let again = exec(dir.path(), "huge", &[], script);
+    assert_eq!(code(&again), 0, "{}", stderr(&again));
+    assert_eq!(
+        lines(&dir.path().join("counter")),
+        1,
+        "the command ran again"
+    );
+    let replayed = stdout(&again);
+    assert!(replayed.starts_with("BEGIN\nxxx"), "{}", &replayed[..40]);
+    assert!(replayed.ends_with("xxx\nEND\n"));
+    let dropped = 50_000_000 + 11 - 1024 * 1024;
+    let marker = format!("\n[toolonce: {dropped} bytes of output dropped here]\n");
+    assert!(replayed.contains(&marker), "no marker");
+    assert_eq!(replayed.len(), 1024 * 1024 + marker.len());
+}
+
+#[test]
+fn max_output_caps_what_is_stored_per_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = "printf 'abcdefghij%.0s' $(seq 100); printf '0123456789%.0s' $(seq 100) >&2";
+    let first = exec(dir.path(), "cap", &["--max-output", "100"], script);
+    assert_eq!(first.stdout.len(), 1000, "the live output was cut");
+    let again = exec(dir.path(), "cap", &["--max-output", "100"], script);
+    let marker = "\n[toolonce: 900 bytes of output dropped here]\n";
+    assert_eq!(
+        stdout(&again),
+        format!(
+            "{}{marker}{}",
+            "abcdefghij".repeat(5),
+            "abcdefghij".repeat(5)
+        )
+    );
+    assert_eq!(
+        stderr(&again),
+        format!(
+            "{}{marker}{}",
+            "0123456789".repeat(5),
+            "0123456789".repeat(5)
+        )
+    );
+    let bad = exec(dir.path(), "cap2", &["--max-output", "lots"], "touch ran");
+    assert_eq!(code(&bad), 2);
+    assert!(!dir.path().join("ran").exists());
 }

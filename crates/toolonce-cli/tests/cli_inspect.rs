@@ -85,14 +85,14 @@ fn ls_show_rm_work_on_a_store_filled_by_exec() {
     assert_eq!(code(&removed), 0, "{}", stderr(&removed));
     assert_eq!(stdout(&removed), format!("removed {ok}\n"));
     let again = run(dir.path(), &["rm", &ok]);
-    assert_eq!(code(&again), 1);
+    assert_eq!(code(&again), 66);
     assert!(
         stderr(&again).contains("no live entry"),
         "{}",
         stderr(&again)
     );
     let gone = run(dir.path(), &["show", &ok]);
-    assert_eq!(code(&gone), 1);
+    assert_eq!(code(&gone), 66);
     let removed = json(&run(dir.path(), &["rm", &failed, "--json"]));
     assert_eq!(removed, serde_json::json!({"key": failed, "removed": true}));
     assert_eq!(stdout(&run(dir.path(), &["ls"])), "no entries\n");

@@ -1,6 +1,8 @@
 //! What `exec` stores for a command that ran: its exit code and the exact bytes of its stdout
 //! and stderr. A stream is stored as a JSON string when it is valid UTF-8 (readable in
-//! `toolonce show`) and as `{"base64": "…"}` otherwise, so any bytes round-trip.
+//! `toolonce show`) and as `{"base64": "…"}` otherwise, so any bytes round-trip. A stream longer
+//! than `--max-output` is stored as its head and tail around a marker line, with the number of
+//! bytes dropped beside it (`stdout_dropped`, `stderr_dropped`, only when not zero).
 
 use serde_json::{Map, Value, json};
 
@@ -11,18 +13,31 @@ pub(crate) struct Record {
     pub(crate) exit_code: i32,
     pub(crate) stdout: Vec<u8>,
     pub(crate) stderr: Vec<u8>,
+    /// How many bytes of stdout were left out of `stdout` (where its marker line is).
+    pub(crate) stdout_dropped: u64,
+    /// How many bytes of stderr were left out of `stderr`.
+    pub(crate) stderr_dropped: u64,
     /// The command line, for people reading the store; replays never look at it.
     pub(crate) command: Vec<String>,
 }
 
 impl Record {
     pub(crate) fn to_json(&self) -> Value {
-        json!({
+        let mut value = json!({
             "exit_code": self.exit_code,
             "stdout": encode_stream(&self.stdout),
             "stderr": encode_stream(&self.stderr),
             "command": self.command,
-        })
+        });
+        for (name, dropped) in [
+            ("stdout_dropped", self.stdout_dropped),
+            ("stderr_dropped", self.stderr_dropped),
+        ] {
+            if dropped > 0 {
+                value[name] = json!(dropped);
+            }
+        }
+        value
     }
 
     /// Reads a record back; the error says what is missing or malformed.
@@ -46,10 +61,13 @@ impl Record {
                     .collect()
             })
             .unwrap_or_default();
+        let dropped = |name: &str| value.get(name).and_then(Value::as_u64).unwrap_or(0);
         Ok(Record {
             exit_code,
             stdout: stream("stdout")?,
             stderr: stream("stderr")?,
+            stdout_dropped: dropped("stdout_dropped"),
+            stderr_dropped: dropped("stderr_dropped"),
             command,
         })
     }
@@ -160,12 +178,21 @@ mod tests {
             exit_code: 3,
             stdout: b"hello\n".to_vec(),
             stderr: vec![0xff, b'x', 0],
+            stdout_dropped: 0,
+            stderr_dropped: 0,
             command: vec!["sh".into(), "-c".into(), "exit 3".into()],
         };
         let json = record.to_json();
         assert_eq!(json["stdout"], "hello\n");
         assert_eq!(json["stderr"], json!({"base64": "/3gA"}));
+        assert!(json.get("stdout_dropped").is_none());
         assert_eq!(Record::from_json(&json).unwrap(), record);
+        let cut = Record {
+            stdout_dropped: 12,
+            ..record
+        };
+        assert_eq!(cut.to_json()["stdout_dropped"], 12);
+        assert_eq!(Record::from_json(&cut.to_json()).unwrap(), cut);
         assert!(Record::from_json(&json!({"exit_code": 0})).is_err());
     }
 }

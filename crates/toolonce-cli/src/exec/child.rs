@@ -1,0 +1,221 @@
+//! Running the command for `exec`: through the shim (see [`super::shim`]) in a process group of
+//! its own, with the SIGINT, SIGTERM and SIGHUP toolonce receives forwarded to that group, a
+//! grace period and then SIGKILL for a command that does not stop, and its output teed live
+//! into a bounded capture. `exec` ends when the command itself exits: a background process it
+//! left behind may keep the pipes open, so they are drained for a moment and then let go.
+
+use std::ffi::OsString;
+use std::process::Stdio;
+use std::time::Duration;
+
+use rustix::process::{Pid, Signal, kill_process_group};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use toolonce::OperationKey;
+
+use super::capture::{self, Capture};
+use super::record::Record;
+use super::shim;
+use crate::exit;
+
+/// How long the pipes are still read after the command exited (see the module doc).
+const DRAIN_GRACE: Duration = Duration::from_secs(1);
+
+/// The last of SIGINT, SIGTERM, SIGHUP that toolonce received, if any; every delivery is a
+/// change, even of the same signal.
+pub(crate) type Signals = watch::Receiver<Option<Signal>>;
+
+/// From now on SIGINT, SIGTERM and SIGHUP no longer end toolonce: they are reported here, and
+/// `exec` decides (forward them to the command, or stop before it started).
+pub(crate) fn listen() -> std::io::Result<Signals> {
+    let mut streams = Vec::new();
+    for (kind, sig) in [
+        (SignalKind::interrupt(), Signal::INT),
+        (SignalKind::terminate(), Signal::TERM),
+        (SignalKind::hangup(), Signal::HUP),
+    ] {
+        streams.push((signal(kind)?, sig));
+    }
+    let (tx, rx) = watch::channel(None);
+    tokio::spawn(async move {
+        let [(int, _), (term, _), (hup, _)] = &mut streams[..] else {
+            unreachable!("three signals")
+        };
+        loop {
+            let sig = tokio::select! {
+                _ = int.recv() => Signal::INT,
+                _ = term.recv() => Signal::TERM,
+                _ = hup.recv() => Signal::HUP,
+            };
+            tx.send_replace(Some(sig));
+        }
+    });
+    Ok(rx)
+}
+
+/// The conventional name of a signal, for messages.
+pub(crate) fn name(sig: Signal) -> &'static str {
+    match sig {
+        Signal::INT => "SIGINT",
+        Signal::TERM => "SIGTERM",
+        Signal::HUP => "SIGHUP",
+        _ => "a signal",
+    }
+}
+
+/// Why the command did not run to an exit status.
+pub(crate) struct NotStarted {
+    pub(crate) message: String,
+    /// 127 when the program was not found, 126 when it could not be executed, `128 + N` when
+    /// toolonce got signal N before it started the command.
+    pub(crate) exit_code: u8,
+}
+
+/// What `exec` asks of the run.
+pub(crate) struct Run<'a> {
+    pub(crate) command: &'a [OsString],
+    pub(crate) key: &'a OperationKey,
+    /// The most bytes stored of each stream.
+    pub(crate) max_output: usize,
+    /// How long a signalled command has before its process group is killed.
+    pub(crate) grace: Duration,
+}
+
+/// Runs the command with the key in its environment, streaming its output through while
+/// keeping a bounded copy, and forwarding the signals toolonce receives.
+pub(crate) async fn run(run: Run<'_>, mut signals: Signals) -> Result<Record, NotStarted> {
+    let cannot = |what: &str, e: std::io::Error| NotStarted {
+        message: format!("cannot {what}: {e}"),
+        exit_code: exit::CANNOT_EXECUTE,
+    };
+    let status_file = tempfile::NamedTempFile::new().map_err(|e| cannot("create a file", e))?;
+    let shim_path = std::env::current_exe().map_err(|e| cannot("find toolonce's own path", e))?;
+    let mut command = tokio::process::Command::new(shim_path);
+    command
+        .arg("__exec-shim")
+        .arg("--parent")
+        .arg(std::process::id().to_string())
+        .arg("--status-file")
+        .arg(status_file.path())
+        .arg("--")
+        .args(run.command)
+        .env("TOOLONCE_KEY", run.key.as_str())
+        .env("IDEMPOTENCY_KEY", run.key.as_str())
+        .stdin(Stdio::inherit())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    // A signal that came before the command started: it is not started at all.
+    if let Some(sig) = *signals.borrow_and_update() {
+        return Err(stopped_before_start(sig));
+    }
+    let mut child = command
+        .spawn()
+        .map_err(|e| cannot("start the command", e))?;
+    let group = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .and_then(Pid::from_raw);
+
+    let (stop, stopped) = watch::channel(false);
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let limit = run.max_output;
+    let out = tokio::spawn(capture::tee(
+        stdout,
+        tokio::io::stdout(),
+        limit,
+        stopped.clone(),
+    ));
+    let err = tokio::spawn(capture::tee(stderr, tokio::io::stderr(), limit, stopped));
+
+    let mut listening = true;
+    let mut grace_started = false;
+    let mut kill_at: Option<Instant> = None;
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            changed = signals.changed(), if listening => {
+                if changed.is_err() {
+                    listening = false;
+                    continue;
+                }
+                let Some(sig) = *signals.borrow_and_update() else { continue };
+                tracing::info!(
+                    target: "toolonce::exec",
+                    signal = name(sig),
+                    "forwarding the signal to the command"
+                );
+                if let Some(group) = group {
+                    let _ = kill_process_group(group, sig);
+                }
+                if !grace_started {
+                    grace_started = true;
+                    // A grace too long to add to the clock means: never kill.
+                    kill_at = Instant::now().checked_add(run.grace);
+                }
+            }
+            () = tokio::time::sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
+                kill_at = None;
+                tracing::warn!(
+                    target: "toolonce::exec",
+                    grace = ?run.grace,
+                    "the command did not stop within the grace period; killing its process group"
+                );
+                if let Some(group) = group {
+                    let _ = kill_process_group(group, Signal::KILL);
+                }
+            }
+        }
+    };
+
+    let both = async { (out.await, err.await) };
+    tokio::pin!(both);
+    let (out, err) = match tokio::time::timeout(DRAIN_GRACE, &mut both).await {
+        Ok(both) => both,
+        Err(_) => {
+            tracing::info!(
+                target: "toolonce::exec",
+                "the command exited but something it started still holds its output open; \
+                 no longer reading it"
+            );
+            stop.send_replace(true);
+            both.await
+        }
+    };
+    let finish = |capture: Result<Capture, _>| capture.map_or((Vec::new(), 0), Capture::finish);
+    let ((stdout, stdout_dropped), (stderr, stderr_dropped)) = (finish(out), finish(err));
+
+    let status = status.map_err(|e| cannot("wait for the command", e))?;
+    let code = shim::code(status);
+    // The shim writes this file only when the command could not be started.
+    if let Ok(message) = std::fs::read_to_string(status_file.path())
+        && !message.is_empty()
+    {
+        return Err(NotStarted {
+            message,
+            exit_code: code,
+        });
+    }
+    Ok(Record {
+        exit_code: i32::from(code),
+        stdout,
+        stderr,
+        stdout_dropped,
+        stderr_dropped,
+        command: run
+            .command
+            .iter()
+            .map(|part| part.to_string_lossy().into_owned())
+            .collect(),
+    })
+}
+
+/// The answer when toolonce got a signal before the command started.
+pub(crate) fn stopped_before_start(sig: Signal) -> NotStarted {
+    NotStarted {
+        message: format!("stopped by {} before the command started", name(sig)),
+        exit_code: u8::try_from(128 + sig.as_raw()).unwrap_or(exit::INTERNAL),
+    }
+}

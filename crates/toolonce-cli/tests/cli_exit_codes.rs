@@ -1,0 +1,211 @@
+//! One table of exit codes for every subcommand: each code is tried from each subcommand it
+//! applies to, with real stores that cannot be reached (a closed loopback port).
+
+mod cli_support;
+
+use std::net::TcpListener;
+
+use cli_support::{code, exec, sqlite_url, stderr, toolonce};
+
+/// A loopback port nothing listens on (bound, then released).
+fn closed_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+const KEY: &str = "idem:0123456789abcdef0123456789abcdef";
+
+/// Every store-using subcommand, with the store URL appended.
+fn store_commands() -> Vec<Vec<&'static str>> {
+    vec![
+        vec!["ls"],
+        vec!["ls", "--json"],
+        vec!["show", KEY],
+        vec!["rm", KEY],
+        vec!["purge"],
+        vec!["exec", "--scope", "s", "--name", "n", "--", "touch", "ran"],
+    ]
+}
+
+fn run(args: &[&str], store: &str, dir: &std::path::Path) -> std::process::Output {
+    let mut cmd = toolonce();
+    cmd.current_dir(dir);
+    // `--store` goes before `--` so that exec does not take it as part of the command.
+    match args.iter().position(|a| *a == "--") {
+        Some(at) => cmd
+            .args(&args[..at])
+            .args(["--store", store])
+            .args(&args[at..]),
+        None => cmd.args(args).args(["--store", store]),
+    };
+    cmd.output().unwrap()
+}
+
+#[test]
+fn an_unreachable_store_is_exit_69_for_every_subcommand() {
+    let dir = tempfile::tempdir().unwrap();
+    let stores = [
+        format!("redis://127.0.0.1:{}", closed_port()),
+        format!("postgres://toolonce@127.0.0.1:{}/toolonce", closed_port()),
+        // SQLite cannot open a directory as its database file.
+        format!("sqlite://{}", dir.path().display()),
+    ];
+    for store in &stores {
+        for args in store_commands() {
+            let out = run(&args, store, dir.path());
+            assert_eq!(code(&out), 69, "{args:?} {store}: {}", stderr(&out));
+            assert!(stderr(&out).starts_with("toolonce: "), "{}", stderr(&out));
+            assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+        }
+    }
+    assert!(!dir.path().join("ran").exists(), "exec ran without a store");
+}
+
+#[test]
+fn a_bad_store_url_is_exit_2_for_every_subcommand() {
+    let dir = tempfile::tempdir().unwrap();
+    for store in ["nosuch://x", "no-scheme", "sqlite:///nonexistent-dir/x.db"] {
+        for args in store_commands() {
+            let out = run(&args, store, dir.path());
+            assert_eq!(code(&out), 2, "{args:?} {store}: {}", stderr(&out));
+        }
+    }
+    assert!(!dir.path().join("ran").exists());
+}
+
+#[test]
+fn a_missing_key_is_exit_66_for_show_and_rm() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_url(dir.path());
+    for args in [["show", KEY], ["rm", KEY]] {
+        let out = run(&args, &store, dir.path());
+        assert_eq!(code(&out), 66, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("no live entry"), "{}", stderr(&out));
+    }
+    let json = run(&["show", KEY, "--json"], &store, dir.path());
+    assert_eq!(code(&json), 66);
+    assert_eq!(cli_support::json(&json)["found"], false);
+}
+
+#[test]
+fn bad_input_is_exit_2_for_every_subcommand() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_url(dir.path());
+    for args in [
+        vec!["show", "idem:XYZ"],
+        vec!["rm", "not-a-key"],
+        vec!["ls", "--state", "sleeping"],
+        vec!["ls", "--limit", "many"],
+        vec!["key", "--scope", "s", "--tool", "t", "--args", "{"],
+        vec!["key", "--scope", "", "--tool", "t"],
+        vec![
+            "key",
+            "--scope",
+            "s",
+            "--tool",
+            "t",
+            "--key-field",
+            "no-slash",
+        ],
+        vec![
+            "exec", "--scope", "s", "--name", "n", "--args", "[", "--", "touch", "ran",
+        ],
+        vec![
+            "exec", "--scope", "s", "--name", "n", "--lease", "0", "--", "touch", "ran",
+        ],
+        vec![
+            "exec", "--scope", "s", "--name", "n", "--args", "-", "--", "touch", "ran",
+        ],
+        vec!["nosuch-subcommand"],
+    ] {
+        let out = run(&args, &store, dir.path());
+        assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
+    }
+    assert!(!dir.path().join("ran").exists());
+}
+
+#[test]
+fn a_conflict_and_the_commands_own_codes_are_kept_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let fields = ["--key-field", "/id", "--args"];
+    let first = exec(
+        dir.path(),
+        "c",
+        &[fields[0], fields[1], fields[2], r#"{"id":1,"x":1}"#],
+        "exit 69",
+    );
+    // The command's own code passes through, even one that toolonce also uses.
+    assert_eq!(code(&first), 69, "{}", stderr(&first));
+    assert!(stderr(&first).is_empty(), "{}", stderr(&first));
+    let conflict = exec(
+        dir.path(),
+        "c",
+        &[fields[0], fields[1], fields[2], r#"{"id":1,"x":2}"#],
+        "exit 0",
+    );
+    assert_eq!(code(&conflict), 65, "{}", stderr(&conflict));
+    // Operator wording, not the text written for a model.
+    assert!(
+        !stderr(&conflict).contains("If you meant"),
+        "{}",
+        stderr(&conflict)
+    );
+    let missing = exec(dir.path(), "m", &[], "exec /nonexistent/program");
+    assert_eq!(code(&missing), 127);
+}
+
+#[test]
+fn the_exit_code_table_is_in_the_help_of_every_subcommand() {
+    for sub in [
+        vec!["--help"],
+        vec!["exec", "--help"],
+        vec!["ls", "--help"],
+        vec!["show", "--help"],
+        vec!["rm", "--help"],
+        vec!["purge", "--help"],
+        vec!["key", "--help"],
+    ] {
+        let out = toolonce().args(&sub).output().unwrap();
+        assert_eq!(code(&out), 0);
+        let text = cli_support::stdout(&out);
+        for line in ["Exit codes", "69", "75", "65", "66", "70"] {
+            assert!(text.contains(line), "{sub:?} lacks {line}: {text}");
+        }
+    }
+}
+
+#[test]
+fn an_entry_toolonce_cannot_read_is_exit_70() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_url(dir.path());
+    assert_eq!(code(&exec(dir.path(), "n", &[], "echo hello")), 0);
+    // Damage the stored result as a bug (or another program) could.
+    let db = rusqlite::Connection::open(dir.path().join("store.db")).unwrap();
+    let changed = db
+        .execute("UPDATE toolonce_entries SET payload = 'not json'", [])
+        .unwrap();
+    assert_eq!(changed, 1);
+    drop(db);
+    let key = toolonce()
+        .args(["key", "--json", "--scope", "s", "--tool", "n"])
+        .output()
+        .unwrap();
+    let key = cli_support::json(&key)["key"].as_str().unwrap().to_owned();
+    for args in [vec!["show", key.as_str()], vec!["ls"], vec!["ls", "--json"]] {
+        let out = run(&args, &store, dir.path());
+        assert_eq!(code(&out), 70, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("corrupt entry"), "{}", stderr(&out));
+    }
+    // For exec the store cannot be used for this operation: fail closed, as for an outage, in
+    // the operator's words rather than the model's.
+    let again = exec(dir.path(), "n", &[], "echo ran >> counter");
+    assert_eq!(code(&again), 69, "{}", stderr(&again));
+    let text = stderr(&again);
+    assert!(text.contains("the command was not run"), "{text}");
+    assert!(text.contains("corrupt entry"), "{text}");
+    assert!(!text.contains("Not executed"), "{text}");
+    assert!(!dir.path().join("counter").exists());
+}
