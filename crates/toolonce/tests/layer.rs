@@ -428,10 +428,11 @@ impl Store for Flaky {
         &self,
         key: &OperationKey,
         fp: &toolonce::Fingerprint,
+        owner: &OwnerToken,
         lease: Duration,
     ) -> toolonce::Result<Claim> {
         self.check()?;
-        self.inner.claim(key, fp, lease).await
+        self.inner.claim(key, fp, owner, lease).await
     }
     async fn renew(
         &self,
