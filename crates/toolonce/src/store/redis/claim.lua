@@ -11,7 +11,7 @@
 -- absent, then read" gap in which it could vanish).
 local value = redis.call('GET', KEYS[1])
 if value then
-  if owned(KEYS[1], ARGV[3]) then
+  if held(value, ARGV[3]) then
     redis.call('PEXPIRE', KEYS[1], ARGV[1])
     return 1
   end
