@@ -361,16 +361,17 @@ impl Layer {
     /// store is unreachable. `None` means it could not be recorded at all: the entry then
     /// expires with its lease.
     ///
-    /// A retry after an attempt whose reply was lost may find that attempt applied: the entry
-    /// is already settled, so the fenced write answers `NotOwner`. Rather than make the stores
-    /// remember the owner of settled entries (which would change every store's format, the
-    /// wire format shared with other implementations included), the layer reads the entry and
-    /// counts the write as applied when it holds exactly what was written: `done` with this
-    /// result, `failed` with this error, or, for a transient failure (a delete), no longer this
-    /// caller's running entry. Only a write whose earlier attempt failed is checked this way, so
-    /// a clean `NotOwner` still means the claim was lost. (A duplicate that took over after the
-    /// lease expired and recorded an identical result is indistinguishable, and harmless: the
-    /// entry replays what this caller got.)
+    /// A write whose reply was lost may have applied: the layer's own retry (after an error),
+    /// or the driver's (redis-rs re-sends a script on a cluster by itself, unseen), then finds
+    /// the entry already settled, and the fenced write answers `NotOwner`. Rather than make the
+    /// stores remember the owner of settled entries (which would change every store's format,
+    /// the wire format shared with other implementations included), the layer reads the entry
+    /// on `NotOwner` and counts the write as applied when it holds exactly what was written:
+    /// `done` with this result, `failed` with this error, or, for a transient failure (a
+    /// delete), no entry at all. So "the claim was lost" is logged only when it was. (A
+    /// duplicate that took over after this caller's lease expired and recorded an identical
+    /// result looks the same; the heartbeat has then already warned that the lease was lost,
+    /// and the entry replays exactly what this caller got.)
     async fn settle(
         &self,
         tool: &str,
@@ -380,7 +381,6 @@ impl Layer {
         options: &WriteOptions,
     ) -> Option<Fenced> {
         let mut pause = Duration::from_millis(50);
-        let mut unknown = false;
         for attempt in 1..=SETTLE_RETRIES {
             let written = match result {
                 Ok(value) => {
@@ -395,12 +395,9 @@ impl Layer {
                 }
             };
             match written {
-                Ok(Fenced::NotOwner) if unknown => {
-                    return Some(self.applied_before(key, result).await);
-                }
-                Ok(fenced) => return Some(fenced),
+                Ok(Fenced::NotOwner) => return Some(self.applied_before(key, result).await),
+                Ok(Fenced::Applied) => return Some(Fenced::Applied),
                 Err(e) if e.is_retryable() && attempt < SETTLE_RETRIES => {
-                    unknown = true;
                     tokio::time::sleep(pause).await;
                     pause *= 2;
                 }
@@ -419,34 +416,32 @@ impl Layer {
         None
     }
 
-    /// Whether a settle that answered `NotOwner` on a retry had been applied by an earlier
-    /// attempt whose reply was lost (see [`Layer::settle`]).
+    /// Whether a settle that answered `NotOwner` had in fact been applied by an earlier
+    /// sending of the same write whose reply was lost (see [`Layer::settle`]).
     async fn applied_before(
         &self,
         key: &OperationKey,
         result: &Result<Value, ToolError>,
     ) -> Fenced {
-        let applied = match result {
-            // The delete of a transient failure: whether the earlier attempt removed the entry
-            // or the lease ran out, this caller holds no claim any more, which is all it wanted.
-            Err(error) if error.is_transient() => true,
-            _ => match self.store.get(key).await {
-                Ok(Some(entry)) => match (&entry.state, result) {
-                    (EntryState::Done { result: stored, .. }, Ok(value)) => stored == value,
-                    (EntryState::Failed { error: stored, .. }, Err(error)) => stored == error,
-                    _ => false,
-                },
-                Ok(None) => false,
-                Err(e) => {
-                    tracing::warn!(
-                        target: "toolonce",
-                        key = %key,
-                        error = %e.report(),
-                        "could not read the entry back to learn whether the outcome was recorded"
-                    );
-                    false
+        let applied = match self.store.get(key).await {
+            Ok(Some(entry)) => match (&entry.state, result) {
+                (EntryState::Done { result: stored, .. }, Ok(value)) => stored == value,
+                (EntryState::Failed { error: stored, .. }, Err(error)) => {
+                    !error.is_transient() && stored == error
                 }
+                _ => false,
             },
+            // The delete of a transient failure: the key is free, as the write wanted.
+            Ok(None) => matches!(result, Err(error) if error.is_transient()),
+            Err(e) => {
+                tracing::warn!(
+                    target: "toolonce",
+                    key = %key,
+                    error = %e.report(),
+                    "could not read the entry back to learn whether the outcome was recorded"
+                );
+                false
+            }
         };
         if applied {
             Fenced::Applied
