@@ -524,7 +524,7 @@ mod tests {
 
     #[test]
     fn a_cluster_behind_proxies_sends_clients_through_them() {
-        let (cluster, proxies) = RedisCluster::start_behind_proxies();
+        let (_cluster, proxies) = RedisCluster::start_behind_proxies();
         let before: u64 = proxies.iter().map(FaultProxy::replies).sum();
         // A client following redirections through the first proxy only: every key's slot is
         // served, and whichever node owns it is reached through its proxy.

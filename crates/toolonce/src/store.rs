@@ -99,6 +99,9 @@ fn splitmix64(mut z: u64) -> u64 {
 /// What [`Store::claim`] decided.
 #[derive(Debug)]
 #[must_use]
+// A return value that is matched at once and never stored: boxing the entry would only add an
+// allocation to every duplicate.
+#[allow(clippy::large_enum_variant)]
 pub enum Claim {
     /// The key was absent or expired, or its live entry is `running` with the caller's own
     /// token (an earlier attempt of this claim applied): the entry is now `running` with the

@@ -219,6 +219,19 @@ impl PostgresStoreBuilder {
             if version > SCHEMA_VERSION {
                 return Err(too_new(&store.table, version));
             }
+            if (1..SCHEMA_VERSION).contains(&version) {
+                // Still usable (the statements did not change), but a re-sent claim is not
+                // recognised as the caller's own until the claim function is upgraded.
+                tracing::warn!(
+                    target: "toolonce",
+                    table = %store.table,
+                    version,
+                    expected = SCHEMA_VERSION,
+                    "the table's schema is older than this build's; run PostgresStore::migrate \
+                     (or connect with migration on) so that a claim whose reply was lost can be \
+                     retried"
+                );
+            }
         }
         Ok(store)
     }
