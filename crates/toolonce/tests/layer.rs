@@ -723,37 +723,66 @@ async fn a_claim_retried_by_the_driver_with_the_same_token_runs_the_tool() {
 
 #[tokio::test]
 async fn a_complete_whose_reply_is_lost_is_recorded_and_replayed() {
-    // The operator's log must not claim the result was lost when it was recorded.
-    let logs = Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
-    let sink = logs.clone();
-    let _guard = tracing::subscriber::set_default(
-        tracing_subscriber::fmt()
-            .with_writer(move || LogSink(sink.clone()))
-            .with_ansi(false)
-            .finish(),
-    );
+    log_buffer();
     let store = Arc::new(LosesReplies::default());
     store.completes.store(1, Ordering::SeqCst);
-    let tool = Charge::default();
-    let tb = toolbox(store.clone(), tool.clone(), WriteOptions::new());
-    let first = tb.call("charge_card", args("A")).await;
-    assert_eq!(first.outcome, Outcome::Executed, "{}", first.content);
-    assert_eq!(store.completes.load(Ordering::SeqCst), 0);
-    let duplicate = tb.call("charge_card", args("A")).await;
+    let layer = Layer::new(store.clone());
+    // A scope of its own, so the log lines of this test's key are only this test's.
+    let op = key::derive("lost-complete", "charge", &json!({"n": 1}), None).unwrap();
+    let runs = AtomicU32::new(0);
+    let options = WriteOptions::new();
+    let charge = || {
+        layer.run("charge", &op, &options, |_| async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok(json!({"receipt": "r_1"}))
+        })
+    };
+    let first = charge().await;
+    assert_eq!(first.outcome, Outcome::Executed, "{first:?}");
     assert_eq!(
-        duplicate.outcome,
-        Outcome::Replayed,
-        "{}",
-        duplicate.content
+        store.completes.load(Ordering::SeqCst),
+        0,
+        "the reply was lost"
     );
-    assert_eq!(duplicate.content, first.content);
-    assert_eq!(tool.charges.load(Ordering::SeqCst), 1);
-    let logs = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    let duplicate = charge().await;
+    assert_eq!(duplicate.outcome, Outcome::Replayed, "{duplicate:?}");
+    assert_eq!(duplicate.result, first.result);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // The operator's log must not say the result was lost when it was recorded.
+    let logs = logged_about(&op.key);
     assert!(logs.contains("write call"), "the log was captured: {logs}");
     assert!(!logs.contains("claim was lost"), "{logs}");
 }
 
-/// Collects log output for a test.
+/// The log lines of this test binary that name `key`. A global subscriber (installed on first
+/// use) sees every thread's events, which a thread-local one set by one test would not always
+/// do, since tracing caches per call site whether anybody listens.
+fn logged_about(key: &OperationKey) -> String {
+    logs_text()
+        .lines()
+        .filter(|line| line.contains(key.as_str()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn logs_text() -> String {
+    String::from_utf8_lossy(&log_buffer().lock().unwrap()).into_owned()
+}
+
+fn log_buffer() -> &'static Arc<std::sync::Mutex<Vec<u8>>> {
+    static LOGS: std::sync::OnceLock<Arc<std::sync::Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = logs.clone();
+        tracing_subscriber::fmt()
+            .with_writer(move || LogSink(sink.clone()))
+            .with_ansi(false)
+            .init();
+        logs
+    })
+}
+
+/// Collects log output for the tests.
 struct LogSink(Arc<std::sync::Mutex<Vec<u8>>>);
 
 impl std::io::Write for LogSink {

@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::io::Write;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use serde_json::json;
@@ -18,25 +18,34 @@ use toolonce::store::redis::RedisStore;
 use toolonce::{Layer, Outcome, Store, WriteAnswer, WriteOptions};
 use toolonce_testsupport::{FaultProxy, RedisCluster, RedisServer, shared_postgres};
 
-/// The log lines of the test, to check what the layer told the operator.
+/// The log lines of this test binary, to check what the layer told the operator. A global
+/// subscriber (installed by the first test that asks) sees every thread's events, which a
+/// thread-local one set by one test would not always do, since tracing caches per call site
+/// whether anybody listens.
 #[derive(Clone, Default)]
 struct Logs(Arc<Mutex<Vec<u8>>>);
 
 impl Logs {
-    /// Captures every event of the current thread until the guard is dropped.
-    fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
-        let logs = Logs::default();
-        let writer = logs.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .with_max_level(tracing::Level::DEBUG)
-            .finish();
-        (logs, tracing::subscriber::set_default(subscriber))
+    fn capture() -> &'static Logs {
+        static LOGS: OnceLock<Logs> = OnceLock::new();
+        LOGS.get_or_init(|| {
+            let logs = Logs::default();
+            let writer = logs.clone();
+            tracing_subscriber::fmt()
+                .with_writer(move || writer.clone())
+                .with_ansi(false)
+                .init();
+            logs
+        })
     }
 
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    /// The lines that name `key` (each test has keys of its own).
+    fn about(&self, key: &toolonce::OperationKey) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .filter(|line| line.contains(key.as_str()))
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 }
 
@@ -130,7 +139,7 @@ async fn a_lost_claim_reply(store: Arc<dyn Store>, proxies: &[FaultProxy]) {
 /// The complete is applied and its reply lost: the retried complete finds the entry done with
 /// this very result, which counts as recorded, not as a lost claim.
 async fn a_lost_complete_reply(store: Arc<dyn Store>, proxies: &[FaultProxy]) {
-    let (logs, _guard) = Logs::capture();
+    let logs = Logs::capture();
     let layer = Layer::new(store.clone());
     let op = op("complete");
     let options = WriteOptions::new();
@@ -148,7 +157,8 @@ async fn a_lost_complete_reply(store: Arc<dyn Store>, proxies: &[FaultProxy]) {
     assert_eq!(duplicate.outcome, Outcome::Replayed, "{duplicate:?}");
     assert_eq!(duplicate.result, first.result);
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the tool ran exactly once");
-    let logs = logs.text();
+    let logs = logs.about(&op.key);
+    assert!(logs.contains("write call"), "the log was captured: {logs}");
     assert!(
         !logs.contains("claim was lost"),
         "a complete that applied was reported as a lost claim:\n{logs}"
@@ -160,7 +170,7 @@ async fn a_lost_complete_reply(store: Arc<dyn Store>, proxies: &[FaultProxy]) {
 /// theirs are not the reply dropped), are truly in flight and never run; afterwards the result
 /// replays, and nobody reports the lease or the claim lost.
 async fn a_lost_renew_reply(store: Arc<dyn Store>, proxies: &[FaultProxy]) {
-    let (logs, _guard) = Logs::capture();
+    let logs = Logs::capture();
     let layer = Layer::new(store.clone());
     let op = op("renew");
     // Renewed every second; the tool runs for more than two leases.
@@ -199,7 +209,8 @@ async fn a_lost_renew_reply(store: Arc<dyn Store>, proxies: &[FaultProxy]) {
     );
     assert_eq!(seen.last(), Some(&Outcome::Replayed), "{seen:?}");
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the tool ran exactly once");
-    let logs = logs.text();
+    let logs = logs.about(&op.key);
+    assert!(logs.contains("write call"), "the log was captured: {logs}");
     assert!(
         !logs.contains("lease lost") && !logs.contains("claim was lost"),
         "the lease lapsed:\n{logs}"
