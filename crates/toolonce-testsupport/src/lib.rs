@@ -17,6 +17,10 @@
 //!   preloaded where installed, and kill, restart (crash recovery), `psql`
 //!   and database helpers. As root, PostgreSQL runs as the `postgres` OS
 //!   user.
+//! - [`FaultProxy`]: a TCP proxy in front of any of them that drops the
+//!   connection instead of forwarding a chosen reply, delays replies, and
+//!   refuses or closes connections, to lose a reply after the server
+//!   applied the request.
 //! - [`shared_redis`], [`shared_redis_cluster`] and [`shared_postgres`]:
 //!   one server per test binary, started by the first test that asks.
 //!
@@ -49,6 +53,7 @@
 //! # let _ = url;
 //! ```
 
+mod fault_proxy;
 mod postgres;
 mod process;
 mod redis;
@@ -58,6 +63,7 @@ use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, TcpListener};
 use std::sync::{Mutex, OnceLock};
 
+pub use crate::fault_proxy::FaultProxy;
 pub use crate::postgres::PostgresServer;
 pub use crate::redis::{RedisCluster, RedisServer};
 pub use crate::resp::Reply;

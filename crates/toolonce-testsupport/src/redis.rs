@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use crate::free_port;
 use crate::process::{
     LogFile, POLL, PORT_ATTEMPTS, Spawned, StartError, Watchdog, find_on_path, is_executable,
     wait_ready,
 };
 use crate::resp::{self, Reply};
+use crate::{FaultProxy, free_port};
 
 /// How long a server may take to answer after it is spawned.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -337,12 +337,71 @@ impl RedisCluster {
     /// If `redis-server` or `redis-cli` is missing, or the cluster is not ok
     /// within 30 s.
     pub fn start() -> RedisCluster {
+        Self::start_announcing(|_| None).0
+    }
+
+    /// Starts a cluster whose every client connection goes through a
+    /// [`FaultProxy`] of its own, one per node: each node announces its
+    /// proxy's port (`cluster-announce-port`), so the slot map, `MOVED` and
+    /// `ASK` send clients to the proxies, while the nodes' own bus traffic
+    /// stays direct. The proxies are in node order.
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start), and if the nodes do not all announce
+    /// their proxies within 30 s.
+    pub fn start_behind_proxies() -> (RedisCluster, Vec<FaultProxy>) {
+        let (cluster, proxies) =
+            Self::start_announcing(|node| Some(FaultProxy::start(node.addr())));
+        let ports: Vec<String> = proxies.iter().map(|p| p.port().to_string()).collect();
+        // Every node must know every other one by its announced port before a client asks.
+        let deadline = Instant::now() + CLUSTER_TIMEOUT;
+        loop {
+            let maps: Vec<String> = cluster
+                .nodes
+                .iter()
+                .map(|n| n.command(&["CLUSTER", "NODES"]))
+                .collect();
+            let announced = maps.iter().all(|map| {
+                map.lines().filter(|l| !l.trim().is_empty()).all(|line| {
+                    line.split_whitespace()
+                        .nth(1)
+                        .and_then(|addr| addr.split('@').next())
+                        .and_then(|addr| addr.rsplit(':').next())
+                        .is_some_and(|port| ports.iter().any(|p| p == port))
+                })
+            });
+            if announced {
+                return (cluster, proxies);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the cluster nodes do not announce their proxies' ports {ports:?}:\n{}",
+                maps.join("\n")
+            );
+            thread::sleep(POLL * 4);
+        }
+    }
+
+    /// Starts the nodes, lets `proxy` put a proxy in front of each (whose
+    /// port the node then announces), and creates the cluster.
+    fn start_announcing(
+        mut proxy: impl FnMut(&RedisServer) -> Option<FaultProxy>,
+    ) -> (RedisCluster, Vec<FaultProxy>) {
         let cli = find_redis_binary("redis-cli", MISSING_CLI);
         let nodes: Vec<RedisServer> = (0..3)
             .map(|_| {
                 start_on_free_ports(|port, bus| RedisServer::try_start(port, cluster_args(bus)))
             })
             .collect();
+        let mut proxies = Vec::new();
+        for node in &nodes {
+            if let Some(p) = proxy(node) {
+                let port = p.port().to_string();
+                node.command(&["CONFIG", "SET", "cluster-announce-port", &port]);
+                proxies.push(p);
+            }
+        }
         let output = Command::new(&cli)
             .args(["--cluster", "create"])
             .args(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port())))
@@ -360,7 +419,7 @@ impl RedisCluster {
         }
         let cluster = RedisCluster { nodes };
         cluster.wait_ok();
-        cluster
+        (cluster, proxies)
     }
 
     /// The three nodes.
@@ -461,6 +520,31 @@ mod tests {
     )]
     fn a_missing_server_is_a_loud_failure() {
         find_redis_binary("toolonce-no-such-redis-server", MISSING_SERVER);
+    }
+
+    #[test]
+    fn a_cluster_behind_proxies_sends_clients_through_them() {
+        let (_cluster, proxies) = RedisCluster::start_behind_proxies();
+        let before: u64 = proxies.iter().map(FaultProxy::replies).sum();
+        // A client following redirections through the first proxy only: every key's slot is
+        // served, and whichever node owns it is reached through its proxy.
+        let cli = find_redis_binary("redis-cli", MISSING_CLI);
+        for key in ["a", "b", "c", "d", "e", "f"] {
+            let output = Command::new(&cli)
+                .args(["-c", "-h", "127.0.0.1", "-p"])
+                .arg(proxies[0].port().to_string())
+                .args(["SET", key, "1"])
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "OK");
+        }
+        let through: Vec<u64> = proxies.iter().map(FaultProxy::replies).collect();
+        assert!(through.iter().sum::<u64>() >= before + 6, "{through:?}");
+        assert!(
+            through.iter().filter(|n| **n > 0).count() >= 2,
+            "redirections went through other nodes' proxies: {through:?}"
+        );
     }
 
     #[test]

@@ -24,10 +24,17 @@ pub mod sqlite;
 
 /// The random token that marks who holds a `running` entry.
 ///
-/// Only the caller that won a [`Store::claim`] gets one; [`Store::complete`] and [`Store::fail`]
-/// consume it, so an owner cannot settle an operation twice. Stores compare it before every write
+/// The caller makes it ([`OwnerToken::generate`]) before it claims and hands it to
+/// [`Store::claim`], so a claim is idempotent for its caller: when the reply to a claim is lost
+/// (the connection dropped after the store applied it), the caller still knows the token the
+/// entry holds, a retry of the claim with it answers [`Claim::Won`], and the caller can release
+/// it with a fenced [`Store::fail`]. [`Store::complete`] and [`Store::fail`] consume it, so an
+/// owner cannot settle an operation twice by mistake. Stores compare it before every write
 /// (fencing): after a lease expired and somebody else reclaimed the key, the old owner's token no
 /// longer matches and its writes are refused.
+///
+/// The token is the caller's secret: it is never shown to a duplicate or to the model (its
+/// `Debug` hides it), since anyone holding it could settle the operation.
 #[derive(PartialEq, Eq, Hash)]
 pub struct OwnerToken(String);
 
@@ -69,21 +76,16 @@ impl OwnerToken {
         &self.0
     }
 
-    /// A copy for the layer's own retries; deliberately not `Clone` for everybody else.
-    pub(crate) fn duplicate(&self) -> Self {
+    /// A copy, for a caller that must retry a settle whose reply was lost (each attempt
+    /// consumes one). Deliberately not `Clone`, so copies are made on purpose only.
+    pub fn duplicate(&self) -> Self {
         OwnerToken(self.0.clone())
     }
 }
 
 impl fmt::Debug for OwnerToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "OwnerToken({})", self.0)
-    }
-}
-
-impl fmt::Display for OwnerToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str("OwnerToken(..)")
     }
 }
 
@@ -97,9 +99,14 @@ fn splitmix64(mut z: u64) -> u64 {
 /// What [`Store::claim`] decided.
 #[derive(Debug)]
 #[must_use]
+// A return value that is matched at once and never stored: boxing the entry would only add an
+// allocation to every duplicate.
+#[allow(clippy::large_enum_variant)]
 pub enum Claim {
-    /// The key was absent or expired: the entry is now `running` and the caller owns it.
-    Won(OwnerToken),
+    /// The key was absent or expired, or its live entry is `running` with the caller's own
+    /// token (an earlier attempt of this claim applied): the entry is now `running` with the
+    /// caller's token for the lease, and the caller owns it.
+    Won,
     /// The key already has a live entry, read in the same atomic step as the failed claim.
     Existing(Entry),
 }
@@ -310,10 +317,18 @@ impl Page {
 ///   step. There is no window in which two callers both win, and none in which a caller is told
 ///   it won without the entry being written (a "set if absent, then read" that treats a vanished
 ///   entry as a win has exactly that bug).
+/// - **Claims are idempotent for their caller.** The caller makes its [`OwnerToken`] before it
+///   claims. A claim that finds a live `running` entry holding that same token answers
+///   [`Claim::Won`] and renews the lease to the length given, in the same atomic step; any other
+///   live entry (another token, or settled) is [`Claim::Existing`]. So a claim whose reply was
+///   lost can be retried, by the caller or by a driver that re-sends it, without the caller
+///   being told that its own claim is somebody else's running operation.
 /// - **Fencing.** [`renew`](Store::renew), [`complete`](Store::complete) and
 ///   [`fail`](Store::fail) take effect only while the entry is `running` with the caller's
 ///   [`OwnerToken`]. A caller that lost its claim gets [`Fenced::NotOwner`] (or `false`), never a
-///   silent overwrite.
+///   silent overwrite. They are not idempotent: a settle repeated after its first attempt
+///   applied finds the entry settled and answers [`Fenced::NotOwner`] (the layer then reads the
+///   entry to tell the two apart).
 /// - **Expiry.** A `running` entry lives for its lease, a settled one for its retention. An
 ///   expired entry counts as absent for every operation, whether or not it has been purged. The
 ///   **store's** clock decides expiry (the database's or Redis's own, or the injected clock of
@@ -331,17 +346,21 @@ impl Page {
 ///
 /// Dropping a future of this trait part-way leaves the store in a state some complete
 /// operation could have left it in: each operation is a single atomic step on the server, so it
-/// is either applied or not. A dropped `claim` may have won: the entry then stays `running`
-/// until its lease expires, after which the key can be claimed again.
+/// is either applied or not. A dropped (or failed) `claim` may have won: the caller still holds
+/// its token, so it can claim again with it (and win) or release the entry with a fenced
+/// transient [`fail`](Store::fail); otherwise the entry stays `running` until its lease
+/// expires, after which the key can be claimed again.
 #[async_trait]
 pub trait Store: Send + Sync + fmt::Debug + 'static {
-    /// Claims `key` for `lease`: wins if the key is absent or expired (the entry becomes
-    /// `running`, owned by the returned token), otherwise returns the live entry as it was at
-    /// the moment of the claim.
+    /// Claims `key` for `lease` on behalf of `owner`: wins if the key is absent or expired, or
+    /// if its live entry is `running` with `owner` (then only the lease is renewed, to `lease`
+    /// from now); the entry is then `running`, held by `owner`. Otherwise returns the live entry
+    /// as it was at the moment of the claim.
     async fn claim(
         &self,
         key: &OperationKey,
         fingerprint: &Fingerprint,
+        owner: &OwnerToken,
         lease: Duration,
     ) -> Result<Claim>;
 

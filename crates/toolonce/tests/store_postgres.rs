@@ -5,6 +5,8 @@
 
 mod conformance;
 
+use conformance::{ClaimFresh, Fresh};
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -247,7 +249,7 @@ async fn concurrent_claims_of_an_expired_entry_have_exactly_one_winner() {
         let (key, fp) = conformance::op("takeover");
         let _stale = conformance::won(
             store
-                .claim(&key, &fp, Duration::from_millis(1))
+                .claim_fresh(&key, &fp, Duration::from_millis(1))
                 .await
                 .unwrap(),
         );
@@ -259,7 +261,10 @@ async fn concurrent_claims_of_an_expired_entry_have_exactly_one_winner() {
                     (store.clone(), key.clone(), fp.clone(), barrier.clone());
                 tokio::spawn(async move {
                     barrier.wait().await;
-                    store.claim(&key, &fp, conformance::LONG).await.unwrap()
+                    store
+                        .claim_fresh(&key, &fp, conformance::LONG)
+                        .await
+                        .unwrap()
                 })
             })
             .collect();
@@ -267,8 +272,8 @@ async fn concurrent_claims_of_an_expired_entry_have_exactly_one_winner() {
         let mut seen = Vec::new();
         for t in tasks {
             match t.await.unwrap() {
-                toolonce::Claim::Won(owner) => winners.push(owner.as_str().to_owned()),
-                toolonce::Claim::Existing(e) => match e.state {
+                Fresh::Won(owner) => winners.push(owner.as_str().to_owned()),
+                Fresh::Existing(e) => match e.state {
                     toolonce::EntryState::Running { owner: Some(o) } => seen.push(o),
                     other => panic!("round {round}: {other:?}"),
                 },
@@ -287,7 +292,12 @@ async fn claims_racing_a_transient_failure_never_win_without_their_entry_written
     let store = fresh_store().await;
     for round in 0..50 {
         let (key, fp) = conformance::op("vanish");
-        let first = conformance::won(store.claim(&key, &fp, conformance::LONG).await.unwrap());
+        let first = conformance::won(
+            store
+                .claim_fresh(&key, &fp, conformance::LONG)
+                .await
+                .unwrap(),
+        );
         let first_owner = first.as_str().to_owned();
         let barrier = Arc::new(tokio::sync::Barrier::new(17));
         let tasks: Vec<_> = (0..16)
@@ -296,7 +306,10 @@ async fn claims_racing_a_transient_failure_never_win_without_their_entry_written
                     (store.clone(), key.clone(), fp.clone(), barrier.clone());
                 tokio::spawn(async move {
                     barrier.wait().await;
-                    store.claim(&key, &fp, conformance::LONG).await.unwrap()
+                    store
+                        .claim_fresh(&key, &fp, conformance::LONG)
+                        .await
+                        .unwrap()
                 })
             })
             .collect();
@@ -315,8 +328,8 @@ async fn claims_racing_a_transient_failure_never_win_without_their_entry_written
         let mut seen = Vec::new();
         for t in tasks {
             match t.await.unwrap() {
-                toolonce::Claim::Won(owner) => winners.push(owner),
-                toolonce::Claim::Existing(e) => match e.state {
+                Fresh::Won(owner) => winners.push(owner),
+                Fresh::Existing(e) => match e.state {
                     toolonce::EntryState::Running { owner: Some(o) } => seen.push(o),
                     other => panic!("round {round}: {other:?}"),
                 },
@@ -584,16 +597,19 @@ async fn a_server_that_stops_answering_is_reported_unavailable_after_the_operati
     let (k, fp) = conformance::op("frozen");
     proxy.frozen.store(true, Ordering::SeqCst);
     let started = Instant::now();
-    let err = store.claim(&k, &fp, conformance::LONG).await.unwrap_err();
+    let err = store
+        .claim_fresh(&k, &fp, conformance::LONG)
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::Unavailable(_)), "{}", err.report());
     assert!(started.elapsed() < Duration::from_secs(3));
     // The silent connection was dropped: the next operation opens a fresh one and succeeds.
     // The held-back claim may still have reached the server when the proxy let it through:
     // after an error the outcome of a write is unknown, so the retry may find its entry.
     proxy.frozen.store(false, Ordering::SeqCst);
-    match store.claim(&k, &fp, conformance::LONG).await.unwrap() {
-        toolonce::Claim::Won(_) => {}
-        toolonce::Claim::Existing(e) => assert_eq!(e.state(), toolonce::State::Running),
+    match store.claim_fresh(&k, &fp, conformance::LONG).await.unwrap() {
+        Fresh::Won(_) => {}
+        Fresh::Existing(e) => assert_eq!(e.state(), toolonce::State::Running),
     }
 }
 
@@ -632,7 +648,7 @@ async fn migrating_twice_is_a_no_op_that_keeps_the_entries() {
         .unwrap();
     assert_eq!(store.schema_version().await.unwrap(), SCHEMA_VERSION);
     let (k, fp) = conformance::op("m");
-    let _owner = conformance::won(store.claim(&k, &fp, conformance::LONG).await.unwrap());
+    let _owner = conformance::won(store.claim_fresh(&k, &fp, conformance::LONG).await.unwrap());
 
     assert_eq!(store.migrate().await.unwrap(), 0);
     assert_eq!(store.migrate().await.unwrap(), 0);
@@ -709,7 +725,7 @@ async fn a_custom_table_name_is_created_quoted_and_used() {
         .unwrap();
     assert_eq!(store.table(), table);
     let (k, fp) = conformance::op("custom");
-    let owner = conformance::won(store.claim(&k, &fp, conformance::LONG).await.unwrap());
+    let owner = conformance::won(store.claim_fresh(&k, &fp, conformance::LONG).await.unwrap());
     let _ = store
         .complete(
             &k,
@@ -770,12 +786,15 @@ async fn without_migration_on_connect_the_schema_waits_for_migrate() {
         "t"
     );
     let (k, fp) = conformance::op("lazy");
-    let err = store.claim(&k, &fp, conformance::LONG).await.unwrap_err();
+    let err = store
+        .claim_fresh(&k, &fp, conformance::LONG)
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::Store(_)), "{}", err.report());
 
     assert_eq!(store.migrate().await.unwrap(), SCHEMA_VERSION);
     assert_eq!(store.schema_version().await.unwrap(), SCHEMA_VERSION);
-    conformance::won(store.claim(&k, &fp, conformance::LONG).await.unwrap());
+    conformance::won(store.claim_fresh(&k, &fp, conformance::LONG).await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

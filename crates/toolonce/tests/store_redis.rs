@@ -4,6 +4,8 @@
 
 mod conformance;
 
+use conformance::{ClaimFresh, Fresh};
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -11,8 +13,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::{Value, json};
 use toolonce::store::redis::RedisStore;
 use toolonce::{
-    Claim, EntryState, Error, Fenced, Layer, ListQuery, Outcome, OwnerToken, State, Store,
-    ToolError, WriteOptions, key,
+    EntryState, Error, Fenced, Layer, ListQuery, Outcome, OwnerToken, State, Store, ToolError,
+    WriteOptions, key,
 };
 use toolonce_testsupport::{RedisServer, shared_redis};
 
@@ -68,12 +70,12 @@ async fn a_done_entry_written_by_a_typescript_worker_is_replayed_by_the_layer() 
     );
 
     let entry = match store
-        .claim(&op.key, &op.fingerprint, conformance::LONG)
+        .claim_fresh(&op.key, &op.fingerprint, conformance::LONG)
         .await
         .unwrap()
     {
-        Claim::Existing(entry) => entry,
-        Claim::Won(_) => panic!("claimed over a done entry"),
+        Fresh::Existing(entry) => entry,
+        Fresh::Won(_) => panic!("claimed over a done entry"),
     };
     assert_eq!(entry.fingerprint, None, "the reference design records none");
     assert_eq!(
@@ -142,7 +144,7 @@ async fn our_running_entry_is_in_the_shared_wire_format_with_a_redis_expiry() {
     let before = now_ms();
     let owner = conformance::won(
         store
-            .claim(&op.key, &op.fingerprint, Duration::from_secs(30))
+            .claim_fresh(&op.key, &op.fingerprint, Duration::from_secs(30))
             .await
             .unwrap(),
     );
@@ -172,7 +174,7 @@ async fn our_done_and_failed_entries_keep_the_result_and_error_byte_for_byte() {
     let op = key::derive("run-ts-4", "charge", &json!({"amount": 2}), None).unwrap();
     let owner = conformance::won(
         store
-            .claim(&op.key, &op.fingerprint, conformance::LONG)
+            .claim_fresh(&op.key, &op.fingerprint, conformance::LONG)
             .await
             .unwrap(),
     );
@@ -207,7 +209,7 @@ async fn our_done_and_failed_entries_keep_the_result_and_error_byte_for_byte() {
     let op = key::derive("run-ts-4", "charge", &json!({"amount": 3}), None).unwrap();
     let owner = conformance::won(
         store
-            .claim(&op.key, &op.fingerprint, conformance::LONG)
+            .claim_fresh(&op.key, &op.fingerprint, conformance::LONG)
             .await
             .unwrap(),
     );
@@ -246,7 +248,7 @@ async fn a_value_that_is_not_an_entry_is_corrupt_and_fenced_writes_leave_it_alon
         );
         assert!(
             matches!(
-                store.claim(&key, &fp, conformance::LONG).await,
+                store.claim_fresh(&key, &fp, conformance::LONG).await,
                 Err(Error::Corrupt { .. })
             ),
             "claim of {garbage}"
@@ -296,7 +298,12 @@ async fn a_prefix_from_the_url_namespaces_the_keys_and_the_listing() {
     let store = RedisStore::connect(&url).await.unwrap();
     assert_eq!(store.prefix(), prefix);
     let (key, fp) = conformance::op("prefixed");
-    let _owner = conformance::won(store.claim(&key, &fp, conformance::LONG).await.unwrap());
+    let _owner = conformance::won(
+        store
+            .claim_fresh(&key, &fp, conformance::LONG)
+            .await
+            .unwrap(),
+    );
     assert_eq!(redis.command(&["EXISTS", &format!("{prefix}{key}")]), "1");
 
     let other = store_on(&redis.url()).await;
@@ -325,7 +332,12 @@ async fn store_open_picks_redis_from_the_url() {
     .unwrap();
     assert!(format!("{store:?}").contains("RedisStore"));
     let (key, fp) = conformance::op("open");
-    conformance::won(store.claim(&key, &fp, conformance::LONG).await.unwrap());
+    conformance::won(
+        store
+            .claim_fresh(&key, &fp, conformance::LONG)
+            .await
+            .unwrap(),
+    );
 }
 
 #[tokio::test]
@@ -338,7 +350,12 @@ async fn a_password_in_the_url_authenticates_and_a_wrong_one_is_refused() {
     let url = format!("redis://:s3cret@127.0.0.1:{}/", server.port());
     let store = RedisStore::connect(&url).await.unwrap();
     let (key, fp) = conformance::op("auth");
-    conformance::won(store.claim(&key, &fp, conformance::LONG).await.unwrap());
+    conformance::won(
+        store
+            .claim_fresh(&key, &fp, conformance::LONG)
+            .await
+            .unwrap(),
+    );
     assert!(!format!("{store:?}").contains("s3cret"), "{store:?}");
 
     let wrong = format!("redis://:nope@127.0.0.1:{}/", server.port());
@@ -555,7 +572,12 @@ async fn listing_pages_through_more_entries_than_one_scan_batch_holds() {
     let mut keys = Vec::new();
     for _ in 0..250 {
         let (key, fp) = conformance::op("many");
-        let owner = conformance::won(store.claim(&key, &fp, conformance::LONG).await.unwrap());
+        let owner = conformance::won(
+            store
+                .claim_fresh(&key, &fp, conformance::LONG)
+                .await
+                .unwrap(),
+        );
         let _ = store
             .complete(&key, owner, &json!(1), conformance::LONG)
             .await

@@ -4,6 +4,8 @@
 
 mod conformance;
 
+use conformance::{ClaimFresh, Fresh};
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -38,9 +40,10 @@ impl Store for TempStore {
         &self,
         key: &OperationKey,
         fp: &Fingerprint,
+        owner: &OwnerToken,
         lease: Duration,
     ) -> toolonce::Result<Claim> {
-        self.store.claim(key, fp, lease).await
+        self.store.claim(key, fp, owner, lease).await
     }
     async fn renew(
         &self,
@@ -282,7 +285,7 @@ async fn a_process_killed_after_charging_is_reclaimed_with_the_same_key_once_its
         "the reclaimed run got the crashed run's key"
     );
     // Observed, not asserted: a claim that simply finds the entry expired cannot tell the layer
-    // that it took an earlier run's place (`Claim::Won` carries only the owner token), so
+    // that it took an earlier run's place (`Claim::Won` carries nothing), so
     // `may_have_run_before()` is false here although the crashed run did charge.
     eprintln!("may_have_run_before() after reclaiming a crashed run: {may_have_run_before}");
 
@@ -314,7 +317,12 @@ async fn reopening_a_database_keeps_its_entries() {
     let (key, fp) = conformance::op("keep");
     {
         let store = SqliteStore::open(&path).unwrap();
-        let owner = conformance::won(store.claim(&key, &fp, conformance::LONG).await.unwrap());
+        let owner = conformance::won(
+            store
+                .claim_fresh(&key, &fp, conformance::LONG)
+                .await
+                .unwrap(),
+        );
         let result = json!({"receipt": "r_1", "ratio": 0.1});
         assert_eq!(
             store
@@ -325,7 +333,14 @@ async fn reopening_a_database_keeps_its_entries() {
         );
     }
     let store = SqliteStore::open(&path).unwrap();
-    match conformance::existing(store.claim(&key, &fp, conformance::LONG).await.unwrap()).state {
+    match conformance::existing(
+        store
+            .claim_fresh(&key, &fp, conformance::LONG)
+            .await
+            .unwrap(),
+    )
+    .state
+    {
         EntryState::Done { result, .. } => {
             assert_eq!(result, json!({"receipt": "r_1", "ratio": 0.1}))
         }
@@ -410,7 +425,12 @@ async fn store_urls_open_relative_absolute_and_in_memory_databases() {
     ] {
         let store = toolonce::store::open(&url).await.unwrap();
         let (key, fp) = conformance::op("url");
-        conformance::won(store.claim(&key, &fp, conformance::LONG).await.unwrap());
+        conformance::won(
+            store
+                .claim_fresh(&key, &fp, conformance::LONG)
+                .await
+                .unwrap(),
+        );
         assert!(store.get(&key).await.unwrap().is_some(), "{url}");
     }
     assert!(absolute.exists());
@@ -433,7 +453,10 @@ async fn a_lock_held_past_the_busy_timeout_makes_the_store_unavailable_not_broke
     let (key, fp) = conformance::op("locked");
     let blocker = raw(&path);
     blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let err = store.claim(&key, &fp, conformance::LONG).await.unwrap_err();
+    let err = store
+        .claim_fresh(&key, &fp, conformance::LONG)
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
     assert!(err.is_retryable());
     assert!(
@@ -444,7 +467,12 @@ async fn a_lock_held_past_the_busy_timeout_makes_the_store_unavailable_not_broke
     // Reads still work while another process writes (WAL).
     assert!(store.get(&key).await.unwrap().is_none());
     blocker.execute_batch("COMMIT").unwrap();
-    conformance::won(store.claim(&key, &fp, conformance::LONG).await.unwrap());
+    conformance::won(
+        store
+            .claim_fresh(&key, &fp, conformance::LONG)
+            .await
+            .unwrap(),
+    );
 
     // Through the layer, the write is not executed and the answer says why.
     let layer = Layer::new(Arc::new(store));
@@ -473,7 +501,12 @@ async fn a_write_that_finds_the_lock_taken_waits_on_the_thread_and_leaves_no_tra
     });
     // The inline attempt gets SQLITE_BUSY at once; the thread waits for the lock and claims.
     let started = Instant::now();
-    let owner = conformance::won(store.claim(&key, &fp, conformance::LONG).await.unwrap());
+    let owner = conformance::won(
+        store
+            .claim_fresh(&key, &fp, conformance::LONG)
+            .await
+            .unwrap(),
+    );
     assert!(started.elapsed() >= Duration::from_millis(150));
     release.join().unwrap();
     assert_eq!(
@@ -488,7 +521,14 @@ async fn a_write_that_finds_the_lock_taken_waits_on_the_thread_and_leaves_no_tra
     let other = raw(&path);
     other.busy_timeout(Duration::ZERO).unwrap();
     other.execute_batch("BEGIN IMMEDIATE; ROLLBACK").unwrap();
-    match conformance::existing(store.claim(&key, &fp, conformance::LONG).await.unwrap()).state {
+    match conformance::existing(
+        store
+            .claim_fresh(&key, &fp, conformance::LONG)
+            .await
+            .unwrap(),
+    )
+    .state
+    {
         EntryState::Done { result, .. } => assert_eq!(result, json!("ok")),
         other => panic!("expected the result, got {other:?}"),
     }
@@ -503,12 +543,12 @@ async fn concurrent_claims_of_one_key_inline_and_on_the_thread_have_one_winner()
         let tasks: Vec<_> = (0..16)
             .map(|_| {
                 let (store, key, fp) = (store.clone(), key.clone(), fp.clone());
-                tokio::spawn(async move { store.claim(&key, &fp, conformance::LONG).await })
+                tokio::spawn(async move { store.claim_fresh(&key, &fp, conformance::LONG).await })
             })
             .collect();
         let mut won = 0;
         for task in tasks {
-            if let Claim::Won(_) = task.await.unwrap().unwrap() {
+            if let Fresh::Won(_) = task.await.unwrap().unwrap() {
                 won += 1;
             }
         }
@@ -522,7 +562,12 @@ async fn an_entry_whose_result_is_not_json_is_reported_corrupt() {
     let path = dir.path().join("corrupt.db");
     let store = SqliteStore::open(&path).unwrap();
     let (key, fp) = conformance::op("corrupt");
-    let owner = conformance::won(store.claim(&key, &fp, conformance::LONG).await.unwrap());
+    let owner = conformance::won(
+        store
+            .claim_fresh(&key, &fp, conformance::LONG)
+            .await
+            .unwrap(),
+    );
     let _ = store
         .complete(&key, owner, &json!(1), conformance::LONG)
         .await
@@ -535,7 +580,10 @@ async fn an_entry_whose_result_is_not_json_is_reported_corrupt() {
         .unwrap();
     for err in [
         store.get(&key).await.unwrap_err(),
-        store.claim(&key, &fp, conformance::LONG).await.unwrap_err(),
+        store
+            .claim_fresh(&key, &fp, conformance::LONG)
+            .await
+            .unwrap_err(),
         store.list(&ListQuery::new()).await.unwrap_err(),
     ] {
         match err {
@@ -554,14 +602,24 @@ async fn results_and_errors_are_stored_as_json_text() {
     let path = dir.path().join("json.db");
     let store = SqliteStore::open(&path).unwrap();
     let (done, fp) = conformance::op("json");
-    let owner = conformance::won(store.claim(&done, &fp, conformance::LONG).await.unwrap());
+    let owner = conformance::won(
+        store
+            .claim_fresh(&done, &fp, conformance::LONG)
+            .await
+            .unwrap(),
+    );
     let result = json!({"cents": 500, "ratio": 0.30000000000000004});
     let _ = store
         .complete(&done, owner, &result, conformance::LONG)
         .await
         .unwrap();
     let (failed, fp) = conformance::op("json");
-    let owner = conformance::won(store.claim(&failed, &fp, conformance::LONG).await.unwrap());
+    let owner = conformance::won(
+        store
+            .claim_fresh(&failed, &fp, conformance::LONG)
+            .await
+            .unwrap(),
+    );
     let error = ToolError::permanent("declined");
     let _ = store
         .fail(&failed, owner, &error, Some(conformance::LONG))

@@ -89,9 +89,13 @@ impl Store for LazyStore {
         &self,
         key: &OperationKey,
         fingerprint: &Fingerprint,
+        owner: &OwnerToken,
         lease: Duration,
     ) -> toolonce::Result<Claim> {
-        self.inner().await?.claim(key, fingerprint, lease).await
+        self.inner()
+            .await?
+            .claim(key, fingerprint, owner, lease)
+            .await
     }
 
     async fn renew(

@@ -138,16 +138,22 @@ impl Store for MemoryStore {
         &self,
         key: &OperationKey,
         fingerprint: &Fingerprint,
+        owner: &OwnerToken,
         lease: Duration,
     ) -> Result<Claim> {
         let now = self.clock.now();
         let mut map = self.lock();
+        // The caller's own running entry: an earlier attempt of this claim applied.
+        if let Some(slot) = Self::owned(&mut map, key, owner, now) {
+            slot.expires_at = now + lease;
+            slot.entry.expires_at = Some(slot.expires_at);
+            return Ok(Claim::Won);
+        }
         if let Some(slot) = map.get(key).filter(|s| s.live(now)) {
             let mut entry = slot.entry.clone();
             entry.expires_at = Some(slot.expires_at);
             return Ok(Claim::Existing(entry));
         }
-        let owner = OwnerToken::generate();
         let expires_at = now + lease;
         let entry = Entry::new(
             key.clone(),
@@ -159,7 +165,7 @@ impl Store for MemoryStore {
             },
         );
         map.insert(key.clone(), Slot { entry, expires_at });
-        Ok(Claim::Won(owner))
+        Ok(Claim::Won)
     }
 
     async fn renew(&self, key: &OperationKey, owner: &OwnerToken, lease: Duration) -> Result<bool> {

@@ -28,7 +28,7 @@ pub const DEFAULT_TABLE: &str = "toolonce_entries";
 /// The schema version this build creates and understands. [`PostgresStore::migrate`] brings an
 /// older table up to it; a table of a newer version is refused, since an older build could
 /// misread or damage it.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The table that records the schema version of each entries table of the database (in the
 /// same schema as the entries table, the first of the `search_path`).
@@ -219,6 +219,19 @@ impl PostgresStoreBuilder {
             if version > SCHEMA_VERSION {
                 return Err(too_new(&store.table, version));
             }
+            if (1..SCHEMA_VERSION).contains(&version) {
+                // Still usable (the statements did not change), but a re-sent claim is not
+                // recognised as the caller's own until the claim function is upgraded.
+                tracing::warn!(
+                    target: "toolonce",
+                    table = %store.table,
+                    version,
+                    expected = SCHEMA_VERSION,
+                    "the table's schema is older than this build's; run PostgresStore::migrate \
+                     (or connect with migration on) so that a claim whose reply was lost can be \
+                     retried"
+                );
+            }
         }
         Ok(store)
     }
@@ -354,7 +367,7 @@ impl PostgresStore {
     /// reached.
     pub async fn migrate(&self) -> Result<u32> {
         let mut client = self.checkout().await?;
-        let outcome = migrate_on(&mut client, &self.table).await;
+        let outcome = migrate_on(&mut client, &self.table, SCHEMA_VERSION).await;
         match outcome {
             Ok(Ok(applied)) => {
                 if applied > 0 {
@@ -459,6 +472,7 @@ enum Output {
 async fn migrate_on(
     client: &mut Object,
     table: &str,
+    target: u32,
 ) -> std::result::Result<Result<u32>, tokio_postgres::Error> {
     let tx = client.transaction().await?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
@@ -485,11 +499,11 @@ async fn migrate_on(
         // Dropping the transaction rolls it back.
         return Ok(Err(too_new(table, from)));
     }
-    for version in from + 1..=SCHEMA_VERSION {
+    for version in from + 1..=target {
         tx.batch_execute(&migration(version, table)).await?;
     }
-    if from < SCHEMA_VERSION {
-        let version = i32::try_from(SCHEMA_VERSION).expect("a small version number");
+    if from < target {
+        let version = i32::try_from(target).expect("a small version number");
         tx.execute(
             &format!(
                 "INSERT INTO {VERSION_TABLE} (table_name, version) VALUES ($1, $2)
@@ -501,7 +515,7 @@ async fn migrate_on(
         .await?;
     }
     tx.commit().await?;
-    Ok(Ok(SCHEMA_VERSION - from))
+    Ok(Ok(target.saturating_sub(from)))
 }
 
 fn version_of(row: &Row) -> Result<u32> {
@@ -557,6 +571,70 @@ BEGIN
         IF FOUND THEN
             won := false;
             EXIT;
+        END IF;
+        -- Absent, or expired: take it. The unique index decides between concurrent takers.
+        INSERT INTO {t} AS t (key, state, owner, fingerprint, started_at, expires_at)
+        VALUES (p_key, 'running', p_owner, p_fingerprint, now(),
+                now() + p_lease_ms * interval '1 millisecond')
+        ON CONFLICT (key) DO UPDATE
+            SET state = EXCLUDED.state, owner = EXCLUDED.owner,
+                fingerprint = EXCLUDED.fingerprint, started_at = EXCLUDED.started_at,
+                expires_at = EXCLUDED.expires_at, settled_at = NULL, result = NULL, error = NULL
+            WHERE t.expires_at <= now()
+        RETURNING * INTO e;
+        IF FOUND THEN
+            won := true;
+            EXIT;
+        END IF;
+        -- A live entry committed after the SELECT's snapshot: read it with a new one.
+    END LOOP;
+    state := e.state;
+    owner := e.owner;
+    fingerprint := e.fingerprint;
+    started_at := e.started_at;
+    expires_at := e.expires_at;
+    settled_at := e.settled_at;
+    result := e.result::text;
+    error := e.error::text;
+END
+$claim$;
+"#
+        ),
+        // Version 2: a claim that finds the caller's own running entry wins and renews its
+        // lease, so a claim whose reply was lost can be retried (the caller now makes the owner
+        // token). Same arguments and columns as version 1, so `CREATE OR REPLACE` swaps the
+        // body in place, and processes of this version and the last agree on every other case.
+        2 => format!(
+            r#"
+CREATE OR REPLACE FUNCTION {claim}(
+    p_key text, p_owner text, p_fingerprint text, p_lease_ms bigint,
+    OUT won boolean, OUT state text, OUT owner text, OUT fingerprint text,
+    OUT started_at timestamptz, OUT expires_at timestamptz, OUT settled_at timestamptz,
+    OUT result text, OUT error text)
+LANGUAGE plpgsql VOLATILE AS $claim$
+#variable_conflict use_column
+DECLARE
+    e {t}%ROWTYPE;
+BEGIN
+    LOOP
+        SELECT * INTO e FROM {t} AS t WHERE t.key = p_key AND t.expires_at > now();
+        IF FOUND THEN
+            IF e.state <> 'running' OR e.owner IS DISTINCT FROM p_owner THEN
+                -- Somebody else's live entry: the caller loses, and nothing is written.
+                won := false;
+                EXIT;
+            END IF;
+            -- The caller's own running entry (an earlier attempt of this claim applied):
+            -- renew it, fenced like every owner's write. No row means it changed meanwhile.
+            UPDATE {t} AS t SET expires_at = now() + p_lease_ms * interval '1 millisecond'
+            WHERE t.key = p_key AND t.state = 'running' AND t.owner = p_owner
+                AND t.expires_at > now()
+            RETURNING * INTO e;
+            IF FOUND THEN
+                won := true;
+                EXIT;
+            END IF;
+            CONTINUE;
         END IF;
         -- Absent, or expired: take it. The unique index decides between concurrent takers.
         INSERT INTO {t} AS t (key, state, owner, fingerprint, started_at, expires_at)
@@ -848,9 +926,9 @@ impl Store for PostgresStore {
         &self,
         key: &OperationKey,
         fingerprint: &Fingerprint,
+        owner: &OwnerToken,
         lease: Duration,
     ) -> Result<Claim> {
-        let owner = OwnerToken::generate();
         let rows = self
             .rows(
                 &self.sql.claim,
@@ -869,7 +947,7 @@ impl Store for PostgresStore {
             .try_get(0)
             .map_err(|e| Error::corrupt(key, format!("won: {e}")))?;
         if won {
-            Ok(Claim::Won(owner))
+            Ok(Claim::Won)
         } else {
             Ok(Claim::Existing(decode(key.clone(), row, 1)?))
         }
@@ -987,6 +1065,50 @@ impl Store for PostgresStore {
 mod tests {
     use super::*;
 
+    /// A database left at version 1 by an earlier build (whose claim never answers `Won` for
+    /// the caller's own running entry) is brought to the current version by `migrate`, and the
+    /// upgraded claim function then does.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_table_migrated_by_version_one_upgrades_to_idempotent_claims() {
+        let url = toolonce_testsupport::shared_postgres().create_unique_database();
+        let store = PostgresStore::builder(url)
+            .migrate_on_connect(false)
+            .connect()
+            .await
+            .unwrap();
+        let mut client = store.checkout().await.unwrap();
+        assert_eq!(
+            migrate_on(&mut client, &store.table, 1)
+                .await
+                .unwrap()
+                .unwrap(),
+            1
+        );
+        prepare_all(&client, &store.sql).await;
+        drop(client);
+        assert_eq!(store.schema_version().await.unwrap(), 1);
+
+        let op = crate::key::derive("upgrade", "t", &serde_json::json!({"n": 1}), None).unwrap();
+        let lease = Duration::from_secs(60);
+        let owner = OwnerToken::generate();
+        let first = store.claim(&op.key, &op.fingerprint, &owner, lease).await;
+        assert!(matches!(first, Ok(Claim::Won)), "{first:?}");
+        let again = store.claim(&op.key, &op.fingerprint, &owner, lease).await;
+        assert!(
+            matches!(again, Ok(Claim::Existing(_))),
+            "version 1 does not know the caller's token: {again:?}"
+        );
+
+        assert_eq!(store.migrate().await.unwrap(), SCHEMA_VERSION - 1);
+        assert_eq!(store.schema_version().await.unwrap(), SCHEMA_VERSION);
+        let upgraded = store.claim(&op.key, &op.fingerprint, &owner, lease).await;
+        assert!(matches!(upgraded, Ok(Claim::Won)), "{upgraded:?}");
+        let other = store
+            .claim(&op.key, &op.fingerprint, &OwnerToken::generate(), lease)
+            .await;
+        assert!(matches!(other, Ok(Claim::Existing(_))), "{other:?}");
+    }
+
     #[test]
     fn table_names_are_checked_before_they_reach_sql() {
         for good in [
@@ -1044,6 +1166,8 @@ mod tests {
         for text in sql.all() {
             assert!(text.contains("\"My_Table"), "{text}");
         }
-        assert!(migration(1, "My_Table").contains("\"My_Table_claim\""));
+        for version in 1..=SCHEMA_VERSION {
+            assert!(migration(version, "My_Table").contains("\"My_Table_claim\""));
+        }
     }
 }

@@ -36,6 +36,7 @@ struct Scripts {
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     claim: Script::new(concat!(
         include_str!("redis/now.lua"),
+        include_str!("redis/owned.lua"),
         include_str!("redis/claim.lua")
     )),
     read: Script::new(include_str!("redis/read.lua")),
@@ -382,9 +383,9 @@ impl Store for RedisStore {
         &self,
         key: &OperationKey,
         fingerprint: &Fingerprint,
+        owner: &OwnerToken,
         lease: Duration,
     ) -> Result<Claim> {
-        let owner = OwnerToken::generate();
         // The rest of the running entry after `startedAt` (which the script fills in from the
         // server's clock). Both values are hex digits, so they need no JSON escaping.
         let tail = format!(
@@ -397,11 +398,12 @@ impl Store for RedisStore {
             .key(self.redis_key(key))
             .arg(px(lease))
             .arg(tail)
+            .arg(owner.as_str())
             .invoke_async(&mut self.conn())
             .await
             .map_err(to_error)?;
         match reply {
-            Value::Int(1) => Ok(Claim::Won(owner)),
+            Value::Int(1) => Ok(Claim::Won),
             other => decode_read(key, other).map(Claim::Existing),
         }
     }

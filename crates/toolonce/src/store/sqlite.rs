@@ -507,6 +507,17 @@ fn claim_locked(
         Claimed::Won
     } else {
         match read_live(conn, key, now)? {
+            // The caller's own running entry (an earlier attempt applied): renew it, under the
+            // same lock, and win.
+            Some(entry) if held_by(&entry, owner) => {
+                conn.prepare_cached(sql::RENEW)?.execute(params![
+                    key.as_str(),
+                    owner,
+                    after(now, lease),
+                    now
+                ])?;
+                Claimed::Won
+            }
             Some(entry) => Claimed::Existing(Box::new(entry)),
             // Unreachable while the lock is held: the claim saw a live row a moment ago.
             None => return Err(Fault::Sql(rusqlite::Error::QueryReturnedNoRows)),
@@ -514,6 +525,11 @@ fn claim_locked(
     };
     tx.commit()?;
     Ok(claimed)
+}
+
+/// Whether `entry` is running and held by `owner`.
+fn held_by(entry: &Entry, owner: &str) -> bool {
+    matches!(&entry.state, EntryState::Running { owner: Some(o) } if o == owner)
 }
 
 /// Runs one fenced statement (`renew`, `complete`, `fail`) in its own transaction, with `now`
@@ -881,16 +897,20 @@ impl Store for SqliteStore {
         &self,
         key: &OperationKey,
         fingerprint: &Fingerprint,
+        owner: &OwnerToken,
         lease: Duration,
     ) -> Result<Claim> {
         let inline = self.read_inline("claim", |conn| read_live(conn, key, now_ms()));
         let read_first = match inline {
-            Some(Ok(Some(entry))) => return Ok(Claim::Existing(entry)),
+            // The caller's own running entry is renewed by the writer (below).
+            Some(Ok(Some(entry))) if !held_by(&entry, owner.as_str()) => {
+                return Ok(Claim::Existing(entry));
+            }
+            Some(Ok(Some(_))) => false,
             Some(Ok(None)) => false,
             Some(Err(e)) => return Err(e),
             None => true,
         };
-        let owner = OwnerToken::generate();
         let (k, o, f) = (
             key.clone(),
             owner.as_str().to_owned(),
@@ -898,14 +918,17 @@ impl Store for SqliteStore {
         );
         let claimed = self
             .write("claim", move |conn| {
-                if read_first && let Some(entry) = read_live(conn, &k, now_ms())? {
+                if read_first
+                    && let Some(entry) = read_live(conn, &k, now_ms())?
+                    && !held_by(&entry, &o)
+                {
                     return Ok(Claimed::Existing(Box::new(entry)));
                 }
                 claim_locked(conn, &k, &o, &f, lease)
             })
             .await?;
         Ok(match claimed {
-            Claimed::Won => Claim::Won(owner),
+            Claimed::Won => Claim::Won,
             Claimed::Existing(entry) => Claim::Existing(*entry),
         })
     }

@@ -31,24 +31,59 @@ pub fn op(name: &str) -> (OperationKey, Fingerprint) {
     (d.key, d.fingerprint)
 }
 
-pub fn won(claim: Claim) -> OwnerToken {
-    match claim {
-        Claim::Won(owner) => owner,
-        Claim::Existing(entry) => panic!("expected to win the claim, found {entry:?}"),
+/// What a claim with a fresh token decided, with the token when it won: the shape most tests
+/// want, since they play a new caller each time.
+#[derive(Debug)]
+pub enum Fresh {
+    Won(OwnerToken),
+    Existing(toolonce::Entry),
+}
+
+/// [`Store::claim`] as a new caller makes it: with a token of its own, generated first.
+#[async_trait::async_trait]
+pub trait ClaimFresh {
+    async fn claim_fresh(
+        &self,
+        key: &OperationKey,
+        fp: &Fingerprint,
+        lease: Duration,
+    ) -> toolonce::Result<Fresh>;
+}
+
+#[async_trait::async_trait]
+impl<S: Store + ?Sized> ClaimFresh for S {
+    async fn claim_fresh(
+        &self,
+        key: &OperationKey,
+        fp: &Fingerprint,
+        lease: Duration,
+    ) -> toolonce::Result<Fresh> {
+        let owner = OwnerToken::generate();
+        Ok(match self.claim(key, fp, &owner, lease).await? {
+            Claim::Won => Fresh::Won(owner),
+            Claim::Existing(entry) => Fresh::Existing(entry),
+        })
     }
 }
 
-pub fn existing(claim: Claim) -> toolonce::Entry {
+pub fn won(claim: Fresh) -> OwnerToken {
     match claim {
-        Claim::Existing(entry) => entry,
-        Claim::Won(owner) => panic!("expected an existing entry, but won with {owner:?}"),
+        Fresh::Won(owner) => owner,
+        Fresh::Existing(entry) => panic!("expected to win the claim, found {entry:?}"),
+    }
+}
+
+pub fn existing(claim: Fresh) -> toolonce::Entry {
+    match claim {
+        Fresh::Existing(entry) => entry,
+        Fresh::Won(_) => panic!("expected an existing entry, but won the claim"),
     }
 }
 
 pub async fn first_claim_wins_and_the_second_sees_it_running(store: Arc<dyn Store>) {
     let (key, fp) = op("t");
-    let owner = won(store.claim(&key, &fp, LONG).await.unwrap());
-    let entry = existing(store.claim(&key, &fp, LONG).await.unwrap());
+    let owner = won(store.claim_fresh(&key, &fp, LONG).await.unwrap());
+    let entry = existing(store.claim_fresh(&key, &fp, LONG).await.unwrap());
     assert_eq!(entry.key, key);
     assert_eq!(entry.state(), State::Running);
     assert_eq!(entry.fingerprint.as_ref(), Some(&fp));
@@ -72,24 +107,70 @@ pub async fn sixty_four_concurrent_claims_have_exactly_one_winner(store: Arc<dyn
                     (store.clone(), key.clone(), fp.clone(), barrier.clone());
                 tokio::spawn(async move {
                     barrier.wait().await;
-                    store.claim(&key, &fp, LONG).await.unwrap()
+                    store.claim_fresh(&key, &fp, LONG).await.unwrap()
                 })
             })
             .collect();
         let mut winners = 0;
         for t in tasks {
             match t.await.unwrap() {
-                Claim::Won(_) => winners += 1,
-                Claim::Existing(e) => assert_eq!(e.state(), State::Running),
+                Fresh::Won(_) => winners += 1,
+                Fresh::Existing(e) => assert_eq!(e.state(), State::Running),
             }
         }
         assert_eq!(winners, 1, "round {round}: {winners} winners");
     }
 }
 
+pub async fn a_claim_retried_with_its_own_token_wins_and_with_another_does_not(
+    store: Arc<dyn Store>,
+) {
+    let (key, fp) = op("t");
+    let owner = OwnerToken::generate();
+    assert!(matches!(
+        store.claim(&key, &fp, &owner, SHORT).await.unwrap(),
+        Claim::Won
+    ));
+    // The retry of a claim whose reply was lost: still the caller's, and the lease is renewed
+    // to the length given, so it outlives the first one.
+    assert!(matches!(
+        store.claim(&key, &fp, &owner, LONG).await.unwrap(),
+        Claim::Won
+    ));
+    let stranger = store
+        .claim(&key, &fp, &OwnerToken::generate(), LONG)
+        .await
+        .unwrap();
+    match stranger {
+        Claim::Existing(entry) => match entry.state {
+            EntryState::Running { owner: Some(o) } => assert_eq!(o, owner.as_str()),
+            other => panic!("expected the caller's running entry, got {other:?}"),
+        },
+        Claim::Won => panic!("a claim with another token won over a running entry"),
+    }
+    tokio::time::sleep(PAST_SHORT).await;
+    assert!(
+        store.get(&key).await.unwrap().is_some(),
+        "the retried claim renewed the lease"
+    );
+    // The owner's token still settles the entry; after that, even the owner's own token is
+    // answered with the settled entry, never a second win.
+    assert_eq!(
+        store
+            .complete(&key, owner.duplicate(), &json!(1), LONG)
+            .await
+            .unwrap(),
+        Fenced::Applied
+    );
+    match store.claim(&key, &fp, &owner, LONG).await.unwrap() {
+        Claim::Existing(entry) => assert_eq!(entry.state(), State::Done),
+        Claim::Won => panic!("the owner's token won over its own settled entry"),
+    }
+}
+
 pub async fn a_completed_entry_replays_its_result_exactly(store: Arc<dyn Store>) {
     let (key, fp) = op("t");
-    let owner = won(store.claim(&key, &fp, LONG).await.unwrap());
+    let owner = won(store.claim_fresh(&key, &fp, LONG).await.unwrap());
     let result = json!({
         "receipt": "r_1", "cents": 500, "ratio": 0.1, "big": 18446744073709551615u64,
         "neg": -9007199254740993i64, "text": "é\u{1F600}\n\"", "nested": {"list": [1, 2.5, null, true]}
@@ -98,7 +179,7 @@ pub async fn a_completed_entry_replays_its_result_exactly(store: Arc<dyn Store>)
         store.complete(&key, owner, &result, LONG).await.unwrap(),
         Fenced::Applied
     );
-    let entry = existing(store.claim(&key, &fp, LONG).await.unwrap());
+    let entry = existing(store.claim_fresh(&key, &fp, LONG).await.unwrap());
     match entry.state {
         EntryState::Done { result: stored, .. } => assert_eq!(stored, result),
         other => panic!("expected done, got {other:?}"),
@@ -110,13 +191,13 @@ pub async fn a_completed_entry_replays_its_result_exactly(store: Arc<dyn Store>)
 
 pub async fn a_sticky_failure_is_replayed(store: Arc<dyn Store>) {
     let (key, fp) = op("t");
-    let owner = won(store.claim(&key, &fp, LONG).await.unwrap());
+    let owner = won(store.claim_fresh(&key, &fp, LONG).await.unwrap());
     let error = ToolError::permanent("card declined").with_detail(json!({"code": "declined"}));
     assert_eq!(
         store.fail(&key, owner, &error, Some(LONG)).await.unwrap(),
         Fenced::Applied
     );
-    match existing(store.claim(&key, &fp, LONG).await.unwrap()).state {
+    match existing(store.claim_fresh(&key, &fp, LONG).await.unwrap()).state {
         EntryState::Failed { error: stored, .. } => assert_eq!(stored, error),
         other => panic!("expected failed, got {other:?}"),
     }
@@ -124,45 +205,45 @@ pub async fn a_sticky_failure_is_replayed(store: Arc<dyn Store>) {
 
 pub async fn a_transient_failure_deletes_the_entry(store: Arc<dyn Store>) {
     let (key, fp) = op("t");
-    let owner = won(store.claim(&key, &fp, LONG).await.unwrap());
+    let owner = won(store.claim_fresh(&key, &fp, LONG).await.unwrap());
     let error = ToolError::transient("timeout");
     assert_eq!(
         store.fail(&key, owner, &error, None).await.unwrap(),
         Fenced::Applied
     );
     assert!(store.get(&key).await.unwrap().is_none());
-    won(store.claim(&key, &fp, LONG).await.unwrap());
+    won(store.claim_fresh(&key, &fp, LONG).await.unwrap());
 }
 
 pub async fn renew_keeps_a_running_entry_alive_past_its_first_lease(store: Arc<dyn Store>) {
     let (key, fp) = op("t");
-    let owner = won(store.claim(&key, &fp, SHORT).await.unwrap());
+    let owner = won(store.claim_fresh(&key, &fp, SHORT).await.unwrap());
     for _ in 0..4 {
         tokio::time::sleep(SHORT / 3).await;
         assert!(store.renew(&key, &owner, SHORT).await.unwrap());
     }
     // More than one lease has passed since the claim, yet the entry lives.
-    existing(store.claim(&key, &fp, SHORT).await.unwrap());
+    existing(store.claim_fresh(&key, &fp, SHORT).await.unwrap());
 }
 
 pub async fn an_expired_lease_lets_a_new_caller_reclaim(store: Arc<dyn Store>) {
     let (key, fp) = op("t");
-    let _first = won(store.claim(&key, &fp, SHORT).await.unwrap());
+    let _first = won(store.claim_fresh(&key, &fp, SHORT).await.unwrap());
     tokio::time::sleep(PAST_SHORT).await;
     assert!(
         store.get(&key).await.unwrap().is_none(),
         "expired counts as absent"
     );
-    won(store.claim(&key, &fp, LONG).await.unwrap());
+    won(store.claim_fresh(&key, &fp, LONG).await.unwrap());
 }
 
 pub async fn a_stale_owner_can_neither_complete_renew_nor_fail_after_a_reclaim(
     store: Arc<dyn Store>,
 ) {
     let (key, fp) = op("t");
-    let stale = won(store.claim(&key, &fp, SHORT).await.unwrap());
+    let stale = won(store.claim_fresh(&key, &fp, SHORT).await.unwrap());
     tokio::time::sleep(PAST_SHORT).await;
-    let fresh = won(store.claim(&key, &fp, LONG).await.unwrap());
+    let fresh = won(store.claim_fresh(&key, &fp, LONG).await.unwrap());
     assert!(!store.renew(&key, &stale, LONG).await.unwrap());
     let stale_copy = OwnerToken::from_stored(stale.as_str());
     assert_eq!(
@@ -197,7 +278,7 @@ pub async fn an_owner_whose_lease_expired_cannot_complete_even_without_a_reclaim
     store: Arc<dyn Store>,
 ) {
     let (key, fp) = op("t");
-    let owner = won(store.claim(&key, &fp, SHORT).await.unwrap());
+    let owner = won(store.claim_fresh(&key, &fp, SHORT).await.unwrap());
     tokio::time::sleep(PAST_SHORT).await;
     assert_eq!(
         store.complete(&key, owner, &json!(1), LONG).await.unwrap(),
@@ -208,7 +289,7 @@ pub async fn an_owner_whose_lease_expired_cannot_complete_even_without_a_reclaim
 
 pub async fn a_stranger_token_is_fenced_out(store: Arc<dyn Store>) {
     let (key, fp) = op("t");
-    let _owner = won(store.claim(&key, &fp, LONG).await.unwrap());
+    let _owner = won(store.claim_fresh(&key, &fp, LONG).await.unwrap());
     let stranger = OwnerToken::generate();
     assert!(!store.renew(&key, &stranger, LONG).await.unwrap());
     assert_eq!(
@@ -236,7 +317,7 @@ pub async fn a_stranger_token_is_fenced_out(store: Arc<dyn Store>) {
 
 pub async fn a_settled_entry_cannot_be_settled_again(store: Arc<dyn Store>) {
     let (key, fp) = op("t");
-    let owner = won(store.claim(&key, &fp, LONG).await.unwrap());
+    let owner = won(store.claim_fresh(&key, &fp, LONG).await.unwrap());
     let copy = OwnerToken::from_stored(owner.as_str());
     let copy2 = OwnerToken::from_stored(owner.as_str());
     assert_eq!(
@@ -268,7 +349,7 @@ pub async fn a_settled_entry_cannot_be_settled_again(store: Arc<dyn Store>) {
 
 pub async fn retention_expiry_makes_a_done_entry_absent(store: Arc<dyn Store>) {
     let (key, fp) = op("t");
-    let owner = won(store.claim(&key, &fp, LONG).await.unwrap());
+    let owner = won(store.claim_fresh(&key, &fp, LONG).await.unwrap());
     assert_eq!(
         store.complete(&key, owner, &json!(1), SHORT).await.unwrap(),
         Fenced::Applied
@@ -276,7 +357,7 @@ pub async fn retention_expiry_makes_a_done_entry_absent(store: Arc<dyn Store>) {
     assert_eq!(store.get(&key).await.unwrap().unwrap().state(), State::Done);
     tokio::time::sleep(PAST_SHORT).await;
     assert!(store.get(&key).await.unwrap().is_none());
-    won(store.claim(&key, &fp, LONG).await.unwrap());
+    won(store.claim_fresh(&key, &fp, LONG).await.unwrap());
 }
 
 pub async fn list_pages_through_entries_and_filters_by_state(store: Arc<dyn Store>) {
@@ -284,7 +365,7 @@ pub async fn list_pages_through_entries_and_filters_by_state(store: Arc<dyn Stor
     let mut running = Vec::new();
     for i in 0..7 {
         let (key, fp) = op("list");
-        let owner = won(store.claim(&key, &fp, LONG).await.unwrap());
+        let owner = won(store.claim_fresh(&key, &fp, LONG).await.unwrap());
         if i % 2 == 0 {
             let _ = store.complete(&key, owner, &json!(i), LONG).await.unwrap();
             done.push(key);
@@ -293,7 +374,7 @@ pub async fn list_pages_through_entries_and_filters_by_state(store: Arc<dyn Stor
         }
     }
     let (failed_key, fp) = op("list");
-    let owner = won(store.claim(&failed_key, &fp, LONG).await.unwrap());
+    let owner = won(store.claim_fresh(&failed_key, &fp, LONG).await.unwrap());
     let _ = store
         .fail(&failed_key, owner, &ToolError::permanent("no"), Some(LONG))
         .await
@@ -356,7 +437,7 @@ pub async fn list_pages_through_entries_and_filters_by_state(store: Arc<dyn Stor
 
 pub async fn delete_removes_an_entry_whatever_its_state(store: Arc<dyn Store>) {
     let (key, fp) = op("t");
-    let owner = won(store.claim(&key, &fp, LONG).await.unwrap());
+    let owner = won(store.claim_fresh(&key, &fp, LONG).await.unwrap());
     assert!(store.delete(&key).await.unwrap());
     assert!(!store.delete(&key).await.unwrap());
     assert!(store.get(&key).await.unwrap().is_none());
@@ -365,7 +446,7 @@ pub async fn delete_removes_an_entry_whatever_its_state(store: Arc<dyn Store>) {
         store.complete(&key, owner, &json!(1), LONG).await.unwrap(),
         Fenced::NotOwner
     );
-    let owner = won(store.claim(&key, &fp, LONG).await.unwrap());
+    let owner = won(store.claim_fresh(&key, &fp, LONG).await.unwrap());
     let _ = store.complete(&key, owner, &json!(1), LONG).await.unwrap();
     assert!(store.delete(&key).await.unwrap());
     assert!(store.get(&key).await.unwrap().is_none());
@@ -373,16 +454,16 @@ pub async fn delete_removes_an_entry_whatever_its_state(store: Arc<dyn Store>) {
 
 pub async fn purge_removes_expired_entries_and_keeps_live_ones(store: Arc<dyn Store>) {
     let (live, fp) = op("t");
-    let owner = won(store.claim(&live, &fp, LONG).await.unwrap());
+    let owner = won(store.claim_fresh(&live, &fp, LONG).await.unwrap());
     let _ = store.complete(&live, owner, &json!(1), LONG).await.unwrap();
     let (expiring, fp2) = op("t");
-    let owner = won(store.claim(&expiring, &fp2, LONG).await.unwrap());
+    let owner = won(store.claim_fresh(&expiring, &fp2, LONG).await.unwrap());
     let _ = store
         .complete(&expiring, owner, &json!(2), SHORT)
         .await
         .unwrap();
     let (lapsed, fp3) = op("t");
-    let _ = won(store.claim(&lapsed, &fp3, SHORT).await.unwrap());
+    let _ = won(store.claim_fresh(&lapsed, &fp3, SHORT).await.unwrap());
     tokio::time::sleep(PAST_SHORT).await;
     let purged = store.purge_expired().await.unwrap();
     assert!(
@@ -422,7 +503,7 @@ pub async fn get_of_an_unknown_key_is_none(store: Arc<dyn Store>) {
 
 pub async fn a_running_entry_reports_a_lease_expiry_in_the_future(store: Arc<dyn Store>) {
     let (key, fp) = op("t");
-    let _owner = won(store.claim(&key, &fp, LONG).await.unwrap());
+    let _owner = won(store.claim_fresh(&key, &fp, LONG).await.unwrap());
     let entry = store.get(&key).await.unwrap().unwrap();
     let expires = entry.expires_at.expect("expiry known");
     let now = std::time::SystemTime::now();
@@ -447,6 +528,7 @@ macro_rules! store_conformance {
         $crate::store_conformance!(@tests $make;
             first_claim_wins_and_the_second_sees_it_running,
             sixty_four_concurrent_claims_have_exactly_one_winner,
+            a_claim_retried_with_its_own_token_wins_and_with_another_does_not,
             a_completed_entry_replays_its_result_exactly,
             a_sticky_failure_is_replayed,
             a_transient_failure_deletes_the_entry,

@@ -1,0 +1,437 @@
+//! A fault-injecting TCP proxy: it listens on a free loopback port, forwards every connection
+//! to a target, and on command drops a connection instead of forwarding a reply, delays
+//! replies, or refuses and closes connections. Tests put it between a store client and a real
+//! server to lose exactly the reply they mean to lose (the request reached the server and was
+//! applied, the answer never arrives), which is what a network fault does and what no mock can
+//! show about a real client library.
+//!
+//! A *reply* is what the server sends after the client last spoke: the first bytes from the
+//! server following bytes from the client begin a new reply, and later bytes before the client
+//! speaks again belong to it. That fits request/response protocols such as RESP and
+//! PostgreSQL's, where one request is answered before the next one is sent. Replies are
+//! counted across all connections of the proxy, in the order they arrive.
+
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread;
+use std::time::Duration;
+
+/// A TCP proxy on 127.0.0.1 in front of `target`, with faults to inject.
+///
+/// Every control takes effect for replies and connections that come after it. Dropping the
+/// proxy stops it and closes every connection it forwards.
+///
+/// ```no_run
+/// use toolonce_testsupport::{FaultProxy, RedisServer};
+///
+/// let redis = RedisServer::start();
+/// let proxy = FaultProxy::start(redis.addr());
+/// proxy.drop_reply(1); // the next reply is lost: its connection is closed instead
+/// // ... point the client at proxy.url("redis") ...
+/// ```
+pub struct FaultProxy {
+    addr: SocketAddr,
+    target: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+#[derive(Default)]
+struct Shared {
+    faults: Mutex<Faults>,
+    stopped: AtomicBool,
+}
+
+#[derive(Default)]
+struct Faults {
+    /// Replies seen so far, across connections.
+    replies: u64,
+    /// The reply (by its number) whose connection is closed instead of forwarding it.
+    drop_at: Option<u64>,
+    /// How many replies were dropped.
+    dropped: u64,
+    /// Slept before forwarding each reply.
+    delay: Duration,
+    /// Close new connections at once, without connecting to the target.
+    refuse: bool,
+    /// Both sockets of every open connection, to close them on command.
+    open: Vec<(TcpStream, TcpStream)>,
+}
+
+impl Shared {
+    fn faults(&self) -> MutexGuard<'_, Faults> {
+        // A panicking pump thread leaves only counters behind, which stay consistent.
+        self.faults.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl FaultProxy {
+    /// Starts a proxy on a free loopback port that forwards to `target`.
+    ///
+    /// # Panics
+    ///
+    /// If no loopback port can be bound.
+    pub fn start(target: SocketAddr) -> FaultProxy {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .unwrap_or_else(|e| panic!("fault proxy: cannot bind a loopback port: {e}"));
+        let addr = listener
+            .local_addr()
+            .unwrap_or_else(|e| panic!("fault proxy: cannot read its port: {e}"));
+        let shared = Arc::new(Shared::default());
+        let accepting = shared.clone();
+        thread::Builder::new()
+            .name(format!("fault-proxy-{}", addr.port()))
+            .spawn(move || accept_loop(listener, target, accepting))
+            .unwrap_or_else(|e| panic!("fault proxy: cannot start its thread: {e}"));
+        FaultProxy {
+            addr,
+            target,
+            shared,
+        }
+    }
+
+    /// The address clients connect to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The port clients connect to.
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// Where the proxy forwards to.
+    pub fn target(&self) -> SocketAddr {
+        self.target
+    }
+
+    /// `scheme://127.0.0.1:PORT/`, the proxy's address as a URL.
+    pub fn url(&self, scheme: &str) -> String {
+        format!("{scheme}://127.0.0.1:{}/", self.addr.port())
+    }
+
+    /// Closes the connection carrying the `n`th reply from now (`1`: the next one) instead of
+    /// forwarding it: the server did the work, the client never hears of it. Replaces an
+    /// earlier `drop_reply` that has not fired yet.
+    ///
+    /// # Panics
+    ///
+    /// If `n` is 0.
+    pub fn drop_reply(&self, n: u64) {
+        assert!(n > 0, "drop_reply counts from 1 (the next reply)");
+        let mut faults = self.shared.faults();
+        faults.drop_at = Some(faults.replies + n);
+    }
+
+    /// How many replies were dropped so far.
+    pub fn dropped(&self) -> u64 {
+        self.shared.faults().dropped
+    }
+
+    /// How many replies the proxy has seen (forwarded or dropped) so far.
+    pub fn replies(&self) -> u64 {
+        self.shared.faults().replies
+    }
+
+    /// Waits before forwarding each reply from now on (`Duration::ZERO`: no delay).
+    pub fn delay_replies(&self, delay: Duration) {
+        self.shared.faults().delay = delay;
+    }
+
+    /// While set, new connections are accepted and closed at once, as a server that is down
+    /// behind a load balancer would.
+    pub fn refuse_connections(&self, refuse: bool) {
+        self.shared.faults().refuse = refuse;
+    }
+
+    /// Closes every open connection (both sides), as a network partition or a restart would.
+    pub fn close_connections(&self) {
+        let open = std::mem::take(&mut self.shared.faults().open);
+        for (client, server) in open {
+            close(&client);
+            close(&server);
+        }
+    }
+
+    /// Clears every fault: replies flow again, undelayed, and connections are accepted.
+    pub fn heal(&self) {
+        let mut faults = self.shared.faults();
+        faults.drop_at = None;
+        faults.delay = Duration::ZERO;
+        faults.refuse = false;
+    }
+}
+
+impl std::fmt::Debug for FaultProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultProxy")
+            .field("addr", &self.addr)
+            .field("target", &self.target)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.shared.stopped.store(true, Ordering::SeqCst);
+        // Wake the accept loop so it sees the flag; a refused connect means it is gone.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        self.close_connections();
+    }
+}
+
+fn close(stream: &TcpStream) {
+    let _ = stream.shutdown(Shutdown::Both);
+}
+
+fn accept_loop(listener: TcpListener, target: SocketAddr, shared: Arc<Shared>) {
+    for client in listener.incoming() {
+        if shared.stopped.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(client) = client else { continue };
+        if shared.faults().refuse {
+            close(&client);
+            continue;
+        }
+        let Ok(server) = TcpStream::connect(target) else {
+            close(&client);
+            continue;
+        };
+        let _ = client.set_nodelay(true);
+        let _ = server.set_nodelay(true);
+        let (Ok(c1), Ok(c2), Ok(s1), Ok(s2)) = (
+            client.try_clone(),
+            client.try_clone(),
+            server.try_clone(),
+            server.try_clone(),
+        ) else {
+            close(&client);
+            close(&server);
+            continue;
+        };
+        shared.faults().open.push((c1, s1));
+        // Set when the client sends; the server's next bytes then begin a new reply. It is set
+        // before the request is forwarded, so the reply can never overtake it.
+        let spoke = Arc::new(AtomicBool::new(false));
+        let spoke_up = spoke.clone();
+        let up = thread::spawn(move || {
+            let _ = pump_requests(client, server, &spoke_up);
+        });
+        let shared_down = shared.clone();
+        let down = thread::spawn(move || {
+            let _ = pump_replies(s2, c2, &spoke, &shared_down);
+        });
+        drop((up, down));
+    }
+}
+
+/// Client to server: forwards requests, marking that the client spoke.
+fn pump_requests(
+    mut client: TcpStream,
+    mut server: TcpStream,
+    spoke: &AtomicBool,
+) -> io::Result<()> {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = client.read(&mut buf)?;
+        if n == 0 {
+            close(&server);
+            return Ok(());
+        }
+        spoke.store(true, Ordering::SeqCst);
+        server.write_all(&buf[..n])?;
+    }
+}
+
+/// Server to client: forwards replies, applying the faults to each new one.
+fn pump_replies(
+    mut server: TcpStream,
+    mut client: TcpStream,
+    spoke: &AtomicBool,
+    shared: &Shared,
+) -> io::Result<()> {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = server.read(&mut buf)?;
+        if n == 0 {
+            close(&client);
+            return Ok(());
+        }
+        let mut delay = Duration::ZERO;
+        if spoke.swap(false, Ordering::SeqCst) {
+            let mut faults = shared.faults();
+            faults.replies += 1;
+            if faults.drop_at == Some(faults.replies) {
+                faults.drop_at = None;
+                faults.dropped += 1;
+                drop(faults);
+                close(&client);
+                close(&server);
+                return Ok(());
+            }
+            delay = faults.delay;
+        }
+        if !delay.is_zero() {
+            thread::sleep(delay);
+        }
+        client.write_all(&buf[..n])?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::BufRead;
+    use std::time::Instant;
+
+    /// A line echo server: answers each line with `N:line`, `N` counting the lines it served,
+    /// so a test can see that a request whose reply was dropped did reach it.
+    fn echo_server() -> (SocketAddr, Arc<Mutex<u64>>) {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let served = Arc::new(Mutex::new(0u64));
+        let count = served.clone();
+        thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let count = count.clone();
+                thread::spawn(move || {
+                    let mut writer = stream.try_clone().unwrap();
+                    for line in io::BufReader::new(stream).lines() {
+                        let Ok(line) = line else { return };
+                        let n = {
+                            let mut c = count.lock().unwrap();
+                            *c += 1;
+                            *c
+                        };
+                        if writer
+                            .write_all(format!("{n}:{line}\n").as_bytes())
+                            .is_err()
+                        {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (addr, served)
+    }
+
+    fn connect(proxy: &FaultProxy) -> (TcpStream, io::BufReader<TcpStream>) {
+        let stream = TcpStream::connect(proxy.addr()).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let reader = io::BufReader::new(stream.try_clone().unwrap());
+        (stream, reader)
+    }
+
+    /// Sends a line and reads the answer; `None` when the connection closed instead.
+    fn ask(
+        stream: &mut TcpStream,
+        reader: &mut io::BufReader<TcpStream>,
+        line: &str,
+    ) -> Option<String> {
+        stream.write_all(format!("{line}\n").as_bytes()).ok()?;
+        let mut answer = String::new();
+        match reader.read_line(&mut answer) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(answer.trim_end().to_owned()),
+        }
+    }
+
+    #[test]
+    fn replies_are_forwarded_unchanged_without_faults() {
+        let (target, _) = echo_server();
+        let proxy = FaultProxy::start(target);
+        assert_eq!(proxy.target(), target);
+        assert_ne!(proxy.port(), target.port());
+        let (mut s, mut r) = connect(&proxy);
+        assert_eq!(ask(&mut s, &mut r, "a").as_deref(), Some("1:a"));
+        assert_eq!(ask(&mut s, &mut r, "b").as_deref(), Some("2:b"));
+        assert_eq!(proxy.replies(), 2);
+        assert_eq!(proxy.dropped(), 0);
+    }
+
+    #[test]
+    fn the_nth_reply_is_dropped_after_the_server_handled_its_request() {
+        let (target, served) = echo_server();
+        let proxy = FaultProxy::start(target);
+        let (mut s, mut r) = connect(&proxy);
+        proxy.drop_reply(2);
+        assert_eq!(ask(&mut s, &mut r, "one").as_deref(), Some("1:one"));
+        assert_eq!(ask(&mut s, &mut r, "two"), None, "the second reply is lost");
+        assert_eq!(
+            *served.lock().unwrap(),
+            2,
+            "the server did handle the request"
+        );
+        assert_eq!(proxy.dropped(), 1);
+        // Only that one: a new connection works, and later replies flow.
+        let (mut s, mut r) = connect(&proxy);
+        assert_eq!(ask(&mut s, &mut r, "three").as_deref(), Some("3:three"));
+        assert_eq!(ask(&mut s, &mut r, "four").as_deref(), Some("4:four"));
+        assert_eq!(proxy.dropped(), 1);
+    }
+
+    #[test]
+    fn replies_are_counted_across_connections() {
+        let (target, _) = echo_server();
+        let proxy = FaultProxy::start(target);
+        let (mut a, mut ra) = connect(&proxy);
+        let (mut b, mut rb) = connect(&proxy);
+        proxy.drop_reply(1);
+        assert_eq!(ask(&mut b, &mut rb, "x"), None);
+        assert_eq!(ask(&mut a, &mut ra, "y").as_deref(), Some("2:y"));
+    }
+
+    #[test]
+    fn delayed_replies_arrive_late_and_intact() {
+        let (target, _) = echo_server();
+        let proxy = FaultProxy::start(target);
+        let (mut s, mut r) = connect(&proxy);
+        proxy.delay_replies(Duration::from_millis(300));
+        let started = Instant::now();
+        assert_eq!(ask(&mut s, &mut r, "slow").as_deref(), Some("1:slow"));
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        proxy.heal();
+        assert_eq!(ask(&mut s, &mut r, "fast").as_deref(), Some("2:fast"));
+    }
+
+    #[test]
+    fn refused_connections_close_at_once_and_heal_restores_them() {
+        let (target, served) = echo_server();
+        let proxy = FaultProxy::start(target);
+        proxy.refuse_connections(true);
+        let (mut s, mut r) = connect(&proxy);
+        assert_eq!(ask(&mut s, &mut r, "lost"), None);
+        assert_eq!(*served.lock().unwrap(), 0, "nothing reached the server");
+        proxy.heal();
+        let (mut s, mut r) = connect(&proxy);
+        assert_eq!(ask(&mut s, &mut r, "back").as_deref(), Some("1:back"));
+    }
+
+    #[test]
+    fn close_connections_ends_open_ones_and_new_ones_still_work() {
+        let (target, _) = echo_server();
+        let proxy = FaultProxy::start(target);
+        let (mut s, mut r) = connect(&proxy);
+        assert_eq!(ask(&mut s, &mut r, "a").as_deref(), Some("1:a"));
+        proxy.close_connections();
+        assert_eq!(ask(&mut s, &mut r, "b"), None);
+        let (mut s, mut r) = connect(&proxy);
+        assert_eq!(ask(&mut s, &mut r, "c").as_deref(), Some("2:c"));
+    }
+
+    #[test]
+    fn a_dropped_proxy_closes_its_connections() {
+        let (target, _) = echo_server();
+        let proxy = FaultProxy::start(target);
+        let (mut s, mut r) = connect(&proxy);
+        assert_eq!(ask(&mut s, &mut r, "a").as_deref(), Some("1:a"));
+        drop(proxy);
+        assert_eq!(ask(&mut s, &mut r, "b"), None);
+    }
+}
