@@ -9,7 +9,7 @@ mod mcp_peer;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use mcp_peer::{Spawn, is_error, without_id};
+use mcp_peer::{Spawn, is_error, without_outcome};
 use serde_json::{Value, json};
 
 /// The version the test was written against; bump it deliberately.
@@ -90,7 +90,8 @@ fn server_memory_from_npm_creates_an_entity_once_and_replays_the_duplicate() {
     // The model asks again: the server alone would answer `[]` (nothing new); the proxy replays
     // the first answer, so the model cannot tell a retry happened.
     let again = peer.call("create_entities", entities);
-    assert_eq!(without_id(&again), without_id(&first));
+    assert_eq!(without_outcome(&again), without_outcome(&first));
+    assert_eq!(again["result"]["_meta"]["toolonce/outcome"], "replayed");
 
     let graph = peer.call("read_graph", json!({}));
     let text = graph["result"]["content"][0]["text"].as_str().unwrap();

@@ -422,6 +422,23 @@ pub fn without_id(message: &Value) -> Value {
     message
 }
 
+/// `message` without its `id` and without what the proxy adds to a replay
+/// (`_meta["toolonce/outcome"]` and `_meta["toolonce/key"]`, and the `_meta` itself if that
+/// leaves it empty), to compare a first answer with a replay of it.
+pub fn without_outcome(message: &Value) -> Value {
+    let mut message = without_id(message);
+    if let Some(result) = message.get_mut("result").and_then(Value::as_object_mut)
+        && let Some(meta) = result.get_mut("_meta").and_then(Value::as_object_mut)
+    {
+        meta.remove("toolonce/outcome");
+        meta.remove("toolonce/key");
+        if meta.is_empty() {
+            result.remove("_meta");
+        }
+    }
+    message
+}
+
 /// The text of the first content block of a `tools/call` answer.
 pub fn text(answer: &Value) -> String {
     answer["result"]["content"][0]["text"]
