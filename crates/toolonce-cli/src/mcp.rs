@@ -86,7 +86,7 @@ pub(crate) struct McpArgs {
     #[arg(long, value_name = "NAME", env = "TOOLONCE_SERVER_ID")]
     server_id: Option<String>,
     /// A TOML file of per-tool settings (kind, key_fields, in_flight, lease, retention,
-    /// call_timeout).
+    /// call_timeout, on_error, on_tool_error, failure_retention).
     #[arg(long, value_name = "FILE", env = "TOOLONCE_MCP_CONFIG")]
     config: Option<PathBuf>,
     /// The MCP server to start, after `--`.

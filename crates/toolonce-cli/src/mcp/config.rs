@@ -9,7 +9,7 @@
 //!
 //! [defaults]                # every write tool, unless the tool's own section says otherwise
 //! lease = "60s"
-//! retention = "24h"
+//! retention = "1h"
 //! in_flight = "reject"      # or "wait", with wait_timeout = "30s"
 //! call_timeout = "5m"       # how long to wait for the server to answer a write call
 //! on_error = "keep"         # a JSON-RPC error answer: "keep" (replay it) or "release"
@@ -124,7 +124,7 @@ impl Config {
                 .map_or(Duration::from_secs(5), |d| d.0),
         };
         let base = Policy {
-            options: WriteOptions::new(),
+            options: WriteOptions::new().retention(DEFAULT_RETENTION),
             key_fields: None,
             call_timeout: Duration::from_secs(300),
             on_error: OnError::Keep,
@@ -245,6 +245,11 @@ enum InFlightName {
 
 const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 
+/// Shorter than the library's day: the duplicates a proxy sees (a client's retry, a resumed
+/// session replaying its last calls) come within minutes, while an MCP client runs for days
+/// under one scope and may mean to repeat a write with the same arguments hours later.
+const DEFAULT_RETENTION: Duration = Duration::from_secs(3600);
+
 /// Long enough to absorb a client's or a model's immediate retries of a failed write (which
 /// may have had its effect), short enough that a failure the MCP spec reports as a result
 /// (a rate limit, an upstream outage) can be retried soon.
@@ -356,11 +361,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn empty_configuration_is_the_layer_defaults() {
+    fn empty_configuration_is_the_proxy_defaults() {
         let config = Config::from_toml("").unwrap();
         let policy = config.policy("anything");
         assert_eq!(policy.options.lease, Duration::from_secs(60));
-        assert_eq!(policy.options.retention, Duration::from_secs(86_400));
+        assert_eq!(policy.options.retention, Duration::from_secs(3600));
         assert_eq!(policy.options.in_flight, InFlight::Reject);
         assert_eq!(policy.call_timeout, Duration::from_secs(300));
         assert!(policy.key_fields.is_none());
