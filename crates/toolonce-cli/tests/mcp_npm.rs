@@ -138,11 +138,7 @@ fn server_filesystem_from_npm_write_v1_v2_v1_leaves_v1() {
     let mut peer = Spawn::proxy()
         .arg("--scope")
         .arg("npm-fs-test")
-        .server([
-            "node".as_ref(),
-            entry.as_os_str(),
-            root.as_os_str(),
-        ])
+        .server(["node".as_ref(), entry.as_os_str(), root.as_os_str()])
         .start();
     peer.initialize();
     let file = root.join("note.txt");
@@ -152,7 +148,11 @@ fn server_filesystem_from_npm_write_v1_v2_v1_leaves_v1() {
             json!({"path": file.to_str().unwrap(), "content": content}),
         );
         assert!(!is_error(&answer), "{answer}");
-        assert_eq!(answer["result"]["_meta"].get("toolonce/outcome"), None, "{answer}");
+        assert_eq!(
+            answer["result"]["_meta"].get("toolonce/outcome"),
+            None,
+            "{answer}"
+        );
         assert_eq!(std::fs::read_to_string(&file).unwrap(), content);
     }
     let tools = peer.list_tools();

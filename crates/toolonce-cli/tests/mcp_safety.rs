@@ -272,7 +272,12 @@ fn an_internal_error_after_the_effect_is_kept_by_default() {
     let first = peer.call("crash", json!({"n": 1}));
     let again = peer.call("crash", json!({"n": 1}));
     assert_eq!(first["error"]["code"], -32603, "{first}");
-    assert_eq!(again["error"], first["error"], "{again}");
+    assert_eq!(again["error"]["code"], first["error"]["code"], "{again}");
+    assert_eq!(again["error"]["message"], first["error"]["message"]);
+    assert_eq!(
+        again["error"]["data"]["toolonce/outcome"],
+        "replayed_failure"
+    );
     assert_eq!(peer.count("crash"), 1);
 }
 
@@ -333,6 +338,21 @@ fn a_redis_store_with_a_wrong_password_stops_the_proxy_at_start() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("store"), "{stderr}");
     assert!(!stderr.contains("wrong-secret"), "{stderr}");
+}
+
+#[test]
+fn a_postgres_store_with_a_missing_database_stops_the_proxy_at_start() {
+    let postgres = toolonce_testsupport::shared_postgres();
+    let url = postgres.url_for("toolonce_no_such_database");
+    let out = std::process::Command::new(mcp_peer::toolonce())
+        .args(["mcp", "--store", &url, "--scope", "s", "--"])
+        .arg(mcp_peer::test_server())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot use the store"), "{stderr}");
 }
 
 #[test]

@@ -20,7 +20,8 @@
 //! An answer the proxy gives from the store (a replay, or its own explanation: in flight,
 //! conflict, store unavailable) carries `_meta["toolonce/outcome"]` and `_meta["toolonce/key"]`
 //! beside whatever `_meta` the first answer had; `content` and `isError` are exactly as first
-//! recorded. The server's own answer to an executed call passes on untouched.
+//! recorded. A replayed JSON-RPC error carries the two in its `data` instead. The server's own
+//! answer to an executed call passes on untouched.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -168,7 +169,21 @@ fn replay(id: &Value, answer: WriteAnswer) -> Vec<u8> {
         (Outcome::ReplayedFailure, Err(e)) => match e.detail {
             Some(detail) if is_call_tool_result(&detail) => detail,
             Some(Value::Object(mut detail)) if detail.contains_key(JSONRPC_ERROR) => {
-                let error = detail.remove(JSONRPC_ERROR).unwrap_or(Value::Null);
+                let mut error = detail.remove(JSONRPC_ERROR).unwrap_or(Value::Null);
+                // An error has no `_meta`: the outcome goes into its `data` (when that is
+                // absent or an object), its code and message as first recorded.
+                if let Some(error) = error.as_object_mut() {
+                    let data = error
+                        .entry("data")
+                        .or_insert_with(|| Value::Object(serde_json::Map::new()));
+                    if let Some(data) = data.as_object_mut() {
+                        data.insert(OUTCOME_KEY.to_owned(), Value::String(outcome.to_owned()));
+                        data.insert(
+                            META_KEY.to_owned(),
+                            Value::String(answer.key.as_str().to_owned()),
+                        );
+                    }
+                }
                 return jsonrpc::line(&json!({"jsonrpc": "2.0", "id": id, "error": error}));
             }
             _ => jsonrpc::tool_error(&e.message),

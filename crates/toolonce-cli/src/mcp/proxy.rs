@@ -225,6 +225,8 @@ pub(super) struct Shared {
     /// The prefix of the proxy's own request ids, and their counter.
     own_prefix: String,
     own_count: AtomicU64,
+    /// Whether the client has initialized the session (the proxy may send requests of its own).
+    initialized: AtomicBool,
     pub(super) config: Arc<Config>,
     pub(super) tools: Tools,
     pub(super) layer: Layer,
@@ -285,6 +287,7 @@ impl Shared {
                     (Some("notifications/initialized"), None) => {
                         // The session is open: the proxy may now ask for the tools itself.
                         self.server_in.send(&line).await;
+                        self.initialized.store(true, Ordering::Release);
                         self.list_tools();
                         return;
                     }
@@ -669,6 +672,7 @@ impl Shared {
                 if let Some(peek) = &peek
                     && peek.method.as_deref() == Some("notifications/tools/list_changed")
                     && peek.id.is_none()
+                    && self.initialized.load(Ordering::Acquire)
                 {
                     self.list_tools();
                 }
@@ -803,6 +807,7 @@ pub(crate) async fn run(
         listing: watch::Sender::new(false),
         own_prefix: format!("toolonce-{:016x}", u64::from_le_bytes(random)),
         own_count: AtomicU64::new(0),
+        initialized: AtomicBool::new(false),
         tools: Tools::new(settings.config.clone()),
         config: settings.config,
         layer: Layer::new(settings.store),
