@@ -144,6 +144,15 @@ impl Routes {
         }
     }
 
+    /// Stops dropping answers to `id`; returns whether they were being dropped.
+    fn forget_abandoned(&mut self, id: &IdKey) -> bool {
+        let abandoned = self.abandoned.remove(id);
+        if abandoned {
+            self.abandoned_order.retain(|k| k != id);
+        }
+        abandoned
+    }
+
     /// Forgets the call `id` is waiting for and drops the server's answer if one comes later.
     pub(super) fn abandon(&mut self, id: &IdKey) {
         self.pending.remove(id);
@@ -326,9 +335,7 @@ impl Shared {
         }
         // A late answer to a call given up under this id now goes to the client, which asked
         // again; it is never recorded.
-        if routes.abandoned.remove(&key) {
-            routes.abandoned_order.retain(|k| k != &key);
-        }
+        routes.forget_abandoned(&key);
         routes.passing.insert(key);
         true
     }
@@ -684,14 +691,13 @@ impl Shared {
                     let (listed, route, abandoned) = {
                         let mut routes = self.routes();
                         let route = routes.pending.remove(&id);
+                        // The late answer to a call given up frees its id: the next write
+                        // call may take it again.
+                        let abandoned = route.is_none() && routes.forget_abandoned(&id);
                         if route.is_none() {
                             routes.passing.remove(&id);
                         }
-                        (
-                            routes.lists.remove(&id),
-                            route,
-                            routes.abandoned.contains(&id),
-                        )
+                        (routes.lists.remove(&id), route, abandoned)
                     };
                     if listed && let Ok(message) = serde_json::from_slice::<Value>(&line) {
                         self.learn(&message);
