@@ -229,8 +229,9 @@ pub(super) struct Shared {
     pub(super) scope: String,
     pub(super) server_id: String,
     pub(super) store: Arc<LazyStore>,
-    /// Whether the proxy's own listing of the tools is in progress: tool calls wait for it.
-    listing: watch::Sender<bool>,
+    /// How many of the proxy's own listings of the tools are in progress: tool calls wait for
+    /// none to be.
+    listing: watch::Sender<usize>,
     /// The prefix of the proxy's own request ids, and their counter.
     own_prefix: String,
     own_count: AtomicU64,
@@ -343,14 +344,14 @@ impl Shared {
     /// Waits (a bounded time) for the proxy's own listing of the tools, if one is in progress.
     async fn listed(&self) {
         let mut listing = self.listing.subscribe();
-        let _ = tokio::time::timeout(LIST_TIMEOUT, listing.wait_for(|busy| !busy)).await;
+        let _ = tokio::time::timeout(LIST_TIMEOUT, listing.wait_for(|n| *n == 0)).await;
     }
 
     /// Starts listing the server's tools with the proxy's own requests (every page), so that
     /// classification never depends on whether the client listed them. Tool calls received
     /// from now on wait for it.
     fn list_tools(self: &Arc<Self>) {
-        self.listing.send_replace(true);
+        self.listing.send_modify(|n| *n += 1);
         let shared = self.clone();
         tokio::spawn(async move {
             let mut cursor: Option<Value> = None;
@@ -396,7 +397,7 @@ impl Shared {
                     _ => break,
                 }
             }
-            shared.listing.send_replace(false);
+            shared.listing.send_modify(|n| *n -= 1);
         });
     }
 
@@ -810,7 +811,7 @@ pub(crate) async fn run(
         scope: settings.scope,
         server_id: settings.server_id,
         store: settings.store.clone(),
-        listing: watch::Sender::new(false),
+        listing: watch::Sender::new(0),
         own_prefix: format!("toolonce-{:016x}", u64::from_le_bytes(random)),
         own_count: AtomicU64::new(0),
         initialized: AtomicBool::new(false),
