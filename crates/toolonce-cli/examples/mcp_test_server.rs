@@ -8,6 +8,7 @@
 //! | `idem_tool` | `idempotentHint: true` only | counts |
 //! | `plain` | none | counts |
 //! | `slow` | none | counts, sleeps `ms`, answers unless the request was cancelled |
+//! | `late` | none | counts, sleeps `ms`, answers even if the request was cancelled |
 //! | `hang` | none | counts, never answers |
 //! | `fail` | none | counts, answers `isError: true` |
 //! | `crash` | none | counts, answers a JSON-RPC error `-32603` (an exception after the effect) |
@@ -104,6 +105,8 @@ fn tools(lookup_writes: bool) -> Value {
          "inputSchema": {"type": "object"}, "annotations": {"idempotentHint": true}},
         {"name": "plain", "description": "No annotations.", "inputSchema": {"type": "object"}},
         {"name": "slow", "description": "Sleeps `ms` milliseconds.",
+         "inputSchema": {"type": "object", "properties": {"ms": {"type": "integer"}}}},
+        {"name": "late", "description": "Answers after `ms` milliseconds, cancelled or not.",
          "inputSchema": {"type": "object", "properties": {"ms": {"type": "integer"}}}},
         {"name": "hang", "description": "Never answers.", "inputSchema": {"type": "object"}},
         {"name": "fail", "description": "Answers isError.", "inputSchema": {"type": "object"}},
@@ -205,7 +208,7 @@ fn call_tool(server: &Arc<Server>, id: Value, params: Value) -> Option<Value> {
             server.execute(&tool, &params);
             None
         }
-        "slow" => {
+        "slow" | "late" => {
             let n = server.execute(&tool, &params);
             let ms = params
                 .pointer("/arguments/ms")
@@ -214,11 +217,11 @@ fn call_tool(server: &Arc<Server>, id: Value, params: Value) -> Option<Value> {
             let server = server.clone();
             thread::spawn(move || {
                 thread::sleep(Duration::from_millis(ms));
-                if server.cancelled.lock().unwrap().contains(&id.to_string()) {
+                if tool == "slow" && server.cancelled.lock().unwrap().contains(&id.to_string()) {
                     return;
                 }
                 server.send(
-                    &json!({"jsonrpc": "2.0", "id": id, "result": tool_result("slow", n, &params)}),
+                    &json!({"jsonrpc": "2.0", "id": id, "result": tool_result(&tool, n, &params)}),
                 );
             });
             None

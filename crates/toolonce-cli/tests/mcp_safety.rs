@@ -53,6 +53,9 @@ fn unparsable_write_calls_sent_twice_under_two_ids_run_at_most_once() {
                 answer.get("error").is_some() || answer.get("result").is_some(),
                 "{what}: {answer}"
             );
+            if let Some(error) = answer.get("error") {
+                assert_eq!(error["data"]["toolonce/outcome"], "not_executed", "{what}");
+            }
         }
         if peer.count("charge") > 1 {
             ran_twice.push(what);
@@ -425,10 +428,42 @@ fn a_write_reusing_the_id_of_a_call_given_up_is_refused() {
     peer.send(&call("charge", json!({"x": 1})));
     let refused = peer.response(&id);
     assert!(is_error(&refused), "{refused}");
+    assert_eq!(
+        refused["result"]["_meta"]["toolonce/outcome"],
+        "not_executed"
+    );
     assert_eq!(peer.count("charge"), 0);
     // A read under that id is answered (by the server), not dropped.
     std::thread::sleep(Duration::from_millis(1600));
     peer.send(&call("lookup", json!({})));
     let read = peer.response(&id);
     assert!(read.get("result").is_some(), "{read}");
+}
+
+#[test]
+fn the_late_answer_to_a_call_given_up_is_dropped_and_frees_its_id() {
+    let mut peer = ready(Spawn::proxy().config("[defaults]\ncall_timeout = \"300ms\""));
+    let call = |tool: &str, args: Value| {
+        json!({"jsonrpc": "2.0", "id": 77, "method": "tools/call",
+               "params": {"name": tool, "arguments": args}})
+    };
+    peer.send(&call("late", json!({"ms": 900})));
+    let timed_out = peer.response(&json!(77));
+    assert!(text(&timed_out).contains("Timed out"), "{timed_out}");
+    assert_eq!(
+        timed_out["result"]["_meta"]["toolonce/outcome"],
+        "timed_out"
+    );
+    peer.eventually("the late answer", |p| {
+        p.server_log()
+            .iter()
+            .any(|(d, l)| *d == '>' && String::from_utf8_lossy(l).contains("late done"))
+    });
+    // The late answer never reaches the client, which already has one...
+    assert!(peer.try_recv_line(Duration::from_millis(300)).is_none());
+    // ...and once it came, the id is free again: a write under it runs, with its own answer.
+    peer.send(&call("charge", json!({"after": "late"})));
+    let answer = peer.response(&json!(77));
+    assert!(text(&answer).contains("charge done"), "{answer}");
+    assert_eq!(peer.count("charge"), 1);
 }

@@ -104,7 +104,9 @@ async fn answer(
     unsent: &UnsentCall,
 ) -> Option<Vec<u8>> {
     let policy = shared.config.policy(&call.tool);
-    let error_line = |text: &str| Some(jsonrpc::result_line(&call.id, &jsonrpc::tool_error(text)));
+    let error_line = |text: &str, outcome: &str, key: Option<&str>| {
+        Some(proxy_answer(&call.id, text, outcome, key))
+    };
     let derived = match key::derive(
         &shared.scope,
         &format!("{}/{}", shared.server_id, call.tool),
@@ -113,11 +115,15 @@ async fn answer(
     ) {
         Ok(derived) => derived,
         Err(e) => {
-            return error_line(&format!(
-                "Not executed: no operation key can be derived for this call of `{}` ({e}), \
+            return error_line(
+                &format!(
+                    "Not executed: no operation key can be derived for this call of `{}` ({e}), \
                  and running it without one could perform it twice.",
-                call.tool
-            ));
+                    call.tool
+                ),
+                "not_executed",
+                None,
+            );
         }
     };
     let response = Mutex::new(None);
@@ -236,24 +242,49 @@ fn give_up_answer(
     policy: &Policy,
     derived: &Derived,
     reason: GiveUp,
-    error_line: impl Fn(&str) -> Option<Vec<u8>>,
+    error_line: impl Fn(&str, &str, Option<&str>) -> Option<Vec<u8>>,
 ) -> Option<Vec<u8>> {
     let lease = policy.options.lease;
     let (tool, key) = (&call.tool, &derived.key);
     match reason {
         GiveUp::Cancelled => None,
-        GiveUp::TimedOut(after) => error_line(&format!(
-            "Timed out: the MCP server did not answer this call of `{tool}` within {after:?}, so \
-             whether it took effect is unknown. Do not retry it at once: the operation ({key}) \
-             stays locked for up to {lease:?}; after that an identical call runs it again with \
-             the same idempotency key."
-        )),
-        GiveUp::ServerGone => error_line(&format!(
-            "The MCP server exited before answering this call of `{tool}`, so whether it took \
-             effect is unknown. The operation ({key}) stays locked for up to {lease:?}; after \
-             that an identical call runs it again with the same idempotency key."
-        )),
+        GiveUp::TimedOut(after) => error_line(
+            &format!(
+                "Timed out: the MCP server did not answer this call of `{tool}` within \
+                 {after:?}, so whether it took effect is unknown. Do not retry it at once: the \
+                 operation ({key}) stays locked for up to {lease:?}; after that an identical \
+                 call runs it again with the same idempotency key."
+            ),
+            "timed_out",
+            Some(key.as_str()),
+        ),
+        GiveUp::ServerGone => error_line(
+            &format!(
+                "The MCP server exited before answering this call of `{tool}`, so whether it \
+                 took effect is unknown. The operation ({key}) stays locked for up to \
+                 {lease:?}; after that an identical call runs it again with the same \
+                 idempotency key."
+            ),
+            "server_gone",
+            Some(key.as_str()),
+        ),
     }
+}
+
+/// An `isError` result the proxy writes itself, with its outcome (and the key, once there is
+/// one) in `_meta`, as one line.
+pub(super) fn proxy_answer(id: &Value, text: &str, outcome: &str, key: Option<&str>) -> Vec<u8> {
+    let mut result = jsonrpc::tool_error(text);
+    let meta = result
+        .as_object_mut()
+        .expect("a tool error is an object")
+        .entry("_meta")
+        .or_insert_with(|| json!({}));
+    meta[OUTCOME_KEY] = json!(outcome);
+    if let Some(key) = key {
+        meta[META_KEY] = json!(key);
+    }
+    jsonrpc::result_line(id, &result)
 }
 
 /// The part of a call that runs once the claim is won.

@@ -344,12 +344,13 @@ fn decode_string(raw: &[u8]) -> Option<(String, bool)> {
     Some((String::from_utf8_lossy(&bytes).into_owned(), exact))
 }
 
-/// A JSON-RPC error answer with `id` (or `null`), as one line.
+/// A JSON-RPC error answer the proxy gives to a request it did not send on, with `id` (or
+/// `null`), as one line; its `data` says that nothing ran.
 pub(crate) fn error_line(id: Option<&Value>, code: i64, message: &str) -> Vec<u8> {
     line(&json!({
         "jsonrpc": "2.0",
         "id": id.cloned().unwrap_or(Value::Null),
-        "error": {"code": code, "message": message},
+        "error": {"code": code, "message": message, "data": {"toolonce/outcome": "not_executed"}},
     }))
 }
 

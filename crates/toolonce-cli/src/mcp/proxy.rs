@@ -486,9 +486,11 @@ impl Shared {
                      apart. Nothing ran; send it with a new id.",
                     call.tool
                 );
-                sink.answer(Some(jsonrpc::result_line(
+                sink.answer(Some(call::proxy_answer(
                     &call.id,
-                    &jsonrpc::tool_error(&text),
+                    &text,
+                    "not_executed",
+                    None,
                 )));
                 return;
             }

@@ -168,6 +168,7 @@ impl Spawn {
             .env_remove("TOOLONCE_SCOPE")
             .env_remove("TOOLONCE_STORE")
             .env_remove("TOOLONCE_MCP_CONFIG")
+            .env_remove("TOOLONCE_SERVER_ID")
             .env_remove("MCP_TEST_COUNTER")
             .env_remove("MCP_TEST_LOG");
         if self.files {
