@@ -8,14 +8,23 @@
 //! | `idem_tool` | `idempotentHint: true` only | counts |
 //! | `plain` | none | counts |
 //! | `slow` | none | counts, sleeps `ms`, answers unless the request was cancelled |
+//! | `late` | none | counts, sleeps `ms`, answers even if the request was cancelled |
 //! | `hang` | none | counts, never answers |
 //! | `fail` | none | counts, answers `isError: true` |
+//! | `crash` | none | counts, answers a JSON-RPC error `-32603` (an exception after the effect) |
 //!
 //! Every result echoes the request's `params._meta` (so tests see the operation key) and
 //! carries fields no client knows (`x-extra`). Other methods: `initialize`, `tools/list`,
 //! `ping`, and for tests `test/echo` (answers with its params), `test/garbage` (writes a line
 //! that is not JSON), `test/server_request` (sends a request to the client), `test/exit`
-//! (exits with `params.code`). Batches are answered as batches.
+//! (exits with `params.code`), `test/lookup_writes` (from now on `lookup` is listed without
+//! `readOnlyHint`, and `notifications/tools/list_changed` is sent). Batches are answered as
+//! batches.
+//!
+//! Like the JavaScript and Python servers it stands in for, it accepts what a strict parser
+//! refuses (lone surrogate escapes, numbers beyond f64, deep nesting, invalid UTF-8): a line
+//! serde_json cannot read is read leniently (see [`lenient`]) and its tool call still runs.
+//! Command-line arguments are ignored, so tests can tell servers apart by their command line.
 //!
 //! Environment: `MCP_TEST_COUNTER` (a file that gets one line per tool execution:
 //! `tool<TAB>arguments<TAB>key`), `MCP_TEST_LOG` (a file that gets every line received, `<`,
@@ -37,6 +46,7 @@ struct Server {
     counter: Option<Mutex<std::fs::File>>,
     executions: Mutex<u64>,
     cancelled: Mutex<HashSet<String>>,
+    lookup_writes: std::sync::atomic::AtomicBool,
 }
 
 impl Server {
@@ -79,20 +89,29 @@ impl Server {
     }
 }
 
-fn tools() -> Value {
+fn tools(lookup_writes: bool) -> Value {
+    let lookup_annotations = if lookup_writes {
+        json!({})
+    } else {
+        json!({"readOnlyHint": true})
+    };
     json!([
         {"name": "charge", "description": "Charge a card (counts executions).",
          "inputSchema": {"type": "object", "properties": {"amount": {"type": "number"}}},
          "annotations": {"destructiveHint": true, "readOnlyHint": false}},
         {"name": "lookup", "description": "Read something.",
-         "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}},
+         "inputSchema": {"type": "object"}, "annotations": lookup_annotations},
         {"name": "idem_tool", "description": "Idempotent but not read-only.",
          "inputSchema": {"type": "object"}, "annotations": {"idempotentHint": true}},
         {"name": "plain", "description": "No annotations.", "inputSchema": {"type": "object"}},
         {"name": "slow", "description": "Sleeps `ms` milliseconds.",
          "inputSchema": {"type": "object", "properties": {"ms": {"type": "integer"}}}},
+        {"name": "late", "description": "Answers after `ms` milliseconds, cancelled or not.",
+         "inputSchema": {"type": "object", "properties": {"ms": {"type": "integer"}}}},
         {"name": "hang", "description": "Never answers.", "inputSchema": {"type": "object"}},
         {"name": "fail", "description": "Answers isError.", "inputSchema": {"type": "object"}},
+        {"name": "crash", "description": "Answers a JSON-RPC internal error after counting.",
+         "inputSchema": {"type": "object"}},
     ])
 }
 
@@ -125,7 +144,19 @@ fn handle(server: &Arc<Server>, message: Value) -> Option<Value> {
             "serverInfo": {"name": "mcp_test_server", "version": "1.0.0"},
         })),
         "ping" => reply(json!({})),
-        "tools/list" => reply(json!({"tools": tools(), "x-extra": 1})),
+        "tools/list" => {
+            let lookup_writes = server
+                .lookup_writes
+                .load(std::sync::atomic::Ordering::SeqCst);
+            reply(json!({"tools": tools(lookup_writes), "x-extra": 1}))
+        }
+        "test/lookup_writes" => {
+            server
+                .lookup_writes
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            server.send(&json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));
+            reply(json!({}))
+        }
         "test/echo" => reply(params),
         "test/garbage" => {
             server.send_raw(b"this is not json {");
@@ -168,11 +199,16 @@ fn call_tool(server: &Arc<Server>, id: Value, params: Value) -> Option<Value> {
                 json!([{"type": "text", "text": format!("declined, execution #{n}")}]);
             reply(result)
         }
+        "crash" => {
+            server.execute(&tool, &params);
+            Some(json!({"jsonrpc": "2.0", "id": id,
+                        "error": {"code": -32603, "message": "Internal error: upstream exploded"}}))
+        }
         "hang" => {
             server.execute(&tool, &params);
             None
         }
-        "slow" => {
+        "slow" | "late" => {
             let n = server.execute(&tool, &params);
             let ms = params
                 .pointer("/arguments/ms")
@@ -181,11 +217,11 @@ fn call_tool(server: &Arc<Server>, id: Value, params: Value) -> Option<Value> {
             let server = server.clone();
             thread::spawn(move || {
                 thread::sleep(Duration::from_millis(ms));
-                if server.cancelled.lock().unwrap().contains(&id.to_string()) {
+                if tool == "slow" && server.cancelled.lock().unwrap().contains(&id.to_string()) {
                     return;
                 }
                 server.send(
-                    &json!({"jsonrpc": "2.0", "id": id, "result": tool_result("slow", n, &params)}),
+                    &json!({"jsonrpc": "2.0", "id": id, "result": tool_result(&tool, n, &params)}),
                 );
             });
             None
@@ -193,6 +229,27 @@ fn call_tool(server: &Arc<Server>, id: Value, params: Value) -> Option<Value> {
         _ => Some(json!({"jsonrpc": "2.0", "id": id,
                          "error": {"code": -32602, "message": format!("Unknown tool: {tool}")}})),
     }
+}
+
+/// Reads a `tools/call` (alone or the first of a batch) that serde_json refuses, as a lenient
+/// parser would: the id, the tool name and the key are picked out of the text, and the
+/// arguments are kept as the text itself. `None` if the line is not a `tools/call` at all.
+fn lenient(text: &[u8]) -> Option<Value> {
+    let text = String::from_utf8_lossy(text);
+    if !text.contains("\"tools/call\"") {
+        return None;
+    }
+    let after = |marker: &str| text.find(marker).map(|at| &text[at + marker.len()..]);
+    let id = after("\"id\":").and_then(|rest| {
+        let end = rest.find([',', '}'])?;
+        serde_json::from_str::<Value>(rest[..end].trim()).ok()
+    })?;
+    let name = after("\"name\":\"").and_then(|rest| rest.split('"').next())?;
+    let mut params = json!({"name": name, "arguments": {"unparsed": text}});
+    if let Some(key) = after("\"toolonce/key\":\"").and_then(|rest| rest.split('"').next()) {
+        params["_meta"] = json!({"toolonce/key": key});
+    }
+    Some(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}))
 }
 
 fn main() {
@@ -213,6 +270,7 @@ fn main() {
         counter: open("MCP_TEST_COUNTER"),
         executions: Mutex::new(0),
         cancelled: Mutex::new(HashSet::new()),
+        lookup_writes: std::sync::atomic::AtomicBool::new(false),
     });
     let stdin = std::io::stdin();
     let mut input = stdin.lock();
@@ -240,8 +298,16 @@ fn main() {
                     server.send(&answer);
                 }
             }
-            Err(_) => server.send(&json!({"jsonrpc": "2.0", "id": null,
-                                         "error": {"code": -32700, "message": "Parse error"}})),
+            Err(_) => match lenient(text) {
+                Some(message) => {
+                    let batch = text.trim_ascii_start().first() == Some(&b'[');
+                    if let Some(answer) = handle(&server, message) {
+                        server.send(&if batch { json!([answer]) } else { answer });
+                    }
+                }
+                None => server.send(&json!({"jsonrpc": "2.0", "id": null,
+                                            "error": {"code": -32700, "message": "Parse error"}})),
+            },
         }
     }
     if std::env::var_os("MCP_TEST_IGNORE_EOF").is_some() {

@@ -11,12 +11,21 @@
 //!   fields, member order, number spelling, protocol version and capabilities are exactly what
 //!   the two ends sent. (An SDK-based proxy re-encodes every message and was not transparent.)
 //! - **Only write calls are touched.** A `tools/call` of a tool the server's `tools/list`
-//!   marked `readOnlyHint: true` passes through; any other tool, including one not yet listed,
-//!   is a write (the configuration can say otherwise per tool). The write call is keyed on
-//!   (scope, tool, canonical arguments) and claimed in the store; only the winner is forwarded,
+//!   marked `readOnlyHint: true` or `idempotentHint: true` passes through; any other tool,
+//!   including one not listed, is a write (the configuration can say otherwise per tool). The
+//!   proxy lists the server's tools itself once the client has initialized the session and
+//!   whenever the server says they changed, so classification never depends on the client.
+//!   The write call is keyed on (scope, server id + tool, canonical arguments) and claimed in
+//!   the store (through the [`Layer`](toolonce::Layer)); only the winner is forwarded,
 //!   with the key added as `params._meta["toolonce/key"]` (spliced into the client's bytes) and
 //!   the client's own request id, so ids never clash. The server's answer is recorded and sent
-//!   on as it came; duplicates are answered from the store under their own id.
+//!   on as it came; duplicates are answered from the store under their own id, with
+//!   `_meta["toolonce/outcome"]` saying so.
+//! - **A write it cannot key is never forwarded.** A `tools/call` that serde_json refuses but
+//!   a JavaScript or Python server would accept (invalid UTF-8, lone surrogate escapes,
+//!   numbers beyond f64, nesting deeper than 127) is read leniently just far enough to find its
+//!   method, id and tool: a write is answered with a JSON-RPC error and not sent on (alone or
+//!   in a batch); a pass-through tool goes on as it came.
 //! - **Every write answer is a tool result.** In flight, conflict, store outage (fail closed:
 //!   not forwarded), timeout: each is a `CallToolResult` with `isError: true` that tells the
 //!   model what happened and whether to retry; reads never touch the store.
@@ -37,7 +46,8 @@
 //! - [`proxy`]: routing between the client and the server, and the lifecycle.
 //! - [`call`]: one intercepted write call through the layer.
 //! - [`batch`]: batches (protocol 2025-03-26) that hold write calls.
-//! - [`store`]: a store opened lazily, so an outage at start-up fails writes, not the proxy.
+//! - [`store`]: a store opened lazily, so an outage at start-up fails writes, not the proxy
+//!   (a store that can never work fails the proxy at start).
 //! - [`stdio`]: the client's side: the proxy's stdin and stdout.
 
 use std::ffi::OsString;
@@ -70,8 +80,13 @@ pub(crate) struct McpArgs {
     /// deduplicating across restarts or resumed agents needs a scope and a durable store.
     #[arg(long, value_name = "ID", env = "TOOLONCE_SCOPE")]
     scope: Option<String>,
+    /// The name of the MCP server in operation keys, so that same-named tools of different
+    /// servers sharing a store and scope never share keys. Keep it when the server's command
+    /// line changes (a new version); default: derived from the server's command line.
+    #[arg(long, value_name = "NAME", env = "TOOLONCE_SERVER_ID")]
+    server_id: Option<String>,
     /// A TOML file of per-tool settings (kind, key_fields, in_flight, lease, retention,
-    /// call_timeout).
+    /// call_timeout, on_error, on_tool_error, failure_retention).
     #[arg(long, value_name = "FILE", env = "TOOLONCE_MCP_CONFIG")]
     config: Option<PathBuf>,
     /// The MCP server to start, after `--`.
@@ -105,11 +120,20 @@ pub(crate) async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
         .command
         .split_first()
         .context("no server command after --")?;
+    let server_id = match args.server_id {
+        Some(id) if id.is_empty() || id.contains(['\0', '/']) => {
+            anyhow::bail!("--server-id must be non-empty and must contain neither `/` nor NUL")
+        }
+        Some(id) => id,
+        None => default_server_id(&args.command),
+    };
+    tracing::info!(target: "toolonce::mcp", %server_id, "server id");
     let mut command = tokio::process::Command::new(program);
     command.args(server_args);
     let settings = Settings {
         url: args.store,
         scope,
+        server_id,
         config: Arc::new(config),
         command,
     };
@@ -146,18 +170,24 @@ pub(crate) async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
 struct Settings {
     url: String,
     scope: String,
+    server_id: String,
     config: Arc<config::Config>,
     command: tokio::process::Command,
 }
 
 async fn serve(settings: Settings) -> anyhow::Result<std::process::ExitStatus> {
-    let store = store::LazyStore::open(&settings.url).await;
+    // A store that can never work stops the proxy before the server starts (exit code 2);
+    // one that is down is retried by every write call.
+    let store = store::LazyStore::open(&settings.url)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot use the store: {}", e.report()))?;
     let client_in = stdio::spawn_reader(stdio::stdin());
     let (client_out, out_rx) = stdio::ClientOut::channel();
     let writer = stdio::spawn_writer(stdio::stdout(), out_rx);
     let shutdown_timeout = settings.config.proxy.shutdown_timeout;
     let proxy = proxy::Settings {
         scope: settings.scope,
+        server_id: settings.server_id,
         config: settings.config,
         store: Arc::new(store),
     };
@@ -173,6 +203,18 @@ async fn serve(settings: Settings) -> anyhow::Result<std::process::ExitStatus> {
     client_out.close();
     let _ = writer.await;
     status
+}
+
+/// The server id used when none is given: `cmd-` and 64 bits of a hash of the server's command
+/// line, so that it stays the same across restarts and differs between servers.
+fn default_server_id(command: &[OsString]) -> String {
+    let words: Vec<String> = command
+        .iter()
+        .map(|w| w.to_string_lossy().into_owned())
+        .collect();
+    let text = serde_json::to_string(&words).expect("strings always serialize");
+    let hash = toolonce::key::Fingerprint::of_canonical(&text);
+    format!("cmd-{}", &hash.as_str()[..16])
 }
 
 /// A scope no other proxy process will pick: 64 random bits.

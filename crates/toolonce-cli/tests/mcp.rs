@@ -6,7 +6,7 @@ mod mcp_peer;
 
 use std::time::{Duration, Instant};
 
-use mcp_peer::{Peer, Spawn, is_error, text, without_id};
+use mcp_peer::{Peer, Spawn, is_error, text, without_id, without_outcome};
 use serde_json::{Value, json};
 
 fn ready(spawn: Spawn) -> Peer {
@@ -16,8 +16,9 @@ fn ready(spawn: Spawn) -> Peer {
     peer
 }
 
-fn key_of(scope: &str, tool: &str, args: &Value) -> String {
-    toolonce::key::derive(scope, tool, args, None)
+/// The key of a call of `tool` of the server named `server_id`.
+fn key_of(scope: &str, server_id: &str, tool: &str, args: &Value) -> String {
+    toolonce::key::derive(scope, &format!("{server_id}/{tool}"), args, None)
         .unwrap()
         .key
         .to_string()
@@ -25,7 +26,13 @@ fn key_of(scope: &str, tool: &str, args: &Value) -> String {
 
 #[test]
 fn write_call_runs_once_and_a_duplicate_in_another_key_order_replays_it() {
-    let mut peer = ready(Spawn::proxy().arg("--scope").arg("run-1"));
+    let mut peer = ready(
+        Spawn::proxy()
+            .arg("--scope")
+            .arg("run-1")
+            .arg("--server-id")
+            .arg("test"),
+    );
     let first = peer.call(
         "charge",
         json!({"amount": 100, "card": {"number": "4242", "exp": "12/30"}}),
@@ -36,11 +43,13 @@ fn write_call_runs_once_and_a_duplicate_in_another_key_order_replays_it() {
     );
     assert_eq!(peer.count("charge"), 1);
     assert!(!is_error(&first), "{first}");
-    assert_eq!(without_id(&first), without_id(&again));
+    assert_eq!(without_outcome(&first), without_outcome(&again));
     assert_ne!(first["id"], again["id"]);
-    // The key reached the server in _meta, and it is the SPEC's key of the call.
+    // The key reached the server in _meta, and it is the SPEC's key of the call, with the
+    // server's id in the tool part.
     let want = key_of(
         "run-1",
+        "test",
         "charge",
         &json!({"amount": 100, "card": {"number": "4242", "exp": "12/30"}}),
     );
@@ -68,7 +77,7 @@ fn concurrent_duplicates_run_once_and_the_other_is_told_not_to_retry() {
     assert!(message.contains("must not retry"), "{message}");
     // Once settled, a duplicate gets the result.
     let later = peer.call("slow", json!({"ms": 400, "order": 7}));
-    assert_eq!(without_id(&later), without_id(&done));
+    assert_eq!(without_outcome(&later), without_outcome(&done));
     assert_eq!(peer.count("slow"), 1);
 }
 
@@ -81,7 +90,7 @@ fn in_flight_wait_policy_answers_the_duplicate_with_the_result() {
     let (a, b) = (peer.response(&a), peer.response(&b));
     assert_eq!(peer.count("slow"), 1);
     assert!(!is_error(&a) && !is_error(&b), "{a} {b}");
-    assert_eq!(without_id(&a), without_id(&b));
+    assert_eq!(without_outcome(&a), without_outcome(&b));
 }
 
 #[test]
@@ -96,22 +105,13 @@ fn read_tool_runs_every_time_and_reaches_the_server_untouched() {
 }
 
 #[test]
-fn idempotent_hint_and_unannotated_and_unlisted_tools_are_writes() {
-    let mut peer = Spawn::proxy().start();
-    peer.initialize();
-    // Before any tools/list: unknown, so a write.
-    peer.call("lookup", json!({}));
-    peer.call("lookup", json!({}));
-    assert_eq!(peer.count("lookup"), 1);
-    peer.list_tools();
-    for tool in ["idem_tool", "plain"] {
+fn unannotated_tools_are_writes() {
+    let mut peer = ready(Spawn::proxy());
+    for tool in ["plain", "charge"] {
         peer.call(tool, json!({"x": 1}));
         peer.call(tool, json!({"x": 1}));
         assert_eq!(peer.count(tool), 1, "{tool}");
     }
-    // Listed as readOnlyHint: now a read.
-    peer.call("lookup", json!({}));
-    assert_eq!(peer.count("lookup"), 2);
 }
 
 #[test]
@@ -133,7 +133,7 @@ fn is_error_result_is_recorded_and_replayed_identically() {
     let first = peer.call("fail", json!({"card": "declined"}));
     let again = peer.call("fail", json!({"card": "declined"}));
     assert!(is_error(&first));
-    assert_eq!(without_id(&first), without_id(&again));
+    assert_eq!(without_outcome(&first), without_outcome(&again));
     assert_eq!(peer.count("fail"), 1);
 }
 
@@ -202,10 +202,12 @@ fn messages_pass_through_byte_for_byte_in_both_directions() {
         .filter(|(d, _)| *d == '<')
         .map(|(_, l)| &l[..])
         .collect();
+    // The answers to the proxy's own tools/list requests are the proxy's, not the client's.
     let server_sent: Vec<String> = log
         .iter()
         .filter(|(d, _)| *d == '>')
         .map(|(_, l)| format!("{}\n", String::from_utf8_lossy(l)))
+        .filter(|l| !l.contains("\"id\":\"toolonce-"))
         .collect();
     // Client to server: every byte.
     for line in session.iter().chain([&client_answer]) {
@@ -279,7 +281,8 @@ fn batch_with_write_calls_is_deduplicated_and_answered_as_one_array() {
     }
     peer.send(&again);
     let second: Value = serde_json::from_slice(&peer.recv_line()).unwrap();
-    assert_eq!(without_id(&second[0]), without_id(&first[0]));
+    assert_eq!(without_outcome(&second[0]), without_outcome(&first[0]));
+    assert_eq!(second[0]["result"]["_meta"]["toolonce/outcome"], "replayed");
     assert_eq!(peer.count("charge"), 1);
     assert_eq!(peer.count("lookup"), 2);
 }
@@ -294,36 +297,6 @@ fn batch_without_write_calls_passes_through_byte_for_byte() {
     assert!(log.iter().any(|(d, l)| *d == '<' && l == batch));
     let (_, sent) = log.iter().rev().find(|(d, _)| *d == '>').unwrap();
     assert_eq!(answer, [&sent[..], b"\n"].concat());
-}
-
-// The store that is always at hand and can be made unreachable: a SQLite file in a directory
-// that does not exist.
-#[test]
-#[cfg_attr(
-    not(feature = "sqlite"),
-    ignore = "needs the sqlite feature (on by default)"
-)]
-fn store_outage_answers_writes_as_not_executed_and_reads_keep_working() {
-    let missing = tempfile::tempdir()
-        .unwrap()
-        .path()
-        .join("no/such/dir/toolonce.db");
-    let url = format!("sqlite://{}", missing.display());
-    let mut peer = ready(Spawn::proxy().arg("--store").arg(&url));
-    let answer = peer.call("charge", json!({"amount": 5}));
-    assert!(is_error(&answer), "{answer}");
-    assert!(text(&answer).contains("Not executed"), "{answer}");
-    assert_eq!(peer.count("charge"), 0);
-    assert!(
-        !peer
-            .server_received()
-            .iter()
-            .any(|l| String::from_utf8_lossy(l).contains("charge")),
-        "the server never saw the write call"
-    );
-    let read = peer.call("lookup", json!({}));
-    assert!(!is_error(&read));
-    assert_eq!(peer.count("lookup"), 1);
 }
 
 #[test]
@@ -481,7 +454,7 @@ fn works_when_the_client_talks_over_unix_sockets() {
         .unwrap();
         let mut line = String::new();
         lines.read_line(&mut line).unwrap();
-        answers.push(without_id(&serde_json::from_str(&line).unwrap()));
+        answers.push(without_outcome(&serde_json::from_str(&line).unwrap()));
     }
     assert_eq!(answers[0], answers[1]);
     assert_eq!(answers[1], answers[2]);

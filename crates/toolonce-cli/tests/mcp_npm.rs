@@ -1,7 +1,8 @@
-//! `toolonce mcp` in front of an MCP server we did not write: the reference knowledge-graph
-//! server `@modelcontextprotocol/server-memory` from npm, installed on first use into the
-//! target directory. Node.js and npm must be installed: without them this test fails (it is
-//! never skipped), naming what is missing.
+//! `toolonce mcp` in front of MCP servers we did not write: the reference servers
+//! `@modelcontextprotocol/server-memory` (a knowledge graph) and
+//! `@modelcontextprotocol/server-filesystem` from npm, installed on first use into the target
+//! directory. Node.js and npm must be installed: without them these tests fail (they are never
+//! skipped), naming what is missing.
 
 #[path = "support/mcp_peer.rs"]
 mod mcp_peer;
@@ -9,11 +10,12 @@ mod mcp_peer;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use mcp_peer::{Spawn, is_error, without_id};
+use mcp_peer::{Spawn, is_error, without_outcome};
 use serde_json::{Value, json};
 
-/// The version the test was written against; bump it deliberately.
-const PACKAGE: &str = "@modelcontextprotocol/server-memory@2026.8.31";
+/// The versions the tests were written against; bump them deliberately.
+const MEMORY: &str = "@modelcontextprotocol/server-memory@2026.8.31";
+const FILESYSTEM: &str = "@modelcontextprotocol/server-filesystem@2026.8.31";
 
 fn require(program: &str) {
     let found = Command::new(program).arg("--version").output();
@@ -24,20 +26,23 @@ fn require(program: &str) {
     );
 }
 
-/// The server's entry point, installed with npm into the target directory once.
-fn server_memory() -> PathBuf {
+/// The entry point of `package` (`@scope/name@version`), installed with npm into a folder of
+/// the target directory that belongs to that version, once.
+fn npm_server(package: &str) -> PathBuf {
     require("node");
     require("npm");
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("npm-server-memory");
-    let entry = dir.join("node_modules/@modelcontextprotocol/server-memory/dist/index.js");
+    let (name, version) = package.rsplit_once('@').expect("a pinned version");
+    let folder = format!("npm-{}-{version}", name.rsplit('/').next().unwrap());
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(folder);
+    let entry = dir.join("node_modules").join(name).join("dist/index.js");
     if !entry.exists() {
         let status = Command::new("npm")
             .args(["install", "--no-audit", "--no-fund", "--prefix"])
             .arg(&dir)
-            .arg(PACKAGE)
+            .arg(package)
             .status()
             .expect("run npm");
-        assert!(status.success(), "npm install {PACKAGE} failed");
+        assert!(status.success(), "npm install {package} failed");
     }
     assert!(
         entry.exists(),
@@ -49,7 +54,7 @@ fn server_memory() -> PathBuf {
 
 #[test]
 fn server_memory_from_npm_creates_an_entity_once_and_replays_the_duplicate() {
-    let entry = server_memory();
+    let entry = npm_server(MEMORY);
     let dir = tempfile::tempdir().unwrap();
     let memory = dir.path().join("memory.jsonl");
     let received = dir.path().join("received.log");
@@ -90,7 +95,8 @@ fn server_memory_from_npm_creates_an_entity_once_and_replays_the_duplicate() {
     // The model asks again: the server alone would answer `[]` (nothing new); the proxy replays
     // the first answer, so the model cannot tell a retry happened.
     let again = peer.call("create_entities", entities);
-    assert_eq!(without_id(&again), without_id(&first));
+    assert_eq!(without_outcome(&again), without_outcome(&first));
+    assert_eq!(again["result"]["_meta"]["toolonce/outcome"], "replayed");
 
     let graph = peer.call("read_graph", json!({}));
     let text = graph["result"]["content"][0]["text"].as_str().unwrap();
@@ -119,4 +125,37 @@ fn server_memory_from_npm_creates_an_entity_once_and_replays_the_duplicate() {
         peer.wait(std::time::Duration::from_secs(15)).code(),
         Some(0)
     );
+}
+
+/// `write_file` is marked `idempotentHint: true`: writing v1, v2, then v1 again must leave v1,
+/// which only running the third call does (a replay of the first answer would say "written"
+/// and leave v2). The client never lists the tools: the proxy's own listing classifies them.
+#[test]
+fn server_filesystem_from_npm_write_v1_v2_v1_leaves_v1() {
+    let entry = npm_server(FILESYSTEM);
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let mut peer = Spawn::proxy()
+        .arg("--scope")
+        .arg("npm-fs-test")
+        .server(["node".as_ref(), entry.as_os_str(), root.as_os_str()])
+        .start();
+    peer.initialize();
+    let file = root.join("note.txt");
+    for content in ["hello v1", "hello v2", "hello v1"] {
+        let answer = peer.call(
+            "write_file",
+            json!({"path": file.to_str().unwrap(), "content": content}),
+        );
+        assert!(!is_error(&answer), "{answer}");
+        assert_eq!(
+            answer["result"]["_meta"].get("toolonce/outcome"),
+            None,
+            "{answer}"
+        );
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), content);
+    }
+    let tools = peer.list_tools();
+    let write_file = tools.iter().find(|t| t["name"] == "write_file").unwrap();
+    assert_eq!(write_file["annotations"]["idempotentHint"], json!(true));
 }

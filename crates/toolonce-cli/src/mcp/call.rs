@@ -3,14 +3,25 @@
 //! server's answer, and answer the client — with the server's own bytes, a replay from the
 //! store, or an `isError` result explaining why nothing ran.
 //!
-//! How the server's answer is recorded, following the SPEC's failure rules:
+//! The operation key's tool part is `SERVER_ID/TOOL`, so same-named tools of two servers
+//! sharing a store and a scope are different operations.
+//!
+//! How the server's answer is recorded (`on_error`, `on_tool_error` and `failure_retention`
+//! are per-tool settings, see [`config`](super::config)):
 //!
 //! | server answer | recorded as | a duplicate gets |
 //! |---|---|---|
-//! | `result` | done | the same `result` |
-//! | `result` with `isError: true` (the tool ran and failed) | failed, permanent, the whole result in the error's `detail` | the same `result` |
-//! | JSON-RPC `error` (the request was refused before the tool ran) | released (transient) | a fresh run |
+//! | `result` | done, for the retention | the same `result` |
+//! | `result` with `isError: true` | `on_tool_error = "keep"` (default): failed, for the failure retention, the whole result kept; `"release"`: forgotten | the same `result`; or a fresh run |
+//! | JSON-RPC `error` -32700, -32600, -32601, -32602 (refused before the tool ran: parse error, invalid request, method not found, invalid params or unknown tool) | never recorded | a fresh run |
+//! | any other JSON-RPC `error` (such as -32603, an exception that may follow the effect) | `on_error = "keep"` (default): failed, for the failure retention; `"release"`: forgotten | the same `error`; or a fresh run |
 //! | none: timeout, cancel, server exit | left running until its lease expires (the outcome is unknown) | `in_flight`, then a fresh run with the same key |
+//!
+//! An answer the proxy gives from the store (a replay, or its own explanation: in flight,
+//! conflict, store unavailable) carries `_meta["toolonce/outcome"]` and `_meta["toolonce/key"]`
+//! beside whatever `_meta` the first answer had; `content` and `isError` are exactly as first
+//! recorded. A replayed JSON-RPC error carries the two in its `data` instead. The server's own
+//! answer to an executed call passes on untouched.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,7 +32,7 @@ use toolonce::key::{self, Derived};
 use toolonce::{Outcome, ToolError, WriteAnswer};
 
 use super::batch::Batch;
-use super::config::Policy;
+use super::config::{OnError, Policy};
 use super::jsonrpc::{self, IdKey, META_KEY};
 use super::proxy::{Route, Shared, UnsentCall};
 use super::stdio::ClientOut;
@@ -93,20 +104,26 @@ async fn answer(
     unsent: &UnsentCall,
 ) -> Option<Vec<u8>> {
     let policy = shared.config.policy(&call.tool);
-    let error_line = |text: &str| Some(jsonrpc::result_line(&call.id, &jsonrpc::tool_error(text)));
+    let error_line = |text: &str, outcome: &str, key: Option<&str>| {
+        Some(proxy_answer(&call.id, text, outcome, key))
+    };
     let derived = match key::derive(
         &shared.scope,
-        &call.tool,
+        &format!("{}/{}", shared.server_id, call.tool),
         &call.arguments,
         policy.key_fields.as_ref(),
     ) {
         Ok(derived) => derived,
         Err(e) => {
-            return error_line(&format!(
-                "Not executed: no operation key can be derived for this call of `{}` ({e}), \
+            return error_line(
+                &format!(
+                    "Not executed: no operation key can be derived for this call of `{}` ({e}), \
                  and running it without one could perform it twice.",
-                call.tool
-            ));
+                    call.tool
+                ),
+                "not_executed",
+                None,
+            );
         }
     };
     let response = Mutex::new(None);
@@ -140,21 +157,68 @@ async fn answer(
     if *cancelled.borrow() {
         return None;
     }
-    Some(jsonrpc::result_line(&call.id, &replay(answer)))
+    Some(replay(&call.id, answer))
 }
 
-/// The `CallToolResult` for an answer the server did not give this time.
-fn replay(answer: WriteAnswer) -> Value {
-    match (answer.outcome, answer.result) {
+/// The answer to a call that the server did not answer this time, as one line: a
+/// `CallToolResult` with the outcome in `_meta`, or a kept JSON-RPC error as it came.
+fn replay(id: &Value, answer: WriteAnswer) -> Vec<u8> {
+    let outcome = match answer.outcome {
+        // Executed, yet not answered by the server: it was never sent (cancelled first, or
+        // the server's input closed).
+        Outcome::Executed => "not_executed",
+        other => other.as_str(),
+    };
+    let result = match (answer.outcome, answer.result) {
         (_, Ok(result)) => as_call_tool_result(result),
-        // The whole CallToolResult the server gave the first time is kept in the detail.
+        // The whole answer the server gave the first time is kept in the detail.
         (Outcome::ReplayedFailure, Err(e)) => match e.detail {
             Some(detail) if is_call_tool_result(&detail) => detail,
+            Some(Value::Object(mut detail)) if detail.contains_key(JSONRPC_ERROR) => {
+                let mut error = detail.remove(JSONRPC_ERROR).unwrap_or(Value::Null);
+                // An error has no `_meta`: the outcome goes into its `data` (when that is
+                // absent or an object), its code and message as first recorded.
+                if let Some(error) = error.as_object_mut() {
+                    let data = error
+                        .entry("data")
+                        .or_insert_with(|| Value::Object(serde_json::Map::new()));
+                    if let Some(data) = data.as_object_mut() {
+                        data.insert(OUTCOME_KEY.to_owned(), Value::String(outcome.to_owned()));
+                        data.insert(
+                            META_KEY.to_owned(),
+                            Value::String(answer.key.as_str().to_owned()),
+                        );
+                    }
+                }
+                return jsonrpc::line(&json!({"jsonrpc": "2.0", "id": id, "error": error}));
+            }
             _ => jsonrpc::tool_error(&e.message),
         },
         (_, Err(e)) => jsonrpc::tool_error(&e.message),
-    }
+    };
+    jsonrpc::result_line(id, &with_outcome(result, outcome, answer.key.as_str()))
 }
+
+/// Where a kept JSON-RPC error is stored in the failure's detail.
+const JSONRPC_ERROR: &str = "jsonrpc_error";
+
+/// `result` with `_meta["toolonce/outcome"]` and `_meta["toolonce/key"]` added (a `_meta`
+/// that is not an object is left alone).
+fn with_outcome(mut result: Value, outcome: &str, key: &str) -> Value {
+    if let Some(result) = result.as_object_mut() {
+        let meta = result
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if let Some(meta) = meta.as_object_mut() {
+            meta.insert(OUTCOME_KEY.to_owned(), Value::String(outcome.to_owned()));
+            meta.insert(META_KEY.to_owned(), Value::String(key.to_owned()));
+        }
+    }
+    result
+}
+
+/// The member of `_meta` that tells a replay from a first answer.
+const OUTCOME_KEY: &str = "toolonce/outcome";
 
 fn is_call_tool_result(value: &Value) -> bool {
     value.get("content").is_some_and(Value::is_array)
@@ -178,24 +242,49 @@ fn give_up_answer(
     policy: &Policy,
     derived: &Derived,
     reason: GiveUp,
-    error_line: impl Fn(&str) -> Option<Vec<u8>>,
+    error_line: impl Fn(&str, &str, Option<&str>) -> Option<Vec<u8>>,
 ) -> Option<Vec<u8>> {
     let lease = policy.options.lease;
     let (tool, key) = (&call.tool, &derived.key);
     match reason {
         GiveUp::Cancelled => None,
-        GiveUp::TimedOut(after) => error_line(&format!(
-            "Timed out: the MCP server did not answer this call of `{tool}` within {after:?}, so \
-             whether it took effect is unknown. Do not retry it at once: the operation ({key}) \
-             stays locked for up to {lease:?}; after that an identical call runs it again with \
-             the same idempotency key."
-        )),
-        GiveUp::ServerGone => error_line(&format!(
-            "The MCP server exited before answering this call of `{tool}`, so whether it took \
-             effect is unknown. The operation ({key}) stays locked for up to {lease:?}; after \
-             that an identical call runs it again with the same idempotency key."
-        )),
+        GiveUp::TimedOut(after) => error_line(
+            &format!(
+                "Timed out: the MCP server did not answer this call of `{tool}` within \
+                 {after:?}, so whether it took effect is unknown. Do not retry it at once: the \
+                 operation ({key}) stays locked for up to {lease:?}; after that an identical \
+                 call runs it again with the same idempotency key."
+            ),
+            "timed_out",
+            Some(key.as_str()),
+        ),
+        GiveUp::ServerGone => error_line(
+            &format!(
+                "The MCP server exited before answering this call of `{tool}`, so whether it \
+                 took effect is unknown. The operation ({key}) stays locked for up to \
+                 {lease:?}; after that an identical call runs it again with the same \
+                 idempotency key."
+            ),
+            "server_gone",
+            Some(key.as_str()),
+        ),
     }
+}
+
+/// An `isError` result the proxy writes itself, with its outcome (and the key, once there is
+/// one) in `_meta`, as one line.
+pub(super) fn proxy_answer(id: &Value, text: &str, outcome: &str, key: Option<&str>) -> Vec<u8> {
+    let mut result = jsonrpc::tool_error(text);
+    let meta = result
+        .as_object_mut()
+        .expect("a tool error is an object")
+        .entry("_meta")
+        .or_insert_with(|| json!({}));
+    meta[OUTCOME_KEY] = json!(outcome);
+    if let Some(key) = key {
+        meta[META_KEY] = json!(key);
+    }
+    jsonrpc::result_line(id, &result)
 }
 
 /// The part of a call that runs once the claim is won.
@@ -279,7 +368,14 @@ impl Forward<'_> {
         let Ok(line) = reply else {
             return abandon(shared, call, give_up, GiveUp::ServerGone).await;
         };
-        let result = interpret(&line);
+        let result = interpret(&line, policy);
+        if let Err(e) = &result
+            && !e.is_transient()
+        {
+            shared
+                .store
+                .keep_failure(&derived.key, policy.failure_retention);
+        }
         *response.lock().unwrap_or_else(|p| p.into_inner()) = Some(line);
         result
     }
@@ -319,22 +415,37 @@ fn with_key(request: &[u8], key: &str) -> Vec<u8> {
     jsonrpc::line(&message)
 }
 
+/// JSON-RPC error codes that mean the server refused the request before running anything:
+/// parse error, invalid request, method not found, invalid params (which includes an unknown
+/// tool). Such an answer is never recorded, whatever the configuration.
+const REFUSED_BEFORE_RUNNING: [i64; 4] = [-32700, -32600, -32601, -32602];
+
 /// What the server's answer means for the store (see the module's table).
-fn interpret(line: &[u8]) -> Result<Value, ToolError> {
+fn interpret(line: &[u8], policy: &Policy) -> Result<Value, ToolError> {
     let Ok(Value::Object(mut message)) = serde_json::from_slice::<Value>(line) else {
         return Err(ToolError::transient(
             "The MCP server's answer is not a JSON object.",
         ));
+    };
+    let failure = |on_error: OnError, text: String| match on_error {
+        OnError::Keep => ToolError::permanent(text),
+        OnError::Release => ToolError::transient(text),
     };
     if let Some(error) = message.remove("error") {
         let text = error
             .get("message")
             .and_then(Value::as_str)
             .unwrap_or("no message");
-        return Err(
-            ToolError::transient(format!("The MCP server refused the call: {text}"))
-                .with_detail(error),
-        );
+        let code = error.get("code").and_then(Value::as_i64);
+        let on_error = match code {
+            Some(code) if REFUSED_BEFORE_RUNNING.contains(&code) => OnError::Release,
+            _ => policy.on_error,
+        };
+        return Err(failure(
+            on_error,
+            format!("The MCP server answered with an error: {text}"),
+        )
+        .with_detail(json!({ JSONRPC_ERROR: error })));
     }
     let result = message.remove("result").unwrap_or(Value::Null);
     if result.get("isError") == Some(&Value::Bool(true)) {
@@ -343,7 +454,7 @@ fn interpret(line: &[u8]) -> Result<Value, ToolError> {
             .and_then(Value::as_str)
             .unwrap_or("The tool reported an error.")
             .to_owned();
-        return Err(ToolError::permanent(text).with_detail(result));
+        return Err(failure(policy.on_tool_error, text).with_detail(result));
     }
     Ok(result)
 }
@@ -353,29 +464,66 @@ mod tests {
     use super::*;
     use toolonce::ErrorClass;
 
+    fn policy(toml: &str) -> Policy {
+        (*super::super::config::Config::from_toml(toml)
+            .unwrap()
+            .policy("t"))
+        .clone()
+    }
+
     #[test]
     fn results_are_recorded_whole() {
         let line = br#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"x":1}}"#;
-        assert_eq!(interpret(line).unwrap(), json!({"content": [], "x": 1}));
+        assert_eq!(
+            interpret(line, &policy("")).unwrap(),
+            json!({"content": [], "x": 1})
+        );
     }
 
     #[test]
-    fn is_error_results_are_permanent_failures_that_keep_the_result() {
+    fn is_error_results_are_kept_by_default_with_the_whole_result() {
         let result =
             json!({"content": [{"type": "text", "text": "card declined"}], "isError": true});
         let line = jsonrpc::result_line(&json!(1), &result);
-        let e = interpret(&line).unwrap_err();
+        let e = interpret(&line, &policy("")).unwrap_err();
         assert_eq!(e.class, ErrorClass::Permanent);
         assert_eq!(e.message, "card declined");
         assert_eq!(e.detail, Some(result));
+        let released = interpret(&line, &policy("[defaults]\non_tool_error = \"release\""));
+        assert!(released.unwrap_err().is_transient());
     }
 
     #[test]
-    fn protocol_errors_are_transient() {
-        let line = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"Unknown tool"}}"#;
-        let e = interpret(line).unwrap_err();
-        assert!(e.is_transient());
-        assert!(e.message.contains("Unknown tool"));
+    fn refusals_before_running_are_released_whatever_the_configuration() {
+        for code in REFUSED_BEFORE_RUNNING {
+            let line = format!(
+                r#"{{"jsonrpc":"2.0","id":1,"error":{{"code":{code},"message":"Unknown tool"}}}}"#
+            );
+            let e =
+                interpret(line.as_bytes(), &policy("[defaults]\non_error = \"keep\"")).unwrap_err();
+            assert!(e.is_transient(), "{code}");
+            assert!(e.message.contains("Unknown tool"));
+        }
+    }
+
+    #[test]
+    fn other_errors_follow_on_error() {
+        let line = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"boom"}}"#;
+        let kept = interpret(line, &policy("")).unwrap_err();
+        assert_eq!(kept.class, ErrorClass::Permanent);
+        let released = interpret(line, &policy("[defaults]\non_error = \"release\""));
+        assert!(released.unwrap_err().is_transient());
+    }
+
+    #[test]
+    fn replays_carry_the_outcome_beside_the_existing_meta() {
+        let result = json!({"content": [], "_meta": {"a": 1}, "isError": false});
+        let out = with_outcome(result, "replayed", "idem:k");
+        assert_eq!(
+            out["_meta"],
+            json!({"a": 1, "toolonce/outcome": "replayed", "toolonce/key": "idem:k"})
+        );
+        assert_eq!(out["isError"], json!(false));
     }
 
     #[test]

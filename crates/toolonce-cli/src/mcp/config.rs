@@ -9,12 +9,18 @@
 //!
 //! [defaults]                # every write tool, unless the tool's own section says otherwise
 //! lease = "60s"
-//! retention = "24h"
+//! retention = "1h"
 //! in_flight = "reject"      # or "wait", with wait_timeout = "30s"
 //! call_timeout = "5m"       # how long to wait for the server to answer a write call
+//! on_error = "keep"         # a JSON-RPC error answer: "keep" (replay it) or "release"
+//! on_tool_error = "keep"    # an `isError: true` result: "keep" or "release"
+//! failure_retention = "1m"  # how long a kept failure is replayed
 //!
 //! [tools.read_graph]
 //! kind = "read"             # the server did not mark it readOnlyHint
+//!
+//! [tools.write_file]
+//! kind = "write"            # deduplicate it although the server marked it idempotentHint
 //!
 //! [tools.charge]
 //! kind = "write"
@@ -42,6 +48,17 @@ pub(crate) enum Kind {
     Write,
 }
 
+/// What an error answer of the server does to its operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum OnError {
+    /// Recorded as failed and replayed to duplicates for the failure retention: the tool may
+    /// have had its effect before it failed.
+    Keep,
+    /// Forgotten: the next identical call runs the tool again.
+    Release,
+}
+
 /// How one write tool is run.
 #[derive(Clone, Debug)]
 pub(crate) struct Policy {
@@ -49,6 +66,13 @@ pub(crate) struct Policy {
     pub(crate) key_fields: Option<KeyFields>,
     /// How long to wait for the server's answer before giving up on the call.
     pub(crate) call_timeout: Duration,
+    /// A JSON-RPC error answer (other than a refusal before running: parse error, invalid
+    /// request, method not found, invalid params, which are always released).
+    pub(crate) on_error: OnError,
+    /// A `CallToolResult` with `isError: true`.
+    pub(crate) on_tool_error: OnError,
+    /// How long a kept failure is replayed.
+    pub(crate) failure_retention: Duration,
 }
 
 /// Proxy-wide settings.
@@ -100,9 +124,12 @@ impl Config {
                 .map_or(Duration::from_secs(5), |d| d.0),
         };
         let base = Policy {
-            options: WriteOptions::new(),
+            options: WriteOptions::new().retention(DEFAULT_RETENTION),
             key_fields: None,
             call_timeout: Duration::from_secs(300),
+            on_error: OnError::Keep,
+            on_tool_error: OnError::Keep,
+            failure_retention: DEFAULT_FAILURE_RETENTION,
         };
         let default_policy = file.defaults.apply(&base).context("[defaults]")?;
         let mut kinds = HashMap::new();
@@ -172,6 +199,9 @@ struct PolicySection {
     in_flight: Option<InFlightName>,
     wait_timeout: Option<Dur>,
     call_timeout: Option<Dur>,
+    on_error: Option<OnError>,
+    on_tool_error: Option<OnError>,
+    failure_retention: Option<Dur>,
 }
 
 // Written out rather than `#[serde(flatten)]`: flatten and `deny_unknown_fields` do not mix,
@@ -186,6 +216,9 @@ struct ToolSection {
     in_flight: Option<InFlightName>,
     wait_timeout: Option<Dur>,
     call_timeout: Option<Dur>,
+    on_error: Option<OnError>,
+    on_tool_error: Option<OnError>,
+    failure_retention: Option<Dur>,
 }
 
 impl ToolSection {
@@ -196,6 +229,9 @@ impl ToolSection {
             in_flight: self.in_flight,
             wait_timeout: self.wait_timeout,
             call_timeout: self.call_timeout,
+            on_error: self.on_error,
+            on_tool_error: self.on_tool_error,
+            failure_retention: self.failure_retention,
         }
     }
 }
@@ -208,6 +244,16 @@ enum InFlightName {
 }
 
 const DEFAULT_WAIT: Duration = Duration::from_secs(30);
+
+/// Shorter than the library's day: the duplicates a proxy sees (a client's retry, a resumed
+/// session replaying its last calls) come within minutes, while an MCP client runs for days
+/// under one scope and may mean to repeat a write with the same arguments hours later.
+const DEFAULT_RETENTION: Duration = Duration::from_secs(3600);
+
+/// Long enough to absorb a client's or a model's immediate retries of a failed write (which
+/// may have had its effect), short enough that a failure the MCP spec reports as a result
+/// (a rate limit, an upstream outage) can be retried soon.
+const DEFAULT_FAILURE_RETENTION: Duration = Duration::from_secs(60);
 
 impl PolicySection {
     fn apply(&self, base: &Policy) -> anyhow::Result<Policy> {
@@ -248,6 +294,14 @@ impl PolicySection {
                 bail!("call_timeout must be more than 0");
             }
             policy.call_timeout = timeout.0;
+        }
+        policy.on_error = self.on_error.unwrap_or(policy.on_error);
+        policy.on_tool_error = self.on_tool_error.unwrap_or(policy.on_tool_error);
+        if let Some(retention) = self.failure_retention {
+            if retention.0.is_zero() {
+                bail!("failure_retention must be more than 0 (use on_error = \"release\")");
+            }
+            policy.failure_retention = retention.0;
         }
         Ok(policy)
     }
@@ -307,15 +361,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn empty_configuration_is_the_layer_defaults() {
+    fn empty_configuration_is_the_proxy_defaults() {
         let config = Config::from_toml("").unwrap();
         let policy = config.policy("anything");
         assert_eq!(policy.options.lease, Duration::from_secs(60));
-        assert_eq!(policy.options.retention, Duration::from_secs(86_400));
+        assert_eq!(policy.options.retention, Duration::from_secs(3600));
         assert_eq!(policy.options.in_flight, InFlight::Reject);
         assert_eq!(policy.call_timeout, Duration::from_secs(300));
         assert!(policy.key_fields.is_none());
         assert_eq!(config.kind("anything"), None);
+        assert_eq!(policy.on_error, OnError::Keep);
+        assert_eq!(policy.on_tool_error, OnError::Keep);
+        assert_eq!(policy.failure_retention, Duration::from_secs(60));
     }
 
     #[test]
@@ -360,6 +417,8 @@ mod tests {
             ("[tools.x]\nwait_timeout = \"1s\"", "wait_timeout needs"),
             ("[defaults]\nlease = \"5 parsecs\"", "invalid duration"),
             ("[defaults]\nlease = \"1ms\"", "at least 30ms"),
+            ("[defaults]\non_error = \"retry\"", "unknown variant"),
+            ("[tools.x]\nfailure_retention = 0", "more than 0"),
             (
                 "[tools.x]\nkind = \"read\"\nkey_fields = [\"/a\"]",
                 "only apply to write",

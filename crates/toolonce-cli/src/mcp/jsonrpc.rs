@@ -209,7 +209,7 @@ fn member_span(text: &[u8], start: usize, name: &str) -> Option<std::ops::Range<
         let name_end = skip_string(text, i)?;
         let raw = &text[i..name_end];
         let matches = if raw.contains(&b'\\') {
-            serde_json::from_slice::<String>(raw).ok()? == name
+            decode_string(raw)?.0 == name
         } else {
             &raw[1..raw.len() - 1] == name.as_bytes()
         };
@@ -229,6 +229,129 @@ fn member_span(text: &[u8], start: usize, name: &str) -> Option<std::ops::Range<
             _ => return None,
         }
     }
+}
+
+/// What a lenient reading finds in one JSON object that serde_json refuses (invalid UTF-8, a
+/// lone surrogate escape, a number beyond f64, nesting deeper than 127 levels): the parsers of
+/// JavaScript and Python servers accept all of these, so the proxy must know whether such a
+/// line is a write call before it lets it through.
+#[derive(Debug, Default)]
+pub(crate) struct Lenient {
+    pub(crate) method: Option<String>,
+    /// The id, as the client wrote it if serde_json can read it, else its lenient decoding
+    /// (a string) or `null`.
+    pub(crate) id: Option<Value>,
+    /// `params.name`, and whether it was decoded exactly (no invalid UTF-8, no lone surrogate).
+    pub(crate) tool: Option<(String, bool)>,
+}
+
+impl Lenient {
+    /// Reads the object spanning `text`. `None` if it is not an object even to a lenient
+    /// parser (unbalanced, a member without a value): no JSON parser accepts it either.
+    pub(crate) fn of(text: &[u8]) -> Option<Lenient> {
+        let start = skip_ws(text, 0);
+        // The scan must reach the end of the object: a line that is not even that is refused
+        // by every parser.
+        skip_value(text, start)?;
+        let method = member_span(text, start, "method")
+            .and_then(|span| decode_string(&text[span]))
+            .map(|(method, _)| method);
+        let id = member_span(text, start, "id").map(|span| {
+            let raw = &text[span];
+            serde_json::from_slice::<Value>(raw)
+                .ok()
+                .or_else(|| decode_string(raw).map(|(s, _)| Value::String(s)))
+                .unwrap_or(Value::Null)
+        });
+        let tool = member_span(text, start, "params")
+            .and_then(|params| member_span(text, params.start, "name"))
+            .and_then(|span| decode_string(&text[span]));
+        Some(Lenient {
+            method,
+            id: id.filter(|id| !id.is_null()),
+            tool,
+        })
+    }
+}
+
+/// The members of the JSON array spanning `text`, as byte ranges, read leniently (see
+/// [`Lenient`]). `None` if it is not an array even to a lenient parser.
+pub(crate) fn array_members(text: &[u8]) -> Option<Vec<std::ops::Range<usize>>> {
+    let mut i = skip_ws(text, 0);
+    if text.get(i) != Some(&b'[') {
+        return None;
+    }
+    i = skip_ws(text, i + 1);
+    let mut members = Vec::new();
+    if text.get(i) == Some(&b']') {
+        return Some(members);
+    }
+    loop {
+        let end = skip_value(text, i)?;
+        members.push(i..end);
+        i = skip_ws(text, end);
+        match text.get(i) {
+            Some(b',') => i = skip_ws(text, i + 1),
+            Some(b']') => return Some(members),
+            _ => return None,
+        }
+    }
+}
+
+/// Decodes a JSON string (with its quotes) as a lenient parser would: invalid UTF-8 and lone
+/// surrogate escapes become U+FFFD. The flag says whether the decoding was exact.
+fn decode_string(raw: &[u8]) -> Option<(String, bool)> {
+    let inner = raw.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
+    let mut exact = std::str::from_utf8(inner).is_ok();
+    let mut bytes = Vec::with_capacity(inner.len());
+    let mut units: Vec<u16> = Vec::new();
+    let flush = |units: &mut Vec<u16>, bytes: &mut Vec<u8>, exact: &mut bool| {
+        for c in char::decode_utf16(units.drain(..)) {
+            let c = c.unwrap_or_else(|_| {
+                *exact = false;
+                char::REPLACEMENT_CHARACTER
+            });
+            bytes.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
+        }
+    };
+    let mut i = 0;
+    while i < inner.len() {
+        if inner[i] != b'\\' {
+            flush(&mut units, &mut bytes, &mut exact);
+            bytes.push(inner[i]);
+            i += 1;
+            continue;
+        }
+        let escaped = *inner.get(i + 1)?;
+        if escaped == b'u' {
+            let hex = std::str::from_utf8(inner.get(i + 2..i + 6)?).ok()?;
+            units.push(u16::from_str_radix(hex, 16).ok()?);
+            i += 6;
+            continue;
+        }
+        flush(&mut units, &mut bytes, &mut exact);
+        bytes.push(match escaped {
+            b'b' => 0x08,
+            b'f' => 0x0c,
+            b'n' => b'\n',
+            b'r' => b'\r',
+            b't' => b'\t',
+            other => other,
+        });
+        i += 2;
+    }
+    flush(&mut units, &mut bytes, &mut exact);
+    Some((String::from_utf8_lossy(&bytes).into_owned(), exact))
+}
+
+/// A JSON-RPC error answer the proxy gives to a request it did not send on, with `id` (or
+/// `null`), as one line; its `data` says that nothing ran.
+pub(crate) fn error_line(id: Option<&Value>, code: i64, message: &str) -> Vec<u8> {
+    line(&json!({
+        "jsonrpc": "2.0",
+        "id": id.cloned().unwrap_or(Value::Null),
+        "error": {"code": code, "message": message, "data": {"toolonce/outcome": "not_executed"}},
+    }))
 }
 
 fn skip_ws(text: &[u8], mut i: usize) -> usize {
@@ -369,6 +492,47 @@ mod tests {
         let p = Peek::of(br#"{"method":"ping","method":"tools/call","id":1}"#).unwrap();
         assert_eq!(p.method.as_deref(), Some("tools/call"));
         assert!(Peek::of(b"{oops").is_none());
+    }
+
+    #[test]
+    fn lenient_reading_finds_method_id_and_tool_in_what_serde_json_refuses() {
+        let deep = format!(
+            r#"{{"id":3,"method":"tools/call","params":{{"name":"t","arguments":{}{}}}}}"#,
+            "[".repeat(300),
+            "]".repeat(300)
+        );
+        for text in [
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{"to":"\ud800"}}}"#.to_vec(),
+            br#"{"id":1,"method":"tools\/call","params":{"arguments":{"n":1e400},"name":"t"}}"#.to_vec(),
+            b"{\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"t\",\"arguments\":{\"s\":\"\xff\"}}}".to_vec(),
+            deep.into_bytes(),
+        ] {
+            assert!(serde_json::from_slice::<Value>(&text).is_err());
+            let l = Lenient::of(&text).expect("read leniently");
+            assert_eq!(l.method.as_deref(), Some("tools/call"));
+            assert!(l.id.is_some());
+            assert_eq!(l.tool, Some(("t".to_owned(), true)));
+        }
+        // A tool name that cannot be read exactly says so.
+        let l = Lenient::of(br#"{"id":"a","method":"tools/call","params":{"name":"t\udc00"}}"#)
+            .unwrap();
+        assert_eq!(l.id, Some(json!("a")));
+        assert!(!l.tool.unwrap().1);
+        // What no parser accepts is not read at all.
+        assert!(Lenient::of(b"{\"id\":1,\"method\":").is_none());
+    }
+
+    #[test]
+    fn array_members_are_found_without_parsing_them() {
+        let text = br#"[ {"a":"\ud800"} , 1e400, [[["x"]]] ]"#;
+        let members = array_members(text).unwrap();
+        let parts: Vec<&[u8]> = members.iter().map(|r| &text[r.clone()]).collect();
+        assert_eq!(
+            parts,
+            [&br#"{"a":"\ud800"}"#[..], b"1e400", br#"[[["x"]]]"#]
+        );
+        assert_eq!(array_members(b"[]").unwrap().len(), 0);
+        assert!(array_members(b"[1,").is_none());
     }
 
     #[test]

@@ -1,10 +1,17 @@
 //! The proxy itself: starts the server, routes every message between the client and the server,
-//! hands write calls to [`call`], and runs the lifecycle (the server's exit ends
-//! the proxy; the client hanging up ends the server).
+//! hands write calls to [`call`], lists the server's tools itself, and runs the lifecycle (the
+//! server's exit ends the proxy; the client hanging up ends the server).
+//!
+//! Request ids: write calls go to the server under the client's own id, so the proxy never
+//! lets two requests in progress share one: a write call whose id is taken (by a request in
+//! progress, or by a call given up whose answer may still come) is refused, and so is a
+//! request forwarded as it came whose id an intercepted call is waiting on. An answer is only
+//! ever stored for the request it answers. The proxy's own requests (its `tools/list`) use
+//! string ids with a random prefix no client picks.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::process::{ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -14,13 +21,14 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
-use toolonce::{Layer, Store};
+use toolonce::Layer;
 
 use super::batch::Batch;
 use super::call::{self, Call, Sink};
 use super::config::Config;
-use super::jsonrpc::{self, IdKey, Peek};
+use super::jsonrpc::{self, IdKey, Lenient, Peek};
 use super::stdio::ClientOut;
+use super::store::LazyStore;
 use super::tools::Tools;
 
 /// How long the proxy waits, after the server exited, for the rest of the server's output and
@@ -31,11 +39,22 @@ const DRAIN: Duration = Duration::from_secs(2);
 /// sent to a client that already has one.
 const ABANDONED_MEMORY: usize = 4096;
 
+/// How long the proxy waits for the server to answer one of its own `tools/list` requests, and
+/// how long a tool call waits for a listing in progress before being classified without it.
+const LIST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The JSON-RPC error code of "Invalid params", used for a write call the proxy cannot key,
+/// and of "Invalid Request", used for a request whose id is taken.
+const INVALID_PARAMS: i64 = -32602;
+const INVALID_REQUEST: i64 = -32600;
+
 /// What the proxy needs besides the server command.
 pub(crate) struct Settings {
     pub(crate) scope: String,
+    /// The server's part of every operation key's tool part (see `--server-id`).
+    pub(crate) server_id: String,
     pub(crate) config: Arc<Config>,
-    pub(crate) store: Arc<dyn Store>,
+    pub(crate) store: Arc<LazyStore>,
 }
 
 /// The server's stdin. Whoever has a message writes it directly (no writer task in between:
@@ -90,6 +109,8 @@ pub(super) enum Route {
     Call(oneshot::Sender<Vec<u8>>),
     /// A member of a split batch: its answer fills a slot of the batch.
     Batch(Arc<Batch>, usize),
+    /// One of the proxy's own `tools/list` requests.
+    List(oneshot::Sender<Vec<u8>>),
 }
 
 /// The request ids the proxy keeps track of.
@@ -105,9 +126,33 @@ pub(super) struct Routes {
     /// Calls given up (timed out, cancelled): a late answer from the server is dropped.
     abandoned: HashSet<IdKey>,
     abandoned_order: VecDeque<IdKey>,
+    /// Client requests forwarded as they came and not answered yet: a write call must not
+    /// take their ids, or their answers would be recorded as its own.
+    passing: HashSet<IdKey>,
 }
 
 impl Routes {
+    /// Why a write call may not use `id` now, if it may not.
+    fn id_taken(&self, id: &IdKey) -> Option<&'static str> {
+        if self.calls.contains_key(id) || self.pending.contains_key(id) || self.passing.contains(id)
+        {
+            Some("reuses the request id of a request still in progress")
+        } else if self.abandoned.contains(id) {
+            Some("reuses the request id of a call given up, whose answer may still come")
+        } else {
+            None
+        }
+    }
+
+    /// Stops dropping answers to `id`; returns whether they were being dropped.
+    fn forget_abandoned(&mut self, id: &IdKey) -> bool {
+        let abandoned = self.abandoned.remove(id);
+        if abandoned {
+            self.abandoned_order.retain(|k| k != id);
+        }
+        abandoned
+    }
+
     /// Forgets the call `id` is waiting for and drops the server's answer if one comes later.
     pub(super) fn abandon(&mut self, id: &IdKey) {
         self.pending.remove(id);
@@ -182,6 +227,16 @@ impl Drop for UnsentCall {
 #[derive(Debug)]
 pub(super) struct Shared {
     pub(super) scope: String,
+    pub(super) server_id: String,
+    pub(super) store: Arc<LazyStore>,
+    /// How many of the proxy's own listings of the tools are in progress: tool calls wait for
+    /// none to be.
+    listing: watch::Sender<usize>,
+    /// The prefix of the proxy's own request ids, and their counter.
+    own_prefix: String,
+    own_count: AtomicU64,
+    /// Whether the client has initialized the session (the proxy may send requests of its own).
+    initialized: AtomicBool,
     pub(super) config: Arc<Config>,
     pub(super) tools: Tools,
     pub(super) layer: Layer,
@@ -202,26 +257,57 @@ impl Shared {
     async fn on_client_message(self: &Arc<Self>, line: Vec<u8>, calls: &mut JoinSet<()>) {
         match line.trim_ascii_start().first() {
             Some(b'{') => {
-                if let Some(peek) = Peek::of(&line) {
-                    match (peek.method.as_deref(), &peek.id) {
-                        (Some("tools/call"), Some(_)) => {
-                            if let Some(call) = self.write_call_in(&line) {
-                                self.start_call(call, Sink::Client(self.to_client.clone()), calls);
-                                return;
-                            }
-                        }
-                        (Some("tools/list"), Some(id)) => {
-                            self.routes().lists.insert(IdKey::of(id));
-                        }
-                        (Some("notifications/cancelled"), None) => {
-                            if let Ok(message) = serde_json::from_slice::<Value>(&line)
-                                && self.cancel(&message, &line).await
-                            {
-                                return;
-                            }
-                        }
-                        _ => {}
+                let Some(peek) = Peek::of(&line) else {
+                    if !self.refuse_unparsable(&line).await {
+                        self.server_in.send(&line).await;
                     }
+                    return;
+                };
+                match (peek.method.as_deref(), &peek.id) {
+                    (Some("tools/call"), Some(_)) => {
+                        self.listed().await;
+                        match serde_json::from_slice::<Value>(&line) {
+                            Ok(message) => {
+                                if let Some(call) = self.write_call(message, line.clone()) {
+                                    self.start_call(
+                                        call,
+                                        Sink::Client(self.to_client.clone()),
+                                        calls,
+                                    );
+                                    return;
+                                }
+                            }
+                            Err(_) => {
+                                if self.refuse_unparsable(&line).await {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                    (Some("tools/list"), Some(id)) => {
+                        self.routes().lists.insert(IdKey::of(id));
+                    }
+                    (Some("notifications/cancelled"), None) => {
+                        if let Ok(message) = serde_json::from_slice::<Value>(&line)
+                            && self.cancel(&message, &line).await
+                        {
+                            return;
+                        }
+                    }
+                    (Some("notifications/initialized"), None) => {
+                        // The session is open: the proxy may now ask for the tools itself.
+                        self.server_in.send(&line).await;
+                        self.initialized.store(true, Ordering::Release);
+                        self.list_tools();
+                        return;
+                    }
+                    _ => {}
+                }
+                if peek.method.is_some()
+                    && let Some(id) = &peek.id
+                    && !self.pass_id(id)
+                {
+                    return;
                 }
             }
             Some(b'[') if self.split_batch(&line, calls).await => return,
@@ -231,11 +317,131 @@ impl Shared {
         self.server_in.send(&line).await;
     }
 
-    /// The write call in this `tools/call` line, or `None` if it calls a read tool or is not a
-    /// well-formed call (which the server then rejects itself).
-    fn write_call_in(&self, line: &[u8]) -> Option<Call> {
-        let message: Value = serde_json::from_slice(line).ok()?;
-        self.write_call(message, line.to_vec())
+    /// Takes note of a request forwarded as it came under `id`. `false` (and the client is
+    /// answered with an error) if an intercepted call is waiting on that id: the server's
+    /// answer could not be told apart from the call's.
+    fn pass_id(&self, id: &Value) -> bool {
+        let key = IdKey::of(id);
+        let mut routes = self.routes();
+        if routes.calls.contains_key(&key) || routes.pending.contains_key(&key) {
+            drop(routes);
+            tracing::warn!(target: "toolonce::mcp", id = ?key, "the client reused the id of a write call in progress");
+            self.to_client.send(jsonrpc::error_line(
+                Some(id),
+                INVALID_REQUEST,
+                "toolonce: this request reuses the id of a write call still in progress, so \
+                 their answers could not be told apart; it was not sent. Send it with a new id.",
+            ));
+            return false;
+        }
+        // A late answer to a call given up under this id now goes to the client, which asked
+        // again; it is never recorded.
+        routes.forget_abandoned(&key);
+        routes.passing.insert(key);
+        true
+    }
+
+    /// Waits (a bounded time) for the proxy's own listing of the tools, if one is in progress.
+    async fn listed(&self) {
+        let mut listing = self.listing.subscribe();
+        let _ = tokio::time::timeout(LIST_TIMEOUT, listing.wait_for(|n| *n == 0)).await;
+    }
+
+    /// Starts listing the server's tools with the proxy's own requests (every page), so that
+    /// classification never depends on whether the client listed them. Tool calls received
+    /// from now on wait for it.
+    fn list_tools(self: &Arc<Self>) {
+        self.listing.send_modify(|n| *n += 1);
+        let shared = self.clone();
+        tokio::spawn(async move {
+            let mut cursor: Option<Value> = None;
+            loop {
+                let n = shared.own_count.fetch_add(1, Ordering::Relaxed);
+                let id = Value::String(format!("{}-{n}", shared.own_prefix));
+                let (tx, rx) = oneshot::channel();
+                shared
+                    .routes()
+                    .pending
+                    .insert(IdKey::of(&id), Route::List(tx));
+                let params = match &cursor {
+                    Some(cursor) => serde_json::json!({"cursor": cursor}),
+                    None => serde_json::json!({}),
+                };
+                let request = jsonrpc::line(&serde_json::json!({
+                    "jsonrpc": "2.0", "id": id, "method": "tools/list", "params": params,
+                }));
+                let answer = if shared.server_in.send(&request).await {
+                    tokio::time::timeout(LIST_TIMEOUT, rx)
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                } else {
+                    None
+                };
+                let result = answer
+                    .and_then(|line| serde_json::from_slice::<Value>(&line).ok())
+                    .and_then(|mut message| message.get_mut("result").map(Value::take));
+                let Some(result) = result else {
+                    shared.routes().abandon(&IdKey::of(&id));
+                    tracing::warn!(
+                        target: "toolonce::mcp",
+                        "the server did not list its tools; tools it has not listed are writes"
+                    );
+                    break;
+                };
+                shared.tools.learn(&result);
+                match result.get("nextCursor") {
+                    Some(next) if !next.is_null() && cursor.as_ref() != Some(next) => {
+                        cursor = Some(next.clone());
+                    }
+                    _ => break,
+                }
+            }
+            shared.listing.send_modify(|n| *n -= 1);
+        });
+    }
+
+    /// Answers a line that serde_json cannot read, if it holds a write call: a JSON-RPC error,
+    /// and the line is not forwarded (see [`Lenient`]). Returns whether it was answered; a
+    /// line that is no call of a write tool passes on as it came.
+    async fn refuse_unparsable(&self, line: &[u8]) -> bool {
+        let Some(lenient) = Lenient::of(line) else {
+            return false;
+        };
+        if !self.unkeyable_write(&lenient).await {
+            return false;
+        }
+        tracing::warn!(target: "toolonce::mcp", tool = ?lenient.tool, "refused a write call that cannot be read exactly");
+        self.to_client.send(self.unparsable_error(&lenient));
+        true
+    }
+
+    /// Whether a leniently read message is a write call the proxy cannot key.
+    async fn unkeyable_write(&self, message: &Lenient) -> bool {
+        if message.method.as_deref() != Some("tools/call") || message.id.is_none() {
+            return false;
+        }
+        self.listed().await;
+        match &message.tool {
+            Some((name, true)) => self.tools.is_write(name),
+            // A name that cannot be read exactly is no tool the proxy knows as a read.
+            _ => true,
+        }
+    }
+
+    fn unparsable_error(&self, message: &Lenient) -> Vec<u8> {
+        let tool = message.tool.as_ref().map_or("?", |(name, _)| name.as_str());
+        jsonrpc::error_line(
+            message.id.as_ref(),
+            INVALID_PARAMS,
+            &format!(
+                "toolonce: this call of the write tool `{tool}` is not exactly readable JSON \
+                 (invalid UTF-8, a lone surrogate escape such as \\ud800, a number beyond double \
+                 precision, or nesting deeper than 127 levels), so no operation key can be \
+                 derived for it and it was not sent to the server: nothing ran. Send the \
+                 arguments as valid JSON (whole characters, representable numbers)."
+            ),
+        )
     }
 
     /// The write call in `message` (whose bytes are `request`), if it is one.
@@ -268,22 +474,23 @@ impl Shared {
         let (cancel_tx, cancel_rx) = watch::channel(false);
         {
             let mut routes = self.routes();
-            if routes.calls.contains_key(&call.id_key) || routes.pending.contains_key(&call.id_key)
-            {
+            if let Some(why) = routes.id_taken(&call.id_key) {
                 drop(routes);
                 tracing::warn!(
                     target: "toolonce::mcp",
                     id = ?call.id_key,
-                    "the client reused the id of a request in progress"
+                    "the client {why}"
                 );
                 let text = format!(
-                    "Not executed: this call of `{}` reuses the request id of a call still in \
-                     progress, so its answer could not be told apart. Send it with a new id.",
+                    "Not executed: this call of `{}` {why}, so its answer could not be told \
+                     apart. Nothing ran; send it with a new id.",
                     call.tool
                 );
-                sink.answer(Some(jsonrpc::result_line(
+                sink.answer(Some(call::proxy_answer(
                     &call.id,
-                    &jsonrpc::tool_error(&text),
+                    &text,
+                    "not_executed",
+                    None,
                 )));
                 return;
             }
@@ -319,8 +526,12 @@ impl Shared {
     /// Splits a batch that holds write calls (see [`batch`](super::batch)). Returns `false`
     /// if the batch passes through as it is.
     async fn split_batch(self: &Arc<Self>, line: &[u8], calls: &mut JoinSet<()>) -> bool {
+        let is_call = |m: &Value| m.get("method").and_then(Value::as_str) == Some("tools/call");
+        if may_hold_call(line) {
+            self.listed().await;
+        }
         let Ok(members) = serde_json::from_slice::<Vec<Value>>(line) else {
-            return false;
+            return self.refuse_unparsable_batch(line).await;
         };
         let request_id = |m: &Value| {
             m.get("method")
@@ -331,30 +542,55 @@ impl Shared {
         let is_list = |m: &Value| m.get("method").and_then(Value::as_str) == Some("tools/list");
         let writes: Vec<bool> = members
             .iter()
-            .map(|m| self.write_call(m.clone(), Vec::new()).is_some())
+            .map(|m| is_call(m) && self.write_call(m.clone(), Vec::new()).is_some())
             .collect();
-        if !writes.contains(&true) {
-            let mut routes = self.routes();
-            for member in members.iter().filter(|m| is_list(m)) {
-                if let Some(id) = request_id(member) {
-                    routes.lists.insert(id);
-                }
-            }
-            return false;
-        }
         let ids: Vec<IdKey> = members.iter().filter_map(request_id).collect();
+        let refuse = |why: &str| {
+            tracing::warn!(target: "toolonce::mcp", "refused a batch that {why}");
+            let text = format!(
+                "toolonce: this batch {why}, so answers could not be told apart; nothing in it \
+                 was sent. Send it with ids of its own."
+            );
+            let answers: Vec<Value> = members
+                .iter()
+                .filter_map(|m| m.get("method").and(m.get("id")).filter(|id| !id.is_null()))
+                .map(|id| {
+                    serde_json::from_slice(&jsonrpc::error_line(Some(id), INVALID_REQUEST, &text))
+                        .expect("an answer the proxy made is JSON")
+                })
+                .collect();
+            if !answers.is_empty() {
+                self.to_client.send(jsonrpc::line(&Value::Array(answers)));
+            }
+            true
+        };
         {
-            let routes = self.routes();
+            let mut routes = self.routes();
             let unique: HashSet<&IdKey> = ids.iter().collect();
-            if unique.len() != ids.len()
-                || ids
-                    .iter()
-                    .any(|id| routes.pending.contains_key(id) || routes.calls.contains_key(id))
-            {
-                tracing::warn!(
-                    target: "toolonce::mcp",
-                    "a batch with write calls reuses request ids; passed through without deduplication"
-                );
+            if unique.len() != ids.len() && writes.contains(&true) {
+                drop(routes);
+                return refuse("with write calls uses one request id twice");
+            }
+            let taken = |id: &IdKey| {
+                if writes.contains(&true) {
+                    routes.id_taken(id).is_some()
+                } else {
+                    routes.calls.contains_key(id) || routes.pending.contains_key(id)
+                }
+            };
+            if ids.iter().any(taken) {
+                drop(routes);
+                return refuse("reuses the request id of a request still in progress");
+            }
+            if !writes.contains(&true) {
+                for member in &members {
+                    if let Some(id) = request_id(member) {
+                        if is_list(member) {
+                            routes.lists.insert(id.clone());
+                        }
+                        routes.passing.insert(id);
+                    }
+                }
                 return false;
             }
         }
@@ -391,11 +627,66 @@ impl Shared {
         true
     }
 
+    /// A batch serde_json cannot read: refused whole if a member is a write call it cannot key
+    /// (every request in it is answered with an error, none is sent), else passed on.
+    async fn refuse_unparsable_batch(&self, line: &[u8]) -> bool {
+        let Some(members) = jsonrpc::array_members(line) else {
+            return false;
+        };
+        let members: Vec<Lenient> = members
+            .into_iter()
+            .filter_map(|span| Lenient::of(&line[span]))
+            .collect();
+        let mut refused = false;
+        for member in &members {
+            refused |= self.unkeyable_write(member).await;
+        }
+        if !refused {
+            let mut routes = self.routes();
+            for id in members
+                .iter()
+                .filter(|m| m.method.is_some())
+                .filter_map(|m| m.id.as_ref())
+            {
+                routes.passing.insert(IdKey::of(id));
+            }
+            return false;
+        }
+        let answers: Vec<Value> = members
+            .iter()
+            .filter(|m| m.method.is_some() && m.id.is_some())
+            .map(|m| {
+                let line = if m.method.as_deref() == Some("tools/call") {
+                    self.unparsable_error(m)
+                } else {
+                    jsonrpc::error_line(
+                        m.id.as_ref(),
+                        INVALID_REQUEST,
+                        "toolonce: not sent, because a write call in the same batch cannot be \
+                         read exactly; send the other requests again on their own.",
+                    )
+                };
+                serde_json::from_slice(&line).expect("an answer the proxy made is JSON")
+            })
+            .collect();
+        tracing::warn!(target: "toolonce::mcp", "refused a batch with a write call that cannot be read exactly");
+        self.to_client.send(jsonrpc::line(&Value::Array(answers)));
+        true
+    }
+
     /// Handles one message from the server.
-    fn on_server_message(&self, line: Vec<u8>) {
+    fn on_server_message(self: &Arc<Self>, line: Vec<u8>) {
         match line.trim_ascii_start().first() {
             Some(b'{') => {
-                if let Some(peek) = Peek::of(&line)
+                let peek = Peek::of(&line);
+                if let Some(peek) = &peek
+                    && peek.method.as_deref() == Some("notifications/tools/list_changed")
+                    && peek.id.is_none()
+                    && self.initialized.load(Ordering::Acquire)
+                {
+                    self.list_tools();
+                }
+                if let Some(peek) = peek
                     && peek.is_response()
                     && let Some(id) = &peek.id
                 {
@@ -403,11 +694,13 @@ impl Shared {
                     let (listed, route, abandoned) = {
                         let mut routes = self.routes();
                         let route = routes.pending.remove(&id);
-                        (
-                            routes.lists.remove(&id),
-                            route,
-                            routes.abandoned.contains(&id),
-                        )
+                        // The late answer to a call given up frees its id: the next write
+                        // call may take it again.
+                        let abandoned = route.is_none() && routes.forget_abandoned(&id);
+                        if route.is_none() {
+                            routes.passing.remove(&id);
+                        }
+                        (routes.lists.remove(&id), route, abandoned)
                     };
                     if listed && let Ok(message) = serde_json::from_slice::<Value>(&line) {
                         self.learn(&message);
@@ -425,6 +718,10 @@ impl Shared {
                             batch.settle(slot, Some(line));
                             return;
                         }
+                        Some(Route::List(tx)) => {
+                            let _ = tx.send(line);
+                            return;
+                        }
                         None if abandoned => {
                             tracing::debug!(
                                 target: "toolonce::mcp",
@@ -439,13 +736,20 @@ impl Shared {
             }
             Some(b'[') => {
                 // A batch answer passes through; it may answer a batched tools/list.
-                if !self.routes().lists.is_empty()
-                    && let Ok(members) = serde_json::from_slice::<Vec<Value>>(&line)
-                {
+                let watched = {
+                    let routes = self.routes();
+                    !routes.lists.is_empty() || !routes.passing.is_empty()
+                };
+                if watched && let Ok(members) = serde_json::from_slice::<Vec<Value>>(&line) {
                     for member in members {
-                        let listed = member
-                            .get("id")
-                            .is_some_and(|id| self.routes().lists.remove(&IdKey::of(id)));
+                        let Some(id) = member.get("id").map(IdKey::of) else {
+                            continue;
+                        };
+                        let listed = {
+                            let mut routes = self.routes();
+                            routes.passing.remove(&id);
+                            routes.lists.remove(&id)
+                        };
                         if listed {
                             self.learn(&member);
                         }
@@ -462,6 +766,11 @@ impl Shared {
             self.tools.learn(result);
         }
     }
+}
+
+/// Whether a line may hold a `tools/call` (a cheap test before waiting for the tool list).
+fn may_hold_call(line: &[u8]) -> bool {
+    line.windows(4).any(|w| w == b"call")
 }
 
 /// Runs the proxy until the server exits; returns the server's exit status.
@@ -497,8 +806,17 @@ pub(crate) async fn run(
         .stdout
         .take()
         .context("the server's stdout is not piped")?;
+    let mut random = [0u8; 8];
+    getrandom::fill(&mut random)
+        .map_err(|e| anyhow::anyhow!("no randomness for the proxy's request ids: {e}"))?;
     let shared = Arc::new(Shared {
         scope: settings.scope,
+        server_id: settings.server_id,
+        store: settings.store.clone(),
+        listing: watch::Sender::new(0),
+        own_prefix: format!("toolonce-{:016x}", u64::from_le_bytes(random)),
+        own_count: AtomicU64::new(0),
+        initialized: AtomicBool::new(false),
         tools: Tools::new(settings.config.clone()),
         config: settings.config,
         layer: Layer::new(settings.store),

@@ -1,7 +1,12 @@
 //! A store that opens itself when first needed and retries after a failure, so the proxy starts
 //! (and serves reads) while its store is down, answers writes with "not executed" meanwhile,
-//! and deduplicates again as soon as the store comes back.
+//! and deduplicates again as soon as the store comes back. A store that can never work (a
+//! malformed URL, a missing directory, a wrong password) stops the proxy at start instead.
+//!
+//! It also keeps permanent failures for the proxy's own failure retention (see
+//! [`LazyStore::keep_failure`]).
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -21,23 +26,29 @@ pub(crate) struct LazyStore {
     url: String,
     store: OnceCell<Arc<dyn Store>>,
     last_failure: Mutex<Option<(Instant, String)>>,
+    /// Failure retentions asked for by calls, by key (see [`LazyStore::keep_failure`]).
+    failures: Mutex<HashMap<OperationKey, Duration>>,
 }
 
 impl LazyStore {
-    /// Tries to open the store now, so a misconfiguration shows in the log at start-up. A
-    /// failure is not fatal, whatever its cause: the proxy still starts, reads work, and every
+    /// Tries to open the store now. A store that is unreachable ([`Error::Unavailable`]:
+    /// connection refused, timeout) is not fatal: the proxy still starts, reads work, and every
     /// write call is answered as not executed (with the reason) and tries to open the store
-    /// again, since a missing directory can be created and a server can come back.
-    pub(crate) async fn open(url: &str) -> LazyStore {
+    /// again, since a server can come back. Any other error (a malformed URL, a missing
+    /// directory, a wrong password, a schema it cannot use) will not go away by itself and is
+    /// returned, so the proxy refuses to start rather than answer "try again later" forever.
+    pub(crate) async fn open(url: &str) -> Result<LazyStore, Error> {
         let lazy = LazyStore {
             url: url.to_owned(),
             store: OnceCell::new(),
             last_failure: Mutex::new(None),
+            failures: Mutex::new(HashMap::new()),
         };
         match toolonce::store::open(url).await {
             Ok(store) => {
                 lazy.store.set(store).expect("a new cell is empty");
             }
+            Err(e) if !e.is_retryable() => return Err(e),
             Err(e) => {
                 let text = e.report().to_string();
                 tracing::error!(
@@ -49,7 +60,17 @@ impl LazyStore {
                 *lazy.failure() = Some((Instant::now(), text));
             }
         }
-        lazy
+        Ok(lazy)
+    }
+
+    /// The next permanent failure recorded for `key` is kept for `retention`: the layer keeps
+    /// a permanent failure as long as a result, while the proxy keeps a failed write only for
+    /// its (shorter) failure retention. A call asks just before the layer records its failure.
+    pub(crate) fn keep_failure(&self, key: &OperationKey, retention: Duration) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone(), retention);
     }
 
     fn failure(&self) -> std::sync::MutexGuard<'_, Option<(Instant, String)>> {
@@ -127,6 +148,12 @@ impl Store for LazyStore {
         error: &ToolError,
         sticky: Option<Duration>,
     ) -> toolonce::Result<Fenced> {
+        let kept = self
+            .failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+        let sticky = sticky.map(|layer| kept.unwrap_or(layer));
         self.inner().await?.fail(key, owner, error, sticky).await
     }
 

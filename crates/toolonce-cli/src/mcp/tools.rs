@@ -1,7 +1,12 @@
-//! Which tools are reads: learnt from the server's `tools/list` answers as they pass through,
-//! overridden by the configuration. A tool the proxy has not seen listed is a write, because
-//! wrongly deduplicating a read costs a stale answer at worst, while wrongly passing a write
-//! through can perform it twice.
+//! Which tools pass through: learnt from the server's `tools/list` answers (the proxy's own
+//! listing at start and after `notifications/tools/list_changed`, and the client's as they pass
+//! by), overridden by the configuration.
+//!
+//! A tool marked `readOnlyHint: true` or `idempotentHint: true` passes through: running it
+//! again is safe, while replaying a stale answer is not (write v1, v2, v1 again: a replay of
+//! the first answer would say "written" and leave v2 in place). Any other tool, and one the
+//! server has not listed, is a write, because wrongly deduplicating a read costs a stale answer
+//! at worst, while wrongly passing a write through can perform it twice.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -14,7 +19,7 @@ use super::config::{Config, Kind};
 #[derive(Debug)]
 pub(crate) struct Tools {
     config: Arc<Config>,
-    /// `readOnlyHint` per tool name, as last listed. A std mutex: held for a lookup or an
+    /// Whether a tool passes through (`readOnlyHint` or `idempotentHint`), as last listed. A std mutex: held for a lookup or an
     /// insert, never across an `.await`.
     read_only: Mutex<HashMap<String, bool>>,
 }
@@ -51,16 +56,20 @@ impl Tools {
             let Some(name) = tool.get("name").and_then(Value::as_str) else {
                 continue;
             };
-            let hint = tool
-                .pointer("/annotations/readOnlyHint")
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
+            let hint = |name: &str| {
+                tool.pointer(&format!("/annotations/{name}"))
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false)
+            };
+            let (reads, idempotent) = (hint("readOnlyHint"), hint("idempotentHint"));
             let kind = match self.config.kind(name) {
                 Some(Kind::Read) => "read (configured)",
                 Some(Kind::Write) => "write (configured)",
-                None if hint => "read (readOnlyHint)",
+                None if reads => "read (readOnlyHint)",
+                None if idempotent => "passes through (idempotentHint)",
                 None => "write",
             };
+            let hint = reads || idempotent;
             tracing::debug!(target: "toolonce::mcp", tool = name, kind, "tool listed");
             read_only.insert(name.to_owned(), hint);
         }
@@ -77,7 +86,7 @@ mod tests {
     }
 
     #[test]
-    fn only_read_only_hint_true_makes_a_read() {
+    fn read_only_and_idempotent_hints_pass_through() {
         let t = tools("");
         t.learn(&json!({"tools": [
             {"name": "get", "annotations": {"readOnlyHint": true}},
@@ -86,7 +95,8 @@ mod tests {
             {"name": "odd", "annotations": {"readOnlyHint": "yes"}},
         ]}));
         assert!(!t.is_write("get"));
-        for name in ["idem", "plain", "odd", "never_listed"] {
+        assert!(!t.is_write("idem"));
+        for name in ["plain", "odd", "never_listed"] {
             assert!(t.is_write(name), "{name}");
         }
     }

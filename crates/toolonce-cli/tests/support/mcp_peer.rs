@@ -168,6 +168,7 @@ impl Spawn {
             .env_remove("TOOLONCE_SCOPE")
             .env_remove("TOOLONCE_STORE")
             .env_remove("TOOLONCE_MCP_CONFIG")
+            .env_remove("TOOLONCE_SERVER_ID")
             .env_remove("MCP_TEST_COUNTER")
             .env_remove("MCP_TEST_LOG");
         if self.files {
@@ -418,6 +419,23 @@ pub fn without_id(message: &Value) -> Value {
     let mut message = message.clone();
     if let Some(object) = message.as_object_mut() {
         object.remove("id");
+    }
+    message
+}
+
+/// `message` without its `id` and without what the proxy adds to a replay
+/// (`_meta["toolonce/outcome"]` and `_meta["toolonce/key"]`, and the `_meta` itself if that
+/// leaves it empty), to compare a first answer with a replay of it.
+pub fn without_outcome(message: &Value) -> Value {
+    let mut message = without_id(message);
+    if let Some(result) = message.get_mut("result").and_then(Value::as_object_mut)
+        && let Some(meta) = result.get_mut("_meta").and_then(Value::as_object_mut)
+    {
+        meta.remove("toolonce/outcome");
+        meta.remove("toolonce/key");
+        if meta.is_empty() {
+            result.remove("_meta");
+        }
     }
     message
 }
