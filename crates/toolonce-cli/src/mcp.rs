@@ -3,6 +3,8 @@
 //!
 //! The agent's MCP client starts `toolonce mcp -- <server command>` instead of the server; the
 //! proxy starts the server as its child and relays newline-delimited JSON-RPC between them.
+//! With `--upstream URL` instead of a command, the server is a remote Streamable HTTP server
+//! (see [`http`]): the client still speaks stdio to the proxy, and every rule below holds.
 //!
 //! # Design
 //!
@@ -49,6 +51,7 @@
 //! - [`store`]: a store opened lazily, so an outage at start-up fails writes, not the proxy
 //!   (a store that can never work fails the proxy at start).
 //! - [`stdio`]: the client's side: the proxy's stdin and stdout.
+//! - [`http`]: the server's side when it is a Streamable HTTP server.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -60,6 +63,7 @@ use anyhow::Context;
 mod batch;
 mod call;
 mod config;
+mod http;
 mod jsonrpc;
 mod proxy;
 mod stdio;
@@ -68,9 +72,11 @@ mod tools;
 
 /// Arguments of `toolonce mcp`.
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Example, as the command of an mcpServers entry:\n  \
+#[command(after_help = "Examples, as the command of an mcpServers entry:\n  \
                   toolonce mcp --store sqlite:///var/lib/agent/toolonce.db --scope my-agent -- \
-                  npx -y @modelcontextprotocol/server-memory")]
+                  npx -y @modelcontextprotocol/server-memory\n  \
+                  toolonce mcp --store sqlite:///var/lib/agent/toolonce.db --scope my-agent \
+                  --upstream https://mcp.example.com/mcp --header 'Authorization: Bearer TOKEN'")]
 pub(crate) struct McpArgs {
     /// The store: memory://, sqlite://PATH, redis://HOST, postgres://HOST.
     #[arg(long, value_name = "URL", env = "TOOLONCE_STORE", default_value = crate::DEFAULT_STORE)]
@@ -85,12 +91,24 @@ pub(crate) struct McpArgs {
     /// line changes (a new version); default: derived from the server's command line.
     #[arg(long, value_name = "NAME", env = "TOOLONCE_SERVER_ID")]
     server_id: Option<String>,
+    /// A remote MCP server speaking Streamable HTTP, instead of a server command: the proxy
+    /// POSTs the client's messages to this URL (TLS with the system's trusted roots).
+    #[arg(long, value_name = "URL", conflicts_with = "command")]
+    upstream: Option<String>,
+    /// A header sent with every request to the --upstream server, as `Name: value` (such as
+    /// `Authorization: Bearer TOKEN`); repeatable. Values are never logged.
+    #[arg(long, value_name = "NAME: VALUE", requires = "upstream")]
+    header: Vec<String>,
     /// A TOML file of per-tool settings (kind, key_fields, in_flight, lease, retention,
     /// call_timeout, on_error, on_tool_error, failure_retention).
     #[arg(long, value_name = "FILE", env = "TOOLONCE_MCP_CONFIG")]
     config: Option<PathBuf>,
-    /// The MCP server to start, after `--`.
-    #[arg(last = true, required = true, value_name = "SERVER COMMAND")]
+    /// The MCP server to start, after `--` (or --upstream).
+    #[arg(
+        last = true,
+        required_unless_present = "upstream",
+        value_name = "SERVER COMMAND"
+    )]
     command: Vec<OsString>,
 }
 
@@ -116,26 +134,38 @@ pub(crate) async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
             scope
         }
     };
-    let (program, server_args) = args
-        .command
-        .split_first()
-        .context("no server command after --")?;
+    let server = match &args.upstream {
+        Some(url) => {
+            let (upstream, incoming) = http::Upstream::new(url, &args.header)?;
+            proxy::Server::Http(upstream, incoming)
+        }
+        None => {
+            let (program, server_args) = args
+                .command
+                .split_first()
+                .context("no server command after --")?;
+            let mut command = tokio::process::Command::new(program);
+            command.args(server_args);
+            proxy::Server::Command(command)
+        }
+    };
     let server_id = match args.server_id {
         Some(id) if id.is_empty() || id.contains(['\0', '/']) => {
             anyhow::bail!("--server-id must be non-empty and must contain neither `/` nor NUL")
         }
         Some(id) => id,
-        None => default_server_id(&args.command),
+        None => match &args.upstream {
+            Some(url) => default_upstream_id(url),
+            None => default_server_id(&args.command),
+        },
     };
     tracing::info!(target: "toolonce::mcp", %server_id, "server id");
-    let mut command = tokio::process::Command::new(program);
-    command.args(server_args);
     let settings = Settings {
         url: args.store,
         scope,
         server_id,
         config: Arc::new(config),
-        command,
+        server,
     };
 
     // The proxy runs on a single-threaded runtime of its own. A relay gains nothing from more
@@ -172,7 +202,7 @@ struct Settings {
     scope: String,
     server_id: String,
     config: Arc<config::Config>,
-    command: tokio::process::Command,
+    server: proxy::Server,
 }
 
 async fn serve(settings: Settings) -> anyhow::Result<std::process::ExitStatus> {
@@ -193,7 +223,7 @@ async fn serve(settings: Settings) -> anyhow::Result<std::process::ExitStatus> {
     };
     let status = proxy::run(
         proxy,
-        settings.command,
+        settings.server,
         client_in,
         client_out.clone(),
         shutdown_timeout,
@@ -215,6 +245,13 @@ fn default_server_id(command: &[OsString]) -> String {
     let text = serde_json::to_string(&words).expect("strings always serialize");
     let hash = toolonce::key::Fingerprint::of_canonical(&text);
     format!("cmd-{}", &hash.as_str()[..16])
+}
+
+/// The server id used for an --upstream server when none is given: `url-` and 64 bits of a
+/// hash of the URL (the headers, which change with every new token, are not part of it).
+fn default_upstream_id(url: &str) -> String {
+    let hash = toolonce::key::Fingerprint::of_canonical(url);
+    format!("url-{}", &hash.as_str()[..16])
 }
 
 /// A scope no other proxy process will pick: 64 random bits.

@@ -1,6 +1,7 @@
-//! The proxy itself: starts the server, routes every message between the client and the server,
-//! hands write calls to [`call`], lists the server's tools itself, and runs the lifecycle (the
-//! server's exit ends the proxy; the client hanging up ends the server).
+//! The proxy itself: starts the server (or reaches it over HTTP), routes every message between
+//! the client and the server, hands write calls to [`call`], lists the server's tools itself,
+//! and runs the lifecycle (the server's exit ends the proxy; the client hanging up ends the
+//! server, or the HTTP session).
 //!
 //! Request ids: write calls go to the server under the client's own id, so the proxy never
 //! lets two requests in progress share one: a write call whose id is taken (by a request in
@@ -26,6 +27,7 @@ use toolonce::Layer;
 use super::batch::Batch;
 use super::call::{self, Call, Sink};
 use super::config::Config;
+use super::http::{self, Incoming, Upstream};
 use super::jsonrpc::{self, IdKey, Lenient, Peek};
 use super::stdio::ClientOut;
 use super::store::LazyStore;
@@ -57,14 +59,27 @@ pub(crate) struct Settings {
     pub(crate) store: Arc<LazyStore>,
 }
 
-/// The server's stdin. Whoever has a message writes it directly (no writer task in between:
-/// one wake-up less per message); the async mutex keeps messages whole and in order, and a
-/// full pipe holds the writer back, as it would hold back the client without the proxy.
-#[derive(Debug)]
-pub(super) struct ServerIn(tokio::sync::Mutex<Option<ChildStdin>>);
+/// The server: a command the proxy starts, or a Streamable HTTP server it reaches.
+pub(crate) enum Server {
+    Command(Command),
+    Http(Arc<Upstream>, mpsc::UnboundedReceiver<Incoming>),
+}
 
-/// Exclusive use of the server's stdin, for writes that must keep an order with routing.
-pub(super) struct ServerInGuard<'a>(tokio::sync::MutexGuard<'a, Option<ChildStdin>>);
+/// The server's input: its stdin, or the HTTP upstream. Whoever has a message writes it
+/// directly (no writer task in between: one wake-up less per message); the async mutex keeps
+/// messages whole and in order, and a full pipe holds the writer back, as it would hold back
+/// the client without the proxy.
+#[derive(Debug)]
+pub(super) struct ServerIn(tokio::sync::Mutex<Option<ServerEnd>>);
+
+#[derive(Debug)]
+pub(super) enum ServerEnd {
+    Stdin(ChildStdin),
+    Http(Arc<Upstream>),
+}
+
+/// Exclusive use of the server's input, for writes that must keep an order with routing.
+pub(super) struct ServerInGuard<'a>(tokio::sync::MutexGuard<'a, Option<ServerEnd>>);
 
 impl ServerIn {
     pub(super) async fn lock(&self) -> ServerInGuard<'_> {
@@ -84,10 +99,13 @@ impl ServerIn {
 
 impl ServerInGuard<'_> {
     /// Writes one message; `false` if the server's stdin is closed. After a write error (the
-    /// server closed its end) it is closed for good.
+    /// server closed its end) it is closed for good. An HTTP server that cannot be reached
+    /// now may be reached by the next message.
     pub(super) async fn send(&mut self, message: &[u8]) -> bool {
-        let Some(stdin) = self.0.as_mut() else {
-            return false;
+        let stdin = match self.0.as_mut() {
+            None => return false,
+            Some(ServerEnd::Http(upstream)) => return upstream.send(message).await,
+            Some(ServerEnd::Stdin(stdin)) => stdin,
         };
         // `write_all` is not cancel-safe (a dropped write may leave half a line), so no caller
         // drops this future: the routing loop awaits it, and calls are aborted only at exit.
@@ -241,6 +259,8 @@ pub(super) struct Shared {
     pub(super) tools: Tools,
     pub(super) layer: Layer,
     pub(super) server_in: ServerIn,
+    /// The HTTP server, when the server is one.
+    upstream: Option<Arc<Upstream>>,
     unsent: Unsent,
     pub(super) to_client: ClientOut,
     /// A std mutex: every critical section is a few map operations and channel sends that
@@ -259,7 +279,7 @@ impl Shared {
             Some(b'{') => {
                 let Some(peek) = Peek::of(&line) else {
                     if !self.refuse_unparsable(&line).await {
-                        self.server_in.send(&line).await;
+                        self.forward(&line).await;
                     }
                     return;
                 };
@@ -314,7 +334,41 @@ impl Shared {
             // Malformed or not an object: the server answers it as it would without us.
             _ => {}
         }
-        self.server_in.send(&line).await;
+        self.forward(&line).await;
+    }
+
+    /// Sends a message on as it came. A message an HTTP server could not be sent gets no
+    /// answer from it, so its requests are answered here (a stdio server whose input is closed
+    /// is exiting, and ends the proxy).
+    async fn forward(&self, line: &[u8]) {
+        if !self.server_in.send(line).await
+            && let Some(upstream) = &self.upstream
+        {
+            self.fail_requests(&http::request_ids(line), |id| {
+                http::unsent_line(id, upstream.shown())
+            });
+        }
+    }
+
+    /// Answers requests the server will not answer (not sent, or lost on the way back): a
+    /// request passed on as it came, or a member of a split batch, gets `answer`; a write call
+    /// or the proxy's own listing learns it from its route being dropped.
+    fn fail_requests(&self, ids: &[Value], answer: impl Fn(&Value) -> Vec<u8>) {
+        for id in ids {
+            let key = IdKey::of(id);
+            let (route, passing) = {
+                let mut routes = self.routes();
+                routes.lists.remove(&key);
+                let route = routes.pending.remove(&key);
+                (route, routes.passing.remove(&key))
+            };
+            match route {
+                Some(Route::Call(_) | Route::List(_)) => {}
+                Some(Route::Batch(batch, slot)) => batch.settle(slot, Some(answer(id))),
+                None if passing => self.to_client.send(answer(id)),
+                None => {}
+            }
+        }
     }
 
     /// Takes note of a request forwarded as it came under `id`. `false` (and the client is
@@ -613,14 +667,14 @@ impl Shared {
                     }
                     routes.pending.insert(id, Route::Batch(batch.clone(), slot));
                 }
-                self.server_in.send(&jsonrpc::line(&member)).await;
+                self.forward(&jsonrpc::line(&member)).await;
                 slot += 1;
             } else {
                 let line = jsonrpc::line(&member);
                 let is_cancel =
                     member.get("method").and_then(Value::as_str) == Some("notifications/cancelled");
                 if !(is_cancel && self.cancel(&member, &line).await) {
-                    self.server_in.send(&line).await;
+                    self.forward(&line).await;
                 }
             }
         }
@@ -780,11 +834,124 @@ fn may_hold_call(line: &[u8]) -> bool {
 /// tests and benches can drive the proxy without a process of its own.
 pub(crate) async fn run(
     settings: Settings,
-    mut command: Command,
+    server: Server,
     mut client_in: mpsc::UnboundedReceiver<Vec<u8>>,
     client_out: ClientOut,
     shutdown_timeout: Duration,
 ) -> anyhow::Result<ExitStatus> {
+    let (end, mut child, upstream, output) = match server {
+        Server::Command(command) => {
+            let (child, stdin, stdout) = start(command)?;
+            (ServerEnd::Stdin(stdin), Some(child), None, Output::Stdout(stdout))
+        }
+        Server::Http(upstream, incoming) => (
+            ServerEnd::Http(upstream.clone()),
+            None,
+            Some(upstream),
+            Output::Http(incoming),
+        ),
+    };
+    let mut random = [0u8; 8];
+    getrandom::fill(&mut random)
+        .map_err(|e| anyhow::anyhow!("no randomness for the proxy's request ids: {e}"))?;
+    let shared = Arc::new(Shared {
+        scope: settings.scope,
+        server_id: settings.server_id,
+        store: settings.store.clone(),
+        listing: watch::Sender::new(0),
+        own_prefix: format!("toolonce-{:016x}", u64::from_le_bytes(random)),
+        own_count: AtomicU64::new(0),
+        initialized: AtomicBool::new(false),
+        tools: Tools::new(settings.config.clone()),
+        config: settings.config,
+        layer: Layer::new(settings.store),
+        server_in: ServerIn(tokio::sync::Mutex::new(Some(end))),
+        upstream: upstream.clone(),
+        unsent: Unsent::default(),
+        to_client: client_out.clone(),
+        routes: Mutex::new(Routes::default()),
+    });
+    let mut reader = match output {
+        Output::Stdout(stdout) => tokio::spawn(read_server(shared.clone(), stdout)),
+        Output::Http(incoming) => tokio::spawn(read_upstream(shared.clone(), incoming)),
+    };
+    let mut calls = JoinSet::new();
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+
+    enum End {
+        ServerExited(ExitStatus),
+        ClientHungUp,
+    }
+    let end = loop {
+        tokio::select! {
+            status = async { child.as_mut()?.wait().await.ok() }, if child.is_some() => {
+                break End::ServerExited(status.context("cannot wait for the server")?);
+            }
+            line = client_in.recv() => match line {
+                Some(line) => shared.on_client_message(line, &mut calls).await,
+                None => break End::ClientHungUp,
+            },
+            Some(_) = calls.join_next(), if !calls.is_empty() => {}
+            Some(()) = async { terminate.as_mut()?.recv().await }, if terminate.is_some() => {
+                // Pass the request to stop on; the server's exit then ends the proxy. An HTTP
+                // server goes on: the proxy stops as if the client had hung up.
+                tracing::info!(target: "toolonce::mcp", "SIGTERM: stopping the server");
+                match &child {
+                    Some(child) => signal(child, "TERM").await,
+                    None => break End::ClientHungUp,
+                }
+            }
+        }
+    };
+    let mut drain = DRAIN;
+    let status = match (end, child.as_mut(), &upstream) {
+        (End::ServerExited(status), _, _) => status,
+        (End::ClientHungUp, Some(child), _) => hang_up(&shared, child, shutdown_timeout).await?,
+        (End::ClientHungUp, None, Some(upstream)) => {
+            // Calls sent before the hang-up still go out, and those in progress may finish:
+            // their answers are recorded.
+            if tokio::time::timeout(shutdown_timeout, shared.unsent.drained())
+                .await
+                .is_err()
+            {
+                tracing::warn!(target: "toolonce::mcp", "stopping with write calls not sent yet");
+            }
+            shared.server_in.close().await;
+            upstream.close();
+            drain = shutdown_timeout;
+            std::os::unix::process::ExitStatusExt::from_raw(0)
+        }
+        (End::ClientHungUp, None, None) => unreachable!("a server is a command or a URL"),
+    };
+    tracing::debug!(target: "toolonce::mcp", %status, "the server exited");
+
+    // Read what the server wrote before it exited (a grandchild holding its stdout must not
+    // keep us here), then settle the calls it never answered: dropping their routes tells them.
+    if tokio::time::timeout(drain, &mut reader).await.is_err() {
+        reader.abort();
+    }
+    if let Some(upstream) = &upstream {
+        upstream.end_session().await;
+    }
+    let unanswered: Vec<Route> = shared.routes().pending.drain().map(|(_, r)| r).collect();
+    drop(unanswered);
+    let settled = tokio::time::timeout(DRAIN, async { while calls.join_next().await.is_some() {} });
+    if settled.await.is_err() {
+        calls.abort_all();
+    }
+    client_out.close();
+    Ok(status)
+}
+
+/// Where the server's messages come from.
+enum Output {
+    Stdout(ChildStdout),
+    Http(mpsc::UnboundedReceiver<Incoming>),
+}
+
+/// Starts the server command with piped stdin and stdout.
+fn start(mut command: Command) -> anyhow::Result<(Child, ChildStdin, ChildStdout)> {
     command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -806,68 +973,20 @@ pub(crate) async fn run(
         .stdout
         .take()
         .context("the server's stdout is not piped")?;
-    let mut random = [0u8; 8];
-    getrandom::fill(&mut random)
-        .map_err(|e| anyhow::anyhow!("no randomness for the proxy's request ids: {e}"))?;
-    let shared = Arc::new(Shared {
-        scope: settings.scope,
-        server_id: settings.server_id,
-        store: settings.store.clone(),
-        listing: watch::Sender::new(0),
-        own_prefix: format!("toolonce-{:016x}", u64::from_le_bytes(random)),
-        own_count: AtomicU64::new(0),
-        initialized: AtomicBool::new(false),
-        tools: Tools::new(settings.config.clone()),
-        config: settings.config,
-        layer: Layer::new(settings.store),
-        server_in: ServerIn(tokio::sync::Mutex::new(Some(stdin))),
-        unsent: Unsent::default(),
-        to_client: client_out.clone(),
-        routes: Mutex::new(Routes::default()),
-    });
-    let mut reader = tokio::spawn(read_server(shared.clone(), stdout));
-    let mut calls = JoinSet::new();
-    let mut terminate =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    Ok((child, stdin, stdout))
+}
 
-    enum End {
-        ServerExited(ExitStatus),
-        ClientHungUp,
-    }
-    let end = loop {
-        tokio::select! {
-            status = child.wait() => break End::ServerExited(status?),
-            line = client_in.recv() => match line {
-                Some(line) => shared.on_client_message(line, &mut calls).await,
-                None => break End::ClientHungUp,
-            },
-            Some(_) = calls.join_next(), if !calls.is_empty() => {}
-            Some(()) = async { terminate.as_mut()?.recv().await }, if terminate.is_some() => {
-                // Pass the request to stop on; the server's exit then ends the proxy.
-                tracing::info!(target: "toolonce::mcp", "SIGTERM: stopping the server");
-                signal(&child, "TERM").await;
+/// Routes what an HTTP server sends, until the upstream is closed and its exchanges are over.
+async fn read_upstream(shared: Arc<Shared>, mut incoming: mpsc::UnboundedReceiver<Incoming>) {
+    while let Some(message) = incoming.recv().await {
+        match message {
+            Incoming::Message(line) => shared.on_server_message(line),
+            Incoming::Lost(ids, why) => {
+                let upstream = shared.upstream.as_ref().map_or("", |u| u.shown());
+                shared.fail_requests(&ids, |id| http::lost_line(id, upstream, &why));
             }
         }
-    };
-    let status = match end {
-        End::ServerExited(status) => status,
-        End::ClientHungUp => hang_up(&shared, &mut child, shutdown_timeout).await?,
-    };
-    tracing::debug!(target: "toolonce::mcp", %status, "the server exited");
-
-    // Read what the server wrote before it exited (a grandchild holding its stdout must not
-    // keep us here), then settle the calls it never answered: dropping their routes tells them.
-    if tokio::time::timeout(DRAIN, &mut reader).await.is_err() {
-        reader.abort();
     }
-    let unanswered: Vec<Route> = shared.routes().pending.drain().map(|(_, r)| r).collect();
-    drop(unanswered);
-    let settled = tokio::time::timeout(DRAIN, async { while calls.join_next().await.is_some() {} });
-    if settled.await.is_err() {
-        calls.abort_all();
-    }
-    client_out.close();
-    Ok(status)
 }
 
 /// The client closed its input: close the server's, as the client would have done without the

@@ -81,6 +81,7 @@ pub struct Spawn {
     env: Vec<(String, String)>,
     server: Option<Vec<OsString>>,
     files: bool,
+    upstream: Option<String>,
 }
 
 impl Spawn {
@@ -93,6 +94,7 @@ impl Spawn {
             env: Vec::new(),
             server: None,
             files: true,
+            upstream: None,
         }
     }
 
@@ -140,6 +142,12 @@ impl Spawn {
         self
     }
 
+    /// A Streamable HTTP server at `url` instead of a server command (`--upstream`).
+    pub fn upstream(mut self, url: &str) -> Self {
+        self.upstream = Some(url.to_owned());
+        self
+    }
+
     pub fn start(self) -> Peer {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let server = self
@@ -154,7 +162,10 @@ impl Spawn {
                 std::fs::write(&path, toml).expect("write the configuration");
                 c.arg("--config").arg(path);
             }
-            c.arg("--").args(&server);
+            match &self.upstream {
+                Some(url) => c.arg("--upstream").arg(url),
+                None => c.arg("--").args(&server),
+            };
             c
         } else {
             let mut c = Command::new(&server[0]);

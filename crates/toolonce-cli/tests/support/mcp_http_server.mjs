@@ -1,0 +1,132 @@
+// A Streamable HTTP MCP server built on the official TypeScript SDK, for the tests of
+// `toolonce mcp --upstream`. Copied next to the SDK's node_modules and run with node.
+//
+// Environment: MODE (`json`: JSON answers; otherwise SSE), COUNT_FILE (one line per execution
+// of `write`), HEADER_LOG (the X-Test-Tag header of every POST), REQUIRE_TOKEN (requests
+// without `Authorization: Bearer <token>` get 401), PORT (0 or absent: any). It prints
+// `PORT=<n>` once it listens.
+//
+// Tools: `write` (no annotations: a write) appends to COUNT_FILE and says which execution it
+// was, after a log notification on the call's own stream; `read` (readOnlyHint) says how many
+// writes ran; `announce` (readOnlyHint) sends `notifications/tools/list_changed`, which goes
+// on the GET stream.
+import fs from 'node:fs';
+import http from 'node:http';
+import { randomUUID } from 'node:crypto';
+import { Server } from '@modelcontextprotocol/sdk/server/index.js';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import {
+  CallToolRequestSchema,
+  ListToolsRequestSchema,
+  isInitializeRequest,
+} from '@modelcontextprotocol/sdk/types.js';
+
+const json = process.env.MODE === 'json';
+const countFile = process.env.COUNT_FILE;
+const headerLog = process.env.HEADER_LOG;
+const token = process.env.REQUIRE_TOKEN;
+
+function executions() {
+  try {
+    return fs.readFileSync(countFile, 'utf8').split('\n').filter((l) => l).length;
+  } catch {
+    return 0;
+  }
+}
+
+function makeServer() {
+  const server = new Server(
+    { name: 'toolonce-http-test', version: '1.0.0' },
+    { capabilities: { tools: { listChanged: true }, logging: {} } },
+  );
+  server.setRequestHandler(ListToolsRequestSchema, async () => ({
+    tools: [
+      {
+        name: 'write',
+        description: 'Records an item (a side effect).',
+        inputSchema: { type: 'object', properties: { item: { type: 'string' } } },
+      },
+      {
+        name: 'read',
+        description: 'Says how many writes ran.',
+        inputSchema: { type: 'object' },
+        annotations: { readOnlyHint: true },
+      },
+      {
+        name: 'announce',
+        description: 'Says the tool list changed.',
+        inputSchema: { type: 'object' },
+        annotations: { readOnlyHint: true },
+      },
+    ],
+  }));
+  server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
+    const { name } = request.params;
+    const args = request.params.arguments ?? {};
+    if (name === 'write') {
+      await extra.sendNotification({
+        method: 'notifications/message',
+        params: { level: 'info', data: `writing ${args.item}` },
+      });
+      const key = request.params._meta?.['toolonce/key'] ?? null;
+      fs.appendFileSync(countFile, JSON.stringify({ item: args.item, key }) + '\n');
+      return { content: [{ type: 'text', text: `wrote ${args.item} (execution ${executions()})` }] };
+    }
+    if (name === 'read') {
+      return { content: [{ type: 'text', text: String(executions()) }] };
+    }
+    if (name === 'announce') {
+      await server.sendToolListChanged();
+      return { content: [{ type: 'text', text: 'announced' }] };
+    }
+    throw new Error(`unknown tool ${name}`);
+  });
+  return server;
+}
+
+const transports = new Map();
+
+const httpServer = http.createServer(async (req, res) => {
+  try {
+    if (token !== undefined && req.headers.authorization !== `Bearer ${token}`) {
+      res.writeHead(401, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ jsonrpc: '2.0', error: { code: -32001, message: 'Unauthorized' }, id: null }));
+      return;
+    }
+    let body;
+    if (req.method === 'POST') {
+      if (headerLog) fs.appendFileSync(headerLog, (req.headers['x-test-tag'] ?? '-') + '\n');
+      const chunks = [];
+      for await (const chunk of req) chunks.push(chunk);
+      body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+    }
+    const sessionId = req.headers['mcp-session-id'];
+    let transport = sessionId === undefined ? undefined : transports.get(sessionId);
+    if (transport === undefined) {
+      if (req.method !== 'POST' || sessionId !== undefined || !isInitializeRequest(body)) {
+        res.writeHead(sessionId === undefined ? 400 : 404, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ jsonrpc: '2.0', error: { code: -32000, message: 'No valid session' }, id: null }));
+        return;
+      }
+      transport = new StreamableHTTPServerTransport({
+        sessionIdGenerator: () => randomUUID(),
+        enableJsonResponse: json,
+        onsessioninitialized: (id) => transports.set(id, transport),
+      });
+      transport.onclose = () => {
+        if (transport.sessionId !== undefined) transports.delete(transport.sessionId);
+      };
+      await makeServer().connect(transport);
+    }
+    await transport.handleRequest(req, res, body);
+  } catch (e) {
+    if (!res.headersSent) {
+      res.writeHead(500);
+      res.end(String(e));
+    }
+  }
+});
+
+httpServer.listen(Number(process.env.PORT ?? 0), '127.0.0.1', () => {
+  console.log(`PORT=${httpServer.address().port}`);
+});
