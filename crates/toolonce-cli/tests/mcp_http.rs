@@ -1,0 +1,354 @@
+//! `toolonce mcp --upstream URL`: a stdio client reaching a Streamable HTTP MCP server through
+//! the proxy. The server is built on the official TypeScript SDK (npm
+//! `@modelcontextprotocol/sdk`, installed on first use into the target directory) and runs in
+//! both of its answer modes, JSON and SSE; one test drives the proxy with the SDK's own stdio
+//! client. Node.js and npm must be installed: without them these tests fail (they are never
+//! skipped), naming what is missing.
+
+#[path = "support/mcp_peer.rs"]
+mod mcp_peer;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use mcp_peer::{PATIENCE, Peer, Spawn, is_error, text, without_outcome};
+use serde_json::{Value, json};
+
+/// The version the tests were written against; bump it deliberately.
+const SDK: &str = "@modelcontextprotocol/sdk@1.32.2";
+
+const SERVER_SCRIPT: &str = include_str!("support/mcp_http_server.mjs");
+const CLIENT_SCRIPT: &str = include_str!("support/mcp_sdk_client.mjs");
+
+fn require(program: &str) {
+    let found = Command::new(program).arg("--version").output();
+    assert!(
+        found.is_ok_and(|o| o.status.success()),
+        "`{program}` is required by this test (it runs an MCP server from npm) but cannot be \
+         run: install Node.js and npm (e.g. `apt-get install nodejs npm`)"
+    );
+}
+
+/// A folder of the target directory with the SDK installed and the test scripts beside it
+/// (Node resolves a script's imports from where the script is).
+fn sdk_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        require("node");
+        require("npm");
+        let version = SDK.rsplit_once('@').unwrap().1;
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("npm-sdk-{version}"));
+        let entry = dir.join("node_modules/@modelcontextprotocol/sdk/package.json");
+        if !entry.exists() {
+            let status = Command::new("npm")
+                .args(["install", "--no-audit", "--no-fund", "--prefix"])
+                .arg(&dir)
+                .arg(SDK)
+                .status()
+                .expect("run npm");
+            assert!(status.success(), "npm install {SDK} failed");
+        }
+        assert!(entry.exists(), "{} is missing after npm install", entry.display());
+        for (name, script) in [
+            ("mcp_http_server.mjs", SERVER_SCRIPT),
+            ("mcp_sdk_client.mjs", CLIENT_SCRIPT),
+        ] {
+            // Another test binary may be reading it: write aside, then rename.
+            let aside = dir.join(format!("{name}.{}", std::process::id()));
+            std::fs::write(&aside, script).unwrap();
+            std::fs::rename(&aside, dir.join(name)).unwrap();
+        }
+        dir
+    })
+}
+
+/// The SDK's Streamable HTTP server, running on a free loopback port.
+struct HttpServer {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl HttpServer {
+    /// `mode` is `json` or `sse`; `env` adds REQUIRE_TOKEN and the like.
+    fn start(mode: &str, env: &[(&str, &str)]) -> HttpServer {
+        let sdk = sdk_dir();
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = Command::new("node")
+            .arg(sdk.join("mcp_http_server.mjs"))
+            .env("MODE", mode)
+            .env("COUNT_FILE", dir.path().join("executions"))
+            .env("HEADER_LOG", dir.path().join("headers"))
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start node");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx
+            .recv_timeout(PATIENCE)
+            .expect("the HTTP server says its port");
+        let port = line
+            .trim()
+            .strip_prefix("PORT=")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("the HTTP server said {line:?}"));
+        HttpServer { child, port, dir }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+
+    /// One `{item, key}` per execution of `write`.
+    fn executions(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.dir.path().join("executions"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// The `X-Test-Tag` header of every POST the server received (`-` when absent).
+    fn tags(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.path().join("headers"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn proxy_to(server: &HttpServer) -> Spawn {
+    Spawn::proxy()
+        .arg("--scope")
+        .arg("http-test")
+        .upstream(&server.url())
+}
+
+/// The messages received within `wait` that are not answers.
+fn notifications(peer: &mut Peer, wait: Duration) -> Vec<Value> {
+    let mut found = Vec::new();
+    while let Some(line) = peer.try_recv_line(wait) {
+        let message: Value = serde_json::from_slice(&line).unwrap();
+        if message.get("method").is_some() {
+            found.push(message);
+        }
+    }
+    found
+}
+
+fn a_write_sent_twice_runs_once_and_the_duplicate_replays(mode: &str) {
+    let server = HttpServer::start(mode, &[]);
+    let mut peer = proxy_to(&server).start();
+    let init = peer.initialize();
+    assert_eq!(init["serverInfo"]["name"], "toolonce-http-test", "{init}");
+    let tools = peer.list_tools();
+    assert_eq!(tools.len(), 3, "{tools:?}");
+
+    let first = peer.call("write", json!({"item": "a"}));
+    assert!(!is_error(&first), "{first}");
+    assert_eq!(text(&first), "wrote a (execution 1)");
+    // The server's own answer passes on as it came: nothing added.
+    assert!(first["result"].get("_meta").is_none(), "{first}");
+    let again = peer.call("write", json!({"item": "a"}));
+    assert_eq!(again["result"]["_meta"]["toolonce/outcome"], "replayed");
+    assert_eq!(without_outcome(&again), without_outcome(&first));
+
+    for _ in 0..2 {
+        let read = peer.call("read", json!({}));
+        assert_eq!(text(&read), "1", "{read}");
+        assert!(read["result"].get("_meta").is_none(), "reads pass through: {read}");
+    }
+    let executions = server.executions();
+    assert_eq!(executions.len(), 1, "{executions:?}");
+    assert_eq!(executions[0]["item"], "a");
+    assert!(
+        executions[0]["key"].as_str().unwrap().starts_with("idem:"),
+        "the key went along in _meta: {executions:?}"
+    );
+    if mode == "sse" {
+        // The log notification the tool sent on its call's stream came before the answer.
+        let logs = notifications(&mut peer, Duration::from_millis(200));
+        assert!(
+            logs.iter().any(|m| m["method"] == "notifications/message"
+                && m["params"]["data"] == "writing a"),
+            "{logs:?}"
+        );
+    }
+
+    peer.close_stdin();
+    assert_eq!(peer.wait(PATIENCE).code(), Some(0), "{}", peer.stderr());
+}
+
+#[test]
+fn a_write_sent_twice_runs_once_and_the_duplicate_replays_with_json_answers() {
+    a_write_sent_twice_runs_once_and_the_duplicate_replays("json");
+}
+
+#[test]
+fn a_write_sent_twice_runs_once_and_the_duplicate_replays_with_sse_answers() {
+    a_write_sent_twice_runs_once_and_the_duplicate_replays("sse");
+}
+
+/// `announce` makes the server send `notifications/tools/list_changed` outside any request:
+/// it reaches the client only through the GET stream the proxy opened. The stream opens just
+/// after the session does, so the test announces until one arrives.
+#[test]
+fn messages_the_server_sends_outside_requests_reach_the_client() {
+    for mode in ["json", "sse"] {
+        let server = HttpServer::start(mode, &[]);
+        let mut peer = proxy_to(&server).start();
+        peer.initialize();
+        let mut heard = false;
+        for _ in 0..40 {
+            let answer = peer.call("announce", json!({}));
+            assert_eq!(text(&answer), "announced");
+            let messages = notifications(&mut peer, Duration::from_millis(250));
+            if messages
+                .iter()
+                .any(|m| m["method"] == "notifications/tools/list_changed")
+            {
+                heard = true;
+                break;
+            }
+        }
+        assert!(heard, "{mode}: no list_changed came; stderr:\n{}", peer.stderr());
+        // The proxy listed the tools again when told they changed, and writes still work.
+        let write = peer.call("write", json!({"item": "after"}));
+        assert!(!is_error(&write), "{write}");
+    }
+}
+
+#[test]
+fn headers_given_with_header_reach_the_server_and_are_never_logged() {
+    let token = "s3cr3t-t0ken-value";
+    let server = HttpServer::start("sse", &[("REQUIRE_TOKEN", token)]);
+    let mut peer = proxy_to(&server)
+        .arg("--header")
+        .arg(&format!("Authorization: Bearer {token}"))
+        .arg("--header")
+        .arg("X-Test-Tag: tagged")
+        .env("RUST_LOG", "trace")
+        .start();
+    peer.initialize();
+    let write = peer.call("write", json!({"item": "with token"}));
+    assert!(!is_error(&write), "{write}");
+    let tags = server.tags();
+    assert!(tags.len() >= 3, "{tags:?}");
+    assert!(tags.iter().all(|t| t == "tagged"), "{tags:?}");
+    peer.close_stdin();
+    assert_eq!(peer.wait(PATIENCE).code(), Some(0));
+    let stderr = peer.stderr();
+    assert!(stderr.contains("toolonce::mcp"), "logs were written: {stderr}");
+    assert!(!stderr.contains(token), "the token was logged:\n{stderr}");
+
+    // Without it the server refuses everything: the client is told, and nothing runs.
+    let mut refused = proxy_to(&server).start();
+    let init = refused.request(
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {},
+               "clientInfo": {"name": "toolonce-tests", "version": "0"}}),
+    );
+    let message = init["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("401"), "{init}");
+    let write = refused.call("write", json!({"item": "without token"}));
+    assert!(
+        write["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("401")),
+        "{write}"
+    );
+    assert_eq!(server.executions().len(), 1);
+}
+
+/// The server goes away: a new write is answered "not executed" (it never left, so its claim
+/// is released), a duplicate of an earlier write is still replayed from the store, and a read
+/// gets an error saying the server cannot be reached.
+#[test]
+fn an_upstream_that_is_down_gets_writes_answered_not_executed() {
+    let mut server = HttpServer::start("json", &[]);
+    let mut peer = proxy_to(&server).start();
+    peer.initialize();
+    let first = peer.call("write", json!({"item": "before"}));
+    assert!(!is_error(&first), "{first}");
+    server.stop();
+
+    let write = peer.call("write", json!({"item": "while down"}));
+    assert!(is_error(&write), "{write}");
+    assert_eq!(
+        write["result"]["_meta"]["toolonce/outcome"], "not_executed",
+        "{write}"
+    );
+    let again = peer.call("write", json!({"item": "before"}));
+    assert_eq!(again["result"]["_meta"]["toolonce/outcome"], "replayed");
+    assert_eq!(without_outcome(&again), without_outcome(&first));
+    let read = peer.call("read", json!({}));
+    let message = read["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("cannot be reached"), "{read}");
+    assert_eq!(server.executions().len(), 1);
+
+    // A proxy whose server is down from the start answers too (nothing listens on the port).
+    let mut down = Spawn::proxy().upstream(&server.url()).start();
+    let init = down.request(
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {},
+               "clientInfo": {"name": "toolonce-tests", "version": "0"}}),
+    );
+    assert!(init.get("error").is_some(), "{init}");
+    let write = down.call("write", json!({"item": "never"}));
+    assert_eq!(
+        write["result"]["_meta"]["toolonce/outcome"], "not_executed",
+        "{write}"
+    );
+    down.close_stdin();
+    assert_eq!(down.wait(PATIENCE).code(), Some(0));
+}
+
+/// The SDK's own client, over stdio, with `toolonce mcp --upstream` as its server command.
+#[test]
+fn the_sdk_client_over_stdio_reaches_the_sdk_http_server_through_the_proxy() {
+    for mode in ["json", "sse"] {
+        let server = HttpServer::start(mode, &[]);
+        let output = Command::new("node")
+            .arg(sdk_dir().join("mcp_sdk_client.mjs"))
+            .arg(mcp_peer::toolonce())
+            .args(["mcp", "--store", "memory://", "--scope", "sdk", "--upstream"])
+            .arg(server.url())
+            .env_remove("TOOLONCE_STORE")
+            .env_remove("TOOLONCE_SCOPE")
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run the SDK client");
+        assert!(output.status.success(), "{mode}: {output:?}");
+        let got: Value = serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|e| panic!("{mode}: {e}: {output:?}"));
+        assert_eq!(got["server"]["name"], "toolonce-http-test", "{got}");
+        assert_eq!(got["tools"], json!(["write", "read", "announce"]));
+        assert_eq!(got["first"]["content"][0]["text"], "wrote sdk (execution 1)");
+        assert_eq!(got["second"]["_meta"]["toolonce/outcome"], "replayed", "{got}");
+        assert_eq!(got["second"]["content"], got["first"]["content"]);
+        assert_eq!(got["read"]["content"][0]["text"], "1");
+        assert_eq!(server.executions().len(), 1, "{mode}");
+    }
+}
