@@ -81,7 +81,7 @@ impl HttpServer {
             .arg(sdk.join("mcp_http_server.mjs"))
             .env("MODE", mode)
             .env("COUNT_FILE", dir.path().join("executions"))
-            .env("HEADER_LOG", dir.path().join("headers"))
+            .env("REQUEST_LOG", dir.path().join("requests"))
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -109,22 +109,32 @@ impl HttpServer {
         format!("http://127.0.0.1:{}/mcp", self.port)
     }
 
-    /// One `{item, key}` per execution of `write`.
-    fn executions(&self) -> Vec<Value> {
-        std::fs::read_to_string(self.dir.path().join("executions"))
+    fn lines(&self, file: &str) -> Vec<Value> {
+        std::fs::read_to_string(self.dir.path().join(file))
             .unwrap_or_default()
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
     }
 
-    /// The `X-Test-Tag` header of every POST the server received (`-` when absent).
-    fn tags(&self) -> Vec<String> {
-        std::fs::read_to_string(self.dir.path().join("headers"))
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_owned)
+    /// One `{item, key}` per execution of `write`.
+    fn executions(&self) -> Vec<Value> {
+        let all = self.lines("executions");
+        all.into_iter().filter(|e| e.get("item").is_some()).collect()
+    }
+
+    /// What `slow` noted: `started`, then `cancelled` or `done`.
+    fn slow(&self) -> Vec<String> {
+        let all = self.lines("executions");
+        all.iter()
+            .filter_map(|e| e["slow"].as_str().map(str::to_owned))
             .collect()
+    }
+
+    /// Every HTTP request the server received: method, X-Test-Tag, MCP-Protocol-Version,
+    /// Mcp-Method, Mcp-Name, and whether it carried a session id.
+    fn requests(&self) -> Vec<Value> {
+        self.lines("requests")
     }
 
     fn stop(&mut self) {
@@ -164,7 +174,7 @@ fn a_write_sent_twice_runs_once_and_the_duplicate_replays(mode: &str) {
     let init = peer.initialize();
     assert_eq!(init["serverInfo"]["name"], "toolonce-http-test", "{init}");
     let tools = peer.list_tools();
-    assert_eq!(tools.len(), 3, "{tools:?}");
+    assert_eq!(tools.len(), 4, "{tools:?}");
 
     let first = peer.call("write", json!({"item": "a"}));
     assert!(!is_error(&first), "{first}");
@@ -254,11 +264,29 @@ fn headers_given_with_header_reach_the_server_and_are_never_logged() {
     peer.initialize();
     let write = peer.call("write", json!({"item": "with token"}));
     assert!(!is_error(&write), "{write}");
-    let tags = server.tags();
-    assert!(tags.len() >= 3, "{tags:?}");
-    assert!(tags.iter().all(|t| t == "tagged"), "{tags:?}");
     peer.close_stdin();
     assert_eq!(peer.wait(PATIENCE).code(), Some(0));
+    let requests = server.requests();
+    assert!(
+        requests.iter().all(|r| r["tag"] == "tagged"),
+        "{requests:#?}"
+    );
+    // The session: every request after `initialize` carries its id and the negotiated
+    // version, the GET stream was opened, and the session was ended when the client left.
+    assert_eq!(requests[0]["mcpMethod"], "initialize", "{requests:#?}");
+    assert_eq!(requests[0]["session"], false);
+    for later in &requests[1..] {
+        assert_eq!(later["session"], true, "{later}");
+        assert_eq!(later["version"], "2025-06-18", "{later}");
+    }
+    assert!(requests.iter().any(|r| r["method"] == "GET"), "{requests:#?}");
+    assert_eq!(requests.last().unwrap()["method"], "DELETE", "{requests:#?}");
+    assert!(
+        requests
+            .iter()
+            .any(|r| r["mcpMethod"] == "tools/call" && r["mcpName"] == "write"),
+        "{requests:#?}"
+    );
     let stderr = peer.stderr();
     assert!(stderr.contains("toolonce::mcp"), "logs were written: {stderr}");
     assert!(!stderr.contains(token), "the token was logged:\n{stderr}");
@@ -344,11 +372,139 @@ fn the_sdk_client_over_stdio_reaches_the_sdk_http_server_through_the_proxy() {
         let got: Value = serde_json::from_slice(&output.stdout)
             .unwrap_or_else(|e| panic!("{mode}: {e}: {output:?}"));
         assert_eq!(got["server"]["name"], "toolonce-http-test", "{got}");
-        assert_eq!(got["tools"], json!(["write", "read", "announce"]));
+        assert_eq!(got["tools"], json!(["write", "read", "slow", "announce"]));
         assert_eq!(got["first"]["content"][0]["text"], "wrote sdk (execution 1)");
         assert_eq!(got["second"]["_meta"]["toolonce/outcome"], "replayed", "{got}");
         assert_eq!(got["second"]["content"], got["first"]["content"]);
         assert_eq!(got["read"]["content"][0]["text"], "1");
         assert_eq!(server.executions().len(), 1, "{mode}");
     }
+}
+
+/// A client's cancel of a write call in progress is POSTed to the server, which stops the
+/// tool; the call is not answered, and a duplicate sent meanwhile is told it is in flight
+/// rather than run again.
+#[test]
+fn a_cancelled_write_is_cancelled_on_the_server_and_never_runs_twice() {
+    for mode in ["json", "sse"] {
+        let server = HttpServer::start(mode, &[]);
+        let mut peer = proxy_to(&server)
+            .config("[proxy]\ncancel_grace = \"500ms\"\n[defaults]\nlease = \"60s\"")
+            .start();
+        peer.initialize();
+        let id = peer.call_async("slow", json!({}));
+        let deadline = std::time::Instant::now() + PATIENCE;
+        while server.slow().is_empty() {
+            assert!(std::time::Instant::now() < deadline, "{mode}: slow never started");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        peer.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                          "params": {"requestId": id, "reason": "test"}}));
+        while server.slow().len() < 2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{mode}: the cancel never reached the server: {:?}",
+                server.slow()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(server.slow(), ["started", "cancelled"], "{mode}");
+        let duplicate = peer.call("slow", json!({}));
+        assert_eq!(
+            duplicate["result"]["_meta"]["toolonce/outcome"], "in_flight",
+            "{mode}: {duplicate}"
+        );
+        // The cancelled call itself gets no answer.
+        let answers: Vec<Value> = std::iter::from_fn(|| peer.try_recv_line(Duration::from_secs(1)))
+            .map(|l| serde_json::from_slice::<Value>(&l).unwrap())
+            .filter(|m| m.get("id") == Some(&id))
+            .collect();
+        assert!(answers.is_empty(), "{mode}: {answers:?}");
+        assert_eq!(server.slow().len(), 2, "{mode}: slow ran again");
+    }
+}
+
+/// Writes a PEM file with openssl; panics naming what failed.
+fn openssl(args: &[&str], dir: &Path) {
+    let status = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("`openssl` is required by this test (it makes a test CA): install it");
+    assert!(status.success(), "openssl {args:?} failed");
+}
+
+/// A CA, and a certificate for `localhost` it signed (all in `dir`).
+fn test_ca(dir: &Path, name: &str) {
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+    let mut ca = vec!["req", "-x509", "-days", "2", "-subj"];
+    let subject = format!("/CN=toolonce test {name}");
+    let (key, pem) = (format!("{name}.key"), format!("{name}.pem"));
+    ca.push(&subject);
+    ca.extend(ec);
+    ca.extend(["-keyout", &key, "-out", &pem]);
+    ca.extend(["-addext", "basicConstraints=critical,CA:TRUE"]);
+    ca.extend(["-addext", "keyUsage=critical,keyCertSign"]);
+    openssl(&ca, dir);
+    if name == "ca" {
+        let mut csr = vec!["req", "-new", "-subj", "/CN=localhost"];
+        csr.extend(ec);
+        csr.extend(["-keyout", "server.key", "-out", "server.csr"]);
+        openssl(&csr, dir);
+        std::fs::write(
+            dir.join("server.ext"),
+            "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+        )
+        .unwrap();
+        openssl(
+            &[
+                "x509", "-req", "-days", "2", "-in", "server.csr", "-CA", "ca.pem", "-CAkey",
+                "ca.key", "-CAcreateserial", "-extfile", "server.ext", "-out", "server.pem",
+            ],
+            dir,
+        );
+    }
+}
+
+/// HTTPS with the trusted roots of the system's store, which `SSL_CERT_FILE` replaces here: a
+/// server whose CA is trusted is reached; one whose CA is not is never sent anything.
+#[test]
+fn https_upstreams_are_checked_against_the_trusted_roots() {
+    let pki = tempfile::tempdir().unwrap();
+    test_ca(pki.path(), "ca");
+    test_ca(pki.path(), "other");
+    let key = pki.path().join("server.key");
+    let cert = pki.path().join("server.pem");
+    let server = HttpServer::start(
+        "sse",
+        &[
+            ("TLS_KEY", key.to_str().unwrap()),
+            ("TLS_CERT", cert.to_str().unwrap()),
+        ],
+    );
+    let url = format!("https://localhost:{}/mcp", server.port);
+    let trusted = pki.path().join("ca.pem");
+    let mut peer = Spawn::proxy()
+        .upstream(&url)
+        .env("SSL_CERT_FILE", trusted.to_str().unwrap())
+        .start();
+    let init = peer.initialize();
+    assert_eq!(init["serverInfo"]["name"], "toolonce-http-test", "{init}");
+    let write = peer.call("write", json!({"item": "over tls"}));
+    assert_eq!(text(&write), "wrote over tls (execution 1)");
+
+    let other = pki.path().join("other.pem");
+    let mut untrusted = Spawn::proxy()
+        .upstream(&url)
+        .env("SSL_CERT_FILE", other.to_str().unwrap())
+        .start();
+    let write = untrusted.call("write", json!({"item": "untrusted"}));
+    assert_eq!(
+        write["result"]["_meta"]["toolonce/outcome"], "not_executed",
+        "{write}"
+    );
+    assert!(untrusted.stderr().contains("TLS"), "{}", untrusted.stderr());
+    assert_eq!(server.executions().len(), 1);
 }

@@ -2,16 +2,19 @@
 // `toolonce mcp --upstream`. Copied next to the SDK's node_modules and run with node.
 //
 // Environment: MODE (`json`: JSON answers; otherwise SSE), COUNT_FILE (one line per execution
-// of `write`), HEADER_LOG (the X-Test-Tag header of every POST), REQUIRE_TOKEN (requests
-// without `Authorization: Bearer <token>` get 401), PORT (0 or absent: any). It prints
-// `PORT=<n>` once it listens.
+// of `write`), REQUEST_LOG (one JSON line per HTTP request: method, X-Test-Tag,
+// MCP-Protocol-Version, Mcp-Method, Mcp-Name, whether it had a session id), REQUIRE_TOKEN
+// (requests without `Authorization: Bearer <token>` get 401), TLS_KEY and TLS_CERT (PEM files:
+// serve HTTPS), PORT (0 or absent: any). It prints `PORT=<n>` once it listens.
 //
 // Tools: `write` (no annotations: a write) appends to COUNT_FILE and says which execution it
 // was, after a log notification on the call's own stream; `read` (readOnlyHint) says how many
 // writes ran; `announce` (readOnlyHint) sends `notifications/tools/list_changed`, which goes
-// on the GET stream.
+// on the GET stream; `slow` (a write) notes `started` in COUNT_FILE and waits until the client
+// cancels it, then notes `cancelled`.
 import fs from 'node:fs';
 import http from 'node:http';
+import https from 'node:https';
 import { randomUUID } from 'node:crypto';
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
@@ -23,12 +26,15 @@ import {
 
 const json = process.env.MODE === 'json';
 const countFile = process.env.COUNT_FILE;
-const headerLog = process.env.HEADER_LOG;
+const requestLog = process.env.REQUEST_LOG;
 const token = process.env.REQUIRE_TOKEN;
 
 function executions() {
   try {
-    return fs.readFileSync(countFile, 'utf8').split('\n').filter((l) => l).length;
+    return fs
+      .readFileSync(countFile, 'utf8')
+      .split('\n')
+      .filter((l) => l && JSON.parse(l).item !== undefined).length;
   } catch {
     return 0;
   }
@@ -53,6 +59,11 @@ function makeServer() {
         annotations: { readOnlyHint: true },
       },
       {
+        name: 'slow',
+        description: 'Waits until cancelled.',
+        inputSchema: { type: 'object' },
+      },
+      {
         name: 'announce',
         description: 'Says the tool list changed.',
         inputSchema: { type: 'object' },
@@ -75,6 +86,15 @@ function makeServer() {
     if (name === 'read') {
       return { content: [{ type: 'text', text: String(executions()) }] };
     }
+    if (name === 'slow') {
+      fs.appendFileSync(countFile, JSON.stringify({ slow: 'started' }) + '\n');
+      await new Promise((resolve) => {
+        extra.signal.addEventListener('abort', resolve);
+        setTimeout(resolve, 60000);
+      });
+      fs.appendFileSync(countFile, JSON.stringify({ slow: extra.signal.aborted ? 'cancelled' : 'done' }) + '\n');
+      return { content: [{ type: 'text', text: 'slow done' }] };
+    }
     if (name === 'announce') {
       await server.sendToolListChanged();
       return { content: [{ type: 'text', text: 'announced' }] };
@@ -86,8 +106,20 @@ function makeServer() {
 
 const transports = new Map();
 
-const httpServer = http.createServer(async (req, res) => {
+const handler = async (req, res) => {
   try {
+    if (requestLog) {
+      const h = req.headers;
+      const seen = {
+        method: req.method,
+        tag: h['x-test-tag'] ?? null,
+        version: h['mcp-protocol-version'] ?? null,
+        mcpMethod: h['mcp-method'] ?? null,
+        mcpName: h['mcp-name'] ?? null,
+        session: h['mcp-session-id'] !== undefined,
+      };
+      fs.appendFileSync(requestLog, JSON.stringify(seen) + '\n');
+    }
     if (token !== undefined && req.headers.authorization !== `Bearer ${token}`) {
       res.writeHead(401, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ jsonrpc: '2.0', error: { code: -32001, message: 'Unauthorized' }, id: null }));
@@ -95,7 +127,6 @@ const httpServer = http.createServer(async (req, res) => {
     }
     let body;
     if (req.method === 'POST') {
-      if (headerLog) fs.appendFileSync(headerLog, (req.headers['x-test-tag'] ?? '-') + '\n');
       const chunks = [];
       for await (const chunk of req) chunks.push(chunk);
       body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
@@ -125,7 +156,15 @@ const httpServer = http.createServer(async (req, res) => {
       res.end(String(e));
     }
   }
-});
+};
+
+const httpServer =
+  process.env.TLS_KEY === undefined
+    ? http.createServer(handler)
+    : https.createServer(
+        { key: fs.readFileSync(process.env.TLS_KEY), cert: fs.readFileSync(process.env.TLS_CERT) },
+        handler,
+      );
 
 httpServer.listen(Number(process.env.PORT ?? 0), '127.0.0.1', () => {
   console.log(`PORT=${httpServer.address().port}`);
