@@ -51,7 +51,11 @@ fn sdk_dir() -> &'static Path {
                 .expect("run npm");
             assert!(status.success(), "npm install {SDK} failed");
         }
-        assert!(entry.exists(), "{} is missing after npm install", entry.display());
+        assert!(
+            entry.exists(),
+            "{} is missing after npm install",
+            entry.display()
+        );
         for (name, script) in [
             ("mcp_http_server.mjs", SERVER_SCRIPT),
             ("mcp_sdk_client.mjs", CLIENT_SCRIPT),
@@ -120,7 +124,9 @@ impl HttpServer {
     /// One `{item, key}` per execution of `write`.
     fn executions(&self) -> Vec<Value> {
         let all = self.lines("executions");
-        all.into_iter().filter(|e| e.get("item").is_some()).collect()
+        all.into_iter()
+            .filter(|e| e.get("item").is_some())
+            .collect()
     }
 
     /// What `slow` noted: `started`, then `cancelled` or `done`.
@@ -188,7 +194,10 @@ fn a_write_sent_twice_runs_once_and_the_duplicate_replays(mode: &str) {
     for _ in 0..2 {
         let read = peer.call("read", json!({}));
         assert_eq!(text(&read), "1", "{read}");
-        assert!(read["result"].get("_meta").is_none(), "reads pass through: {read}");
+        assert!(
+            read["result"].get("_meta").is_none(),
+            "reads pass through: {read}"
+        );
     }
     let executions = server.executions();
     assert_eq!(executions.len(), 1, "{executions:?}");
@@ -201,8 +210,9 @@ fn a_write_sent_twice_runs_once_and_the_duplicate_replays(mode: &str) {
         // The log notification the tool sent on its call's stream came before the answer.
         let logs = notifications(&mut peer, Duration::from_millis(200));
         assert!(
-            logs.iter().any(|m| m["method"] == "notifications/message"
-                && m["params"]["data"] == "writing a"),
+            logs.iter()
+                .any(|m| m["method"] == "notifications/message"
+                    && m["params"]["data"] == "writing a"),
             "{logs:?}"
         );
     }
@@ -243,7 +253,11 @@ fn messages_the_server_sends_outside_requests_reach_the_client() {
                 break;
             }
         }
-        assert!(heard, "{mode}: no list_changed came; stderr:\n{}", peer.stderr());
+        assert!(
+            heard,
+            "{mode}: no list_changed came; stderr:\n{}",
+            peer.stderr()
+        );
         // The proxy listed the tools again when told they changed, and writes still work.
         let write = peer.call("write", json!({"item": "after"}));
         assert!(!is_error(&write), "{write}");
@@ -279,8 +293,15 @@ fn headers_given_with_header_reach_the_server_and_are_never_logged() {
         assert_eq!(later["session"], true, "{later}");
         assert_eq!(later["version"], "2025-06-18", "{later}");
     }
-    assert!(requests.iter().any(|r| r["method"] == "GET"), "{requests:#?}");
-    assert_eq!(requests.last().unwrap()["method"], "DELETE", "{requests:#?}");
+    assert!(
+        requests.iter().any(|r| r["method"] == "GET"),
+        "{requests:#?}"
+    );
+    assert_eq!(
+        requests.last().unwrap()["method"],
+        "DELETE",
+        "{requests:#?}"
+    );
     assert!(
         requests
             .iter()
@@ -288,7 +309,10 @@ fn headers_given_with_header_reach_the_server_and_are_never_logged() {
         "{requests:#?}"
     );
     let stderr = peer.stderr();
-    assert!(stderr.contains("toolonce::mcp"), "logs were written: {stderr}");
+    assert!(
+        stderr.contains("toolonce::mcp"),
+        "logs were written: {stderr}"
+    );
     assert!(!stderr.contains(token), "the token was logged:\n{stderr}");
 
     // Without it the server refuses everything: the client is told, and nothing runs.
@@ -361,7 +385,14 @@ fn the_sdk_client_over_stdio_reaches_the_sdk_http_server_through_the_proxy() {
         let output = Command::new("node")
             .arg(sdk_dir().join("mcp_sdk_client.mjs"))
             .arg(mcp_peer::toolonce())
-            .args(["mcp", "--store", "memory://", "--scope", "sdk", "--upstream"])
+            .args([
+                "mcp",
+                "--store",
+                "memory://",
+                "--scope",
+                "sdk",
+                "--upstream",
+            ])
             .arg(server.url())
             .env_remove("TOOLONCE_STORE")
             .env_remove("TOOLONCE_SCOPE")
@@ -373,8 +404,14 @@ fn the_sdk_client_over_stdio_reaches_the_sdk_http_server_through_the_proxy() {
             .unwrap_or_else(|e| panic!("{mode}: {e}: {output:?}"));
         assert_eq!(got["server"]["name"], "toolonce-http-test", "{got}");
         assert_eq!(got["tools"], json!(["write", "read", "slow", "announce"]));
-        assert_eq!(got["first"]["content"][0]["text"], "wrote sdk (execution 1)");
-        assert_eq!(got["second"]["_meta"]["toolonce/outcome"], "replayed", "{got}");
+        assert_eq!(
+            got["first"]["content"][0]["text"],
+            "wrote sdk (execution 1)"
+        );
+        assert_eq!(
+            got["second"]["_meta"]["toolonce/outcome"], "replayed",
+            "{got}"
+        );
         assert_eq!(got["second"]["content"], got["first"]["content"]);
         assert_eq!(got["read"]["content"][0]["text"], "1");
         assert_eq!(server.executions().len(), 1, "{mode}");
@@ -395,11 +432,16 @@ fn a_cancelled_write_is_cancelled_on_the_server_and_never_runs_twice() {
         let id = peer.call_async("slow", json!({}));
         let deadline = std::time::Instant::now() + PATIENCE;
         while server.slow().is_empty() {
-            assert!(std::time::Instant::now() < deadline, "{mode}: slow never started");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{mode}: slow never started"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
-        peer.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                          "params": {"requestId": id, "reason": "test"}}));
+        peer.send(
+            &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                          "params": {"requestId": id, "reason": "test"}}),
+        );
         while server.slow().len() < 2 {
             assert!(
                 std::time::Instant::now() < deadline,
@@ -438,7 +480,13 @@ fn openssl(args: &[&str], dir: &Path) {
 
 /// A CA, and a certificate for `localhost` it signed (all in `dir`).
 fn test_ca(dir: &Path, name: &str) {
-    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
     let mut ca = vec!["req", "-x509", "-days", "2", "-subj"];
     let subject = format!("/CN=toolonce test {name}");
     let (key, pem) = (format!("{name}.key"), format!("{name}.pem"));
@@ -460,8 +508,21 @@ fn test_ca(dir: &Path, name: &str) {
         .unwrap();
         openssl(
             &[
-                "x509", "-req", "-days", "2", "-in", "server.csr", "-CA", "ca.pem", "-CAkey",
-                "ca.key", "-CAcreateserial", "-extfile", "server.ext", "-out", "server.pem",
+                "x509",
+                "-req",
+                "-days",
+                "2",
+                "-in",
+                "server.csr",
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-extfile",
+                "server.ext",
+                "-out",
+                "server.pem",
             ],
             dir,
         );

@@ -82,7 +82,10 @@ pub(crate) enum Incoming {
 
 /// Where the server is.
 struct Target {
-    tls: Option<(tokio_rustls::TlsConnector, rustls::pki_types::ServerName<'static>)>,
+    tls: Option<(
+        tokio_rustls::TlsConnector,
+        rustls::pki_types::ServerName<'static>,
+    )>,
     host: String,
     port: u16,
     /// The `Host` header.
@@ -547,7 +550,10 @@ impl Exchange {
         mut self,
         sender: Sender,
         response: impl Future<
-            Output = Result<Response<Body>, hyper::client::conn::TrySendError<Request<Full<Bytes>>>>,
+            Output = Result<
+                Response<Body>,
+                hyper::client::conn::TrySendError<Request<Full<Bytes>>>,
+            >,
         >,
     ) {
         let upstream = self.upstream.clone();
@@ -680,8 +686,7 @@ impl Exchange {
         if !status.is_client_error() {
             return self.lost(&format!("HTTP {status}: {said}"));
         }
-        let session = if status == StatusCode::NOT_FOUND && lock(&self.upstream.session).is_some()
-        {
+        let session = if status == StatusCode::NOT_FOUND && lock(&self.upstream.session).is_some() {
             " Its session has ended: restart the MCP client's connection to start a new one."
         } else {
             ""
@@ -771,10 +776,7 @@ impl std::fmt::Debug for Target {
 impl Target {
     fn parse(url: &str) -> anyhow::Result<Target> {
         // The URL itself is never echoed: its query may hold a key.
-        let uri: Uri = url
-            .parse()
-            .ok()
-            .context("--upstream is not a valid URL")?;
+        let uri: Uri = url.parse().ok().context("--upstream is not a valid URL")?;
         let https = match uri.scheme_str() {
             Some("https") => true,
             Some("http") => false,
@@ -1106,8 +1108,11 @@ mod tests {
 
     #[test]
     fn header_values_are_never_echoed_in_errors() {
-        let e = Upstream::new("http://localhost/mcp", &["Authorization: Bearer s3cret\n".into()])
-            .unwrap_err();
+        let e = Upstream::new(
+            "http://localhost/mcp",
+            &["Authorization: Bearer s3cret\n".into()],
+        )
+        .unwrap_err();
         assert!(!format!("{e:#}").contains("s3cret"), "{e:#}");
         let (upstream, _rx) =
             Upstream::new("http://localhost/mcp", &["X-Api-Key:  k1 ".into()]).unwrap();

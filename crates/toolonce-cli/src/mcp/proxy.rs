@@ -842,7 +842,12 @@ pub(crate) async fn run(
     let (end, mut child, upstream, output) = match server {
         Server::Command(command) => {
             let (child, stdin, stdout) = start(command)?;
-            (ServerEnd::Stdin(stdin), Some(child), None, Output::Stdout(stdout))
+            (
+                ServerEnd::Stdin(stdin),
+                Some(child),
+                None,
+                Output::Stdout(stdout),
+            )
         }
         Server::Http(upstream, incoming) => (
             ServerEnd::Http(upstream.clone()),
