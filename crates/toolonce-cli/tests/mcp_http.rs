@@ -380,8 +380,8 @@ fn an_upstream_that_is_down_gets_writes_answered_not_executed() {
 /// The SDK's own client, over stdio, with `toolonce mcp --upstream` as its server command.
 #[test]
 fn the_sdk_client_over_stdio_reaches_the_sdk_http_server_through_the_proxy() {
-    for mode in ["json", "sse"] {
-        let server = HttpServer::start(mode, &[]);
+    for (mode, resumable) in [("json", "0"), ("sse", "0"), ("sse", "1")] {
+        let server = HttpServer::start(mode, &[("RESUMABLE", resumable)]);
         let output = Command::new("node")
             .arg(sdk_dir().join("mcp_sdk_client.mjs"))
             .arg(mcp_peer::toolonce())
@@ -568,4 +568,41 @@ fn https_upstreams_are_checked_against_the_trusted_roots() {
     );
     assert!(untrusted.stderr().contains("TLS"), "{}", untrusted.stderr());
     assert_eq!(server.executions().len(), 1);
+}
+
+/// A server may close a call's event stream before answering (protocol 2025-11-25, with an
+/// event store): the proxy resumes it with a GET carrying the last event id, and the answer
+/// and the notification before it reach the client. The stream opens with an event that has
+/// an id and no data, which is no message and is not passed on.
+#[test]
+fn a_call_whose_event_stream_the_server_closes_is_resumed() {
+    let server = HttpServer::start("sse", &[("RESUMABLE", "1")]);
+    let mut peer = proxy_to(&server).start();
+    let init = peer.request(
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {},
+               "clientInfo": {"name": "toolonce-tests", "version": "0"}}),
+    );
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
+    peer.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let first = peer.call("write", json!({"item": "resumed"}));
+    assert_eq!(text(&first), "wrote resumed (execution 1)", "{first}");
+    let again = peer.call("write", json!({"item": "resumed"}));
+    assert_eq!(again["result"]["_meta"]["toolonce/outcome"], "replayed");
+    let logs = notifications(&mut peer, Duration::from_millis(200));
+    assert!(
+        logs.iter().any(|m| m["params"]["data"] == "writing resumed"),
+        "{logs:?}"
+    );
+    let requests = server.requests();
+    assert!(
+        requests.iter().filter(|r| r["method"] == "GET").count() >= 2,
+        "the GET stream and the resumption: {requests:#?}"
+    );
+    // Every line the client got was a message.
+    peer.close_stdin();
+    assert_eq!(peer.wait(PATIENCE).code(), Some(0));
+    while let Some(line) = peer.try_recv_line(Duration::from_millis(100)) {
+        assert!(serde_json::from_slice::<Value>(&line).is_ok(), "{line:?}");
+    }
 }

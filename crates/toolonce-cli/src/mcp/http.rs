@@ -924,7 +924,8 @@ fn response_ids(line: &[u8]) -> Vec<IdKey> {
 #[derive(Debug, Default, PartialEq)]
 struct Event {
     /// The data of a `message` event (the default type); `None` for other types and for
-    /// events without data (such as one that only sets an id).
+    /// events without data, or with empty data (such as the event that opens a resumable
+    /// stream, which only sets an id): those are no message.
     data: Option<Vec<u8>>,
     id: Option<String>,
     retry: Option<u64>,
@@ -1008,7 +1009,7 @@ impl Parser {
             let message = self.event.is_empty() || self.event == b"message";
             let data = std::mem::take(&mut self.data);
             let event = Event {
-                data: (self.has_data && message).then_some(data),
+                data: (self.has_data && message && !data.trim_ascii().is_empty()).then_some(data),
                 id: self.id.take(),
                 retry: self.retry.take(),
             };
@@ -1077,7 +1078,7 @@ mod tests {
 
     #[test]
     fn events_of_other_types_and_ids_alone_carry_no_message() {
-        let out = events(&[b"id: 3\nretry: 500\n\nevent: ping\ndata: 1\n\n"]);
+        let out = events(&[b"id: 3\nretry: 500\ndata: \n\nevent: ping\ndata: 1\n\n"]);
         let only_id = Event {
             data: None,
             id: Some("3".into()),

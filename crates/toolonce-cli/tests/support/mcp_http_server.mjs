@@ -5,7 +5,10 @@
 // of `write`), REQUEST_LOG (one JSON line per HTTP request: method, X-Test-Tag,
 // MCP-Protocol-Version, Mcp-Method, Mcp-Name, whether it had a session id), REQUIRE_TOKEN
 // (requests without `Authorization: Bearer <token>` get 401), TLS_KEY and TLS_CERT (PEM files:
-// serve HTTPS), PORT (0 or absent: any). It prints `PORT=<n>` once it listens.
+// serve HTTPS), RESUMABLE (`1`: an event store, and `write` closes its call's event stream
+// before answering, so the answer comes only to a client that resumes with Last-Event-ID;
+// the SDK does this for protocol 2025-11-25 and later), PORT (0 or absent: any). It prints
+// `PORT=<n>` once it listens.
 //
 // Tools: `write` (no annotations: a write) appends to COUNT_FILE and says which execution it
 // was, after a log notification on the call's own stream; `read` (readOnlyHint) says how many
@@ -18,6 +21,7 @@ import https from 'node:https';
 import { randomUUID } from 'node:crypto';
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { InMemoryEventStore } from '@modelcontextprotocol/sdk/examples/shared/inMemoryEventStore.js';
 import {
   CallToolRequestSchema,
   ListToolsRequestSchema,
@@ -28,6 +32,7 @@ const json = process.env.MODE === 'json';
 const countFile = process.env.COUNT_FILE;
 const requestLog = process.env.REQUEST_LOG;
 const token = process.env.REQUIRE_TOKEN;
+const resumable = process.env.RESUMABLE === '1';
 
 function executions() {
   try {
@@ -75,6 +80,7 @@ function makeServer() {
     const { name } = request.params;
     const args = request.params.arguments ?? {};
     if (name === 'write') {
+      if (resumable) extra.closeSSEStream?.();
       await extra.sendNotification({
         method: 'notifications/message',
         params: { level: 'info', data: `writing ${args.item}` },
@@ -142,6 +148,8 @@ const handler = async (req, res) => {
       transport = new StreamableHTTPServerTransport({
         sessionIdGenerator: () => randomUUID(),
         enableJsonResponse: json,
+        eventStore: resumable ? new InMemoryEventStore() : undefined,
+        retryInterval: resumable ? 100 : undefined,
         onsessioninitialized: (id) => transports.set(id, transport),
       });
       transport.onclose = () => {
