@@ -180,7 +180,7 @@ fn a_write_sent_twice_runs_once_and_the_duplicate_replays(mode: &str) {
     let init = peer.initialize();
     assert_eq!(init["serverInfo"]["name"], "toolonce-http-test", "{init}");
     let tools = peer.list_tools();
-    assert_eq!(tools.len(), 4, "{tools:?}");
+    assert_eq!(tools.len(), 5, "{tools:?}");
 
     let first = peer.call("write", json!({"item": "a"}));
     assert!(!is_error(&first), "{first}");
@@ -403,7 +403,10 @@ fn the_sdk_client_over_stdio_reaches_the_sdk_http_server_through_the_proxy() {
         let got: Value = serde_json::from_slice(&output.stdout)
             .unwrap_or_else(|e| panic!("{mode}: {e}: {output:?}"));
         assert_eq!(got["server"]["name"], "toolonce-http-test", "{got}");
-        assert_eq!(got["tools"], json!(["write", "read", "slow", "announce"]));
+        assert_eq!(
+            got["tools"],
+            json!(["write", "read", "slow", "crash", "announce"])
+        );
         assert_eq!(
             got["first"]["content"][0]["text"],
             "wrote sdk (execution 1)"
@@ -591,7 +594,8 @@ fn a_call_whose_event_stream_the_server_closes_is_resumed() {
     assert_eq!(again["result"]["_meta"]["toolonce/outcome"], "replayed");
     let logs = notifications(&mut peer, Duration::from_millis(200));
     assert!(
-        logs.iter().any(|m| m["params"]["data"] == "writing resumed"),
+        logs.iter()
+            .any(|m| m["params"]["data"] == "writing resumed"),
         "{logs:?}"
     );
     let requests = server.requests();
@@ -604,5 +608,35 @@ fn a_call_whose_event_stream_the_server_closes_is_resumed() {
     assert_eq!(peer.wait(PATIENCE).code(), Some(0));
     while let Some(line) = peer.try_recv_line(Duration::from_millis(100)) {
         assert!(serde_json::from_slice::<Value>(&line).is_ok(), "{line:?}");
+    }
+}
+
+/// The server dies while a write call is in progress, after its effect: the connection breaks
+/// after the request left, so whether it took effect is unknown. The call is answered
+/// `server_gone`, and a duplicate is told the operation is in flight (locked for its lease),
+/// never run again.
+#[test]
+fn a_connection_lost_after_a_write_left_leaves_its_operation_locked() {
+    for mode in ["json", "sse"] {
+        let server = HttpServer::start(mode, &[]);
+        let mut peer = proxy_to(&server)
+            .config("[defaults]\nlease = \"60s\"")
+            .start();
+        peer.initialize();
+        let lost = peer.call("crash", json!({}));
+        assert!(is_error(&lost), "{mode}: {lost}");
+        assert_eq!(
+            lost["result"]["_meta"]["toolonce/outcome"], "server_gone",
+            "{mode}: {lost}"
+        );
+        let duplicate = peer.call("crash", json!({}));
+        assert_eq!(
+            duplicate["result"]["_meta"]["toolonce/outcome"], "in_flight",
+            "{mode}: {duplicate}"
+        );
+        assert_eq!(server.executions().len(), 1, "{mode}");
+        // A read lost the same way is answered with an error that says so.
+        let read = peer.call("read", json!({}));
+        assert!(read.get("error").is_some(), "{mode}: {read}");
     }
 }

@@ -29,7 +29,7 @@
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use bytes::Bytes;
@@ -53,6 +53,11 @@ const ACCEPT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The largest JSON body read from the server; an SSE body is read event by event.
 const BODY_LIMIT: usize = 64 * 1024 * 1024;
+
+/// How long an idle connection is reused. A server closes idle connections on a timer of its
+/// own (Node.js after 5 s), and a request written just as the server closes is lost with an
+/// unknown outcome; staying under the common timers keeps that from happening.
+const IDLE_REUSE: Duration = Duration::from_secs(4);
 
 /// How many times a POST's event stream is resumed with a GET before its requests are lost.
 const RESUME_ATTEMPTS: usize = 3;
@@ -101,7 +106,7 @@ struct Target {
 pub(crate) struct Upstream {
     target: Target,
     headers: HeaderMap,
-    idle: Mutex<Vec<Sender>>,
+    idle: Mutex<Vec<(Instant, Sender)>>,
     session: Mutex<Option<HeaderValue>>,
     version: Mutex<Option<HeaderValue>>,
     /// Cloned by every exchange in progress: routing ends when the last clone is gone.
@@ -357,10 +362,10 @@ impl Upstream {
     /// An idle connection that is still open, or a new one.
     async fn connection(&self) -> Result<Sender, String> {
         loop {
-            let Some(mut sender) = lock(&self.idle).pop() else {
+            let Some((since, mut sender)) = lock(&self.idle).pop() else {
                 break;
             };
-            if !sender.is_closed() && sender.ready().await.is_ok() {
+            if since.elapsed() < IDLE_REUSE && !sender.is_closed() && sender.ready().await.is_ok() {
                 return Ok(sender);
             }
         }
@@ -393,7 +398,7 @@ impl Upstream {
     /// Gives a connection whose exchange is over back for the next request.
     fn release(&self, sender: Sender) {
         if !sender.is_closed() {
-            lock(&self.idle).push(sender);
+            lock(&self.idle).push((Instant::now(), sender));
         }
     }
 

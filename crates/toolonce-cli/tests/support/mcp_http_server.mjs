@@ -14,7 +14,8 @@
 // was, after a log notification on the call's own stream; `read` (readOnlyHint) says how many
 // writes ran; `announce` (readOnlyHint) sends `notifications/tools/list_changed`, which goes
 // on the GET stream; `slow` (a write) notes `started` in COUNT_FILE and waits until the client
-// cancels it, then notes `cancelled`.
+// cancels it, then notes `cancelled`; `crash` (a write) records an execution and exits the
+// process before answering.
 import fs from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
@@ -69,6 +70,11 @@ function makeServer() {
         inputSchema: { type: 'object' },
       },
       {
+        name: 'crash',
+        description: 'Records an execution, then dies.',
+        inputSchema: { type: 'object' },
+      },
+      {
         name: 'announce',
         description: 'Says the tool list changed.',
         inputSchema: { type: 'object' },
@@ -91,6 +97,10 @@ function makeServer() {
     }
     if (name === 'read') {
       return { content: [{ type: 'text', text: String(executions()) }] };
+    }
+    if (name === 'crash') {
+      fs.appendFileSync(countFile, JSON.stringify({ item: 'crash', key: null }) + '\n');
+      process.exit(1);
     }
     if (name === 'slow') {
       fs.appendFileSync(countFile, JSON.stringify({ slow: 'started' }) + '\n');
