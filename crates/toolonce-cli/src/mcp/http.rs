@@ -1116,7 +1116,7 @@ mod tests {
     fn header_values_are_never_echoed_in_errors() {
         let e = Upstream::new(
             "http://localhost/mcp",
-            &["Authorization: Bearer s3cret\n".into()],
+            &["Authorization: Bearer s3cret\u{1}x".into()],
         )
         .unwrap_err();
         assert!(!format!("{e:#}").contains("s3cret"), "{e:#}");
