@@ -180,7 +180,7 @@ fn a_write_sent_twice_runs_once_and_the_duplicate_replays(mode: &str) {
     let init = peer.initialize();
     assert_eq!(init["serverInfo"]["name"], "toolonce-http-test", "{init}");
     let tools = peer.list_tools();
-    assert_eq!(tools.len(), 5, "{tools:?}");
+    assert_eq!(tools.len(), 6, "{tools:?}");
 
     let first = peer.call("write", json!({"item": "a"}));
     assert!(!is_error(&first), "{first}");
@@ -405,7 +405,7 @@ fn the_sdk_client_over_stdio_reaches_the_sdk_http_server_through_the_proxy() {
         assert_eq!(got["server"]["name"], "toolonce-http-test", "{got}");
         assert_eq!(
             got["tools"],
-            json!(["write", "read", "slow", "crash", "announce"])
+            json!(["write", "read", "slow", "crash", "expire", "announce"])
         );
         assert_eq!(
             got["first"]["content"][0]["text"],
@@ -638,5 +638,47 @@ fn a_connection_lost_after_a_write_left_leaves_its_operation_locked() {
         // A read lost the same way is answered with an error that says so.
         let read = peer.call("read", json!({}));
         assert!(read.get("error").is_some(), "{mode}: {read}");
+    }
+}
+
+/// The server ends the session (404 to a request that carried it): the proxy opens a new one
+/// with the client's own `initialize` and sends the request again, so the client never notices,
+/// and the new session's answers are recorded and replayed as before.
+#[test]
+fn a_session_the_server_ended_is_replaced_and_the_request_sent_again() {
+    for mode in ["json", "sse"] {
+        let server = HttpServer::start(mode, &[]);
+        let mut peer = proxy_to(&server).start();
+        peer.initialize();
+        let first = peer.call("write", json!({"item": "one"}));
+        assert!(!is_error(&first), "{mode}: {first}");
+        assert_eq!(text(&peer.call("expire", json!({}))), "expiring");
+        std::thread::sleep(Duration::from_millis(500));
+
+        let second = peer.call("write", json!({"item": "two"}));
+        assert_eq!(text(&second), "wrote two (execution 2)", "{mode}: {second}");
+        let duplicate = peer.call("write", json!({"item": "one"}));
+        assert_eq!(duplicate["result"]["_meta"]["toolonce/outcome"], "replayed");
+        assert_eq!(text(&peer.call("read", json!({}))), "2");
+        let requests = server.requests();
+        let initializes = requests
+            .iter()
+            .filter(|r| r["mcpMethod"] == "initialize")
+            .count();
+        assert_eq!(initializes, 2, "{mode}: {requests:#?}");
+        assert!(
+            requests.iter().any(|r| r["method"] == "POST"
+                && r["session"] == true
+                && r["version"] == "2025-06-18"),
+            "{requests:#?}"
+        );
+        // The new session's `initialize` answer went nowhere: the client has its own.
+        let stray: Vec<Value> =
+            std::iter::from_fn(|| peer.try_recv_line(Duration::from_millis(200)))
+                .map(|l| serde_json::from_slice::<Value>(&l).unwrap())
+                .filter(|m| m.get("method").is_none())
+                .collect();
+        assert!(stray.is_empty(), "{mode}: {stray:?}");
+        assert_eq!(server.executions().len(), 2, "{mode}");
     }
 }

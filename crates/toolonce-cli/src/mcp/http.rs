@@ -16,7 +16,11 @@
 //!   them in the client's order (`notifications/initialized` before the proxy's `tools/list`).
 //! - **Sessions** (protocols 2025-03-26 to 2025-11-25). The `Mcp-Session-Id` of the
 //!   `initialize` answer and the negotiated `MCP-Protocol-Version` go with every later request;
-//!   the session is ended with DELETE when the client hangs up. Requests also carry
+//!   the session is ended with DELETE when the client hangs up. When the server has ended the
+//!   session (404 to a request that carried it), the proxy opens a new one as the specification
+//!   asks of a client, with the client's own `initialize` and `notifications/initialized`
+//!   (their answers go nowhere: the client already has one), and sends the request again: a
+//!   404 means it was not processed. Requests also carry
 //!   `Mcp-Method` and `Mcp-Name` (protocol 2026-07-28), and a request's own
 //!   `_meta["io.modelcontextprotocol/protocolVersion"]` is its `MCP-Protocol-Version`.
 //! - **Server-to-client messages** come on the SSE bodies of POSTs and on the GET stream,
@@ -109,6 +113,9 @@ pub(crate) struct Upstream {
     idle: Mutex<Vec<(Instant, Sender)>>,
     session: Mutex<Option<HeaderValue>>,
     version: Mutex<Option<HeaderValue>>,
+    /// The client's `initialize` and `notifications/initialized`, to open a new session with.
+    handshake: Mutex<(Option<Bytes>, Option<Bytes>)>,
+    renewing: tokio::sync::Mutex<()>,
     /// Cloned by every exchange in progress: routing ends when the last clone is gone.
     incoming: Mutex<Option<mpsc::UnboundedSender<Incoming>>>,
     /// Serializes messages that expect no answer (see the module's documentation).
@@ -159,6 +166,8 @@ impl Upstream {
             idle: Mutex::new(Vec::new()),
             session: Mutex::new(None),
             version: Mutex::new(None),
+            handshake: Mutex::new((None, None)),
+            renewing: tokio::sync::Mutex::new(()),
             incoming: Mutex::new(Some(tx)),
             accepting: tokio::sync::Mutex::new(()),
             closed: watch::Sender::new(false),
@@ -187,7 +196,16 @@ impl Upstream {
             .and_then(|p| p.id.as_ref().map(IdKey::of));
         let initialized =
             peek.as_ref().and_then(|p| p.method.as_deref()) == Some("notifications/initialized");
+        if initialize.is_some() {
+            // A new session: the client's `initialize` goes without the old one's id.
+            *lock(&self.session) = None;
+            *lock(&self.version) = None;
+            lock(&self.handshake).0 = Some(Bytes::copy_from_slice(message));
+        } else if initialized {
+            lock(&self.handshake).1 = Some(Bytes::copy_from_slice(message));
+        }
         let request = self.post(message, peek.as_ref());
+        let session = request.headers().get(SESSION_ID).cloned();
         // Without an answer to wait for, the next message waits for this one to be accepted.
         let accepting = if requests.is_empty() {
             Some(self.accepting.lock().await)
@@ -210,6 +228,8 @@ impl Upstream {
         let exchange = Exchange {
             upstream: self.clone(),
             incoming,
+            message: Bytes::copy_from_slice(message),
+            session,
             pending: requests.iter().map(IdKey::of).collect(),
             requests,
             initialize,
@@ -237,6 +257,72 @@ impl Upstream {
     pub(crate) fn close(&self) {
         lock(&self.incoming).take();
         self.closed.send_replace(true);
+    }
+
+    /// Opens a new session in place of `expired`, which the server has ended (see the module's
+    /// documentation). `true` once there is a new session, also one another exchange opened.
+    async fn renew_session(&self, expired: &HeaderValue) -> bool {
+        let _renewing = self.renewing.lock().await;
+        if lock(&self.session).as_ref() != Some(expired) {
+            return lock(&self.session).is_some();
+        }
+        let (Some(initialize), initialized) = lock(&self.handshake).clone() else {
+            return false;
+        };
+        *lock(&self.session) = None;
+        *lock(&self.version) = None;
+        let renewed = async {
+            let peek = Peek::of(&initialize);
+            let request = self.post(&initialize, peek.as_ref());
+            let mut sender = self.connection().await?;
+            let response = sender
+                .send_request(request)
+                .await
+                .map_err(|e| e.to_string())?;
+            if !response.status().is_success() {
+                return Err(format!("HTTP {}", response.status()));
+            }
+            let mut session = response
+                .headers()
+                .get(SESSION_ID)
+                .cloned()
+                .ok_or("no session id")?;
+            session.set_sensitive(true);
+            let answer = first_answer(response).await.ok_or("no answer")?;
+            self.learn_version(&answer);
+            *lock(&self.session) = Some(session);
+            if let Some(initialized) = initialized {
+                let peek = Peek::of(&initialized);
+                let request = self.post(&initialized, peek.as_ref());
+                let mut sender = self.connection().await?;
+                let response = sender
+                    .send_request(request)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let _ = response.into_body().collect().await;
+            }
+            Ok::<_, String>(())
+        };
+        match tokio::time::timeout(ACCEPT_TIMEOUT, renewed).await {
+            Ok(Ok(())) => {
+                tracing::info!(
+                    target: "toolonce::mcp",
+                    upstream = %self.target.shown,
+                    "the MCP server ended the session; opened a new one"
+                );
+                true
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(
+                    target: "toolonce::mcp",
+                    upstream = %self.target.shown,
+                    error = %e,
+                    "the MCP server ended the session, and a new one cannot be opened"
+                );
+                false
+            }
+            Err(_) => false,
+        }
     }
 
     /// Ends the session with DELETE, if there is one (a server may refuse with 405).
@@ -436,6 +522,12 @@ impl Upstream {
                     tracing::debug!(target: "toolonce::mcp", "the MCP server offers no GET stream");
                     return;
                 }
+                Err(GetError::Expired(session)) => {
+                    if !self.renew_session(&session).await {
+                        failures += 1;
+                        retry = Duration::from_secs(1 << failures.min(5));
+                    }
+                }
                 Err(GetError::Failed(e)) => {
                     failures += 1;
                     if failures == 1 {
@@ -465,6 +557,7 @@ impl Upstream {
         until_answered: bool,
     ) -> Result<(), GetError> {
         let mut request = self.request(Method::GET, Bytes::new(), None, None);
+        let session = request.headers().get(SESSION_ID).cloned();
         if let Some(id) = last_event.clone() {
             request.headers_mut().insert(LAST_EVENT_ID, id);
         }
@@ -475,6 +568,9 @@ impl Upstream {
             .map_err(|e| GetError::Failed(e.to_string()))?;
         match response.status() {
             StatusCode::METHOD_NOT_ALLOWED => return Err(GetError::NotOffered),
+            StatusCode::NOT_FOUND if session.is_some() => {
+                return Err(GetError::Expired(session.expect("checked")));
+            }
             status if !status.is_success() => {
                 return Err(GetError::Failed(format!("HTTP {status}")));
             }
@@ -536,6 +632,8 @@ impl Upstream {
 
 enum GetError {
     NotOffered,
+    /// The server ended this session.
+    Expired(HeaderValue),
     Failed(String),
 }
 
@@ -543,6 +641,10 @@ enum GetError {
 struct Exchange {
     upstream: Arc<Upstream>,
     incoming: mpsc::UnboundedSender<Incoming>,
+    /// The message, to send again in a new session.
+    message: Bytes,
+    /// The session it was sent in.
+    session: Option<HeaderValue>,
     /// The ids of the requests in the message.
     requests: Vec<Value>,
     /// Those not answered yet.
@@ -562,7 +664,7 @@ impl Exchange {
         >,
     ) {
         let upstream = self.upstream.clone();
-        let (mut sender, response) = match response.await {
+        let (sender, response) = match response.await {
             Ok(response) => (sender, response),
             Err(mut e) => match e.take_message() {
                 // The connection closed before the request left: once more on a new one.
@@ -583,6 +685,27 @@ impl Exchange {
                 None => return self.lost(&e.into_error().to_string()),
             },
         };
+        let (mut sender, mut response) = (sender, response);
+        if response.status() == StatusCode::NOT_FOUND
+            && let Some(session) = self.session.take()
+            && upstream.renew_session(&session).await
+        {
+            // Not processed in the ended session: once more in the new one.
+            let peek = Peek::of(&self.message);
+            let request = upstream.post(&self.message, peek.as_ref());
+            let resent = async {
+                let mut sender = upstream.connection().await?;
+                let response = sender
+                    .send_request(request)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok::<_, String>((sender, response))
+            };
+            match resent.await {
+                Ok(pair) => (sender, response) = pair,
+                Err(e) => return self.lost(&e),
+            }
+        }
         if self.initialize.is_some()
             && let Some(session) = response.headers().get(SESSION_ID)
         {
@@ -692,7 +815,7 @@ impl Exchange {
             return self.lost(&format!("HTTP {status}: {said}"));
         }
         let session = if status == StatusCode::NOT_FOUND && lock(&self.upstream.session).is_some() {
-            " Its session has ended: restart the MCP client's connection to start a new one."
+            " Its session has ended, and a new one could not be opened."
         } else {
             ""
         };
@@ -727,6 +850,26 @@ impl Exchange {
             .collect();
         let _ = self.incoming.send(Incoming::Lost(ids, why.to_owned()));
     }
+}
+
+/// The first answer in a response (its JSON body, or the first event that holds one).
+async fn first_answer(response: Response<Body>) -> Option<Vec<u8>> {
+    if !is_event_stream(&response) {
+        let body = http_body_util::Limited::new(response.into_body(), BODY_LIMIT)
+            .collect()
+            .await
+            .ok()?;
+        return Some(body.to_bytes().to_vec());
+    }
+    let mut events = Events::new(response.into_body());
+    while let Some(event) = events.next().await {
+        if let Some(data) = event.data
+            && !response_ids(&data).is_empty()
+        {
+            return Some(data);
+        }
+    }
+    None
 }
 
 /// The answer the client gets for a request whose answer will not come.

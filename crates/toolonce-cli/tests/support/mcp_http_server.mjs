@@ -15,7 +15,7 @@
 // writes ran; `announce` (readOnlyHint) sends `notifications/tools/list_changed`, which goes
 // on the GET stream; `slow` (a write) notes `started` in COUNT_FILE and waits until the client
 // cancels it, then notes `cancelled`; `crash` (a write) records an execution and exits the
-// process before answering.
+// process before answering; `expire` (readOnlyHint) ends the session just after answering.
 import fs from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
@@ -46,7 +46,7 @@ function executions() {
   }
 }
 
-function makeServer() {
+function makeServer(transport) {
   const server = new Server(
     { name: 'toolonce-http-test', version: '1.0.0' },
     { capabilities: { tools: { listChanged: true }, logging: {} } },
@@ -75,6 +75,12 @@ function makeServer() {
         inputSchema: { type: 'object' },
       },
       {
+        name: 'expire',
+        description: 'Ends the session.',
+        inputSchema: { type: 'object' },
+        annotations: { readOnlyHint: true },
+      },
+      {
         name: 'announce',
         description: 'Says the tool list changed.',
         inputSchema: { type: 'object' },
@@ -97,6 +103,10 @@ function makeServer() {
     }
     if (name === 'read') {
       return { content: [{ type: 'text', text: String(executions()) }] };
+    }
+    if (name === 'expire') {
+      setTimeout(() => transport().close(), 50);
+      return { content: [{ type: 'text', text: 'expiring' }] };
     }
     if (name === 'crash') {
       fs.appendFileSync(countFile, JSON.stringify({ item: 'crash', key: null }) + '\n');
@@ -165,7 +175,8 @@ const handler = async (req, res) => {
       transport.onclose = () => {
         if (transport.sessionId !== undefined) transports.delete(transport.sessionId);
       };
-      await makeServer().connect(transport);
+      const current = transport;
+      await makeServer(() => current).connect(transport);
     }
     await transport.handleRequest(req, res, body);
   } catch (e) {
