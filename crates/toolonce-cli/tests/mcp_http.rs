@@ -682,3 +682,32 @@ fn a_session_the_server_ended_is_replaced_and_the_request_sent_again() {
         assert_eq!(server.executions().len(), 2, "{mode}");
     }
 }
+
+/// What the client writes reaches the server as it was written (member order, spacing, number
+/// spelling, escapes), a write call with only the key spliced into its `_meta`.
+#[test]
+fn messages_reach_the_server_byte_for_byte() {
+    let server = HttpServer::start("json", &[]);
+    let mut peer = proxy_to(&server).start();
+    peer.initialize();
+    let read = br#"{ "params" : {"arguments":{"z":1.50,"a":[1e2, -0.0]},"name":"read"}, "id":"r-1","method":"tools/call","jsonrpc":"2.0" }"#;
+    peer.send_line(read);
+    let answer = peer.response(&json!("r-1"));
+    assert_eq!(text(&answer), "0");
+    let write = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"write","arguments":{"item":"b\u00e9","n":10.0}}}"#;
+    peer.send_line(write);
+    let answer = peer.response(&json!(7));
+    assert_eq!(text(&answer), "wrote b\u{e9} (execution 1)");
+    let bodies: Vec<String> = server
+        .requests()
+        .iter()
+        .filter_map(|r| r["body"].as_str().map(str::to_owned))
+        .collect();
+    let read = std::str::from_utf8(read).unwrap();
+    assert!(bodies.iter().any(|b| b == read), "{bodies:#?}");
+    let key = server.executions()[0]["key"].as_str().unwrap().to_owned();
+    let spliced = format!(
+        r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"write","arguments":{{"item":"b\u00e9","n":10.0}},"_meta":{{"toolonce/key":"{key}"}}}}}}"#
+    );
+    assert!(bodies.contains(&spliced), "{spliced}\n{bodies:#?}");
+}

@@ -3,7 +3,8 @@
 //
 // Environment: MODE (`json`: JSON answers; otherwise SSE), COUNT_FILE (one line per execution
 // of `write`), REQUEST_LOG (one JSON line per HTTP request: method, X-Test-Tag,
-// MCP-Protocol-Version, Mcp-Method, Mcp-Name, whether it had a session id), REQUIRE_TOKEN
+// MCP-Protocol-Version, Mcp-Method, Mcp-Name, whether it had a session id, the body as
+// received), REQUIRE_TOKEN
 // (requests without `Authorization: Bearer <token>` get 401), TLS_KEY and TLS_CERT (PEM files:
 // serve HTTPS), RESUMABLE (`1`: an event store, and `write` closes its call's event stream
 // before answering, so the answer comes only to a client that resumes with Last-Event-ID;
@@ -134,6 +135,12 @@ const transports = new Map();
 
 const handler = async (req, res) => {
   try {
+    let raw = null;
+    if (req.method === 'POST') {
+      const chunks = [];
+      for await (const chunk of req) chunks.push(chunk);
+      raw = Buffer.concat(chunks).toString('utf8');
+    }
     if (requestLog) {
       const h = req.headers;
       const seen = {
@@ -143,6 +150,7 @@ const handler = async (req, res) => {
         mcpMethod: h['mcp-method'] ?? null,
         mcpName: h['mcp-name'] ?? null,
         session: h['mcp-session-id'] !== undefined,
+        body: raw,
       };
       fs.appendFileSync(requestLog, JSON.stringify(seen) + '\n');
     }
@@ -152,11 +160,7 @@ const handler = async (req, res) => {
       return;
     }
     let body;
-    if (req.method === 'POST') {
-      const chunks = [];
-      for await (const chunk of req) chunks.push(chunk);
-      body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
-    }
+    if (raw !== null) body = JSON.parse(raw);
     const sessionId = req.headers['mcp-session-id'];
     let transport = sessionId === undefined ? undefined : transports.get(sessionId);
     if (transport === undefined) {
