@@ -711,3 +711,46 @@ fn messages_reach_the_server_byte_for_byte() {
     );
     assert!(bodies.contains(&spliced), "{spliced}\n{bodies:#?}");
 }
+
+/// HTTP statuses: a 4xx (and a redirect, which the proxy does not follow) refused the request
+/// before anything ran, so the client gets an error naming it and nothing is recorded (the
+/// same call goes to the server again); after a 5xx the outcome is unknown, so the operation
+/// stays locked like one whose server died.
+#[test]
+fn http_statuses_tell_refused_requests_from_unknown_outcomes() {
+    let server = HttpServer::start("json", &[]);
+    let mut peer = proxy_to(&server)
+        .config("[defaults]\nlease = \"60s\"")
+        .start();
+    peer.initialize();
+    let posts = |name: &str| {
+        server
+            .requests()
+            .iter()
+            .filter(|r| r["mcpName"] == name)
+            .count()
+    };
+    for status in ["status-403", "status-307"] {
+        for attempt in 1..=2 {
+            let refused = peer.call(status, json!({}));
+            let message = refused["error"]["message"].as_str().unwrap_or_default();
+            assert!(message.contains(&status[7..]), "{refused}");
+            assert_eq!(refused["error"]["code"], -32600, "{refused}");
+            assert_eq!(posts(status), attempt, "{status} is never recorded");
+        }
+    }
+    let unknown = peer.call("status-500", json!({}));
+    assert_eq!(
+        unknown["result"]["_meta"]["toolonce/outcome"], "server_gone",
+        "{unknown}"
+    );
+    let duplicate = peer.call("status-500", json!({}));
+    assert_eq!(
+        duplicate["result"]["_meta"]["toolonce/outcome"], "in_flight",
+        "{duplicate}"
+    );
+    assert_eq!(posts("status-500"), 1);
+    // Other calls go on as before.
+    let write = peer.call("write", json!({"item": "still works"}));
+    assert!(!is_error(&write), "{write}");
+}

@@ -747,7 +747,8 @@ impl Exchange {
         {
             Ok(body) => {
                 let body = body.to_bytes();
-                if !body.trim_ascii().is_empty() {
+                let json = matches!(body.trim_ascii_start().first(), Some(b'{' | b'['));
+                if json {
                     upstream.deliver(
                         &self.incoming,
                         body.to_vec(),
@@ -755,9 +756,18 @@ impl Exchange {
                         self.initialize.as_ref(),
                     );
                 }
-                // A request answered 202 without a body gets its answer on the GET stream.
                 if sender.ready().await.is_ok() {
                     upstream.release(sender);
+                }
+                // A request answered 202 without a body gets its answer on the GET stream; one
+                // answered with something else (a web page from a gateway) gets none.
+                if !body.trim_ascii().is_empty() && !self.pending.is_empty() {
+                    let what = if json {
+                        "its answer did not answer every request"
+                    } else {
+                        "its answer is not JSON"
+                    };
+                    self.lost(what);
                 }
             }
             Err(e) => self.lost(&format!("reading the answer: {e}")),
@@ -793,8 +803,9 @@ impl Exchange {
         }
     }
 
-    /// A status that is not success: a 4xx refused the message before anything ran, so its
-    /// requests are answered with an error saying so; after a 5xx nobody knows.
+    /// A status that is not success: a 4xx (or a redirect, which the proxy does not follow)
+    /// refused the message before anything ran, so its requests are answered with an error
+    /// saying so; after a 5xx nobody knows.
     async fn refused(self, status: StatusCode, body: Body) {
         let body = http_body_util::Limited::new(body, 64 * 1024)
             .collect()
@@ -811,7 +822,7 @@ impl Exchange {
             .unwrap_or_else(|| status.canonical_reason().unwrap_or("").to_owned());
         let shown = &self.upstream.target.shown;
         tracing::warn!(target: "toolonce::mcp", upstream = %shown, %status, "the MCP server refused a message");
-        if !status.is_client_error() {
+        if status.is_server_error() {
             return self.lost(&format!("HTTP {status}: {said}"));
         }
         let session = if status == StatusCode::NOT_FOUND && lock(&self.upstream.session).is_some() {

@@ -17,6 +17,7 @@
 // on the GET stream; `slow` (a write) notes `started` in COUNT_FILE and waits until the client
 // cancels it, then notes `cancelled`; `crash` (a write) records an execution and exits the
 // process before answering; `expire` (readOnlyHint) ends the session just after answering.
+// A call of the unlisted tool `status-N` is answered with HTTP status N and no JSON-RPC answer.
 import fs from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
@@ -161,6 +162,12 @@ const handler = async (req, res) => {
     }
     let body;
     if (raw !== null) body = JSON.parse(raw);
+    const status = /^status-(\d+)$/.exec(body?.params?.name ?? '');
+    if (status !== null) {
+      res.writeHead(Number(status[1]), { 'content-type': 'text/plain' });
+      res.end(`status ${status[1]}`);
+      return;
+    }
     const sessionId = req.headers['mcp-session-id'];
     let transport = sessionId === undefined ? undefined : transports.get(sessionId);
     if (transport === undefined) {
