@@ -180,7 +180,7 @@ fn a_write_sent_twice_runs_once_and_the_duplicate_replays(mode: &str) {
     let init = peer.initialize();
     assert_eq!(init["serverInfo"]["name"], "toolonce-http-test", "{init}");
     let tools = peer.list_tools();
-    assert_eq!(tools.len(), 6, "{tools:?}");
+    assert_eq!(tools.len(), 7, "{tools:?}");
 
     let first = peer.call("write", json!({"item": "a"}));
     assert!(!is_error(&first), "{first}");
@@ -231,6 +231,24 @@ fn a_write_sent_twice_runs_once_and_the_duplicate_replays_with_sse_answers() {
     a_write_sent_twice_runs_once_and_the_duplicate_replays("sse");
 }
 
+/// Whether a message the server sends outside any request reaches the client: `announce`
+/// until a `notifications/tools/list_changed` comes (the GET stream opens just after the
+/// session does, and the SDK drops what it sends before).
+fn get_stream_is_open(peer: &mut Peer) -> bool {
+    for _ in 0..40 {
+        let answer = peer.call("announce", json!({}));
+        assert_eq!(text(&answer), "announced");
+        let messages = notifications(peer, Duration::from_millis(250));
+        if messages
+            .iter()
+            .any(|m| m["method"] == "notifications/tools/list_changed")
+        {
+            return true;
+        }
+    }
+    false
+}
+
 /// `announce` makes the server send `notifications/tools/list_changed` outside any request:
 /// it reaches the client only through the GET stream the proxy opened. The stream opens just
 /// after the session does, so the test announces until one arrives.
@@ -240,21 +258,8 @@ fn messages_the_server_sends_outside_requests_reach_the_client() {
         let server = HttpServer::start(mode, &[]);
         let mut peer = proxy_to(&server).start();
         peer.initialize();
-        let mut heard = false;
-        for _ in 0..40 {
-            let answer = peer.call("announce", json!({}));
-            assert_eq!(text(&answer), "announced");
-            let messages = notifications(&mut peer, Duration::from_millis(250));
-            if messages
-                .iter()
-                .any(|m| m["method"] == "notifications/tools/list_changed")
-            {
-                heard = true;
-                break;
-            }
-        }
         assert!(
-            heard,
+            get_stream_is_open(&mut peer),
             "{mode}: no list_changed came; stderr:\n{}",
             peer.stderr()
         );
@@ -405,7 +410,9 @@ fn the_sdk_client_over_stdio_reaches_the_sdk_http_server_through_the_proxy() {
         assert_eq!(got["server"]["name"], "toolonce-http-test", "{got}");
         assert_eq!(
             got["tools"],
-            json!(["write", "read", "slow", "crash", "expire", "announce"])
+            json!([
+                "write", "read", "slow", "crash", "expire", "roots", "announce"
+            ])
         );
         assert_eq!(
             got["first"]["content"][0]["text"],
@@ -753,4 +760,39 @@ fn http_statuses_tell_refused_requests_from_unknown_outcomes() {
     // Other calls go on as before.
     let write = peer.call("write", json!({"item": "still works"}));
     assert!(!is_error(&write), "{write}");
+}
+
+/// A request from the server (`roots/list`, sent while a call is in progress: on the call's
+/// event stream, or on the GET stream) reaches the client, and the client's answer reaches the
+/// server, which then answers the call.
+#[test]
+fn requests_from_the_server_are_answered_by_the_client() {
+    for mode in ["json", "sse"] {
+        let server = HttpServer::start(mode, &[]);
+        let mut peer = proxy_to(&server).start();
+        peer.request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {"roots": {}},
+                   "clientInfo": {"name": "toolonce-tests", "version": "0"}}),
+        );
+        peer.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        assert!(get_stream_is_open(&mut peer), "{mode}");
+        let id = peer.call_async("roots", json!({}));
+        let request = loop {
+            let line = peer.recv_line();
+            let message: Value = serde_json::from_slice(&line).unwrap();
+            assert_ne!(
+                message.get("id"),
+                Some(&id),
+                "{mode}: answered first: {message}"
+            );
+            if message["method"] == "roots/list" {
+                break message;
+            }
+        };
+        peer.send(&json!({"jsonrpc": "2.0", "id": request["id"],
+                          "result": {"roots": [{"uri": "file:///work", "name": "work"}]}}));
+        let answer = peer.response(&id);
+        assert_eq!(text(&answer), "file:///work", "{mode}: {answer}");
+    }
 }

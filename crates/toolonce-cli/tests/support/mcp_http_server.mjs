@@ -17,7 +17,9 @@
 // on the GET stream; `slow` (a write) notes `started` in COUNT_FILE and waits until the client
 // cancels it, then notes `cancelled`; `crash` (a write) records an execution and exits the
 // process before answering; `expire` (readOnlyHint) ends the session just after answering.
-// A call of the unlisted tool `status-N` is answered with HTTP status N and no JSON-RPC answer.
+// `roots` (readOnlyHint) asks the client for its roots (a request from the server: on the
+// call's event stream, or on the GET stream in JSON mode, where the SDK sends nothing but the
+// answer on a POST) and answers with the first one's URI. A call of the unlisted tool `status-N` is answered with HTTP status N and no JSON-RPC answer.
 import fs from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
@@ -83,6 +85,12 @@ function makeServer(transport) {
         annotations: { readOnlyHint: true },
       },
       {
+        name: 'roots',
+        description: "Says the client's first root.",
+        inputSchema: { type: 'object' },
+        annotations: { readOnlyHint: true },
+      },
+      {
         name: 'announce',
         description: 'Says the tool list changed.',
         inputSchema: { type: 'object' },
@@ -105,6 +113,11 @@ function makeServer(transport) {
     }
     if (name === 'read') {
       return { content: [{ type: 'text', text: String(executions()) }] };
+    }
+    if (name === 'roots') {
+      const related = json ? undefined : { relatedRequestId: extra.requestId };
+      const { roots } = await server.listRoots(undefined, related);
+      return { content: [{ type: 'text', text: roots[0]?.uri ?? 'none' }] };
     }
     if (name === 'expire') {
       setTimeout(() => transport().close(), 50);
