@@ -97,7 +97,7 @@ pub(crate) struct McpArgs {
     upstream: Option<String>,
     /// A header sent with every request to the --upstream server, as `Name: value` (such as
     /// `Authorization: Bearer TOKEN`); repeatable. Values are never logged.
-    #[arg(long, value_name = "NAME: VALUE", requires = "upstream")]
+    #[arg(long, value_name = "NAME: VALUE")]
     header: Vec<String>,
     /// A TOML file of per-tool settings (kind, key_fields, in_flight, lease, retention,
     /// call_timeout, on_error, on_tool_error, failure_retention).
@@ -118,6 +118,25 @@ pub(crate) async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
         Some(path) => config::Config::load(path)?,
         None => config::Config::default(),
     };
+    // The server first: a bad URL or header stops the proxy before anything is logged.
+    let server = match &args.upstream {
+        Some(url) => {
+            let (upstream, incoming) = http::Upstream::new(url, &args.header)?;
+            proxy::Server::Http(upstream, incoming)
+        }
+        None if !args.header.is_empty() => {
+            anyhow::bail!("--header is for an --upstream server")
+        }
+        None => {
+            let (program, server_args) = args
+                .command
+                .split_first()
+                .context("no server command after --")?;
+            let mut command = tokio::process::Command::new(program);
+            command.args(server_args);
+            proxy::Server::Command(command)
+        }
+    };
     let scope = match args.scope {
         Some(scope) if scope.is_empty() || scope.contains('\0') => {
             anyhow::bail!("--scope must be non-empty and must not contain NUL")
@@ -132,21 +151,6 @@ pub(crate) async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
                  deduplicated only until it exits"
             );
             scope
-        }
-    };
-    let server = match &args.upstream {
-        Some(url) => {
-            let (upstream, incoming) = http::Upstream::new(url, &args.header)?;
-            proxy::Server::Http(upstream, incoming)
-        }
-        None => {
-            let (program, server_args) = args
-                .command
-                .split_first()
-                .context("no server command after --")?;
-            let mut command = tokio::process::Command::new(program);
-            command.args(server_args);
-            proxy::Server::Command(command)
         }
     };
     let server_id = match args.server_id {

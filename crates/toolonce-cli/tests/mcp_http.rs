@@ -796,3 +796,39 @@ fn requests_from_the_server_are_answered_by_the_client() {
         assert_eq!(text(&answer), "file:///work", "{mode}: {answer}");
     }
 }
+
+/// A URL or header the proxy cannot use stops it at once with exit code 2, naming the problem
+/// without echoing a secret.
+#[test]
+fn bad_upstream_arguments_stop_the_proxy_with_exit_code_2_and_no_secret() {
+    let cases: [&[&str]; 6] = [
+        &["--upstream", "ftp://example.com/mcp"],
+        &["--upstream", "https://user:s3cret@example.com/mcp"],
+        &["--upstream", "not a url s3cret"],
+        &[
+            "--upstream",
+            "http://example.com/mcp",
+            "--header",
+            "NoColon s3cret",
+        ],
+        &[
+            "--upstream",
+            "http://example.com/mcp",
+            "--header",
+            "X-Key: s3\u{1}cret",
+        ],
+        &["--header", "Authorization: s3cret", "--", "true"],
+    ];
+    for args in cases {
+        let output = Command::new(mcp_peer::toolonce())
+            .args(["mcp", "--store", "memory://", "--scope", "s"])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("toolonce:"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("s3cret"), "{args:?}: {stderr}");
+    }
+}
