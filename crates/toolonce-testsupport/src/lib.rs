@@ -17,6 +17,7 @@
 //!   preloaded where installed, and kill, restart (crash recovery), `psql`
 //!   and database helpers. As root, PostgreSQL runs as the `postgres` OS
 //!   user.
+//! - [`TestCertificates`]: a CA and a server certificate for 127.0.0.1, made by `openssl`.
 //! - [`shared_redis`], [`shared_redis_cluster`] and [`shared_postgres`]:
 //!   one server per test binary, started by the first test that asks.
 //!
@@ -53,6 +54,7 @@ mod postgres;
 mod process;
 mod redis;
 mod resp;
+mod tls;
 
 use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, TcpListener};
@@ -61,6 +63,7 @@ use std::sync::{Mutex, OnceLock};
 pub use crate::postgres::PostgresServer;
 pub use crate::redis::{RedisCluster, RedisServer};
 pub use crate::resp::Reply;
+pub use crate::tls::TestCertificates;
 
 /// A TCP port on 127.0.0.1 that was free a moment ago.
 ///
