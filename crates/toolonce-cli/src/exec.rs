@@ -108,7 +108,7 @@ pub(crate) async fn run(a: ExecArgs) -> anyhow::Result<ExitCode> {
             let e = anyhow::Error::new(e);
             eprintln!(
                 "toolonce: cannot open the store {}: {e:#}; the command was not run",
-                a.store.url
+                toolonce::store::redact_url(&a.store.url)
             );
             return Ok(ExitCode::from(EXIT_TEMPFAIL));
         }
