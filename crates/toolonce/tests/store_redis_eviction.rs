@@ -141,6 +141,30 @@ async fn the_default_noeviction_policy_connects_without_a_warning() {
 }
 
 #[tokio::test]
+async fn a_policy_that_cannot_be_read_is_refused_unless_the_risk_is_accepted() {
+    let server = RedisServer::start();
+    // A user that may do everything but INFO.
+    assert_eq!(
+        server.command(&["ACL", "SETUSER", "noinfo", "on", ">pw", "~*", "+@all", "-info"]),
+        "OK"
+    );
+    let url = format!("redis://noinfo:pw@127.0.0.1:{}/", server.port());
+    let message = config_message(connect(&url).await);
+    assert!(
+        message.contains("cannot read the maxmemory-policy")
+            && message.contains("allow_eviction=true")
+            && !message.contains(":pw@"),
+        "{message}"
+    );
+    assert_works(
+        connect(&format!("{url}?allow_eviction=true"))
+            .await
+            .unwrap(),
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn an_unknown_allow_eviction_value_is_a_configuration_error() {
     let message = config_message(connect("redis://127.0.0.1:1/?allow_eviction=maybe").await);
     assert!(message.contains("allow_eviction"), "{message}");

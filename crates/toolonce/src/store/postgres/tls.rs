@@ -391,7 +391,7 @@ mod tests {
 
         let (rest, tls) =
             TlsOptions::take("host=h sslmode=verify-ca  sslrootcert='/a b.pem' dbname=d").unwrap();
-        assert_eq!(rest, "host=h   dbname=d");
+        assert_eq!(rest, "host=h    dbname=d");
         assert_eq!(tls.mode, SslMode::VerifyCa);
         assert_eq!(tls.root_cert.as_deref(), Some("/a b.pem"));
     }
