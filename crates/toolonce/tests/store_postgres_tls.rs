@@ -31,10 +31,6 @@ fn database_url(options: &str) -> (String, String) {
     (format!("{url}?{options}"), database)
 }
 
-fn ca() -> String {
-    tls_server().1.ca().to_str().unwrap().to_owned()
-}
-
 async fn connect(url: &str) -> Result<PostgresStore, Error> {
     PostgresStore::builder(url).pool_size(2).connect().await
 }
@@ -71,6 +67,10 @@ fn refusal(result: Result<PostgresStore, Error>) -> Error {
 #[cfg(feature = "postgres-tls")]
 mod with_tls {
     use super::*;
+
+    fn ca() -> String {
+        tls_server().1.ca().to_str().unwrap().to_owned()
+    }
 
     #[tokio::test]
     async fn require_connects_over_tls() {

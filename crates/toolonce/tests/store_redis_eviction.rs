@@ -145,7 +145,9 @@ async fn a_policy_that_cannot_be_read_is_refused_unless_the_risk_is_accepted() {
     let server = RedisServer::start();
     // A user that may do everything but INFO.
     assert_eq!(
-        server.command(&["ACL", "SETUSER", "noinfo", "on", ">pw", "~*", "+@all", "-info"]),
+        server.command(&[
+            "ACL", "SETUSER", "noinfo", "on", ">pw", "~*", "+@all", "-info"
+        ]),
         "OK"
     );
     let url = format!("redis://noinfo:pw@127.0.0.1:{}/", server.port());

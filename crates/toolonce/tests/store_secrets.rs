@@ -3,7 +3,6 @@
 //! passwords and malformed URLs, against real servers where a server is needed.
 
 use toolonce::Error;
-use toolonce_testsupport::free_port;
 
 /// A password no message has any other reason to contain.
 const SECRET: &str = "s3cretPW7x";
@@ -71,7 +70,7 @@ async fn a_url_the_library_cannot_open_is_shown_without_its_password() {
 mod redis {
     use super::*;
     use toolonce::store::redis::RedisStore;
-    use toolonce_testsupport::{RedisCluster, RedisServer};
+    use toolonce_testsupport::{RedisCluster, RedisServer, free_port};
 
     #[test]
     fn the_debug_of_a_redis_builder_hides_the_password() {
@@ -151,7 +150,7 @@ mod redis {
 mod postgres {
     use super::*;
     use toolonce::store::postgres::PostgresStore;
-    use toolonce_testsupport::shared_postgres;
+    use toolonce_testsupport::{free_port, shared_postgres};
 
     #[test]
     fn the_debug_of_a_postgres_builder_hides_the_password() {

@@ -230,6 +230,7 @@ pub(crate) fn percent_decode(text: &str) -> Option<String> {
 }
 
 /// Parses a boolean URL option: `true`/`false`, `1`/`0`, `yes`/`no`, `on`/`off`.
+#[cfg(feature = "redis")]
 pub(crate) fn parse_bool(value: &str) -> Option<bool> {
     match value.to_ascii_lowercase().as_str() {
         "true" | "1" | "yes" | "on" => Some(true),
