@@ -71,7 +71,13 @@ fn unreachable_stores_are_named_without_their_password() {
         format!("redis+cluster://:{SECRET}@127.0.0.1:{port},127.0.0.1:{other}/"),
         format!("postgres://postgres:{SECRET}@127.0.0.1:{port}/postgres"),
     ] {
-        assert_hidden_everywhere(&url, &format!("127.0.0.1:{port}"));
+        // A build without `redis-tls` refuses rediss:// before it looks at the host.
+        let host = if url.starts_with("rediss:") && !cfg!(feature = "redis-tls") {
+            String::new()
+        } else {
+            format!("127.0.0.1:{port}")
+        };
+        assert_hidden_everywhere(&url, &host);
     }
 }
 
