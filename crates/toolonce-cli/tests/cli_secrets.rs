@@ -1,4 +1,4 @@
-//! No store password reaches the terminal: `toolonce ls`, `show`, `exec` and `mcp` given store
+//! No store password reaches the terminal: `toolonce ls`, `show`, `exec`, `mcp` and `demo` given store
 //! URLs with a password, for servers that are unreachable and real servers that refuse the
 //! password, never print it in their messages or logs (debug logs included).
 
@@ -21,6 +21,7 @@ fn commands(url: &str) -> Vec<Vec<String>> {
             "exec", "--store", url, "--scope", "s", "--name", "n", "--", "true",
         ]),
         strings(&["mcp", "--store", url, "--scope", "s", "--", "true"]),
+        strings(&["demo", "--store", url]),
     ]
 }
 
