@@ -157,6 +157,7 @@ mod postgres {
         let builder = PostgresStore::builder(format!("postgres://u:{SECRET}@db/app"));
         let text = format!("{builder:?}");
         assert!(!text.contains(SECRET), "{text}");
+        assert!(text.contains("postgres://u:***@db/app"), "{text}");
     }
 
     #[tokio::test]

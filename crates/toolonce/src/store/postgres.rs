@@ -17,7 +17,9 @@ use deadpool_postgres::{
 };
 use serde_json::Value;
 
-use super::{Claim, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, State, Store};
+use super::{
+    Claim, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, State, Store, redact_url,
+};
 use tls::TlsOptions;
 
 mod tls;
@@ -82,8 +84,8 @@ pub struct PostgresStoreBuilder {
 
 impl fmt::Debug for PostgresStoreBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Not the URL: it may hold a password.
         f.debug_struct("PostgresStoreBuilder")
+            .field("url", &redact_url(&self.url))
             .field("table", &self.table)
             .field("pool_size", &self.pool_size)
             .field("migrate", &self.migrate)
