@@ -10,11 +10,12 @@ use serde_json::Value;
 use toolonce::Store;
 use toolonce::canonical::{self, Limits};
 use toolonce::key::KeyFields;
+use toolonce::store::redact_url;
 
 use crate::DEFAULT_STORE;
 
 /// `--store URL`, shared by every subcommand that opens a store.
-#[derive(clap::Args, Clone, Debug)]
+#[derive(clap::Args, Clone)]
 pub(crate) struct StoreArg {
     /// The store: memory://, sqlite://PATH, redis://HOST, postgres://HOST.
     #[arg(long = "store", value_name = "URL", env = "TOOLONCE_STORE", default_value = DEFAULT_STORE)]
@@ -22,11 +23,19 @@ pub(crate) struct StoreArg {
 }
 
 impl StoreArg {
-    /// Opens the store, naming the URL in the error.
+    /// Opens the store, naming the URL (without its password) in the error.
     pub(crate) async fn open(&self) -> anyhow::Result<Arc<dyn Store>> {
         toolonce::store::open(&self.url)
             .await
-            .with_context(|| format!("cannot open the store {}", self.url))
+            .with_context(|| format!("cannot open the store {}", redact_url(&self.url)))
+    }
+}
+
+impl std::fmt::Debug for StoreArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreArg")
+            .field("url", &redact_url(&self.url))
+            .finish()
     }
 }
 

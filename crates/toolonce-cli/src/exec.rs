@@ -150,7 +150,7 @@ pub(crate) async fn run(a: ExecArgs) -> anyhow::Result<ExitCode> {
             return Err(e).with_context(|| {
                 format!(
                     "cannot open the store {}; the command was not run",
-                    a.store.url
+                    toolonce::store::redact_url(&a.store.url)
                 )
             });
         }
@@ -231,7 +231,7 @@ pub(crate) async fn run(a: ExecArgs) -> anyhow::Result<ExitCode> {
             eprintln!(
                 "toolonce: the store {} is unavailable ({}); the command was not run. Try again \
                  later.",
-                a.store.url,
+                toolonce::store::redact_url(&a.store.url),
                 store_cause(&error.message)
             );
             Ok(ExitCode::from(exit::UNAVAILABLE))
