@@ -178,9 +178,13 @@ struct Settings {
 async fn serve(settings: Settings) -> anyhow::Result<std::process::ExitStatus> {
     // A store that can never work stops the proxy before the server starts (exit code 2);
     // one that is down is retried by every write call.
-    let store = store::LazyStore::open(&settings.url)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot use the store: {}", e.report()))?;
+    let store = store::LazyStore::open(&settings.url).await.map_err(|e| {
+        anyhow::anyhow!(
+            "cannot use the store {}: {}",
+            toolonce::store::redact_url(&settings.url),
+            e.report()
+        )
+    })?;
     let client_in = stdio::spawn_reader(stdio::stdin());
     let (client_out, out_rx) = stdio::ClientOut::channel();
     let writer = stdio::spawn_writer(stdio::stdout(), out_rx);
