@@ -185,6 +185,18 @@ impl Layer {
     /// the heartbeat: the entry stays `running` until its lease expires, after which a
     /// duplicate reclaims it and runs the operation again with the same key. A panic in the
     /// tool is caught and leaves the entry the same way, since the tool may have had its effect.
+    ///
+    /// # Runtime
+    ///
+    /// Must be called within a Tokio runtime: the lease heartbeat is a task spawned on it for
+    /// the duration of the tool, so it keeps renewing even while the tool's own task is not
+    /// polled. On a **multi-thread** runtime a tool that blocks its thread (a blocking HTTP
+    /// client, `std::thread::sleep`, heavy computation) keeps its lease, because the heartbeat
+    /// runs on another worker — though it still takes a worker away from every other task. On
+    /// a **current-thread** runtime there is no other worker: a tool that blocks for longer
+    /// than the lease stops the heartbeat with everything else, the lease expires, and a
+    /// duplicate may run the operation beside it. There, run blocking work with
+    /// [`tokio::task::spawn_blocking`] (and await it), or use a multi-thread runtime.
     pub async fn run<F, Fut>(
         &self,
         tool: &str,
@@ -296,13 +308,24 @@ impl Layer {
     where
         Fut: Future<Output = Result<Value, ToolError>> + Send,
     {
-        // The tool and the heartbeat are polled by the same task, so dropping this future
-        // stops both: no detached task keeps renewing a lease for a caller that is gone.
-        let outcome = tokio::select! {
-            biased;
-            out = AssertUnwindSafe(work).catch_unwind() => out,
-            never = heartbeat(&*self.store, key, &owner, options.lease) => match never {},
-        };
+        // The heartbeat is a task of its own, so a tool that blocks its thread (a blocking
+        // client, `std::thread::sleep`) does not stop it. The guard aborts it when the call
+        // ends, and when this future is dropped: no task renews a lease for a caller that is
+        // gone.
+        let heartbeat = Heartbeat::start(
+            Arc::clone(&self.store),
+            tool,
+            key,
+            owner.duplicate(),
+            options.lease,
+        );
+        // A task spawned from a worker thread waits in that worker's LIFO slot, which other
+        // workers never steal: if the tool blocked this thread before the heartbeat was first
+        // polled, it would never start. Yielding once lets it run (and arm its timer) first.
+        tokio::task::yield_now().await;
+        let outcome = AssertUnwindSafe(work).catch_unwind().await;
+        // Stopped before the outcome is recorded: no renew races the complete or fail.
+        heartbeat.stop().await;
         let result = match outcome {
             Ok(result) => result,
             Err(_panic) => {
@@ -387,27 +410,66 @@ impl Layer {
     }
 }
 
-/// Renews the lease every third of its length until the future is dropped. Never returns.
+/// The lease heartbeat of one running call: a spawned task renewing the lease every third of
+/// its length, aborted when this guard is stopped or dropped.
+struct Heartbeat(tokio::task::JoinHandle<()>);
+
+impl Heartbeat {
+    fn start(
+        store: Arc<dyn Store>,
+        tool: &str,
+        key: &OperationKey,
+        owner: OwnerToken,
+        lease: Duration,
+    ) -> Self {
+        let (tool, key) = (tool.to_owned(), key.clone());
+        Heartbeat(tokio::spawn(async move {
+            heartbeat(&*store, &tool, &key, &owner, lease).await;
+        }))
+    }
+
+    /// Aborts the task and waits until it is gone.
+    async fn stop(mut self) {
+        self.0.abort();
+        // `self` is dropped after this await; the handle is borrowed, not moved out.
+        let _ = (&mut self.0).await;
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Renews the lease every third of its length until the lease is lost (or the task aborted).
 async fn heartbeat(
     store: &dyn Store,
+    tool: &str,
     key: &OperationKey,
     owner: &OwnerToken,
     lease: Duration,
-) -> std::convert::Infallible {
+) {
     let period = (lease / 3).max(Duration::from_millis(1));
     loop {
         tokio::time::sleep(period).await;
         match store.renew(key, owner, lease).await {
             Ok(true) => {}
             Ok(false) => {
-                tracing::warn!(target: "toolonce", key = %key, "lease lost while the tool runs");
-                return std::future::pending().await;
+                tracing::warn!(
+                    target: "toolonce",
+                    tool,
+                    key = %key,
+                    "lease lost while the tool runs: a duplicate may run the operation again"
+                );
+                return;
             }
             Err(e) => tracing::warn!(
                 target: "toolonce",
+                tool,
                 key = %key,
                 error = %e.report(),
-                "could not renew the lease"
+                "could not renew the lease; trying again at the next heartbeat"
             ),
         }
     }

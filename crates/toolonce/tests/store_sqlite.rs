@@ -2,6 +2,7 @@
 //! without inline writes, on one without either, and in memory), several OS processes sharing one file, a real crash between claim and complete,
 //! the schema versioning and the mapping of SQLite's errors.
 
+mod blocking;
 mod conformance;
 
 use std::path::{Path, PathBuf};
@@ -585,4 +586,14 @@ async fn results_and_errors_are_stored_as_json_text() {
         serde_json::from_str::<ToolError>(&payload(&failed)).unwrap(),
         error
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_blocking_its_thread_keeps_its_lease_on_sqlite() {
+    // Two handles on one file, as two processes would have.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("toolonce.db");
+    let first: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).unwrap());
+    let other: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).unwrap());
+    blocking::a_tool_blocking_its_thread_for_three_leases_runs_once(first, other).await;
 }
