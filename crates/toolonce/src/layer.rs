@@ -73,7 +73,23 @@ pub enum InFlight {
     Wait(Duration),
 }
 
+/// The shortest lease accepted: the heartbeat renews it every third of its length, so a
+/// shorter one leaves no time for a renewal to reach the store.
+pub const MIN_LEASE: Duration = Duration::from_millis(30);
+
+/// The longest lease or retention accepted: 100 years, which is as good as forever and still
+/// adds to any clock without overflowing. A longer [`InFlight::Wait`] is not an error: it means
+/// "wait for as long as it takes" and is shortened to this.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
+/// The shortest retention accepted: a result kept for no time at all is never replayed.
+const MIN_RETENTION: Duration = Duration::from_millis(1);
+
 /// Per-tool settings of the layer.
+///
+/// The fields are checked when they are used ([`WriteOptions::validate`]): by
+/// [`ToolboxBuilder::build`](crate::ToolboxBuilder::build), and by [`Layer::run`], which
+/// refuses to run a call with invalid options.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct WriteOptions {
@@ -116,6 +132,40 @@ impl WriteOptions {
         self.in_flight = policy;
         self
     }
+
+    /// Checks the durations: the lease must be between [`MIN_LEASE`] and [`MAX_DURATION`], the
+    /// retention between 1 ms and [`MAX_DURATION`]. Any [`InFlight::Wait`] is valid: one longer
+    /// than [`MAX_DURATION`] waits that long, which is to say for as long as it takes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`](crate::Error::Config) naming the option, its value and the range.
+    pub fn validate(&self) -> crate::Result<()> {
+        check_range("lease", self.lease, MIN_LEASE, "30ms")?;
+        check_range("retention", self.retention, MIN_RETENTION, "1ms")?;
+        Ok(())
+    }
+
+    /// The options as the layer runs them: validated, with a wait beyond [`MAX_DURATION`]
+    /// shortened to it, so no deadline computed from them can overflow a clock.
+    fn effective(&self) -> crate::Result<std::borrow::Cow<'_, WriteOptions>> {
+        self.validate()?;
+        Ok(match self.in_flight {
+            InFlight::Wait(wait) if wait > MAX_DURATION => {
+                std::borrow::Cow::Owned(self.clone().in_flight(InFlight::Wait(MAX_DURATION)))
+            }
+            _ => std::borrow::Cow::Borrowed(self),
+        })
+    }
+}
+
+fn check_range(field: &str, value: Duration, min: Duration, min_text: &str) -> crate::Result<()> {
+    if (min..=MAX_DURATION).contains(&value) {
+        return Ok(());
+    }
+    Err(crate::Error::Config(format!(
+        "{field} {value:?} is out of range: it must be between {min_text} and 100 years"
+    )))
 }
 
 /// The answer of [`Layer::run`].
@@ -208,7 +258,11 @@ impl Layer {
         F: FnOnce(WriteContext) -> Fut,
         Fut: Future<Output = Result<Value, ToolError>> + Send,
     {
-        let answer = self.run_inner(tool, op, options, run).await;
+        let options = match options.effective() {
+            Ok(options) => options,
+            Err(e) => return misconfigured(tool, op, &e),
+        };
+        let answer = self.run_inner(tool, op, &options, run).await;
         tracing::info!(
             target: "toolonce",
             tool,
@@ -472,6 +526,27 @@ async fn heartbeat(
                 "could not renew the lease; trying again at the next heartbeat"
             ),
         }
+    }
+}
+
+/// The answer to a call whose options are invalid: nothing is claimed or run. A mistake of the
+/// program, not of the model, so the operator hears of it loudly.
+fn misconfigured(tool: &str, op: &Derived, e: &crate::Error) -> WriteAnswer {
+    tracing::error!(
+        target: "toolonce",
+        tool,
+        key = %op.key,
+        outcome = Outcome::InvalidArguments.as_str(),
+        error = %e.report(),
+        "write call refused: its write options are invalid; nothing was claimed or run"
+    );
+    WriteAnswer {
+        outcome: Outcome::InvalidArguments,
+        key: op.key.clone(),
+        result: Err(ToolError::permanent(format!(
+            "Not executed: `{tool}` is misconfigured in this program ({e}), so it was not run. \
+             Retrying will not help; continue without it."
+        ))),
     }
 }
 
