@@ -63,7 +63,7 @@ pub(crate) struct ExecArgs {
     store: StoreArg,
     /// Wait up to SECONDS for a concurrent run of the same operation and replay its outcome.
     /// Without it such a duplicate is refused at once (exit 75).
-    #[arg(long, value_name = "SECONDS", value_parser = args::seconds)]
+    #[arg(long, value_name = "SECONDS", value_parser = args::wait)]
     wait: Option<Duration>,
     /// Treat a non-zero exit as transient: not recorded, so the next call runs the command
     /// again. By default a non-zero exit is recorded and replayed like a success.
@@ -71,10 +71,10 @@ pub(crate) struct ExecArgs {
     transient_exit: bool,
     /// How long the claim lives without a heartbeat; renewed every third of it while the
     /// command runs. After a crash of toolonce, a duplicate can run again once it has passed.
-    #[arg(long, value_name = "SECONDS", value_parser = args::seconds, default_value = "60")]
+    #[arg(long, value_name = "SECONDS", value_parser = args::lease, default_value = "60")]
     lease: Duration,
     /// How long the outcome is kept and replayed.
-    #[arg(long, value_name = "SECONDS", value_parser = args::seconds, default_value = "86400")]
+    #[arg(long, value_name = "SECONDS", value_parser = args::retention, default_value = "86400")]
     retention: Duration,
     /// The command and its arguments, best after `--`.
     #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
