@@ -107,8 +107,9 @@ pub(crate) async fn run(a: ExecArgs) -> anyhow::Result<ExitCode> {
         Err(e) => {
             let e = anyhow::Error::new(e);
             eprintln!(
-                "toolonce: cannot open the store {}: {e:#}; the command was not run",
-                a.store.url
+                "toolonce: cannot open the store {}: {}; the command was not run",
+                a.store.url,
+                toolonce::error_report(&*e)
             );
             return Ok(ExitCode::from(EXIT_TEMPFAIL));
         }
@@ -176,15 +177,34 @@ pub(crate) async fn run(a: ExecArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(EXIT_TEMPFAIL))
         }
         (Outcome::StoreUnavailable, Err(error)) => {
-            eprintln!("toolonce: {}", error.message);
+            eprintln!(
+                "toolonce: the store cannot be used right now ({}); the command was not run. \
+                 Try again later.",
+                store_error(&error)
+            );
             Ok(ExitCode::from(EXIT_TEMPFAIL))
         }
-        (Outcome::Conflict, Err(error)) => {
-            eprintln!("toolonce: {}", error.message);
+        (Outcome::Conflict, Err(_)) => {
+            eprintln!(
+                "toolonce: Conflict: operation {} (scope {:?}, name {:?}) has the key fields of an \
+                 earlier operation with other --args; the command was not run. Change a key \
+                 field for a new operation.",
+                op.key, a.scope, a.name
+            );
             Ok(ExitCode::from(EXIT_CONFLICT))
         }
         (outcome, result) => bail!("unexpected answer from the layer: {outcome}: {result:?}"),
     }
+}
+
+/// The store's own error in a `store_unavailable` answer (the message is written for a model).
+fn store_error(error: &ToolError) -> &str {
+    error
+        .detail
+        .as_ref()
+        .and_then(|d| d.get(toolonce::layer::STORE_ERROR))
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or(&error.message)
 }
 
 /// Writes a recorded run's stdout and stderr back out and returns its exit code.

@@ -91,7 +91,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("toolonce: {e:#}");
+            eprintln!("toolonce: {}", toolonce::error_report(&*e));
             ExitCode::from(2)
         }
     }

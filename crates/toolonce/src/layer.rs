@@ -263,15 +263,7 @@ impl Layer {
             Err(e) => return misconfigured(tool, op, &e),
         };
         let answer = self.run_inner(tool, op, &options, run).await;
-        tracing::info!(
-            target: "toolonce",
-            tool,
-            key = %answer.key,
-            outcome = answer.outcome.as_str(),
-            // Recorded only for errors: `Option` fields are skipped when `None`.
-            error = answer.result.as_ref().err().map(|e| e.message.as_str()),
-            "write call"
-        );
+        log_write_call(tool, &answer);
         answer
     }
 
@@ -396,7 +388,8 @@ impl Layer {
                         "The tool `{tool}` failed unexpectedly (it panicked), so whether it took \
                          effect is unknown. The operation stays locked until its lease expires; \
                          a later identical call runs it again with the same idempotency key."
-                    ))),
+                    ))
+                    .with_detail(serde_json::json!({ PANICKED: true }))),
                 };
             }
         };
@@ -550,13 +543,73 @@ fn misconfigured(tool: &str, op: &Derived, e: &crate::Error) -> WriteAnswer {
     }
 }
 
+/// The key of [`ToolError::detail`] under which an answer the layer wrote carries, for the
+/// operator, the store's own error (`store_unavailable`).
+pub const STORE_ERROR: &str = "store_error";
+
+/// The key of [`ToolError::detail`] marking the answer to a tool that panicked.
+const PANICKED: &str = "panicked";
+
+/// The one event of every write call, in operator wording: what happened, the tool, the key,
+/// the outcome, and the tool's own error or the store's where there is one. The text written
+/// for the model ("you must not retry it…") stays in the answer and is never logged.
+fn log_write_call(tool: &str, answer: &WriteAnswer) {
+    let error = answer.result.as_ref().err();
+    let detail = |field: &str| {
+        error
+            .and_then(|e| e.detail.as_ref())
+            .and_then(|d| d.get(field))
+    };
+    let panicked = detail(PANICKED).is_some();
+    let what = match answer.outcome {
+        Outcome::Executed if panicked => "the tool panicked; whether it took effect is unknown",
+        Outcome::Executed if error.is_some() => "the tool ran and returned an error",
+        Outcome::Executed => "the tool ran",
+        Outcome::Replayed => "duplicate: the recorded result was returned, the tool did not run",
+        Outcome::ReplayedFailure => {
+            "duplicate of a failed operation: the recorded error was returned, the tool did not run"
+        }
+        Outcome::InFlight => {
+            "the operation is running elsewhere (or a run was interrupted and its lease has not \
+             expired): the tool did not run"
+        }
+        Outcome::Conflict => {
+            "the key fields match an earlier operation with other arguments: the tool did not run"
+        }
+        Outcome::StoreUnavailable => "the store could not be used: the tool did not run",
+        Outcome::InvalidArguments => "invalid arguments or options: the tool did not run",
+        Outcome::UnknownTool => "unknown tool: nothing ran",
+    };
+    // The tool's own error: from this run, or recorded by the first one.
+    let tool_error = match answer.outcome {
+        Outcome::Executed if !panicked => error.map(|e| e.message.as_str()),
+        Outcome::ReplayedFailure => error.map(|e| e.message.as_str()),
+        _ => None,
+    };
+    let store_error = detail(STORE_ERROR).and_then(serde_json::Value::as_str);
+    tracing::info!(
+        target: "toolonce",
+        tool,
+        key = %answer.key,
+        outcome = answer.outcome.as_str(),
+        // `Option` fields are left out when `None`.
+        tool_error,
+        store_error,
+        "write call: {what}"
+    );
+}
+
+/// The answer when the store cannot be used. The store's error is in the text (the model may
+/// pass it on) and, for the operator's log and the `toolonce` command, in the detail under
+/// [`STORE_ERROR`].
 fn unavailable(tool: &str, e: &crate::Error) -> ToolError {
+    let report = e.report().to_string();
     ToolError::transient(format!(
         "Not executed: `{tool}` was not run because the idempotency store is unavailable \
-         ({}), and running it without the store could perform it twice. Nothing happened; \
-         it is safe to try again later.",
-        e.report()
+         ({report}), and running it without the store could perform it twice. Nothing \
+         happened; it is safe to try again later."
     ))
+    .with_detail(serde_json::json!({ STORE_ERROR: report }))
 }
 
 fn in_flight(tool: &str, key: &OperationKey) -> ToolError {
