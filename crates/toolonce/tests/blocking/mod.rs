@@ -45,7 +45,7 @@ fn toolbox(store: Arc<dyn Store>, tool: Blocking, lease: Duration) -> Toolbox {
 /// Runs the scenario. `first` and `duplicates` are the same store, or two handles on it (as two
 /// processes would have). Must be called from a multi-thread runtime with at least two
 /// workers: the blocking call is spawned onto one of them.
-pub async fn a_tool_blocking_its_thread_for_three_leases_runs_once(
+pub(crate) async fn a_tool_blocking_its_thread_for_three_leases_runs_once(
     first: Arc<dyn Store>,
     duplicates: Arc<dyn Store>,
 ) {
