@@ -31,7 +31,8 @@ pub enum Outcome {
     InFlight,
     /// The key fields match an earlier operation but the other arguments differ; not run.
     Conflict,
-    /// The arguments did not fit the tool's schema (or the limits); nothing was claimed or run.
+    /// The arguments did not fit the tool's schema (or the limits), or the call's
+    /// [`WriteOptions`] are invalid; nothing was claimed or run.
     InvalidArguments,
     /// No tool of that name is registered.
     UnknownTool,
@@ -177,7 +178,9 @@ pub struct WriteAnswer {
     /// The operation key.
     pub key: OperationKey,
     /// The tool's result, or the error to show the model (the tool's own, or the layer's
-    /// explanation for `in_flight`, `conflict` and `store_unavailable`).
+    /// explanation for `in_flight`, `conflict` and `store_unavailable`). The layer's texts are
+    /// written for a model; for `store_unavailable` the store's own error, for an operator, is
+    /// in the error's `detail` under [`STORE_ERROR`].
     pub result: Result<Value, ToolError>,
 }
 
@@ -228,6 +231,10 @@ impl Layer {
 
     /// Runs `run` at most once for the operation `op` (see the crate docs for the whole
     /// protocol). `tool` names the tool in messages and logs.
+    ///
+    /// Options that fail [`WriteOptions::validate`] are answered with
+    /// [`Outcome::InvalidArguments`] before anything is claimed; a wait beyond
+    /// [`MAX_DURATION`] waits that long.
     ///
     /// # Cancellation
     ///
