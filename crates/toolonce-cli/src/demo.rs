@@ -51,7 +51,7 @@ pub(crate) struct ChildArgs {
     store: Option<String>,
     #[arg(long)]
     scope: String,
-    #[arg(long, value_parser = args::seconds)]
+    #[arg(long, value_parser = args::lease)]
     lease: Duration,
 }
 

@@ -2,6 +2,7 @@
 //! without inline writes, on one without either, and in memory), several OS processes sharing one file, a real crash between claim and complete,
 //! the schema versioning and the mapping of SQLite's errors.
 
+mod blocking;
 mod conformance;
 
 use conformance::{ClaimFresh, Fresh};
@@ -643,4 +644,45 @@ async fn results_and_errors_are_stored_as_json_text() {
         serde_json::from_str::<ToolError>(&payload(&failed)).unwrap(),
         error
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_blocking_its_thread_keeps_its_lease_on_sqlite() {
+    // Two handles on one file, as two processes would have.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("toolonce.db");
+    let first: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).unwrap());
+    let other: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).unwrap());
+    blocking::a_tool_blocking_its_thread_for_three_leases_runs_once(first, other).await;
+}
+
+use proptest::strategy::Strategy as _;
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+    /// SQLite keeps its busy timeout in an `i32` of milliseconds (24.8 days): a longer one
+    /// means "wait as long as it takes" and is capped, never a panic.
+    #[test]
+    fn any_busy_timeout_opens_a_working_store(
+        busy in proptest::prop_oneof![
+            proptest::strategy::Just(Duration::ZERO),
+            proptest::strategy::Just(Duration::from_millis(i32::MAX as u64)),
+            proptest::strategy::Just(Duration::from_millis(i32::MAX as u64 + 1)),
+            proptest::strategy::Just(Duration::from_secs_f64(1e19)),
+            proptest::strategy::Just(Duration::MAX),
+            (0u64..u64::MAX, 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
+        ]
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteOptions::new()
+            .busy_timeout(busy)
+            .open(dir.path().join("toolonce.db"))
+            .unwrap();
+        let op = key::derive("busy", "t", &json!({}), None).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let owner = OwnerToken::generate();
+        let claim = rt.block_on(store.claim(&op.key, &op.fingerprint, &owner, Duration::from_secs(60)));
+        proptest::prop_assert!(matches!(claim, Ok(Claim::Won)), "{claim:?}");
+    }
 }

@@ -154,7 +154,9 @@ impl SqliteOptions {
     }
 
     /// How long an operation waits for another connection or process to release the
-    /// database's write lock before failing with [`Error::Unavailable`].
+    /// database's write lock before failing with [`Error::Unavailable`]. SQLite counts it in
+    /// an `i32` of milliseconds: a longer timeout (up to `Duration::MAX`) waits that maximum,
+    /// about 24.8 days.
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout;
         self
@@ -776,9 +778,13 @@ impl SqliteStore {
     }
 }
 
+/// The longest busy timeout SQLite can hold: `i32::MAX` milliseconds.
+const MAX_BUSY_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
+
 /// The per-connection settings (WAL itself is a setting of the file).
 fn configure(conn: &Connection, busy_timeout: Duration, full_sync: bool) -> rusqlite::Result<()> {
-    conn.busy_timeout(busy_timeout)?;
+    // rusqlite panics on a timeout beyond SQLite's `i32` of milliseconds.
+    conn.busy_timeout(busy_timeout.min(MAX_BUSY_TIMEOUT))?;
     conn.pragma_update(
         None,
         "synchronous",
