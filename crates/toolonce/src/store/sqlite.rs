@@ -607,8 +607,7 @@ impl SqliteStore {
             .map_err(err("configure the connection"))?;
         if !memory {
             // WAL is a property of the file: set once, every later connection uses it.
-            let mode: String = writer
-                .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+            let mode = switch_to_wal(&writer, options.busy_timeout)
                 .map_err(err("switch to WAL mode"))?;
             if !mode.eq_ignore_ascii_case("wal") {
                 tracing::warn!(
@@ -775,6 +774,31 @@ impl SqliteStore {
             "the connection thread of SQLite database {} has stopped",
             self.path
         ))
+    }
+}
+
+/// Sets `journal_mode=WAL` and returns the mode SQLite reports.
+///
+/// The switch needs an exclusive lock on the file. While another process is creating or
+/// recovering the same new file, SQLite answers `SQLITE_BUSY` at once instead of calling the
+/// busy handler (waiting could deadlock inside SQLite), so processes that open a new file
+/// together would fail at random. Retry the switch for as long as the busy timeout allows.
+fn switch_to_wal(conn: &Connection, busy_timeout: Duration) -> rusqlite::Result<String> {
+    let deadline = std::time::Instant::now()
+        .checked_add(busy_timeout.min(MAX_BUSY_TIMEOUT))
+        .unwrap_or_else(std::time::Instant::now);
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0)) {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            other => return other,
+        }
     }
 }
 
