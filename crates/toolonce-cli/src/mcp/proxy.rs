@@ -265,8 +265,12 @@ impl Shared {
                 };
                 match (peek.method.as_deref(), &peek.id) {
                     (Some("tools/call"), Some(_)) => {
+                        let message = serde_json::from_slice::<Value>(&line);
+                        if let Ok(message) = &message {
+                            self.list_for_modern(message);
+                        }
                         self.listed().await;
-                        match serde_json::from_slice::<Value>(&line) {
+                        match message {
                             Ok(message) => {
                                 if let Some(call) = self.write_call(message, line.clone()) {
                                     self.start_call(
@@ -298,7 +302,7 @@ impl Shared {
                         // The session is open: the proxy may now ask for the tools itself.
                         self.server_in.send(&line).await;
                         self.initialized.store(true, Ordering::Release);
-                        self.list_tools();
+                        self.list_tools(None);
                         return;
                     }
                     _ => {}
@@ -347,10 +351,21 @@ impl Shared {
         let _ = tokio::time::timeout(LIST_TIMEOUT, listing.wait_for(|n| *n == 0)).await;
     }
 
+    /// Lists the tools before classifying a call of protocol 2026-07-28 or later, if the proxy
+    /// has not listed for its version (see [`tools`](super::tools)).
+    fn list_for_modern(self: &Arc<Self>, message: &Value) {
+        if let Some((version, meta)) = message.get("params").and_then(jsonrpc::own_request_meta)
+            && let Some(meta) = self.tools.modern_listing(&version, &meta)
+        {
+            self.list_tools(Some(meta));
+        }
+    }
+
     /// Starts listing the server's tools with the proxy's own requests (every page), so that
     /// classification never depends on whether the client listed them. Tool calls received
-    /// from now on wait for it.
-    fn list_tools(self: &Arc<Self>) {
+    /// from now on wait for it. `meta`: the `params._meta` of each request (protocol
+    /// 2026-07-28 or later, whose server refuses a request without one).
+    fn list_tools(self: &Arc<Self>, meta: Option<Value>) {
         self.listing.send_modify(|n| *n += 1);
         let shared = self.clone();
         tokio::spawn(async move {
@@ -363,10 +378,13 @@ impl Shared {
                     .routes()
                     .pending
                     .insert(IdKey::of(&id), Route::List(tx));
-                let params = match &cursor {
+                let mut params = match &cursor {
                     Some(cursor) => serde_json::json!({"cursor": cursor}),
                     None => serde_json::json!({}),
                 };
+                if let Some(meta) = &meta {
+                    params["_meta"] = meta.clone();
+                }
                 let request = jsonrpc::line(&serde_json::json!({
                     "jsonrpc": "2.0", "id": id, "method": "tools/list", "params": params,
                 }));
@@ -460,11 +478,14 @@ impl Shared {
             None | Some(Value::Null) => Value::Object(serde_json::Map::new()),
             Some(args) => args.clone(),
         };
+        let meta = params.get("_meta");
         Some(Call {
             id_key: IdKey::of(&id),
             id,
             tool: tool.to_owned(),
             arguments,
+            client_key: meta.and_then(|m| m.get(jsonrpc::META_KEY)).cloned(),
+            modern: meta.is_some_and(|m| m.get(jsonrpc::PROTOCOL_VERSION).is_some()),
             request,
         })
     }
@@ -682,9 +703,12 @@ impl Shared {
                 if let Some(peek) = &peek
                     && peek.method.as_deref() == Some("notifications/tools/list_changed")
                     && peek.id.is_none()
-                    && self.initialized.load(Ordering::Acquire)
                 {
-                    self.list_tools();
+                    if self.initialized.load(Ordering::Acquire) {
+                        self.list_tools(None);
+                    } else if let Some(meta) = self.tools.modern_meta() {
+                        self.list_tools(Some(meta));
+                    }
                 }
                 if let Some(peek) = peek
                     && peek.is_response()

@@ -7,6 +7,13 @@
 //! the first answer would say "written" and leave v2 in place). Any other tool, and one the
 //! server has not listed, is a write, because wrongly deduplicating a read costs a stale answer
 //! at worst, while wrongly passing a write through can perform it twice.
+//!
+//! When to list: protocol 2025-11-25 and earlier open a session (`initialize`, then
+//! `notifications/initialized`), after which the proxy lists. Protocol 2026-07-28 has no
+//! session: every request names its version in `_meta`, and a server refuses a request without
+//! it. There, the proxy lists when a tool call names a version it has not listed for (the first
+//! call, or a client that switched versions), with that call's version and client capabilities
+//! (see [`Tools::modern_listing`]); the call waits for the listing.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -22,6 +29,9 @@ pub(crate) struct Tools {
     /// Whether a tool passes through (`readOnlyHint` or `idempotentHint`), as last listed. A std mutex: held for a lookup or an
     /// insert, never across an `.await`.
     read_only: Mutex<HashMap<String, bool>>,
+    /// The protocol version (2026-07-28 or later) the proxy last listed for, and the `_meta`
+    /// its own requests carry for it.
+    modern: Mutex<Option<(String, Value)>>,
 }
 
 impl Tools {
@@ -29,7 +39,30 @@ impl Tools {
         Tools {
             config,
             read_only: Mutex::new(HashMap::new()),
+            modern: Mutex::new(None),
         }
+    }
+
+    /// For a call of protocol 2026-07-28 or later (`version`, and the `_meta` for the proxy's
+    /// own requests): the `_meta` to list the tools with, if the proxy has not listed for this
+    /// version yet. Remembered at once, so one listing serves every call that follows.
+    pub(crate) fn modern_listing(&self, version: &str, meta: &Value) -> Option<Value> {
+        let mut modern = self.modern.lock().unwrap_or_else(|p| p.into_inner());
+        if modern.as_ref().is_some_and(|(listed, _)| listed == version) {
+            return None;
+        }
+        *modern = Some((version.to_owned(), meta.clone()));
+        Some(meta.clone())
+    }
+
+    /// The `_meta` of the last protocol 2026-07-28 (or later) listing, to list again with when
+    /// the server says its tools changed.
+    pub(crate) fn modern_meta(&self) -> Option<Value> {
+        self.modern
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|(_, meta)| meta.clone())
     }
 
     /// Whether a call of `name` goes through the idempotency layer.
@@ -110,6 +143,19 @@ mod tests {
         ]}));
         assert!(t.is_write("get"));
         assert!(!t.is_write("graph"));
+    }
+
+    #[test]
+    fn a_modern_listing_happens_once_per_protocol_version() {
+        let t = tools("");
+        assert!(t.modern_meta().is_none());
+        let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28"});
+        assert_eq!(t.modern_listing("2026-07-28", &meta), Some(meta.clone()));
+        assert_eq!(t.modern_listing("2026-07-28", &meta), None);
+        assert_eq!(t.modern_meta(), Some(meta));
+        let next = json!({"io.modelcontextprotocol/protocolVersion": "2027-01-01"});
+        assert_eq!(t.modern_listing("2027-01-01", &next), Some(next.clone()));
+        assert_eq!(t.modern_meta(), Some(next));
     }
 
     #[test]
