@@ -332,3 +332,51 @@ fn a_malformed_client_key_is_refused_without_reaching_the_server() {
     }
     assert_eq!(peer.count("lookup"), 2);
 }
+
+#[test]
+fn a_call_refused_for_its_protocol_version_is_not_recorded_and_the_retry_runs() {
+    let mut peer = modern();
+    let args = json!({"amount": 12});
+    let mut params = json!({"name": "charge", "arguments": args, "_meta": request_meta()});
+    params["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2099-01-01");
+    let refused = peer.request("tools/call", params);
+    assert_eq!(refused["error"]["code"], -32022, "{refused}");
+    assert_eq!(refused["error"]["data"]["supported"], json!([VERSION]));
+    // The client retries with a version the server supports, as the specification says: the
+    // same operation, which has not run yet.
+    let done = call(&mut peer, "charge", &args, &json!({}));
+    assert!(!is_error(&done), "{done}");
+    assert_eq!(text(&done), "charge done, execution #1");
+    assert_eq!(peer.count("charge"), 1);
+    // And the proxy listed again, for that version: `inbox` is a read.
+    call(&mut peer, "inbox", &json!({}), &json!({}));
+    call(&mut peer, "inbox", &json!({}), &json!({}));
+    assert_eq!(peer.count("inbox"), 2);
+}
+
+#[test]
+fn the_2025_11_25_session_flow_still_lists_after_initialized() {
+    let mut peer = Spawn::proxy().start();
+    let init = peer.request(
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {},
+               "clientInfo": {"name": "toolonce-tests", "version": "0"}}),
+    );
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25");
+    peer.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    for _ in 0..2 {
+        peer.call("lookup", json!({"q": 1}));
+        peer.call("charge", json!({"amount": 1}));
+    }
+    assert_eq!(peer.count("lookup"), 2);
+    assert_eq!(peer.count("charge"), 1);
+    // The proxy's listing carried no 2026 `_meta`: a session server gets none.
+    let lists: Vec<Value> = peer
+        .server_received()
+        .iter()
+        .map(|l| serde_json::from_slice::<Value>(l).unwrap())
+        .filter(|m| m["method"] == "tools/list")
+        .collect();
+    assert_eq!(lists.len(), 1, "{lists:?}");
+    assert!(lists[0]["params"].get("_meta").is_none(), "{lists:?}");
+}

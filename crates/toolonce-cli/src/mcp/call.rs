@@ -44,7 +44,7 @@
 //! |---|---|---|
 //! | `result` | done, for the retention | the same `result` |
 //! | `result` with `isError: true` | `on_tool_error = "keep"` (default): failed, for the failure retention, the whole result kept; `"release"`: forgotten | the same `result`; or a fresh run |
-//! | JSON-RPC `error` -32700, -32600, -32601, -32602 (refused before the tool ran: parse error, invalid request, method not found, invalid params or unknown tool) | never recorded | a fresh run |
+//! | JSON-RPC `error` -32700, -32600, -32601, -32602 (refused before the tool ran: parse error, invalid request, method not found, invalid params or unknown tool), and 2026-07-28's -32020, -32021, -32022 (header mismatch, missing client capability, unsupported protocol version) | never recorded | a fresh run |
 //! | any other JSON-RPC `error` (such as -32603, an exception that may follow the effect) | `on_error = "keep"` (default): failed, for the failure retention; `"release"`: forgotten | the same `error`; or a fresh run |
 //! | `result` with `resultType: "input_required"` (2026-07-28: the server asks for input first) | never recorded: nothing took effect | a fresh run (see below) |
 //! | none: timeout, cancel, server exit | left running until its lease expires (the outcome is unknown) | `in_flight`, then a fresh run with the same key |
@@ -560,8 +560,11 @@ const INPUT_REQUIRED: &str = "input_required";
 
 /// JSON-RPC error codes that mean the server refused the request before running anything:
 /// parse error, invalid request, method not found, invalid params (which includes an unknown
-/// tool). Such an answer is never recorded, whatever the configuration.
-const REFUSED_BEFORE_RUNNING: [i64; 4] = [-32700, -32600, -32601, -32602];
+/// tool and, in 2026-07-28, a request without its required `_meta`), and the refusals
+/// protocol 2026-07-28 defines: header mismatch, missing required client capability,
+/// unsupported protocol version. Such an answer is never recorded, whatever the configuration:
+/// a client that is refused a version retries with another one, and that retry must run.
+const REFUSED_BEFORE_RUNNING: [i64; 7] = [-32700, -32600, -32601, -32602, -32020, -32021, -32022];
 
 /// What the server's answer means for the store (see the module's table).
 fn interpret(line: &[u8], policy: &Policy) -> Result<Value, ToolError> {
