@@ -11,6 +11,8 @@
 //! | `server/discover` | the supported versions, capabilities and server info |
 //! | `tools/list` | two pages (`nextCursor`): `send_mail` and `charge` first, `inbox` after |
 //! | `tools/call` | see the tools below |
+//! | `subscriptions/listen` | acknowledges (`notifications/subscriptions/acknowledged`), never answers |
+//! | `test/retool` | from now on `inbox` is listed without `readOnlyHint`; subscribers to `toolsListChanged` get `notifications/tools/list_changed` |
 //! | anything else | `-32601` |
 //!
 //! | tool | annotations | does |
@@ -35,6 +37,10 @@ struct Server {
     log: Option<Mutex<std::fs::File>>,
     counter: Option<Mutex<std::fs::File>>,
     executions: u64,
+    /// Whether `inbox` has lost its `readOnlyHint` (`test/retool`).
+    inbox_writes: bool,
+    /// The ids of the `subscriptions/listen` requests that asked for `toolsListChanged`.
+    tool_subscriptions: Vec<Value>,
 }
 
 impl Server {
@@ -142,7 +148,14 @@ fn handle(server: &mut Server, message: &Value) -> Option<Value> {
                     ],
                     "nextCursor": "page-2",
                 }),
-                Some("page-2") => json!({"tools": [tool("inbox", json!({"readOnlyHint": true}))]}),
+                Some("page-2") => {
+                    let hint = if server.inbox_writes {
+                        json!({})
+                    } else {
+                        json!({"readOnlyHint": true})
+                    };
+                    json!({"tools": [tool("inbox", hint)]})
+                }
                 Some(_) => return Some(error(&id, -32602, "unknown cursor", Value::Null)),
             };
             let mut page = page;
@@ -151,6 +164,26 @@ fn handle(server: &mut Server, message: &Value) -> Option<Value> {
             Some(result(&id, page))
         }
         "tools/call" => Some(call_tool(server, &id, &params)),
+        "subscriptions/listen" => {
+            let tools = params.pointer("/notifications/toolsListChanged") == Some(&json!(true));
+            if tools {
+                server.tool_subscriptions.push(id.clone());
+            }
+            server.send(
+                &json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                                "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": id},
+                                           "notifications": {"toolsListChanged": tools}}}),
+            );
+            None
+        }
+        "test/retool" => {
+            server.inbox_writes = true;
+            for subscription in &server.tool_subscriptions {
+                server.send(&json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed",
+                                    "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": subscription}}}));
+            }
+            Some(result(&id, json!({})))
+        }
         _ => Some(error(
             &id,
             -32601,
@@ -223,6 +256,8 @@ fn main() {
         log: open("MCP_TEST_LOG"),
         counter: open("MCP_TEST_COUNTER"),
         executions: 0,
+        inbox_writes: false,
+        tool_subscriptions: Vec::new(),
     };
     let mut input = std::io::stdin().lock();
     let mut line = Vec::new();

@@ -155,6 +155,45 @@ fn the_proxy_lists_a_modern_servers_tools_itself_with_the_clients_protocol_meta(
 }
 
 #[test]
+fn a_tools_list_changed_on_a_subscription_makes_the_proxy_list_again_with_the_protocol_meta() {
+    let mut peer = modern();
+    for _ in 0..2 {
+        call(&mut peer, "inbox", &json!({}), &json!({}));
+    }
+    assert_eq!(peer.count("inbox"), 2);
+    let listen = peer.request_async(
+        "subscriptions/listen",
+        json!({"_meta": request_meta(), "notifications": {"toolsListChanged": true}}),
+    );
+    let ack: Value = serde_json::from_slice(&peer.recv_line()).unwrap();
+    assert_eq!(
+        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        listen
+    );
+    // The server's tools change: `inbox` is now a write.
+    let retooled = peer.request("test/retool", json!({"_meta": request_meta()}));
+    assert!(retooled.get("result").is_some(), "{retooled}");
+    let listings = |p: &Peer| {
+        p.server_received()
+            .iter()
+            .map(|l| serde_json::from_slice::<Value>(l).unwrap())
+            .filter(|m| m["method"] == "tools/list")
+            .collect::<Vec<_>>()
+    };
+    peer.eventually("the proxy listed again", |p| listings(p).len() == 4);
+    for request in listings(&peer) {
+        assert_eq!(
+            request["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"],
+            VERSION
+        );
+    }
+    for _ in 0..2 {
+        call(&mut peer, "inbox", &json!({}), &json!({}));
+    }
+    assert_eq!(peer.count("inbox"), 3);
+}
+
+#[test]
 fn discover_and_unknown_methods_pass_through_byte_for_byte() {
     let mut peer = modern();
     let discover = br#"{ "method" : "server/discover", "jsonrpc":"2.0","id":"d-1","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"x-future":{"n":1.50}},"com.example/trace":"\u0061bc"}} }"#;
@@ -209,6 +248,13 @@ fn a_continuation_under_a_client_key_is_the_same_operation() {
     assert_eq!(outcome(&duplicate), "replayed", "{duplicate}");
     assert_eq!(peer.count("send_mail"), 1);
     assert_eq!(key_received(&first), key_received(&done));
+    // Other arguments under the key: a conflict, which the proxy answers as a complete result
+    // (every 2026-07-28 result names its type).
+    let other = json!({"to": "ops@example.com", "body": "monthly report"});
+    let conflict = call(&mut peer, "send_mail", &other, &keyed(json!({})));
+    assert_eq!(outcome(&conflict), "conflict", "{conflict}");
+    assert_eq!(conflict["result"]["resultType"], "complete");
+    assert_eq!(peer.count("send_mail"), 1);
 }
 
 // Keys from the client, over the 2025 protocol (the rules do not depend on the version).
