@@ -426,3 +426,45 @@ fn the_2025_11_25_session_flow_still_lists_after_initialized() {
     assert_eq!(lists.len(), 1, "{lists:?}");
     assert!(lists[0]["params"].get("_meta").is_none(), "{lists:?}");
 }
+
+#[test]
+fn a_client_key_names_the_same_operation_after_the_proxy_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite://{}", dir.path().join("toolonce.db").display());
+    let start = || {
+        let mut peer = Spawn::proxy()
+            .arg("--store")
+            .arg(&store)
+            .arg("--scope")
+            .arg("wf")
+            .arg("--server-id")
+            .arg("test")
+            .start();
+        peer.initialize();
+        peer
+    };
+    let mut first = start();
+    let done = keyed(
+        &mut first,
+        "charge",
+        json!({"amount": 9}),
+        json!("wf-7/step-1"),
+    );
+    assert!(!is_error(&done), "{done}");
+    assert_eq!(first.count("charge"), 1);
+    drop(first);
+    // A resumed agent sends the step again, through a new proxy and a new server.
+    let mut second = start();
+    let again = keyed(
+        &mut second,
+        "charge",
+        json!({"amount": 9}),
+        json!("wf-7/step-1"),
+    );
+    assert_eq!(
+        again["result"]["_meta"]["toolonce/outcome"], "replayed",
+        "{again}"
+    );
+    assert_eq!(without_outcome(&again), without_outcome(&done));
+    assert_eq!(second.count("charge"), 0);
+}
