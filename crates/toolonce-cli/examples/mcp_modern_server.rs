@@ -9,7 +9,7 @@
 //! | method | answer |
 //! |---|---|
 //! | `server/discover` | the supported versions, capabilities and server info |
-//! | `tools/list` | two pages (`nextCursor`): `send_mail` and `charge` first, `inbox` after |
+//! | `tools/list` | two pages (`nextCursor`): `send_mail` and `charge` first, `inbox` after; `ttlMs` from `MCP_TEST_TTL_MS` (default 60000) |
 //! | `tools/call` | see the tools below |
 //! | `subscriptions/listen` | acknowledges (`notifications/subscriptions/acknowledged`), never answers |
 //! | `test/retool` | from now on `inbox` is listed without `readOnlyHint`; subscribers to `toolsListChanged` get `notifications/tools/list_changed` |
@@ -159,7 +159,11 @@ fn handle(server: &mut Server, message: &Value) -> Option<Value> {
                 Some(_) => return Some(error(&id, -32602, "unknown cursor", Value::Null)),
             };
             let mut page = page;
-            page["ttlMs"] = json!(60000);
+            let ttl: u64 = std::env::var("MCP_TEST_TTL_MS")
+                .ok()
+                .and_then(|ttl| ttl.parse().ok())
+                .unwrap_or(60000);
+            page["ttlMs"] = json!(ttl);
             page["cacheScope"] = json!("public");
             Some(result(&id, page))
         }

@@ -194,6 +194,31 @@ fn a_tools_list_changed_on_a_subscription_makes_the_proxy_list_again_with_the_pr
 }
 
 #[test]
+fn a_stale_listing_is_listed_again_before_the_next_call() {
+    // A listing fresh for 0 ms is fresh for the proxy's minimum, one second.
+    let mut peer = Spawn::proxy()
+        .env("MCP_TEST_TTL_MS", "0")
+        .server([modern_server()])
+        .start();
+    let listings = |p: &Peer| {
+        p.server_received()
+            .iter()
+            .filter(|l| String::from_utf8_lossy(l).contains("\"tools/list\""))
+            .count()
+    };
+    call(&mut peer, "inbox", &json!({}), &json!({}));
+    call(&mut peer, "inbox", &json!({}), &json!({}));
+    assert_eq!(peer.count("inbox"), 2);
+    // `inbox` becomes a write, and nobody subscribed to hear it.
+    peer.request("test/retool", json!({"_meta": request_meta()}));
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    call(&mut peer, "inbox", &json!({}), &json!({}));
+    call(&mut peer, "inbox", &json!({}), &json!({}));
+    assert_eq!(peer.count("inbox"), 3);
+    assert_eq!(listings(&peer), 4, "two listings of two pages");
+}
+
+#[test]
 fn discover_and_unknown_methods_pass_through_byte_for_byte() {
     let mut peer = modern();
     let discover = br#"{ "method" : "server/discover", "jsonrpc":"2.0","id":"d-1","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"x-future":{"n":1.50}},"com.example/trace":"\u0061bc"}} }"#;

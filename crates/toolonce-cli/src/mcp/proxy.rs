@@ -370,6 +370,9 @@ impl Shared {
         let shared = self.clone();
         tokio::spawn(async move {
             let mut cursor: Option<Value> = None;
+            // How long the listing stays fresh (2026-07-28): the least `ttlMs` of its pages,
+            // absent or negative meaning 0; `None` if it failed.
+            let mut ttl = Some(u64::MAX);
             loop {
                 let n = shared.own_count.fetch_add(1, Ordering::Relaxed);
                 let id = Value::String(format!("{}-{n}", shared.own_prefix));
@@ -400,6 +403,7 @@ impl Shared {
                     .and_then(|line| serde_json::from_slice::<Value>(&line).ok())
                     .and_then(|mut message| message.get_mut("result").map(Value::take));
                 let Some(result) = result else {
+                    ttl = None;
                     shared.routes().abandon(&IdKey::of(&id));
                     tracing::warn!(
                         target: "toolonce::mcp",
@@ -408,12 +412,18 @@ impl Shared {
                     break;
                 };
                 shared.tools.learn(&result);
+                let page_ttl = result.get("ttlMs").and_then(Value::as_u64).unwrap_or(0);
+                ttl = ttl.map(|ttl| ttl.min(page_ttl));
                 match result.get("nextCursor") {
                     Some(next) if !next.is_null() && cursor.as_ref() != Some(next) => {
                         cursor = Some(next.clone());
                     }
                     _ => break,
                 }
+            }
+            if let Some(meta) = &meta {
+                let ttl = ttl.map(Duration::from_millis);
+                shared.tools.modern_listed(meta, ttl);
             }
             shared.listing.send_modify(|n| *n -= 1);
         });
