@@ -219,6 +219,32 @@ fn a_stale_listing_is_listed_again_before_the_next_call() {
 }
 
 #[test]
+fn a_first_call_that_cannot_be_read_exactly_is_still_classified_by_a_listing() {
+    let mut peer = modern();
+    // A read with a lone surrogate escape, which a JavaScript server accepts: the proxy lists
+    // (its `_meta` is exact), finds `inbox` read-only and passes it on as it came.
+    let line = format!(
+        r#"{{"jsonrpc":"2.0","id":"odd-1","method":"tools/call","params":{{"name":"inbox","arguments":{{"q":"\ud800"}},"_meta":{}}}}}"#,
+        request_meta()
+    );
+    peer.send_line(line.as_bytes());
+    peer.eventually("the call reached the server", |p| {
+        p.server_received().iter().any(|l| *l == line.as_bytes())
+    });
+    // A write that cannot be read exactly is still refused.
+    let write = line.replace("inbox", "charge").replace("odd-1", "odd-2");
+    peer.send_line(write.as_bytes());
+    let refused = peer.response(&json!("odd-2"));
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert!(
+        !peer
+            .server_received()
+            .iter()
+            .any(|l| *l == write.as_bytes())
+    );
+}
+
+#[test]
 fn discover_and_unknown_methods_pass_through_byte_for_byte() {
     let mut peer = modern();
     let discover = br#"{ "method" : "server/discover", "jsonrpc":"2.0","id":"d-1","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"x-future":{"n":1.50}},"com.example/trace":"\u0061bc"}} }"#;

@@ -271,6 +271,15 @@ fn member_span(text: &[u8], start: usize, name: &str) -> Option<std::ops::Range<
     }
 }
 
+/// `{"_meta": …}` with the `params._meta` of a request serde_json cannot read as a whole (see
+/// [`Lenient`]), if that part of it is exact JSON.
+pub(crate) fn lenient_meta(text: &[u8]) -> Option<Value> {
+    let params = member_span(text, skip_ws(text, 0), "params")?;
+    let meta = member_span(text, params.start, "_meta")?;
+    let meta: Value = serde_json::from_slice(&text[meta]).ok()?;
+    Some(json!({ "_meta": meta }))
+}
+
 /// What a lenient reading finds in one JSON object that serde_json refuses (invalid UTF-8, a
 /// lone surrogate escape, a number beyond f64, nesting deeper than 127 levels): the parsers of
 /// JavaScript and Python servers accept all of these, so the proxy must know whether such a
@@ -592,6 +601,16 @@ mod tests {
         assert!(!l.tool.unwrap().1);
         // What no parser accepts is not read at all.
         assert!(Lenient::of(b"{\"id\":1,\"method\":").is_none());
+    }
+
+    #[test]
+    fn the_meta_of_an_unreadable_request_is_read_if_it_is_exact() {
+        let text = br#"{"id":1,"method":"tools/call","params":{"_meta":{"v":"x"},"arguments":{"s":"\ud800"}}}"#;
+        assert!(serde_json::from_slice::<Value>(text).is_err());
+        assert_eq!(lenient_meta(text), Some(json!({"_meta": {"v": "x"}})));
+        let text = br#"{"id":1,"params":{"_meta":{"v":"\ud800"}}}"#;
+        assert_eq!(lenient_meta(text), None);
+        assert_eq!(lenient_meta(br#"{"id":1,"params":{}}"#), None);
     }
 
     #[test]

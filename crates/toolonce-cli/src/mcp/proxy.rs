@@ -266,8 +266,13 @@ impl Shared {
                 match (peek.method.as_deref(), &peek.id) {
                     (Some("tools/call"), Some(_)) => {
                         let message = serde_json::from_slice::<Value>(&line);
-                        if let Ok(message) = &message {
-                            self.list_for_modern(message);
+                        match &message {
+                            Ok(message) => self.list_for_modern(message.get("params")),
+                            // Its `_meta` may still be readable, and classifying it needs a
+                            // listing as much.
+                            Err(_) => {
+                                self.list_for_modern(jsonrpc::lenient_meta(&line).as_ref());
+                            }
                         }
                         self.listed().await;
                         match message {
@@ -353,8 +358,8 @@ impl Shared {
 
     /// Lists the tools before classifying a call of protocol 2026-07-28 or later, if the proxy
     /// has not listed for its version (see [`tools`](super::tools)).
-    fn list_for_modern(self: &Arc<Self>, message: &Value) {
-        if let Some((version, meta)) = message.get("params").and_then(jsonrpc::own_request_meta)
+    fn list_for_modern(self: &Arc<Self>, params: Option<&Value>) {
+        if let Some((version, meta)) = params.and_then(jsonrpc::own_request_meta)
             && let Some(meta) = self.tools.modern_listing(&version, &meta)
         {
             self.list_tools(Some(meta));
