@@ -46,7 +46,7 @@
 //! | `result` with `isError: true` | `on_tool_error = "keep"` (default): failed, for the failure retention, the whole result kept; `"release"`: forgotten | the same `result`; or a fresh run |
 //! | JSON-RPC `error` -32700, -32600, -32601, -32602 (refused before the tool ran: parse error, invalid request, method not found, invalid params or unknown tool), and 2026-07-28's -32020, -32021, -32022 (header mismatch, missing client capability, unsupported protocol version) | never recorded | a fresh run |
 //! | any other JSON-RPC `error` (such as -32603, an exception that may follow the effect) | `on_error = "keep"` (default): failed, for the failure retention; `"release"`: forgotten | the same `error`; or a fresh run |
-//! | `result` with `resultType: "input_required"` (2026-07-28: the server asks for input first) | never recorded: nothing took effect | a fresh run (see below) |
+//! | `result` with `resultType: "input_required"` (2026-07-28: the server asks for input first) | never recorded: nothing took effect | a fresh run (see *What names the operation* above) |
 //! | none: timeout, cancel, server exit | left running until its lease expires (the outcome is unknown) | `in_flight`, then a fresh run with the same key |
 //!
 //! An answer the proxy gives from the store (a replay, or its own explanation: in flight,

@@ -357,7 +357,7 @@ impl Shared {
     }
 
     /// Lists the tools before classifying a call of protocol 2026-07-28 or later, if the proxy
-    /// has not listed for its version (see [`tools`](super::tools)).
+    /// has not listed for its version, or its listing is stale (see [`tools`](super::tools)).
     fn list_for_modern(self: &Arc<Self>, params: Option<&Value>) {
         if let Some((version, meta)) = params.and_then(jsonrpc::own_request_meta)
             && let Some(meta) = self.tools.modern_listing(&version, &meta)
