@@ -13,8 +13,9 @@
 //! - **Only write calls are touched.** A `tools/call` of a tool the server's `tools/list`
 //!   marked `readOnlyHint: true` or `idempotentHint: true` passes through; any other tool,
 //!   including one not listed, is a write (the configuration can say otherwise per tool). The
-//!   proxy lists the server's tools itself once the client has initialized the session and
-//!   whenever the server says they changed, so classification never depends on the client.
+//!   proxy lists the server's tools itself once the client has initialized the session (with
+//!   protocol 2026-07-28, which has none: before the first tool call of each protocol version)
+//!   and whenever the server says they changed, so classification never depends on the client.
 //!   The write call is keyed on (scope, server id + tool, canonical arguments) and claimed in
 //!   the store (through the [`Layer`](toolonce::Layer)); only the winner is forwarded,
 //!   with the key added as `params._meta["toolonce/key"]` (spliced into the client's bytes) and
