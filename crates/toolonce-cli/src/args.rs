@@ -1,5 +1,5 @@
 //! Command-line pieces shared by the subcommands: the `--store` option, durations given in
-//! seconds, and `--args` JSON read from the command line or standard input.
+//! seconds (validated, or capped where a huge value means "forever"), and `--args` JSON read from the command line or standard input.
 
 use std::io::Read;
 use std::sync::Arc;
@@ -10,11 +10,13 @@ use serde_json::Value;
 use toolonce::Store;
 use toolonce::canonical::{self, Limits};
 use toolonce::key::KeyFields;
+use toolonce::layer::{MAX_DURATION, MIN_LEASE};
+use toolonce::store::redact_url;
 
 use crate::DEFAULT_STORE;
 
 /// `--store URL`, shared by every subcommand that opens a store.
-#[derive(clap::Args, Clone, Debug)]
+#[derive(clap::Args, Clone)]
 pub(crate) struct StoreArg {
     /// The store: memory://, sqlite://PATH, redis://HOST, postgres://HOST.
     #[arg(long = "store", value_name = "URL", env = "TOOLONCE_STORE", default_value = DEFAULT_STORE)]
@@ -22,21 +24,74 @@ pub(crate) struct StoreArg {
 }
 
 impl StoreArg {
-    /// Opens the store, naming the URL in the error.
+    /// Opens the store, naming the URL (without its password) in the error.
     pub(crate) async fn open(&self) -> anyhow::Result<Arc<dyn Store>> {
         toolonce::store::open(&self.url)
             .await
-            .with_context(|| format!("cannot open the store {}", self.url))
+            .with_context(|| format!("cannot open the store {}", redact_url(&self.url)))
     }
 }
 
-/// Parses a non-negative number of seconds, fractions allowed (`30`, `0.5`).
-pub(crate) fn seconds(text: &str) -> Result<Duration, String> {
+impl std::fmt::Debug for StoreArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreArg")
+            .field("url", &redact_url(&self.url))
+            .finish()
+    }
+}
+
+/// A number of seconds as given (`30`, `0.5`, `1e3`, `inf`): never negative or NaN.
+fn secs(text: &str) -> Result<f64, String> {
     let secs: f64 = text
+        .trim()
         .parse()
         .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if secs.is_nan() {
+        return Err(format!("{text:?} is not a number of seconds"));
+    }
+    if secs < 0.0 {
+        return Err(format!("{text} seconds: it must be 0 or more"));
+    }
+    Ok(secs)
+}
+
+/// A number of seconds from `min` to 100 years ([`MAX_DURATION`]); the error gives the range.
+fn bounded(text: &str, min: Duration) -> Result<Duration, String> {
+    let secs = secs(text)?;
     Duration::try_from_secs_f64(secs)
-        .map_err(|_| format!("{text:?} is not a non-negative, finite number of seconds"))
+        .ok()
+        .filter(|d| (min..=MAX_DURATION).contains(d))
+        .ok_or_else(|| {
+            format!(
+                "{text} seconds is out of range: it must be between {} and {} seconds (100 years)",
+                min.as_secs_f64(),
+                MAX_DURATION.as_secs()
+            )
+        })
+}
+
+/// `--lease SECONDS`: from [`MIN_LEASE`] (the heartbeat renews every third of it) to 100 years.
+pub(crate) fn lease(text: &str) -> Result<Duration, String> {
+    bounded(text, MIN_LEASE)
+}
+
+/// `--retention SECONDS`: from a millisecond to 100 years.
+pub(crate) fn retention(text: &str) -> Result<Duration, String> {
+    bounded(text, Duration::from_millis(1))
+}
+
+/// `--grace SECONDS`: how long a stopped command gets before SIGKILL, from 0 to 100 years.
+pub(crate) fn grace(text: &str) -> Result<Duration, String> {
+    bounded(text, Duration::ZERO)
+}
+
+/// `--wait SECONDS`: any number of seconds from 0; beyond 100 years (`1e19`, `inf`) it means
+/// "as long as it takes", and is capped to 100 years.
+pub(crate) fn wait(text: &str) -> Result<Duration, String> {
+    let secs = secs(text)?;
+    Ok(Duration::try_from_secs_f64(secs)
+        .unwrap_or(MAX_DURATION)
+        .min(MAX_DURATION))
 }
 
 /// Reads `--args`: JSON text, or `-` for standard input. The error names the line and column of
@@ -69,12 +124,49 @@ mod tests {
     use super::*;
 
     #[test]
-    fn seconds_accept_fractions_and_refuse_negatives() {
-        assert_eq!(seconds("30"), Ok(Duration::from_secs(30)));
-        assert_eq!(seconds("0.25"), Ok(Duration::from_millis(250)));
-        assert!(seconds("-1").is_err());
-        assert!(seconds("soon").is_err());
-        assert!(seconds("inf").is_err());
+    fn durations_accept_fractions_and_refuse_negatives_nan_and_absurd_values() {
+        assert_eq!(lease("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(retention("0.25"), Ok(Duration::from_millis(250)));
+        assert_eq!(wait(" 1e3 "), Ok(Duration::from_secs(1000)));
+        for bad in ["-1", "soon", "NaN", "inf", "1e19", "0", "0.001", ""] {
+            assert!(lease(bad).is_err(), "{bad}");
+        }
+        assert!(retention("0").is_err());
+        assert!(wait("-0.5").is_err());
+        assert!(wait("nan").is_err());
+        assert_eq!(wait("inf"), Ok(MAX_DURATION));
+        assert_eq!(wait("1e19"), Ok(MAX_DURATION));
+        let e = lease("1e19").unwrap_err();
+        assert!(e.contains("1e19") && e.contains("between 0.03 and"), "{e}");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn no_text_makes_a_duration_parser_panic_or_leave_its_range(text in "\\PC{0,24}") {
+            check(&text);
+        }
+
+        #[test]
+        fn no_number_makes_a_duration_parser_panic_or_leave_its_range(x in proptest::num::f64::ANY) {
+            for text in [format!("{x}"), format!("{x:e}"), format!("{x:.3}")] {
+                check(&text);
+            }
+        }
+    }
+
+    fn check(text: &str) {
+        if let Ok(d) = lease(text) {
+            assert!((MIN_LEASE..=MAX_DURATION).contains(&d), "{text}: {d:?}");
+        }
+        if let Ok(d) = retention(text) {
+            assert!(
+                (Duration::from_millis(1)..=MAX_DURATION).contains(&d),
+                "{text}: {d:?}"
+            );
+        }
+        if let Ok(d) = wait(text) {
+            assert!(d <= MAX_DURATION, "{text}: {d:?}");
+        }
     }
 
     #[test]

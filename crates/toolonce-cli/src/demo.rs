@@ -51,7 +51,7 @@ pub(crate) struct ChildArgs {
     store: Option<String>,
     #[arg(long)]
     scope: String,
-    #[arg(long, value_parser = args::seconds)]
+    #[arg(long, value_parser = args::lease)]
     lease: Duration,
 }
 
@@ -668,9 +668,12 @@ pub(crate) async fn run(a: DemoArgs) -> anyhow::Result<ExitCode> {
     let url = a
         .store
         .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("demo.db").display()));
-    let store = toolonce::store::open(&url)
-        .await
-        .with_context(|| format!("cannot open the store {url}"))?;
+    let store = toolonce::store::open(&url).await.with_context(|| {
+        format!(
+            "cannot open the store {}",
+            toolonce::store::redact_url(&url)
+        )
+    })?;
     let millis = output::millis_since_epoch(std::time::SystemTime::now());
     let guard = Guard {
         store,
@@ -685,7 +688,7 @@ pub(crate) async fn run(a: DemoArgs) -> anyhow::Result<ExitCode> {
     );
     outln!(
         "store: {} ({})\n",
-        guard.url,
+        toolonce::store::redact_url(&guard.url),
         if fresh {
             "fresh for this run"
         } else {

@@ -78,7 +78,7 @@ pub(crate) struct ExecArgs {
     store: StoreArg,
     /// Wait up to SECONDS for a concurrent run of the same operation and replay its outcome.
     /// Without it such a duplicate is refused at once (exit 75).
-    #[arg(long, value_name = "SECONDS", value_parser = args::seconds)]
+    #[arg(long, value_name = "SECONDS", value_parser = args::wait)]
     wait: Option<Duration>,
     /// Treat a non-zero exit as transient: not recorded, so the next call runs the command
     /// again. By default a non-zero exit is recorded and replayed like a success.
@@ -86,10 +86,10 @@ pub(crate) struct ExecArgs {
     transient_exit: bool,
     /// How long the claim lives without a heartbeat; renewed every third of it while the
     /// command runs. After a crash of toolonce, a duplicate can run again once it has passed.
-    #[arg(long, value_name = "SECONDS", value_parser = args::seconds, default_value = "60")]
+    #[arg(long, value_name = "SECONDS", value_parser = args::lease, default_value = "60")]
     lease: Duration,
     /// How long the outcome is kept and replayed.
-    #[arg(long, value_name = "SECONDS", value_parser = args::seconds, default_value = "86400")]
+    #[arg(long, value_name = "SECONDS", value_parser = args::retention, default_value = "86400")]
     retention: Duration,
     /// The most bytes of each stream (stdout, stderr) stored for replay: its head and tail,
     /// half each. A number of bytes, or with a suffix K, M (KiB, MiB); at most 64M. The live
@@ -98,7 +98,7 @@ pub(crate) struct ExecArgs {
     max_output: usize,
     /// After forwarding a signal to the command, how long to wait for it before killing its
     /// process group with SIGKILL.
-    #[arg(long, value_name = "SECONDS", value_parser = args::seconds, default_value = "10")]
+    #[arg(long, value_name = "SECONDS", value_parser = args::grace, default_value = "10")]
     grace: Duration,
     /// The command and its arguments, best after `--`.
     #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
@@ -150,7 +150,7 @@ pub(crate) async fn run(a: ExecArgs) -> anyhow::Result<ExitCode> {
             return Err(e).with_context(|| {
                 format!(
                     "cannot open the store {}; the command was not run",
-                    a.store.url
+                    toolonce::store::redact_url(&a.store.url)
                 )
             });
         }
@@ -231,8 +231,8 @@ pub(crate) async fn run(a: ExecArgs) -> anyhow::Result<ExitCode> {
             eprintln!(
                 "toolonce: the store {} is unavailable ({}); the command was not run. Try again \
                  later.",
-                a.store.url,
-                store_cause(&error.message)
+                toolonce::store::redact_url(&a.store.url),
+                store_error(&error)
             );
             Ok(ExitCode::from(exit::UNAVAILABLE))
         }
@@ -289,13 +289,14 @@ fn not_started(not_started: &NotStarted) -> ExitCode {
     ExitCode::from(not_started.exit_code)
 }
 
-/// The cause in the layer's store-unavailable message, which is written for a model: the
-/// operator gets it in a line of their own.
-fn store_cause(message: &str) -> &str {
-    message
-        .split_once("is unavailable (")
-        .and_then(|(_, rest)| rest.rsplit_once("), and running"))
-        .map_or(message, |(cause, _)| cause)
+/// The store's own error in a `store_unavailable` answer (the message is written for a model).
+fn store_error(error: &ToolError) -> &str {
+    error
+        .detail
+        .as_ref()
+        .and_then(|d| d.get(toolonce::layer::STORE_ERROR))
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or(&error.message)
 }
 
 /// Writes a recorded run's stdout and stderr back out and returns its exit code. A reader
@@ -338,14 +339,16 @@ mod tests {
     }
 
     #[test]
-    fn the_store_cause_is_taken_out_of_the_models_wording() {
-        let message = "Not executed: `t` was not run because the idempotency store is \
-                       unavailable (store unavailable: Connection refused (os error 111)), and \
-                       running it without the store could perform it twice.";
+    fn the_operator_gets_the_store_error_not_the_models_wording() {
+        let error = ToolError::transient("Not executed: the idempotency store is unavailable.")
+            .with_detail(serde_json::json!({
+                toolonce::layer::STORE_ERROR: "store unavailable: Connection refused (os error 111)"
+            }));
         assert_eq!(
-            store_cause(message),
+            store_error(&error),
             "store unavailable: Connection refused (os error 111)"
         );
-        assert_eq!(store_cause("other text"), "other text");
+        let plain = ToolError::transient("other text");
+        assert_eq!(store_error(&plain), "other text");
     }
 }

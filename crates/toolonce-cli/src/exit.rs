@@ -123,7 +123,7 @@ pub(crate) fn is_broken_pipe(cause: &(dyn std::error::Error + 'static)) -> bool 
 pub(crate) fn report(error: &anyhow::Error) -> ExitCode {
     let code = code_of(error);
     if code != BROKEN_PIPE {
-        eprintln!("toolonce: {error:#}");
+        eprintln!("toolonce: {}", toolonce::error_report(&**error));
     }
     ExitCode::from(code)
 }

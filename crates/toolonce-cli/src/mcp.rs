@@ -15,8 +15,9 @@
 //! - **Only write calls are touched.** A `tools/call` of a tool the server's `tools/list`
 //!   marked `readOnlyHint: true` or `idempotentHint: true` passes through; any other tool,
 //!   including one not listed, is a write (the configuration can say otherwise per tool). The
-//!   proxy lists the server's tools itself once the client has initialized the session and
-//!   whenever the server says they changed, so classification never depends on the client.
+//!   proxy lists the server's tools itself once the client has initialized the session (with
+//!   protocol 2026-07-28, which has none: before the first tool call of each protocol version)
+//!   and whenever the server says they changed, so classification never depends on the client.
 //!   The write call is keyed on (scope, server id + tool, canonical arguments) and claimed in
 //!   the store (through the [`Layer`](toolonce::Layer)); only the winner is forwarded,
 //!   with the key added as `params._meta["toolonce/key"]` (spliced into the client's bytes) and
@@ -212,9 +213,13 @@ struct Settings {
 async fn serve(settings: Settings) -> anyhow::Result<std::process::ExitStatus> {
     // A store that can never work stops the proxy before the server starts (exit code 2);
     // one that is down is retried by every write call.
-    let store = store::LazyStore::open(&settings.url)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot use the store: {}", e.report()))?;
+    let store = store::LazyStore::open(&settings.url).await.map_err(|e| {
+        anyhow::anyhow!(
+            "cannot use the store {}: {}",
+            toolonce::store::redact_url(&settings.url),
+            e.report()
+        )
+    })?;
     let client_in = stdio::spawn_reader(stdio::stdin());
     let (client_out, out_rx) = stdio::ClientOut::channel();
     let writer = stdio::spawn_writer(stdio::stdout(), out_rx);

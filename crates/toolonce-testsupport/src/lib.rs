@@ -21,6 +21,7 @@
 //!   connection instead of forwarding a chosen reply, delays replies, and
 //!   refuses or closes connections, to lose a reply after the server
 //!   applied the request.
+//! - [`TestCertificates`]: a CA and a server certificate for 127.0.0.1, made by `openssl`.
 //! - [`shared_redis`], [`shared_redis_cluster`] and [`shared_postgres`]:
 //!   one server per test binary, started by the first test that asks.
 //!
@@ -58,6 +59,7 @@ mod postgres;
 mod process;
 mod redis;
 mod resp;
+mod tls;
 
 use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, TcpListener};
@@ -67,6 +69,7 @@ pub use crate::fault_proxy::FaultProxy;
 pub use crate::postgres::PostgresServer;
 pub use crate::redis::{RedisCluster, RedisServer};
 pub use crate::resp::Reply;
+pub use crate::tls::TestCertificates;
 
 /// A TCP port on 127.0.0.1 that was free a moment ago.
 ///

@@ -243,6 +243,8 @@ pub struct PostgresServer {
     bins: PgBins,
     run_as: Option<(u32, u32)>,
     pg_stat_statements: bool,
+    /// `-c` settings beyond the defaults (TLS).
+    extra_settings: Vec<String>,
     data_dir: PathBuf,
     socket_dir: PathBuf,
     log: LogFile,
@@ -260,6 +262,22 @@ impl PostgresServer {
     /// `scripts/install-test-deps`), `initdb` fails, or the server is not
     /// ready within 30 s; the message shows the relevant log.
     pub fn start() -> PostgresServer {
+        PostgresServer::start_inner(None)
+    }
+
+    /// Like [`start`](Self::start), with TLS on (`ssl=on`): the server presents the PEM
+    /// certificate (chain) `cert` with the private key `key`. Both are copied into the
+    /// server's directory, owned by the server's OS user with mode 0600 as PostgreSQL
+    /// demands. Plain connections are still accepted; the client's `sslmode` decides.
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start), or if the files cannot be copied.
+    pub fn start_with_tls(cert: &Path, key: &Path) -> PostgresServer {
+        PostgresServer::start_inner(Some((cert, key)))
+    }
+
+    fn start_inner(tls: Option<(&Path, &Path)>) -> PostgresServer {
         let bins = PgBins::find();
         let run_as = running_as_root().then(os_user_ids);
         let dir = tempfile::Builder::new()
@@ -276,8 +294,30 @@ impl PostgresServer {
                 });
             }
         }
+        let mut extra_settings = Vec::new();
+        if let Some((cert, key)) = tls {
+            for (from, name, setting) in [
+                (cert, "server.crt", "ssl_cert_file"),
+                (key, "server.key", "ssl_key_file"),
+            ] {
+                let to = dir.path().join(name);
+                fs::copy(from, &to).unwrap_or_else(|e| {
+                    panic!("cannot copy {} to {}: {e}", from.display(), to.display())
+                });
+                fs::set_permissions(&to, fs::Permissions::from_mode(0o600))
+                    .unwrap_or_else(|e| panic!("cannot chmod {}: {e}", to.display()));
+                if let Some((uid, gid)) = run_as {
+                    std::os::unix::fs::chown(&to, Some(uid), Some(gid)).unwrap_or_else(|e| {
+                        panic!("cannot hand {} to the {OS_USER} user: {e}", to.display())
+                    });
+                }
+                extra_settings.push(format!("{setting}={}", to.display()));
+            }
+            extra_settings.push("ssl=on".to_owned());
+        }
         let mut server = PostgresServer {
             port: 0,
+            extra_settings,
             pg_stat_statements: bins.has_pg_stat_statements(),
             bins,
             run_as,
@@ -383,6 +423,9 @@ impl PostgresServer {
             .args(["-c", "max_connections=200"]);
         if self.pg_stat_statements {
             cmd.args(["-c", "shared_preload_libraries=pg_stat_statements"]);
+        }
+        for setting in &self.extra_settings {
+            cmd.arg("-c").arg(setting);
         }
         let child = cmd
             .stdin(Stdio::null())
@@ -627,6 +670,37 @@ impl PostgresServer {
         );
         self.psql(&format!("CREATE DATABASE \"{name}\""));
         self.url_for(name)
+    }
+
+    /// Creates a login role that must give `password` over TCP (SCRAM), while the
+    /// `postgres` superuser keeps trust authentication: for tests of wrong passwords. The
+    /// rule goes first in `pg_hba.conf` and the configuration is reloaded.
+    ///
+    /// # Panics
+    ///
+    /// If `name` is not 1 to 63 ASCII letters, digits and underscores, `password` contains a
+    /// single quote, or the role cannot be created.
+    pub fn create_user_with_password(&self, name: &str, password: &str) {
+        assert!(
+            !name.is_empty()
+                && name.len() <= 63
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'),
+            "role name {name:?}: use 1 to 63 ASCII letters, digits and underscores"
+        );
+        assert!(!password.contains('\''), "a password without single quotes");
+        self.psql(&format!(
+            "SET password_encryption = 'scram-sha-256'; \
+             CREATE ROLE \"{name}\" LOGIN PASSWORD '{password}'"
+        ));
+        let hba = self.data_dir.join("pg_hba.conf");
+        let old = fs::read_to_string(&hba)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", hba.display()));
+        fs::write(
+            &hba,
+            format!("host all \"{name}\" 127.0.0.1/32 scram-sha-256\n{old}"),
+        )
+        .unwrap_or_else(|e| panic!("cannot write {}: {e}", hba.display()));
+        self.psql("SELECT pg_reload_conf()");
     }
 
     /// Creates a database with a name no other call in this process has

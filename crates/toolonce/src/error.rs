@@ -92,7 +92,8 @@ impl Error {
     }
 
     /// Displays the error followed by its chain of sources, `a: b: c`, as logs and messages
-    /// want it (the error's own `Display` leaves the sources out, as errors should).
+    /// want it (the error's own `Display` leaves the sources out, as errors should). A source
+    /// whose text is already shown is left out: see [`error_report`].
     pub fn report(&self) -> impl fmt::Display + '_ {
         Report(self)
     }
@@ -109,17 +110,110 @@ impl Error {
 /// Result with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Displays an error followed by its chain of sources, `a: b: c`, for logs and messages.
+/// Displays any error followed by its chain of sources, `a: b: c`, for logs and messages — an
+/// [`Error`], a driver's error, an `anyhow::Error` (`error_report(&*e)`).
+///
+/// A source whose text is already part of what is shown is left out. Some drivers both print
+/// their cause and return it as the source (redis-rs does for I/O errors), which walked naively
+/// reads "Connection refused (os error 111): Connection refused (os error 111)".
+pub fn error_report<'a>(error: &'a (dyn std::error::Error + 'static)) -> impl fmt::Display + 'a {
+    Report(error)
+}
+
 struct Report<'a>(&'a (dyn std::error::Error + 'static));
 
 impl fmt::Display for Report<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)?;
+        let mut shown = self.0.to_string();
         let mut source = self.0.source();
         while let Some(s) = source {
-            write!(f, ": {s}")?;
+            let text = s.to_string();
+            if !text.is_empty() && !shown.contains(&text) {
+                shown.push_str(": ");
+                shown.push_str(&text);
+            }
             source = s.source();
         }
-        Ok(())
+        f.write_str(&shown)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error with a message and an optional source, as drivers build them.
+    #[derive(Debug)]
+    struct Layer(String, Option<Box<Layer>>);
+
+    impl fmt::Display for Layer {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    fn chain(texts: &[&str]) -> Layer {
+        texts
+            .iter()
+            .rev()
+            .fold(None, |source, text| {
+                Some(Layer((*text).to_owned(), source.map(Box::new)))
+            })
+            .expect("at least one text")
+    }
+
+    fn io_refused() -> std::io::Error {
+        std::io::Error::from_raw_os_error(111)
+    }
+
+    #[test]
+    fn a_source_that_repeats_its_parents_text_is_shown_once() {
+        // What redis-rs does: its error displays the I/O error and returns it as the source.
+        let refused = io_refused().to_string();
+        let driver = Layer(
+            refused.clone(),
+            Some(Box::new(Layer(refused.clone(), None))),
+        );
+        let e = Error::unavailable(driver);
+        assert_eq!(
+            e.report().to_string(),
+            format!("store unavailable: {refused}")
+        );
+    }
+
+    #[test]
+    fn a_source_already_quoted_inside_its_parent_is_left_out() {
+        let refused = io_refused().to_string();
+        let e = Error::unavailable(chain(&[
+            &format!("error connecting to server: {refused}"),
+            &refused,
+        ]));
+        assert_eq!(
+            e.report().to_string(),
+            format!("store unavailable: error connecting to server: {refused}")
+        );
+    }
+
+    #[test]
+    fn distinct_sources_are_all_shown_in_order_even_past_a_repeated_one() {
+        let e = Error::store(chain(&["query failed", "query failed", "deadlock", ""]));
+        assert_eq!(
+            e.report().to_string(),
+            "store error: query failed: deadlock"
+        );
+        let plain = chain(&["a", "b", "c"]);
+        assert_eq!(error_report(&plain).to_string(), "a: b: c");
+    }
+
+    #[test]
+    fn an_error_without_sources_is_its_own_text() {
+        let e = Error::Config("bad".into());
+        assert_eq!(e.report().to_string(), "invalid configuration: bad");
     }
 }

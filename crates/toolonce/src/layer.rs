@@ -31,7 +31,8 @@ pub enum Outcome {
     InFlight,
     /// The key fields match an earlier operation but the other arguments differ; not run.
     Conflict,
-    /// The arguments did not fit the tool's schema (or the limits); nothing was claimed or run.
+    /// The arguments did not fit the tool's schema (or the limits), or the call's
+    /// [`WriteOptions`] are invalid; nothing was claimed or run.
     InvalidArguments,
     /// No tool of that name is registered.
     UnknownTool,
@@ -73,7 +74,23 @@ pub enum InFlight {
     Wait(Duration),
 }
 
+/// The shortest lease accepted: the heartbeat renews it every third of its length, so a
+/// shorter one leaves no time for a renewal to reach the store.
+pub const MIN_LEASE: Duration = Duration::from_millis(30);
+
+/// The longest lease or retention accepted: 100 years, which is as good as forever and still
+/// adds to any clock without overflowing. A longer [`InFlight::Wait`] is not an error: it means
+/// "wait for as long as it takes" and is shortened to this.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
+/// The shortest retention accepted: a result kept for no time at all is never replayed.
+const MIN_RETENTION: Duration = Duration::from_millis(1);
+
 /// Per-tool settings of the layer.
+///
+/// The fields are checked when they are used ([`WriteOptions::validate`]): by
+/// [`ToolboxBuilder::build`](crate::ToolboxBuilder::build), and by [`Layer::run`], which
+/// refuses to run a call with invalid options.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct WriteOptions {
@@ -116,6 +133,40 @@ impl WriteOptions {
         self.in_flight = policy;
         self
     }
+
+    /// Checks the durations: the lease must be between [`MIN_LEASE`] and [`MAX_DURATION`], the
+    /// retention between 1 ms and [`MAX_DURATION`]. Any [`InFlight::Wait`] is valid: one longer
+    /// than [`MAX_DURATION`] waits that long, which is to say for as long as it takes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`](crate::Error::Config) naming the option, its value and the range.
+    pub fn validate(&self) -> crate::Result<()> {
+        check_range("lease", self.lease, MIN_LEASE, "30ms")?;
+        check_range("retention", self.retention, MIN_RETENTION, "1ms")?;
+        Ok(())
+    }
+
+    /// The options as the layer runs them: validated, with a wait beyond [`MAX_DURATION`]
+    /// shortened to it, so no deadline computed from them can overflow a clock.
+    fn effective(&self) -> crate::Result<std::borrow::Cow<'_, WriteOptions>> {
+        self.validate()?;
+        Ok(match self.in_flight {
+            InFlight::Wait(wait) if wait > MAX_DURATION => {
+                std::borrow::Cow::Owned(self.clone().in_flight(InFlight::Wait(MAX_DURATION)))
+            }
+            _ => std::borrow::Cow::Borrowed(self),
+        })
+    }
+}
+
+fn check_range(field: &str, value: Duration, min: Duration, min_text: &str) -> crate::Result<()> {
+    if (min..=MAX_DURATION).contains(&value) {
+        return Ok(());
+    }
+    Err(crate::Error::Config(format!(
+        "{field} {value:?} is out of range: it must be between {min_text} and 100 years"
+    )))
 }
 
 /// The answer of [`Layer::run`].
@@ -127,7 +178,9 @@ pub struct WriteAnswer {
     /// The operation key.
     pub key: OperationKey,
     /// The tool's result, or the error to show the model (the tool's own, or the layer's
-    /// explanation for `in_flight`, `conflict` and `store_unavailable`).
+    /// explanation for `in_flight`, `conflict` and `store_unavailable`). The layer's texts are
+    /// written for a model; for `store_unavailable` the store's own error, for an operator, is
+    /// in the error's `detail` under [`STORE_ERROR`].
     pub result: Result<Value, ToolError>,
 }
 
@@ -184,12 +237,28 @@ impl Layer {
     /// Runs `run` at most once for the operation `op` (see the crate docs for the whole
     /// protocol). `tool` names the tool in messages and logs.
     ///
+    /// Options that fail [`WriteOptions::validate`] are answered with
+    /// [`Outcome::InvalidArguments`] before anything is claimed; a wait beyond
+    /// [`MAX_DURATION`] waits that long.
+    ///
     /// # Cancellation
     ///
     /// Dropping the returned future while the tool runs drops the tool's future too and stops
     /// the heartbeat: the entry stays `running` until its lease expires, after which a
     /// duplicate reclaims it and runs the operation again with the same key. A panic in the
     /// tool is caught and leaves the entry the same way, since the tool may have had its effect.
+    ///
+    /// # Runtime
+    ///
+    /// Must be called within a Tokio runtime: the lease heartbeat is a task spawned on it for
+    /// the duration of the tool, so it keeps renewing even while the tool's own task is not
+    /// polled. On a **multi-thread** runtime a tool that blocks its thread (a blocking HTTP
+    /// client, `std::thread::sleep`, heavy computation) keeps its lease, because the heartbeat
+    /// runs on another worker — though it still takes a worker away from every other task. On
+    /// a **current-thread** runtime there is no other worker: a tool that blocks for longer
+    /// than the lease stops the heartbeat with everything else, the lease expires, and a
+    /// duplicate may run the operation beside it. There, run blocking work with
+    /// [`tokio::task::spawn_blocking`] (and await it), or use a multi-thread runtime.
     pub async fn run<F, Fut>(
         &self,
         tool: &str,
@@ -201,16 +270,12 @@ impl Layer {
         F: FnOnce(WriteContext) -> Fut,
         Fut: Future<Output = Result<Value, ToolError>> + Send,
     {
-        let answer = self.run_inner(tool, op, options, run).await;
-        tracing::info!(
-            target: "toolonce",
-            tool,
-            key = %answer.key,
-            outcome = answer.outcome.as_str(),
-            // Recorded only for errors: `Option` fields are skipped when `None`.
-            error = answer.result.as_ref().err().map(|e| e.message.as_str()),
-            "write call"
-        );
+        let options = match options.effective() {
+            Ok(options) => options,
+            Err(e) => return misconfigured(tool, op, &e),
+        };
+        let answer = self.run_inner(tool, op, &options, run).await;
+        log_write_call(tool, &answer);
         answer
     }
 
@@ -314,13 +379,24 @@ impl Layer {
     where
         Fut: Future<Output = Result<Value, ToolError>> + Send,
     {
-        // The tool and the heartbeat are polled by the same task, so dropping this future
-        // stops both: no detached task keeps renewing a lease for a caller that is gone.
-        let outcome = tokio::select! {
-            biased;
-            out = AssertUnwindSafe(work).catch_unwind() => out,
-            never = heartbeat(&*self.store, key, &owner, options.lease) => match never {},
-        };
+        // The heartbeat is a task of its own, so a tool that blocks its thread (a blocking
+        // client, `std::thread::sleep`) does not stop it. The guard aborts it when the call
+        // ends, and when this future is dropped: no task renews a lease for a caller that is
+        // gone.
+        let heartbeat = Heartbeat::start(
+            Arc::clone(&self.store),
+            tool,
+            key,
+            owner.duplicate(),
+            options.lease,
+        );
+        // A task spawned from a worker thread waits in that worker's LIFO slot, which other
+        // workers never steal: if the tool blocked this thread before the heartbeat was first
+        // polled, it would never start. Yielding once lets it run (and arm its timer) first.
+        tokio::task::yield_now().await;
+        let outcome = AssertUnwindSafe(work).catch_unwind().await;
+        // Stopped before the outcome is recorded: no renew races the complete or fail.
+        heartbeat.stop().await;
         let result = match outcome {
             Ok(result) => result,
             Err(_panic) => {
@@ -337,7 +413,8 @@ impl Layer {
                         "The tool `{tool}` failed unexpectedly (it panicked), so whether it took \
                          effect is unknown. The operation stays locked until its lease expires; \
                          a later identical call runs it again with the same idempotency key."
-                    ))),
+                    ))
+                    .with_detail(serde_json::json!({ PANICKED: true }))),
                 };
             }
         };
@@ -494,39 +571,159 @@ impl Layer {
     }
 }
 
-/// Renews the lease every third of its length until the future is dropped. Never returns.
+/// The lease heartbeat of one running call: a spawned task renewing the lease every third of
+/// its length, aborted when this guard is stopped or dropped.
+struct Heartbeat(tokio::task::JoinHandle<()>);
+
+impl Heartbeat {
+    fn start(
+        store: Arc<dyn Store>,
+        tool: &str,
+        key: &OperationKey,
+        owner: OwnerToken,
+        lease: Duration,
+    ) -> Self {
+        let (tool, key) = (tool.to_owned(), key.clone());
+        Heartbeat(tokio::spawn(async move {
+            heartbeat(&*store, &tool, &key, &owner, lease).await;
+        }))
+    }
+
+    /// Aborts the task and waits until it is gone.
+    async fn stop(mut self) {
+        self.0.abort();
+        // `self` is dropped after this await; the handle is borrowed, not moved out.
+        let _ = (&mut self.0).await;
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Renews the lease every third of its length until the lease is lost (or the task aborted).
 async fn heartbeat(
     store: &dyn Store,
+    tool: &str,
     key: &OperationKey,
     owner: &OwnerToken,
     lease: Duration,
-) -> std::convert::Infallible {
+) {
     let period = (lease / 3).max(Duration::from_millis(1));
     loop {
         tokio::time::sleep(period).await;
         match store.renew(key, owner, lease).await {
             Ok(true) => {}
             Ok(false) => {
-                tracing::warn!(target: "toolonce", key = %key, "lease lost while the tool runs");
-                return std::future::pending().await;
+                tracing::warn!(
+                    target: "toolonce",
+                    tool,
+                    key = %key,
+                    "lease lost while the tool runs: a duplicate may run the operation again"
+                );
+                return;
             }
             Err(e) => tracing::warn!(
                 target: "toolonce",
+                tool,
                 key = %key,
                 error = %e.report(),
-                "could not renew the lease"
+                "could not renew the lease; trying again at the next heartbeat"
             ),
         }
     }
 }
 
+/// The answer to a call whose options are invalid: nothing is claimed or run. A mistake of the
+/// program, not of the model, so the operator hears of it loudly.
+fn misconfigured(tool: &str, op: &Derived, e: &crate::Error) -> WriteAnswer {
+    tracing::error!(
+        target: "toolonce",
+        tool,
+        key = %op.key,
+        outcome = Outcome::InvalidArguments.as_str(),
+        error = %e.report(),
+        "write call refused: its write options are invalid; nothing was claimed or run"
+    );
+    WriteAnswer {
+        outcome: Outcome::InvalidArguments,
+        key: op.key.clone(),
+        result: Err(ToolError::permanent(format!(
+            "Not executed: `{tool}` is misconfigured in this program ({e}), so it was not run. \
+             Retrying will not help; continue without it."
+        ))),
+    }
+}
+
+/// The key of [`ToolError::detail`] under which an answer the layer wrote carries, for the
+/// operator, the store's own error (`store_unavailable`).
+pub const STORE_ERROR: &str = "store_error";
+
+/// The key of [`ToolError::detail`] marking the answer to a tool that panicked.
+const PANICKED: &str = "panicked";
+
+/// The one event of every write call, in operator wording: what happened, the tool, the key,
+/// the outcome, and the tool's own error or the store's where there is one. The text written
+/// for the model ("you must not retry it…") stays in the answer and is never logged.
+fn log_write_call(tool: &str, answer: &WriteAnswer) {
+    let error = answer.result.as_ref().err();
+    let detail = |field: &str| {
+        error
+            .and_then(|e| e.detail.as_ref())
+            .and_then(|d| d.get(field))
+    };
+    let panicked = detail(PANICKED).is_some();
+    let what = match answer.outcome {
+        Outcome::Executed if panicked => "the tool panicked; whether it took effect is unknown",
+        Outcome::Executed if error.is_some() => "the tool ran and returned an error",
+        Outcome::Executed => "the tool ran",
+        Outcome::Replayed => "duplicate: the recorded result was returned, the tool did not run",
+        Outcome::ReplayedFailure => {
+            "duplicate of a failed operation: the recorded error was returned, the tool did not run"
+        }
+        Outcome::InFlight => {
+            "the operation is running elsewhere (or a run was interrupted and its lease has not \
+             expired): the tool did not run"
+        }
+        Outcome::Conflict => {
+            "the key fields match an earlier operation with other arguments: the tool did not run"
+        }
+        Outcome::StoreUnavailable => "the store could not be used: the tool did not run",
+        Outcome::InvalidArguments => "invalid arguments or options: the tool did not run",
+        Outcome::UnknownTool => "unknown tool: nothing ran",
+    };
+    // The tool's own error: from this run, or recorded by the first one.
+    let tool_error = match answer.outcome {
+        Outcome::Executed if !panicked => error.map(|e| e.message.as_str()),
+        Outcome::ReplayedFailure => error.map(|e| e.message.as_str()),
+        _ => None,
+    };
+    let store_error = detail(STORE_ERROR).and_then(serde_json::Value::as_str);
+    tracing::info!(
+        target: "toolonce",
+        tool,
+        key = %answer.key,
+        outcome = answer.outcome.as_str(),
+        // `Option` fields are left out when `None`.
+        tool_error,
+        store_error,
+        "write call: {what}"
+    );
+}
+
+/// The answer when the store cannot be used. The store's error is in the text (the model may
+/// pass it on) and, for the operator's log and the `toolonce` command, in the detail under
+/// [`STORE_ERROR`].
 fn unavailable(tool: &str, e: &crate::Error) -> ToolError {
+    let report = e.report().to_string();
     ToolError::transient(format!(
         "Not executed: `{tool}` was not run because the idempotency store is unavailable \
-         ({}), and running it without the store could perform it twice. Nothing happened; \
-         it is safe to try again later.",
-        e.report()
+         ({report}), and running it without the store could perform it twice. Nothing \
+         happened; it is safe to try again later."
     ))
+    .with_detail(serde_json::json!({ STORE_ERROR: report }))
 }
 
 fn in_flight(tool: &str, key: &OperationKey) -> ToolError {

@@ -53,7 +53,7 @@ pub mod store;
 pub mod tool;
 pub mod toolbox;
 
-pub use error::{BoxError, Error, Result};
+pub use error::{BoxError, Error, Result, error_report};
 pub use key::{Fingerprint, KeyFields, OperationKey};
 pub use layer::{InFlight, Layer, Outcome, WriteAnswer, WriteOptions};
 pub use store::memory::{ManualClock, MemoryStore};

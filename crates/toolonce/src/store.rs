@@ -21,6 +21,9 @@ pub mod postgres;
 pub mod redis;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+mod url;
+
+pub use url::redact_url;
 
 /// The random token that marks who holds a `running` entry.
 ///
@@ -429,13 +432,15 @@ pub(crate) fn millis(d: Duration) -> u64 {
 pub async fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {
     let Some((scheme, _rest)) = url.split_once("://") else {
         return Err(crate::Error::Config(format!(
-            "store URL {url:?} has no scheme: expected memory://, sqlite://PATH, redis://HOST or postgres://HOST"
+            "store URL {:?} has no scheme: expected memory://, sqlite://PATH, redis://HOST or postgres://HOST",
+            redact_url(url)
         )));
     };
     #[allow(unused_variables)]
     let missing = |feature: &str| {
         crate::Error::Config(format!(
-            "store URL {url:?} needs the `{feature}` feature, which this build of toolonce was compiled without"
+            "store URL {:?} needs the `{feature}` feature, which this build of toolonce was compiled without",
+            redact_url(url)
         ))
     };
     match scheme {
@@ -467,7 +472,8 @@ pub async fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {
             Err(missing("postgres"))
         }
         other => Err(crate::Error::Config(format!(
-            "unknown store scheme {other:?} in {url:?}: expected memory, sqlite, redis, rediss, redis+cluster, postgres or postgresql"
+            "unknown store scheme {other:?} in {:?}: expected memory, sqlite, redis, rediss, redis+cluster, postgres or postgresql",
+            redact_url(url)
         ))),
     }
 }

@@ -72,6 +72,10 @@ pub trait WriteTool: Send + Sync + 'static {
         Vec::new()
     }
     /// Runs the tool, once per operation.
+    ///
+    /// The lease heartbeat runs as a task of its own, so a handler that blocks its thread keeps
+    /// its lease on a multi-thread runtime; on a current-thread runtime move blocking work to
+    /// `tokio::task::spawn_blocking` (see [`Layer::run`](crate::Layer::run), "Runtime").
     fn call(
         &self,
         ctx: WriteContext,

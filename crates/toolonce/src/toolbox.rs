@@ -276,6 +276,9 @@ impl ToolboxBuilder {
         let name = tool.name().to_owned();
         let fields = tool.key_fields();
         let registered = (|| {
+            options
+                .validate()
+                .map_err(|e| Error::Config(format!("the write options of tool {name:?}: {e}")))?;
             let key_fields = if fields.is_empty() {
                 None
             } else {
@@ -295,8 +298,8 @@ impl ToolboxBuilder {
         self
     }
 
-    /// Builds the toolbox. Fails without a scope, on a duplicate or invalid tool name, and on
-    /// invalid key fields.
+    /// Builds the toolbox. Fails without a scope, on a duplicate or invalid tool name, on
+    /// invalid key fields, and on invalid write options ([`WriteOptions::validate`]).
     pub fn build(self) -> Result<Toolbox> {
         let scope = self.scope.ok_or_else(|| {
             Error::Config(

@@ -1,5 +1,7 @@
 //! The layer's behaviour (`docs/contract.md`, "The layer"), on `MemoryStore` and a store that fails on demand.
 
+mod blocking;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
@@ -1029,4 +1031,60 @@ fn a_toolbox_without_a_scope_or_with_a_nul_in_a_name_is_refused() {
         .build()
         .unwrap_err();
     assert!(err.to_string().contains("NUL"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_blocking_its_thread_keeps_its_lease_on_the_memory_store() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    blocking::a_tool_blocking_its_thread_for_three_leases_runs_once(store.clone(), store).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_a_running_call_stops_its_heartbeat_and_the_lease_expires() {
+    #[derive(Debug)]
+    struct TokioClock(SystemTime, tokio::time::Instant);
+    impl toolonce::store::memory::Clock for TokioClock {
+        fn now(&self) -> SystemTime {
+            self.0 + self.1.elapsed()
+        }
+    }
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::with_clock(Arc::new(TokioClock(
+        SystemTime::now(),
+        tokio::time::Instant::now(),
+    ))));
+    let stuck = Charge {
+        delay: Some(Duration::from_secs(3600)),
+        ..Charge::default()
+    };
+    let options = WriteOptions::new().lease(Duration::from_secs(3));
+    let tb = Arc::new(toolbox(store, stuck.clone(), options));
+    let running = tokio::spawn({
+        let tb = tb.clone();
+        async move { tb.call("charge_card", args("A")).await }
+    });
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert_eq!(
+        tb.call("charge_card", args("A")).await.outcome,
+        Outcome::InFlight,
+        "the heartbeat renews while the call runs"
+    );
+    running.abort();
+    assert!(running.await.unwrap_err().is_cancelled());
+    // Past a full lease with nobody renewing it, the operation can be taken over.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let retry = tokio::spawn({
+        let tb = tb.clone();
+        async move { tb.call("charge_card", args("A")).await }
+    });
+    let taken_over = tokio::time::timeout(Duration::from_secs(60), async {
+        while stuck.charges.load(Ordering::SeqCst) < 2 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    retry.abort();
+    assert!(
+        taken_over.is_ok(),
+        "the dropped call's lease was still renewed a minute later"
+    );
 }

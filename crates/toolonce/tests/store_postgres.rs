@@ -818,3 +818,42 @@ async fn eight_stores_migrating_one_new_table_at_once_all_succeed() {
         t.await.unwrap().unwrap();
     }
 }
+
+#[tokio::test]
+async fn huge_or_zero_timeouts_never_panic_and_huge_ones_work() {
+    let url = tokio::task::spawn_blocking(database_url).await.unwrap();
+    for timeout in [
+        Duration::ZERO,
+        Duration::from_nanos(1),
+        Duration::from_secs_f64(1e19),
+        Duration::from_secs(u64::MAX),
+        Duration::MAX,
+    ] {
+        let connected = PostgresStore::builder(&url)
+            .table(unique_table())
+            .connect_timeout(timeout)
+            .wait_timeout(timeout)
+            .operation_timeout(timeout)
+            .connect()
+            .await;
+        let store = match connected {
+            Ok(store) => store,
+            // Too short to connect: an error, not a panic.
+            Err(e) if timeout < Duration::from_millis(1) => {
+                assert!(e.is_retryable(), "{}", e.report());
+                continue;
+            }
+            Err(e) => panic!("{timeout:?}: {}", e.report()),
+        };
+        let op = key::derive("timeouts", "t", &json!({}), None).unwrap();
+        let options = WriteOptions::new()
+            .lease(toolonce::layer::MAX_DURATION)
+            .retention(toolonce::layer::MAX_DURATION);
+        let answer = Layer::new(Arc::new(store))
+            .run("t", &op, &options, |_| async { Ok(json!(1)) })
+            .await;
+        if timeout >= Duration::from_millis(1) {
+            assert_eq!(answer.outcome, Outcome::Executed, "{timeout:?}: {answer:?}");
+        }
+    }
+}

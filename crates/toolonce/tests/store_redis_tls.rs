@@ -3,99 +3,20 @@
 //! (rustls-native-certs), which honour `SSL_CERT_FILE`; setting that variable in this process
 //! would be `unsafe`, so the TLS client runs in a child process of this test binary.
 
-use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
 use serde_json::json;
 use toolonce::store::redis::RedisStore;
 use toolonce::{Layer, Outcome, WriteOptions, key};
-use toolonce_testsupport::{RedisServer, free_port};
+use toolonce_testsupport::{RedisServer, TestCertificates, free_port};
 
 const URL_VAR: &str = "TOOLONCE_REDIS_TLS_URL";
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("the openssl command is needed to make the test certificates");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A CA (`ca.crt`) and a server certificate for 127.0.0.1 signed by it.
-fn make_certificates(dir: &Path) {
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    let mut ca = vec!["req", "-x509"];
-    ca.extend(ec);
-    ca.extend([
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=toolonce test CA",
-        "-addext",
-        "basicConstraints=critical,CA:TRUE",
-        "-addext",
-        "keyUsage=critical,keyCertSign,cRLSign",
-    ]);
-    openssl(dir, &ca);
-    let mut csr = vec!["req"];
-    csr.extend(ec);
-    csr.extend([
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=127.0.0.1",
-    ]);
-    openssl(dir, &csr);
-    std::fs::write(
-        dir.join("server.ext"),
-        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
-         keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.crt",
-            "-days",
-            "2",
-            "-extfile",
-            "server.ext",
-        ],
-    );
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rediss_url_talks_tls_and_checks_the_server_certificate() {
     let dir = tempfile::tempdir().unwrap();
-    make_certificates(dir.path());
+    TestCertificates::make(dir.path());
     let file = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
     let tls_port = free_port().to_string();
     let server = RedisServer::start_with(&[

@@ -2,6 +2,7 @@
 //! without inline writes, on one without either, and in memory), several OS processes sharing one file, a real crash between claim and complete,
 //! the schema versioning and the mapping of SQLite's errors.
 
+mod blocking;
 mod conformance;
 
 use conformance::{ClaimFresh, Fresh};
@@ -147,6 +148,24 @@ fn processes_opening_a_new_file_at_once_create_the_schema_once() {
         4,
         20,
     );
+}
+
+/// Regression: switching a new file to WAL answered "database is locked" at once (SQLite does
+/// not call the busy handler there) while another process was creating the same file and
+/// writing to it, so a process opening the store at the wrong moment failed (about 1 run in 25
+/// of the test above). Many rounds of more processes make the window likely to be hit.
+#[test]
+fn processes_opening_new_files_together_never_find_them_locked() {
+    for _round in 0..10 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("new.db");
+        conformance::multiprocess::run_workers(
+            "multi_process_worker",
+            &[(MP_PATH, path.to_string_lossy().into_owned())],
+            8,
+            10,
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -643,4 +662,45 @@ async fn results_and_errors_are_stored_as_json_text() {
         serde_json::from_str::<ToolError>(&payload(&failed)).unwrap(),
         error
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_blocking_its_thread_keeps_its_lease_on_sqlite() {
+    // Two handles on one file, as two processes would have.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("toolonce.db");
+    let first: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).unwrap());
+    let other: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).unwrap());
+    blocking::a_tool_blocking_its_thread_for_three_leases_runs_once(first, other).await;
+}
+
+use proptest::strategy::Strategy as _;
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+    /// SQLite keeps its busy timeout in an `i32` of milliseconds (24.8 days): a longer one
+    /// means "wait as long as it takes" and is capped, never a panic.
+    #[test]
+    fn any_busy_timeout_opens_a_working_store(
+        busy in proptest::prop_oneof![
+            proptest::strategy::Just(Duration::ZERO),
+            proptest::strategy::Just(Duration::from_millis(i32::MAX as u64)),
+            proptest::strategy::Just(Duration::from_millis(i32::MAX as u64 + 1)),
+            proptest::strategy::Just(Duration::from_secs_f64(1e19)),
+            proptest::strategy::Just(Duration::MAX),
+            (0u64..u64::MAX, 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
+        ]
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteOptions::new()
+            .busy_timeout(busy)
+            .open(dir.path().join("toolonce.db"))
+            .unwrap();
+        let op = key::derive("busy", "t", &json!({}), None).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let owner = OwnerToken::generate();
+        let claim = rt.block_on(store.claim(&op.key, &op.fingerprint, &owner, Duration::from_secs(60)));
+        proptest::prop_assert!(matches!(claim, Ok(Claim::Won)), "{claim:?}");
+    }
 }

@@ -6,6 +6,37 @@
 //! The operation key's tool part is `SERVER_ID/TOOL`, so same-named tools of two servers
 //! sharing a store and a scope are different operations.
 //!
+//! # What names the operation
+//!
+//! - **By default, the arguments**: the key is derived from (scope, `SERVER_ID/TOOL`, the
+//!   canonical `params.arguments`, or their key fields). No other member of `params` counts:
+//!   not `_meta` (progress token, trace context, the per-request protocol version, client
+//!   identity and capabilities of protocol 2026-07-28), and not the multi-round-trip members
+//!   `requestState` and `inputResponses`.
+//! - **Multi-round-trip calls (2026-07-28).** A server may answer `resultType:
+//!   "input_required"` (it needs the user's answer first); the client then sends the call
+//!   again, with a new id, carrying `inputResponses` and the server's opaque `requestState`.
+//!   That answer means nothing has taken effect, so it is never recorded: the claim is released
+//!   and the answer passes on as the server sent it. The continuation is the same operation,
+//!   not a new one, so it has the same key: it claims it, is forwarded, and its final answer is
+//!   recorded; a plain duplicate afterwards, or the continuation sent again because its answer
+//!   was lost, replays that answer. Keying on `requestState` would make every round its own
+//!   operation (servers mint a fresh state each round, with an expiry or a nonce), so the
+//!   continuation sent again would perform the effect again; keying on `inputResponses` would
+//!   let a duplicate with other answers to the same question run it twice. The price: once
+//!   done, the same call with other answers replays the first result, as any duplicate does.
+//! - **A key from the client.** A call that carries `_meta["toolonce/key"]` (the member the
+//!   proxy sends downstream; an agent with ids of its own, such as a workflow step id, sets it)
+//!   is named by (scope, `SERVER_ID/TOOL`, that key) instead, and the canonical arguments are
+//!   only its fingerprint: the same key with other arguments is a conflict, other keys with the
+//!   same arguments are other operations. The tool stays in the key so that a step that calls
+//!   two tools names two operations. The key must be a string of 1 to 255 visible ASCII
+//!   characters; a call with any other is refused with `-32602` and not sent. The client's
+//!   text is hashed behind a NUL (which no canonical arguments text contains) into an
+//!   operation key of the usual form, which replaces it in the forwarded request, so a client
+//!   key never names the same operation as arguments do, and the server sees one key format.
+//!   Key fields do not apply. A read passes through with whatever `_meta` it has.
+//!
 //! How the server's answer is recorded (`on_error`, `on_tool_error` and `failure_retention`
 //! are per-tool settings, see [`config`](super::config)):
 //!
@@ -13,8 +44,9 @@
 //! |---|---|---|
 //! | `result` | done, for the retention | the same `result` |
 //! | `result` with `isError: true` | `on_tool_error = "keep"` (default): failed, for the failure retention, the whole result kept; `"release"`: forgotten | the same `result`; or a fresh run |
-//! | JSON-RPC `error` -32700, -32600, -32601, -32602 (refused before the tool ran: parse error, invalid request, method not found, invalid params or unknown tool) | never recorded | a fresh run |
+//! | JSON-RPC `error` -32700, -32600, -32601, -32602 (refused before the tool ran: parse error, invalid request, method not found, invalid params or unknown tool), and 2026-07-28's -32020, -32021, -32022 (header mismatch, missing client capability, unsupported protocol version) | never recorded | a fresh run |
 //! | any other JSON-RPC `error` (such as -32603, an exception that may follow the effect) | `on_error = "keep"` (default): failed, for the failure retention; `"release"`: forgotten | the same `error`; or a fresh run |
+//! | `result` with `resultType: "input_required"` (2026-07-28: the server asks for input first) | never recorded: nothing took effect | a fresh run (see *What names the operation* above) |
 //! | none: timeout, cancel, server exit | left running until its lease expires (the outcome is unknown) | `in_flight`, then a fresh run with the same key |
 //!
 //! An answer the proxy gives from the store (a replay, or its own explanation: in flight,
@@ -28,7 +60,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
-use toolonce::key::{self, Derived};
+use toolonce::key::{self, Derived, Fingerprint, OperationKey};
 use toolonce::{Outcome, ToolError, WriteAnswer};
 
 use super::batch::Batch;
@@ -45,6 +77,10 @@ pub(super) struct Call {
     pub(super) id_key: IdKey,
     pub(super) tool: String,
     pub(super) arguments: Value,
+    /// `params._meta["toolonce/key"]`, as the client sent it (not checked yet).
+    pub(super) client_key: Option<Value>,
+    /// Whether the request names its protocol version in `_meta` (2026-07-28 or later).
+    pub(super) modern: bool,
     /// The request as the client sent it.
     pub(super) request: Vec<u8>,
 }
@@ -105,14 +141,40 @@ async fn answer(
 ) -> Option<Vec<u8>> {
     let policy = shared.config.policy(&call.tool);
     let error_line = |text: &str, outcome: &str, key: Option<&str>| {
-        Some(proxy_answer(&call.id, text, outcome, key))
+        let result = completed(proxy_result(text, outcome, key), call.modern);
+        Some(jsonrpc::result_line(&call.id, &result))
     };
-    let derived = match key::derive(
-        &shared.scope,
-        &format!("{}/{}", shared.server_id, call.tool),
-        &call.arguments,
-        policy.key_fields.as_ref(),
-    ) {
+    let tool_part = format!("{}/{}", shared.server_id, call.tool);
+    let derived = match &call.client_key {
+        None => key::derive(
+            &shared.scope,
+            &tool_part,
+            &call.arguments,
+            policy.key_fields.as_ref(),
+        ),
+        Some(client_key) => match check_client_key(client_key) {
+            Ok(client_key) => {
+                derive_from_client_key(&shared.scope, &tool_part, client_key, &call.arguments)
+            }
+            Err(why) => {
+                tracing::warn!(target: "toolonce::mcp", tool = %call.tool, why, "refused a call with a malformed client key");
+                return Some(jsonrpc::error_line(
+                    Some(&call.id),
+                    INVALID_PARAMS,
+                    &format!(
+                        "toolonce: _meta[\"toolonce/key\"] names the operation, and must be a \
+                         string of 1 to {CLIENT_KEY_MAX} visible ASCII characters (letters, \
+                         digits, punctuation; no spaces or control characters), such as a \
+                         workflow step id; this one {why}. The call of `{}` was not sent: \
+                         nothing ran. Send it with a valid key, or without one to have the \
+                         arguments name the operation.",
+                        call.tool
+                    ),
+                ));
+            }
+        },
+    };
+    let derived = match derived {
         Ok(derived) => derived,
         Err(e) => {
             return error_line(
@@ -157,12 +219,84 @@ async fn answer(
     if *cancelled.borrow() {
         return None;
     }
-    Some(replay(&call.id, answer))
+    if answer.outcome == Outcome::Conflict && call.client_key.is_some() {
+        return error_line(
+            &format!(
+                "Conflict: an earlier call of `{}` with the same _meta[\"toolonce/key\"] \
+                 (operation {}) had different arguments. This call was not executed. If you \
+                 meant the earlier operation, it has already been done; if you meant a new \
+                 one, send it with a new key.",
+                call.tool, answer.key
+            ),
+            Outcome::Conflict.as_str(),
+            Some(answer.key.as_str()),
+        );
+    }
+    Some(replay(&call.id, answer, call.modern))
+}
+
+/// The JSON-RPC error code of "Invalid params", for a malformed client key.
+const INVALID_PARAMS: i64 = -32602;
+
+/// The longest client key accepted, in characters (as an HTTP idempotency key is commonly
+/// bounded), so a key stays readable in logs.
+const CLIENT_KEY_MAX: usize = 255;
+
+/// The client key in `value`, if it has the accepted shape; else why not.
+fn check_client_key(value: &Value) -> Result<&str, String> {
+    let key = match value {
+        Value::String(key) => key,
+        Value::Null => return Err("is null".to_owned()),
+        Value::Bool(_) => return Err("is a boolean".to_owned()),
+        Value::Number(_) => return Err("is a number".to_owned()),
+        Value::Array(_) => return Err("is an array".to_owned()),
+        Value::Object(_) => return Err("is an object".to_owned()),
+    };
+    if key.is_empty() {
+        return Err("is empty".to_owned());
+    }
+    // The key is not quoted back: it may be something the client would rather not see in a
+    // log line or a model's context.
+    if let Some((at, _)) = key.char_indices().find(|(_, c)| !c.is_ascii_graphic()) {
+        return Err(format!(
+            "has a space, a control character or a character outside ASCII at byte {at}"
+        ));
+    }
+    if key.len() > CLIENT_KEY_MAX {
+        return Err(format!("is {} characters long", key.len()));
+    }
+    Ok(key)
+}
+
+/// The key and fingerprint of a call named by a client key (see the module's docs).
+fn derive_from_client_key(
+    scope: &str,
+    tool_part: &str,
+    client_key: &str,
+    arguments: &Value,
+) -> toolonce::Result<Derived> {
+    let canonical = toolonce::canonical::canonicalize(arguments)?;
+    Ok(Derived {
+        key: OperationKey::derive(scope, tool_part, &format!("\0{META_KEY}\0{client_key}"))?,
+        fingerprint: Fingerprint::of_canonical(&canonical),
+    })
+}
+
+/// A result the proxy writes itself for a call of protocol 2026-07-28 or later says it is
+/// complete, as every result of that version does (a server's own results carry their
+/// `resultType` already and are left alone).
+fn completed(mut result: Value, modern: bool) -> Value {
+    if modern && let Some(result) = result.as_object_mut() {
+        result
+            .entry("resultType")
+            .or_insert_with(|| json!("complete"));
+    }
+    result
 }
 
 /// The answer to a call that the server did not answer this time, as one line: a
 /// `CallToolResult` with the outcome in `_meta`, or a kept JSON-RPC error as it came.
-fn replay(id: &Value, answer: WriteAnswer) -> Vec<u8> {
+fn replay(id: &Value, answer: WriteAnswer, modern: bool) -> Vec<u8> {
     let outcome = match answer.outcome {
         // Executed, yet not answered by the server: it was never sent (cancelled first, or
         // the server's input closed).
@@ -196,7 +330,8 @@ fn replay(id: &Value, answer: WriteAnswer) -> Vec<u8> {
         },
         (_, Err(e)) => jsonrpc::tool_error(&e.message),
     };
-    jsonrpc::result_line(id, &with_outcome(result, outcome, answer.key.as_str()))
+    let result = with_outcome(result, outcome, answer.key.as_str());
+    jsonrpc::result_line(id, &completed(result, modern))
 }
 
 /// Where a kept JSON-RPC error is stored in the failure's detail.
@@ -274,6 +409,11 @@ fn give_up_answer(
 /// An `isError` result the proxy writes itself, with its outcome (and the key, once there is
 /// one) in `_meta`, as one line.
 pub(super) fn proxy_answer(id: &Value, text: &str, outcome: &str, key: Option<&str>) -> Vec<u8> {
+    jsonrpc::result_line(id, &proxy_result(text, outcome, key))
+}
+
+/// The `result` of a [`proxy_answer`].
+fn proxy_result(text: &str, outcome: &str, key: Option<&str>) -> Value {
     let mut result = jsonrpc::tool_error(text);
     let meta = result
         .as_object_mut()
@@ -284,7 +424,7 @@ pub(super) fn proxy_answer(id: &Value, text: &str, outcome: &str, key: Option<&s
     if let Some(key) = key {
         meta[META_KEY] = json!(key);
     }
-    jsonrpc::result_line(id, &result)
+    result
 }
 
 /// The part of a call that runs once the claim is won.
@@ -415,10 +555,16 @@ fn with_key(request: &[u8], key: &str) -> Vec<u8> {
     jsonrpc::line(&message)
 }
 
+/// The `resultType` of a protocol 2026-07-28 answer that asks the client for input first.
+const INPUT_REQUIRED: &str = "input_required";
+
 /// JSON-RPC error codes that mean the server refused the request before running anything:
 /// parse error, invalid request, method not found, invalid params (which includes an unknown
-/// tool). Such an answer is never recorded, whatever the configuration.
-const REFUSED_BEFORE_RUNNING: [i64; 4] = [-32700, -32600, -32601, -32602];
+/// tool and, in 2026-07-28, a request without its required `_meta`), and the refusals
+/// protocol 2026-07-28 defines: header mismatch, missing required client capability,
+/// unsupported protocol version. Such an answer is never recorded, whatever the configuration:
+/// a client that is refused a version retries with another one, and that retry must run.
+const REFUSED_BEFORE_RUNNING: [i64; 7] = [-32700, -32600, -32601, -32602, -32020, -32021, -32022];
 
 /// What the server's answer means for the store (see the module's table).
 fn interpret(line: &[u8], policy: &Policy) -> Result<Value, ToolError> {
@@ -448,6 +594,15 @@ fn interpret(line: &[u8], policy: &Policy) -> Result<Value, ToolError> {
         .with_detail(json!({ JSONRPC_ERROR: error })));
     }
     let result = message.remove("result").unwrap_or(Value::Null);
+    // Protocol 2026-07-28: the server needs the user's input before it does anything. Never
+    // recorded: the claim is released, the answer passes on, and the client's continuation
+    // claims the operation again.
+    if result.get("resultType").and_then(Value::as_str) == Some(INPUT_REQUIRED) {
+        return Err(ToolError::transient(
+            "The MCP server asked for more input (resultType input_required); nothing has \
+             taken effect yet.",
+        ));
+    }
     if result.get("isError") == Some(&Value::Bool(true)) {
         let text = result
             .pointer("/content/0/text")
@@ -504,6 +659,71 @@ mod tests {
             assert!(e.is_transient(), "{code}");
             assert!(e.message.contains("Unknown tool"));
         }
+    }
+
+    #[test]
+    fn input_required_is_never_recorded() {
+        let line = br#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"input_required","requestState":"s"}}"#;
+        assert!(interpret(line, &policy("")).unwrap_err().is_transient());
+        let line = br#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete","content":[]}}"#;
+        assert!(interpret(line, &policy("")).is_ok());
+    }
+
+    #[test]
+    fn client_keys_of_the_documented_shape_are_accepted() {
+        for good in [
+            "a",
+            "wf-42/step-3",
+            "550e8400-e29b-41d4-a716-446655440000",
+            "~!{}",
+        ] {
+            assert_eq!(check_client_key(&json!(good)), Ok(good));
+        }
+        assert!(check_client_key(&json!("x".repeat(CLIENT_KEY_MAX))).is_ok());
+        for bad in [
+            json!(""),
+            json!("x".repeat(CLIENT_KEY_MAX + 1)),
+            json!("a b"),
+            json!("a\u{0}"),
+            json!("\u{e9}t\u{e9}"),
+            json!(1),
+            json!(null),
+            json!(["a"]),
+        ] {
+            assert!(check_client_key(&bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_client_key_never_names_the_operation_its_arguments_would() {
+        let args = json!({"k": "v"});
+        let by_key = derive_from_client_key("s", "srv/t", "step-1", &args).unwrap();
+        let by_args = key::derive("s", "srv/t", &args, None).unwrap();
+        assert_ne!(by_key.key, by_args.key);
+        assert_eq!(by_key.fingerprint, by_args.fingerprint);
+        // The key is the client's, not the arguments'; scope and tool still count.
+        let other_args = derive_from_client_key("s", "srv/t", "step-1", &json!({})).unwrap();
+        assert_eq!(other_args.key, by_key.key);
+        assert_ne!(other_args.fingerprint, by_key.fingerprint);
+        for (scope, tool, key) in [
+            ("s2", "srv/t", "step-1"),
+            ("s", "srv/u", "step-1"),
+            ("s", "srv/t", "step-2"),
+        ] {
+            assert_ne!(
+                derive_from_client_key(scope, tool, key, &args).unwrap().key,
+                by_key.key
+            );
+        }
+    }
+
+    #[test]
+    fn the_proxys_own_results_say_complete_to_a_modern_client_only() {
+        let result = proxy_result("in flight", "in_flight", None);
+        assert_eq!(completed(result.clone(), true)["resultType"], "complete");
+        assert!(completed(result, false).get("resultType").is_none());
+        let kept = json!({"content": [], "resultType": "x-ext"});
+        assert_eq!(completed(kept, true)["resultType"], "x-ext");
     }
 
     #[test]

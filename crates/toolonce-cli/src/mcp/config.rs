@@ -38,6 +38,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
+use toolonce::layer::MAX_DURATION;
 use toolonce::{InFlight, KeyFields, WriteOptions};
 
 /// The kind a configuration forces on a tool, whatever the server's annotations say.
@@ -117,11 +118,11 @@ impl Config {
             cancel_grace: file
                 .proxy
                 .cancel_grace
-                .map_or(Duration::from_secs(5), |d| d.0),
+                .map_or(Duration::from_secs(5), Dur::forever_capped),
             shutdown_timeout: file
                 .proxy
                 .shutdown_timeout
-                .map_or(Duration::from_secs(5), |d| d.0),
+                .map_or(Duration::from_secs(5), Dur::forever_capped),
         };
         let base = Policy {
             options: WriteOptions::new().retention(DEFAULT_RETENTION),
@@ -259,17 +260,13 @@ impl PolicySection {
     fn apply(&self, base: &Policy) -> anyhow::Result<Policy> {
         let mut policy = base.clone();
         if let Some(lease) = self.lease {
-            if lease.0 < Duration::from_millis(30) {
-                bail!("lease must be at least 30ms (it is renewed every third of it)");
-            }
             policy.options = policy.options.lease(lease.0);
         }
         if let Some(retention) = self.retention {
-            if retention.0.is_zero() {
-                bail!("retention must be more than 0");
-            }
             policy.options = policy.options.retention(retention.0);
         }
+        // The layer's own check: the error names the option, its value and the range.
+        policy.options.validate()?;
         match (self.in_flight, self.wait_timeout) {
             (Some(InFlightName::Reject), Some(_)) => {
                 bail!("wait_timeout needs in_flight = \"wait\"");
@@ -278,12 +275,13 @@ impl PolicySection {
                 policy.options = policy.options.in_flight(InFlight::Reject);
             }
             (Some(InFlightName::Wait), wait) => {
-                let wait = wait.map_or(DEFAULT_WAIT, |d| d.0);
+                let wait = wait.map_or(DEFAULT_WAIT, Dur::forever_capped);
                 policy.options = policy.options.in_flight(InFlight::Wait(wait));
             }
             (None, Some(wait)) => match policy.options.in_flight {
                 InFlight::Wait(_) => {
-                    policy.options = policy.options.in_flight(InFlight::Wait(wait.0));
+                    let wait = InFlight::Wait(wait.forever_capped());
+                    policy.options = policy.options.in_flight(wait);
                 }
                 _ => bail!("wait_timeout needs in_flight = \"wait\""),
             },
@@ -293,7 +291,7 @@ impl PolicySection {
             if timeout.0.is_zero() {
                 bail!("call_timeout must be more than 0");
             }
-            policy.call_timeout = timeout.0;
+            policy.call_timeout = timeout.forever_capped();
         }
         policy.on_error = self.on_error.unwrap_or(policy.on_error);
         policy.on_tool_error = self.on_tool_error.unwrap_or(policy.on_tool_error);
@@ -310,6 +308,14 @@ impl PolicySection {
 /// A duration written `"250ms"`, `"30s"`, `"5m"`, `"2h"`, `"7d"`, or an integer of seconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Dur(Duration);
+
+impl Dur {
+    /// For timeouts and waits, where a huge value means "as long as it takes": capped to
+    /// 100 years, so no deadline computed from it overflows a clock.
+    fn forever_capped(self) -> Duration {
+        self.0.min(MAX_DURATION)
+    }
+}
 
 impl<'de> Deserialize<'de> for Dur {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -343,22 +349,25 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     let (digits, unit) = text.split_at(split);
     let bad = || format!("invalid duration {text:?}: expected a number and ms, s, m, h or d");
     let n: u64 = digits.parse().map_err(|_| bad())?;
-    let millis_per = match unit.trim() {
-        "ms" => 1,
-        "s" | "" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
+    let secs_per: u32 = match unit.trim() {
+        "ms" => return Ok(Duration::from_millis(n)),
+        "s" | "" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
         _ => return Err(bad()),
     };
-    n.checked_mul(millis_per)
-        .map(Duration::from_millis)
-        .ok_or_else(bad)
+    // Beyond what a `Duration` holds is "forever": the range checks of each option decide
+    // what that means (an error for a lease, a capped wait).
+    Ok(Duration::from_secs(n)
+        .checked_mul(secs_per)
+        .unwrap_or(Duration::MAX))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy as _;
 
     #[test]
     fn empty_configuration_is_the_proxy_defaults() {
@@ -416,7 +425,13 @@ mod tests {
             ("[tools.x]\nkey_fields = [\"amount\"]", "invalid key field"),
             ("[tools.x]\nwait_timeout = \"1s\"", "wait_timeout needs"),
             ("[defaults]\nlease = \"5 parsecs\"", "invalid duration"),
-            ("[defaults]\nlease = \"1ms\"", "at least 30ms"),
+            ("[defaults]\nlease = \"1ms\"", "between 30ms and 100 years"),
+            ("[defaults]\nlease = \"0s\"", "lease 0ns is out of range"),
+            ("[tools.x]\nretention = 0", "retention 0ns is out of range"),
+            (
+                "[defaults]\nlease = \"36600d\"",
+                "lease 3162240000s is out of range: it must be between 30ms and 100 years",
+            ),
             ("[defaults]\non_error = \"retry\"", "unknown variant"),
             ("[tools.x]\nfailure_retention = 0", "more than 0"),
             (
@@ -427,6 +442,58 @@ mod tests {
             let e = format!("{:#}", Config::from_toml(text).unwrap_err());
             assert!(e.contains(needle), "{text:?}: {e}");
         }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn no_duration_in_the_configuration_panics_or_escapes_its_range(
+            field in proptest::sample::select(vec![
+                "lease", "retention", "wait_timeout", "call_timeout", "cancel_grace",
+                "shutdown_timeout",
+            ]),
+            value in proptest::prop_oneof![
+                proptest::num::i64::ANY.prop_map(|n| n.to_string()),
+                (proptest::num::u64::ANY, proptest::sample::select(vec!["ms", "s", "m", "h", "d", "", " s", "x"]))
+                    .prop_map(|(n, unit)| format!("\"{n}{unit}\"")),
+                proptest::num::f64::ANY.prop_map(|x| format!("{x:?}")),
+                proptest::strategy::Just("\"1e19s\"".to_owned()),
+            ],
+        ) {
+            let text = match field {
+                "cancel_grace" | "shutdown_timeout" => format!("[proxy]\n{field} = {value}"),
+                "wait_timeout" => format!("[defaults]\nin_flight = \"wait\"\n{field} = {value}"),
+                _ => format!("[tools.t]\n{field} = {value}"),
+            };
+            if let Ok(config) = Config::from_toml(&text) {
+                let policy = config.policy("t");
+                // Whatever was accepted, the layer runs it.
+                proptest::prop_assert!(policy.options.validate().is_ok(), "{text}");
+                if let InFlight::Wait(wait) = policy.options.in_flight {
+                    proptest::prop_assert!(wait <= MAX_DURATION, "{text}");
+                }
+                for d in [
+                    policy.call_timeout,
+                    config.proxy.cancel_grace,
+                    config.proxy.shutdown_timeout,
+                ] {
+                    proptest::prop_assert!(d <= MAX_DURATION, "{text}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_wait_or_timeout_of_forever_is_capped_not_refused() {
+        let config = Config::from_toml(
+            "[proxy]\ncancel_grace = \"213503982334601d\"\n\
+             [defaults]\nin_flight = \"wait\"\nwait_timeout = 9223372036854775807\n\
+             call_timeout = \"18446744073709551615ms\"",
+        )
+        .unwrap();
+        let policy = config.policy("t");
+        assert_eq!(policy.options.in_flight, InFlight::Wait(MAX_DURATION));
+        assert_eq!(policy.call_timeout, MAX_DURATION);
+        assert_eq!(config.proxy.cancel_grace, MAX_DURATION);
     }
 
     #[test]

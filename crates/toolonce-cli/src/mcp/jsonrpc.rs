@@ -140,16 +140,47 @@ pub(crate) fn line(value: &Value) -> Vec<u8> {
     out
 }
 
-/// The member name under `params._meta` that carries the operation key to the server.
+/// The member name under `params._meta` that carries the operation key to the server, and
+/// from the client a key of its own (see [`call`](super::call)).
 pub(crate) const META_KEY: &str = "toolonce/key";
 
+/// The `params._meta` member in which a request of protocol 2026-07-28 or later names its
+/// protocol version (earlier versions agree on one in `initialize`).
+pub(crate) const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+
+/// The other per-request members a 2026-07-28 server needs (the client's capabilities are
+/// required) or may want (who is asking), copied to the proxy's own requests.
+const CLIENT_META: [&str; 2] = [
+    "io.modelcontextprotocol/clientCapabilities",
+    "io.modelcontextprotocol/clientInfo",
+];
+
+/// For the `params` of a request of protocol 2026-07-28 or later: its protocol version, and
+/// the `_meta` for a request the proxy sends on the client's behalf to the same server (the
+/// version, the capabilities and the client's identity; never its log level, progress token or
+/// anything else, which would make the server send notifications the client did not ask for).
+/// `None` for a request without a per-request protocol version (protocol 2025-11-25 or
+/// earlier).
+pub(crate) fn own_request_meta(params: &Value) -> Option<(String, Value)> {
+    let meta = params.get("_meta")?.as_object()?;
+    let version = meta.get(PROTOCOL_VERSION)?.as_str()?.to_owned();
+    let mut own = serde_json::Map::new();
+    own.insert(PROTOCOL_VERSION.to_owned(), Value::String(version.clone()));
+    for name in CLIENT_META {
+        if let Some(value) = meta.get(name) {
+            own.insert(name.to_owned(), value.clone());
+        }
+    }
+    Some((version, Value::Object(own)))
+}
+
 /// Returns `request` (one JSON object on one line, already known to parse) with
-/// `params._meta["toolonce/key"] = key` added, every other byte kept as it was.
+/// `params._meta["toolonce/key"] = key`, every other byte kept as it was.
 ///
 /// The request is spliced rather than re-serialized so the server sees the client's arguments
 /// exactly: a re-encoding would reorder members and could change numbers (an integer beyond
-/// 64 bits parses as a double). The member is added last in `_meta`, so that if the client
-/// already sent one, ours is the one a last-wins parser (JavaScript's, serde_json's) keeps.
+/// 64 bits parses as a double). A `toolonce/key` the client sent (its own key) has its value
+/// replaced, so the server sees one member; without one, the member is added last in `_meta`.
 ///
 /// `None` if the structure is not what a `tools/call` has (no `params` object, or a `_meta`
 /// that is not an object).
@@ -163,6 +194,15 @@ pub(crate) fn add_meta_key(request: &[u8], key: &str) -> Option<Vec<u8>> {
         Some(meta) => {
             if request.get(meta.start) != Some(&b'{') {
                 return None;
+            }
+            // With a name given twice, this is the last one: the one a last-wins parser
+            // (JavaScript's, serde_json's) keeps.
+            if let Some(value) = member_span(request, meta.start, META_KEY) {
+                let mut out = Vec::with_capacity(request.len() + key.len());
+                out.extend_from_slice(&request[..value.start]);
+                out.extend_from_slice(json!(key).to_string().as_bytes());
+                out.extend_from_slice(&request[value.end..]);
+                return Some(out);
             }
             (meta.end - 1, with_comma(request, meta.clone(), key_member))
         }
@@ -229,6 +269,15 @@ fn member_span(text: &[u8], start: usize, name: &str) -> Option<std::ops::Range<
             _ => return None,
         }
     }
+}
+
+/// `{"_meta": …}` with the `params._meta` of a request serde_json cannot read as a whole (see
+/// [`Lenient`]), if that part of it is exact JSON.
+pub(crate) fn lenient_meta(text: &[u8]) -> Option<Value> {
+    let params = member_span(text, skip_ws(text, 0), "params")?;
+    let meta = member_span(text, params.start, "_meta")?;
+    let meta: Value = serde_json::from_slice(&text[meta]).ok()?;
+    Some(json!({ "_meta": meta }))
 }
 
 /// What a lenient reading finds in one JSON object that serde_json refuses (invalid UTF-8, a
@@ -445,9 +494,41 @@ mod tests {
         );
         let v = splice(r#"{"params":{"_meta":{ },"name":"t"}}"#);
         assert_eq!(v["params"]["_meta"], json!({"toolonce/key": "idem:k"}));
-        // A client-sent key is overridden by ours for a last-wins parser.
-        let v = splice(r#"{"params":{"_meta":{"toolonce/key":"forged"}}}"#);
+    }
+
+    #[test]
+    fn a_client_sent_key_has_its_value_replaced_in_place() {
+        let text = r#"{"params":{"_meta":{"a":1, "toolonce/key" : "step-1","b":[2]},"name":"t"}}"#;
+        let out = String::from_utf8(add_meta_key(text.as_bytes(), "idem:k").unwrap()).unwrap();
+        assert_eq!(
+            out,
+            r#"{"params":{"_meta":{"a":1, "toolonce/key" : "idem:k","b":[2]},"name":"t"}}"#
+        );
+        // Given twice, the last one (the one a last-wins parser keeps) is replaced.
+        let v = splice(r#"{"params":{"_meta":{"toolonce/key":"a","toolonce/key":7}}}"#);
         assert_eq!(v["params"]["_meta"]["toolonce/key"], "idem:k");
+    }
+
+    #[test]
+    fn own_requests_carry_the_clients_protocol_version_and_capabilities_only() {
+        let params = json!({"name": "t", "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+            "io.modelcontextprotocol/logLevel": "debug",
+            "progressToken": 5,
+            "toolonce/key": "k",
+        }});
+        let (version, meta) = own_request_meta(&params).unwrap();
+        assert_eq!(version, "2026-07-28");
+        assert_eq!(
+            meta,
+            json!({
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+            })
+        );
+        assert!(own_request_meta(&json!({"_meta": {"progressToken": 1}})).is_none());
+        assert!(own_request_meta(&json!({"name": "t"})).is_none());
     }
 
     #[test]
@@ -520,6 +601,16 @@ mod tests {
         assert!(!l.tool.unwrap().1);
         // What no parser accepts is not read at all.
         assert!(Lenient::of(b"{\"id\":1,\"method\":").is_none());
+    }
+
+    #[test]
+    fn the_meta_of_an_unreadable_request_is_read_if_it_is_exact() {
+        let text = br#"{"id":1,"method":"tools/call","params":{"_meta":{"v":"x"},"arguments":{"s":"\ud800"}}}"#;
+        assert!(serde_json::from_slice::<Value>(text).is_err());
+        assert_eq!(lenient_meta(text), Some(json!({"_meta": {"v": "x"}})));
+        let text = br#"{"id":1,"params":{"_meta":{"v":"\ud800"}}}"#;
+        assert_eq!(lenient_meta(text), None);
+        assert_eq!(lenient_meta(br#"{"id":1,"params":{}}"#), None);
     }
 
     #[test]

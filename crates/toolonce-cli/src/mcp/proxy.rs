@@ -285,8 +285,17 @@ impl Shared {
                 };
                 match (peek.method.as_deref(), &peek.id) {
                     (Some("tools/call"), Some(_)) => {
+                        let message = serde_json::from_slice::<Value>(&line);
+                        match &message {
+                            Ok(message) => self.list_for_modern(message.get("params")),
+                            // Its `_meta` may still be readable, and classifying it needs a
+                            // listing as much.
+                            Err(_) => {
+                                self.list_for_modern(jsonrpc::lenient_meta(&line).as_ref());
+                            }
+                        }
                         self.listed().await;
-                        match serde_json::from_slice::<Value>(&line) {
+                        match message {
                             Ok(message) => {
                                 if let Some(call) = self.write_call(message, line.clone()) {
                                     self.start_call(
@@ -318,7 +327,7 @@ impl Shared {
                         // The session is open: the proxy may now ask for the tools itself.
                         self.server_in.send(&line).await;
                         self.initialized.store(true, Ordering::Release);
-                        self.list_tools();
+                        self.list_tools(None);
                         return;
                     }
                     _ => {}
@@ -401,14 +410,28 @@ impl Shared {
         let _ = tokio::time::timeout(LIST_TIMEOUT, listing.wait_for(|n| *n == 0)).await;
     }
 
+    /// Lists the tools before classifying a call of protocol 2026-07-28 or later, if the proxy
+    /// has not listed for its version, or its listing is stale (see [`tools`](super::tools)).
+    fn list_for_modern(self: &Arc<Self>, params: Option<&Value>) {
+        if let Some((version, meta)) = params.and_then(jsonrpc::own_request_meta)
+            && let Some(meta) = self.tools.modern_listing(&version, &meta)
+        {
+            self.list_tools(Some(meta));
+        }
+    }
+
     /// Starts listing the server's tools with the proxy's own requests (every page), so that
     /// classification never depends on whether the client listed them. Tool calls received
-    /// from now on wait for it.
-    fn list_tools(self: &Arc<Self>) {
+    /// from now on wait for it. `meta`: the `params._meta` of each request (protocol
+    /// 2026-07-28 or later, whose server refuses a request without one).
+    fn list_tools(self: &Arc<Self>, meta: Option<Value>) {
         self.listing.send_modify(|n| *n += 1);
         let shared = self.clone();
         tokio::spawn(async move {
             let mut cursor: Option<Value> = None;
+            // How long the listing stays fresh (2026-07-28): the least `ttlMs` of its pages,
+            // absent or negative meaning 0; `None` if it failed.
+            let mut ttl = Some(u64::MAX);
             loop {
                 let n = shared.own_count.fetch_add(1, Ordering::Relaxed);
                 let id = Value::String(format!("{}-{n}", shared.own_prefix));
@@ -417,10 +440,13 @@ impl Shared {
                     .routes()
                     .pending
                     .insert(IdKey::of(&id), Route::List(tx));
-                let params = match &cursor {
+                let mut params = match &cursor {
                     Some(cursor) => serde_json::json!({"cursor": cursor}),
                     None => serde_json::json!({}),
                 };
+                if let Some(meta) = &meta {
+                    params["_meta"] = meta.clone();
+                }
                 let request = jsonrpc::line(&serde_json::json!({
                     "jsonrpc": "2.0", "id": id, "method": "tools/list", "params": params,
                 }));
@@ -436,6 +462,7 @@ impl Shared {
                     .and_then(|line| serde_json::from_slice::<Value>(&line).ok())
                     .and_then(|mut message| message.get_mut("result").map(Value::take));
                 let Some(result) = result else {
+                    ttl = None;
                     shared.routes().abandon(&IdKey::of(&id));
                     tracing::warn!(
                         target: "toolonce::mcp",
@@ -444,12 +471,18 @@ impl Shared {
                     break;
                 };
                 shared.tools.learn(&result);
+                let page_ttl = result.get("ttlMs").and_then(Value::as_u64).unwrap_or(0);
+                ttl = ttl.map(|ttl| ttl.min(page_ttl));
                 match result.get("nextCursor") {
                     Some(next) if !next.is_null() && cursor.as_ref() != Some(next) => {
                         cursor = Some(next.clone());
                     }
                     _ => break,
                 }
+            }
+            if let Some(meta) = &meta {
+                let ttl = ttl.map(Duration::from_millis);
+                shared.tools.modern_listed(meta, ttl);
             }
             shared.listing.send_modify(|n| *n -= 1);
         });
@@ -514,11 +547,14 @@ impl Shared {
             None | Some(Value::Null) => Value::Object(serde_json::Map::new()),
             Some(args) => args.clone(),
         };
+        let meta = params.get("_meta");
         Some(Call {
             id_key: IdKey::of(&id),
             id,
             tool: tool.to_owned(),
             arguments,
+            client_key: meta.and_then(|m| m.get(jsonrpc::META_KEY)).cloned(),
+            modern: meta.is_some_and(|m| m.get(jsonrpc::PROTOCOL_VERSION).is_some()),
             request,
         })
     }
@@ -736,9 +772,12 @@ impl Shared {
                 if let Some(peek) = &peek
                     && peek.method.as_deref() == Some("notifications/tools/list_changed")
                     && peek.id.is_none()
-                    && self.initialized.load(Ordering::Acquire)
                 {
-                    self.list_tools();
+                    if self.initialized.load(Ordering::Acquire) {
+                        self.list_tools(None);
+                    } else if let Some(meta) = self.tools.modern_meta() {
+                        self.list_tools(Some(meta));
+                    }
                 }
                 if let Some(peek) = peek
                     && peek.is_response()

@@ -21,7 +21,6 @@ use toolonce::{Claim, Entry, Error, Fenced, ListQuery, OwnerToken, Page, Store, 
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// A [`Store`] opened from a URL when first needed.
-#[derive(Debug)]
 pub(crate) struct LazyStore {
     url: String,
     store: OnceCell<Arc<dyn Store>>,
@@ -53,7 +52,7 @@ impl LazyStore {
                 let text = e.report().to_string();
                 tracing::error!(
                     target: "toolonce::mcp",
-                    store = url,
+                    store = %toolonce::store::redact_url(url),
                     error = %text,
                     "cannot open the store; write calls are answered as not executed until it opens"
                 );
@@ -90,7 +89,7 @@ impl LazyStore {
             .get_or_try_init(|| async {
                 match toolonce::store::open(&self.url).await {
                     Ok(store) => {
-                        tracing::info!(target: "toolonce::mcp", store = %self.url, "store opened");
+                        tracing::info!(target: "toolonce::mcp", store = %toolonce::store::redact_url(&self.url), "store opened");
                         Ok(store)
                     }
                     Err(e) => {
@@ -101,6 +100,15 @@ impl LazyStore {
                 }
             })
             .await
+    }
+}
+
+impl std::fmt::Debug for LazyStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LazyStore")
+            .field("url", &toolonce::store::redact_url(&self.url))
+            .field("store", &self.store)
+            .finish_non_exhaustive()
     }
 }
 

@@ -7,9 +7,21 @@
 //! the first answer would say "written" and leave v2 in place). Any other tool, and one the
 //! server has not listed, is a write, because wrongly deduplicating a read costs a stale answer
 //! at worst, while wrongly passing a write through can perform it twice.
+//!
+//! When to list: protocol 2025-11-25 and earlier open a session (`initialize`, then
+//! `notifications/initialized`), after which the proxy lists. Protocol 2026-07-28 has no
+//! session: every request names its version in `_meta`, and a server refuses a request without
+//! it. There, the proxy lists when a tool call names a version it has not listed for (the first
+//! call, or a client that switched versions), with that call's version and client capabilities
+//! (see [`Tools::modern_listing`]); the call waits for the listing. A 2026 server hears of no
+//! client unless it subscribed, so its `notifications/tools/list_changed` may never come: its
+//! listing says instead how long it stays fresh (`ttlMs`), and a call after that lists again
+//! first, no more often than once per [`MIN_FRESH`] (a `ttlMs` of 0 would otherwise double the
+//! cost of every call).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -22,6 +34,25 @@ pub(crate) struct Tools {
     /// Whether a tool passes through (`readOnlyHint` or `idempotentHint`), as last listed. A std mutex: held for a lookup or an
     /// insert, never across an `.await`.
     read_only: Mutex<HashMap<String, bool>>,
+    /// The protocol version (2026-07-28 or later) the proxy last listed for.
+    modern: Mutex<Option<Modern>>,
+}
+
+/// The shortest time a 2026-07-28 listing is taken as fresh, whatever its `ttlMs`.
+pub(crate) const MIN_FRESH: Duration = Duration::from_secs(1);
+
+/// The longest: a day, so a huge `ttlMs` neither overflows a clock nor keeps a listing for ever.
+const MAX_FRESH: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The proxy's listing for a protocol version of 2026-07-28 or later.
+#[derive(Debug)]
+struct Modern {
+    version: String,
+    /// The `_meta` the proxy's own requests carry for it.
+    meta: Value,
+    /// Until when the listing is fresh; `None` while one is in progress, or after one failed
+    /// (then only a change of version or a `list_changed` lists again).
+    fresh_until: Option<Instant>,
 }
 
 impl Tools {
@@ -29,7 +60,51 @@ impl Tools {
         Tools {
             config,
             read_only: Mutex::new(HashMap::new()),
+            modern: Mutex::new(None),
         }
+    }
+
+    /// For a call of protocol 2026-07-28 or later (`version`, and the `_meta` for the proxy's
+    /// own requests): the `_meta` to list the tools with, if the proxy has not listed for this
+    /// version yet or its listing is stale. Remembered at once, so one listing serves every
+    /// call that follows.
+    pub(crate) fn modern_listing(&self, version: &str, meta: &Value) -> Option<Value> {
+        let mut modern = self.modern.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(listed) = modern.as_mut()
+            && listed.version == version
+        {
+            match listed.fresh_until {
+                Some(until) if Instant::now() >= until => {}
+                _ => return None,
+            }
+        }
+        *modern = Some(Modern {
+            version: version.to_owned(),
+            meta: meta.clone(),
+            fresh_until: None,
+        });
+        Some(meta.clone())
+    }
+
+    /// A listing with `meta` ended; `ttl` is how long it is fresh (the least `ttlMs` of its
+    /// pages), `None` if it failed.
+    pub(crate) fn modern_listed(&self, meta: &Value, ttl: Option<Duration>) {
+        let mut modern = self.modern.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(listed) = modern.as_mut()
+            && listed.meta == *meta
+        {
+            listed.fresh_until = ttl.map(|ttl| Instant::now() + ttl.clamp(MIN_FRESH, MAX_FRESH));
+        }
+    }
+
+    /// The `_meta` of the last protocol 2026-07-28 (or later) listing, to list again with when
+    /// the server says its tools changed.
+    pub(crate) fn modern_meta(&self) -> Option<Value> {
+        self.modern
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|listed| listed.meta.clone())
     }
 
     /// Whether a call of `name` goes through the idempotency layer.
@@ -110,6 +185,51 @@ mod tests {
         ]}));
         assert!(t.is_write("get"));
         assert!(!t.is_write("graph"));
+    }
+
+    #[test]
+    fn a_modern_listing_happens_once_per_protocol_version() {
+        let t = tools("");
+        assert!(t.modern_meta().is_none());
+        let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28"});
+        assert_eq!(t.modern_listing("2026-07-28", &meta), Some(meta.clone()));
+        assert_eq!(t.modern_listing("2026-07-28", &meta), None);
+        assert_eq!(t.modern_meta(), Some(meta));
+        let next = json!({"io.modelcontextprotocol/protocolVersion": "2027-01-01"});
+        assert_eq!(t.modern_listing("2027-01-01", &next), Some(next.clone()));
+        assert_eq!(t.modern_meta(), Some(next));
+    }
+
+    #[test]
+    fn a_stale_modern_listing_is_listed_again_and_a_failed_one_is_not() {
+        let t = tools("");
+        let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28"});
+        assert!(t.modern_listing("2026-07-28", &meta).is_some());
+        // In progress: no second listing.
+        assert!(t.modern_listing("2026-07-28", &meta).is_none());
+        t.modern_listed(&meta, Some(Duration::from_secs(3600)));
+        assert!(t.modern_listing("2026-07-28", &meta).is_none());
+        // Stale (forced: a fresh-until in the past).
+        t.modern.lock().unwrap().as_mut().unwrap().fresh_until = Some(Instant::now());
+        assert!(t.modern_listing("2026-07-28", &meta).is_some());
+        t.modern_listed(&meta, None);
+        assert!(t.modern_listing("2026-07-28", &meta).is_none());
+        // A ttlMs of 0 is fresh for the minimum, a huge one for the maximum.
+        let until = |ttl| {
+            t.modern_listed(&meta, Some(ttl));
+            t.modern
+                .lock()
+                .unwrap()
+                .as_ref()
+                .unwrap()
+                .fresh_until
+                .unwrap()
+        };
+        let left = |instant: Instant| instant.saturating_duration_since(Instant::now());
+        let zero = left(until(Duration::ZERO));
+        assert!(zero <= MIN_FRESH && zero > MIN_FRESH / 2, "{zero:?}");
+        let huge = left(until(Duration::from_millis(u64::MAX)));
+        assert!(huge <= MAX_FRESH && huge > MAX_FRESH / 2, "{huge:?}");
     }
 
     #[test]

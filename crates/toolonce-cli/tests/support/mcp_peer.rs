@@ -28,49 +28,57 @@ pub fn toolonce() -> PathBuf {
 /// binary under test (`cargo test --test NAME` does not build examples by itself).
 pub fn test_server() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let exe = toolonce();
-            let profile_dir = exe.parent().expect("the binary is in a profile directory");
-            let target_dir = profile_dir
-                .parent()
-                .expect("the profile is in a target directory");
-            let mut features = Vec::new();
-            if cfg!(feature = "sqlite") {
-                features.push("sqlite");
-            }
-            if cfg!(feature = "redis") {
-                features.push("redis");
-            }
-            if cfg!(feature = "postgres") {
-                features.push("postgres");
-            }
-            let mut cargo = Command::new(env!("CARGO"));
-            cargo
-                .args([
-                    "build",
-                    "--quiet",
-                    "--example",
-                    "mcp_test_server",
-                    "--no-default-features",
-                ])
-                .arg("--manifest-path")
-                .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
-                .arg("--target-dir")
-                .arg(target_dir);
-            if !features.is_empty() {
-                cargo.arg("--features").arg(features.join(","));
-            }
-            if profile_dir.file_name().is_some_and(|n| n == "release") {
-                cargo.args(["--profile", "bench"]);
-            }
-            let status = cargo
-                .status()
-                .expect("run cargo to build the test MCP server");
-            assert!(status.success(), "cannot build the mcp_test_server example");
-            profile_dir.join("examples").join("mcp_test_server")
-        })
-        .clone()
+    BUILT.get_or_init(|| example("mcp_test_server")).clone()
+}
+
+/// The strict protocol 2026-07-28 test server (the `mcp_modern_server` example), built as
+/// [`test_server`] is.
+pub fn modern_server() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| example("mcp_modern_server")).clone()
+}
+
+/// Builds the example `name` with the profile and features of the binary under test.
+fn example(name: &str) -> PathBuf {
+    let exe = toolonce();
+    let profile_dir = exe.parent().expect("the binary is in a profile directory");
+    let target_dir = profile_dir
+        .parent()
+        .expect("the profile is in a target directory");
+    let mut features = Vec::new();
+    if cfg!(feature = "sqlite") {
+        features.push("sqlite");
+    }
+    if cfg!(feature = "redis") {
+        features.push("redis");
+    }
+    if cfg!(feature = "postgres") {
+        features.push("postgres");
+    }
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo
+        .args([
+            "build",
+            "--quiet",
+            "--example",
+            name,
+            "--no-default-features",
+        ])
+        .arg("--manifest-path")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(target_dir);
+    if !features.is_empty() {
+        cargo.arg("--features").arg(features.join(","));
+    }
+    if profile_dir.file_name().is_some_and(|n| n == "release") {
+        cargo.args(["--profile", "bench"]);
+    }
+    let status = cargo
+        .status()
+        .expect("run cargo to build the test MCP server");
+    assert!(status.success(), "cannot build the {name} example");
+    profile_dir.join("examples").join(name)
 }
 
 /// How to start a peer.

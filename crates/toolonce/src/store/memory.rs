@@ -44,10 +44,10 @@ impl ManualClock {
         })
     }
 
-    /// Moves the clock forward by `by`.
+    /// Moves the clock forward by `by`, or as far as `SystemTime` goes.
     pub fn advance(&self, by: Duration) {
         let mut now = self.now.lock().unwrap_or_else(|p| p.into_inner());
-        *now += by;
+        *now = add_saturating(*now, by);
     }
 }
 
@@ -55,6 +55,29 @@ impl Clock for ManualClock {
     fn now(&self) -> SystemTime {
         *self.now.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// `now` plus `d`, or the latest time `SystemTime` can represent if that is beyond it.
+fn add_saturating(now: SystemTime, d: Duration) -> SystemTime {
+    if let Some(t) = now.checked_add(d) {
+        return t;
+    }
+    // Approach the limit in halving steps; each step size succeeds at most twice.
+    let (mut t, mut step) = (now, d);
+    while !step.is_zero() {
+        match t.checked_add(step) {
+            Some(later) => t = later,
+            None => step /= 2,
+        }
+    }
+    t
+}
+
+/// When an entry written at `now` for `d` expires: a lease or retention beyond
+/// [`MAX_DURATION`](crate::layer::MAX_DURATION) (100 years) is capped to it, as the other
+/// stores cap theirs, and the sum never overflows `SystemTime`.
+fn expiry(now: SystemTime, d: Duration) -> SystemTime {
+    add_saturating(now, d.min(crate::layer::MAX_DURATION))
 }
 
 struct Slot {
@@ -154,7 +177,7 @@ impl Store for MemoryStore {
             entry.expires_at = Some(slot.expires_at);
             return Ok(Claim::Existing(entry));
         }
-        let expires_at = now + lease;
+        let expires_at = expiry(now, lease);
         let entry = Entry::new(
             key.clone(),
             Some(fingerprint.clone()),
@@ -173,7 +196,7 @@ impl Store for MemoryStore {
         let mut map = self.lock();
         Ok(match Self::owned(&mut map, key, owner, now) {
             Some(slot) => {
-                slot.expires_at = now + lease;
+                slot.expires_at = expiry(now, lease);
                 slot.entry.expires_at = Some(slot.expires_at);
                 true
             }
@@ -196,7 +219,7 @@ impl Store for MemoryStore {
                     result: result.clone(),
                     completed_at: Some(now),
                 };
-                slot.expires_at = now + retention;
+                slot.expires_at = expiry(now, retention);
                 slot.entry.expires_at = Some(slot.expires_at);
                 Fenced::Applied
             }
@@ -222,7 +245,7 @@ impl Store for MemoryStore {
                     error: error.clone(),
                     failed_at: Some(now),
                 };
-                slot.expires_at = now + retention;
+                slot.expires_at = expiry(now, retention);
                 slot.entry.expires_at = Some(slot.expires_at);
             }
             None => {

@@ -17,7 +17,12 @@ use deadpool_postgres::{
 };
 use serde_json::Value;
 
-use super::{Claim, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, State, Store};
+use super::{
+    Claim, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, State, Store, redact_url,
+};
+use tls::TlsOptions;
+
+mod tls;
 use crate::key::{Fingerprint, OperationKey};
 use crate::tool::ToolError;
 use crate::{Error, Result};
@@ -79,8 +84,8 @@ pub struct PostgresStoreBuilder {
 
 impl fmt::Debug for PostgresStoreBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Not the URL: it may hold a password.
         f.debug_struct("PostgresStoreBuilder")
+            .field("url", &redact_url(&self.url))
             .field("table", &self.table)
             .field("pool_size", &self.pool_size)
             .field("migrate", &self.migrate)
@@ -149,18 +154,22 @@ impl PostgresStoreBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] for a malformed URL or table name, [`Error::Unavailable`] when the
-    /// server cannot be reached, [`Error::Store`] when it refuses (wrong password, missing
-    /// database, a schema newer than this build knows).
+    /// [`Error::Config`] for a malformed URL or table name, or an `sslmode` this build cannot
+    /// honour; [`Error::Unavailable`] when the server cannot be reached, [`Error::Store`] when
+    /// it refuses (wrong password, missing database, a schema newer than this build knows) or
+    /// the TLS handshake fails (a certificate that fails the `sslmode`'s check, a server
+    /// without TLS where TLS is required).
     pub async fn connect(self) -> Result<PostgresStore> {
         check_table_name(&self.table)?;
         if self.pool_size == 0 {
             return Err(Error::Config("the pool size must be at least 1".into()));
         }
-        let mut pg: tokio_postgres::Config = self
-            .url
+        let (conninfo, tls) = TlsOptions::take(&self.url)?;
+        let connector = tls.connector()?;
+        let mut pg: tokio_postgres::Config = conninfo
             .parse()
             .map_err(|e| Error::Config(format!("invalid PostgreSQL URL: {e}")))?;
+        pg.ssl_mode(tls.driver_mode());
         if pg.get_application_name().is_none() {
             pg.application_name("toolonce");
         }
@@ -183,13 +192,16 @@ impl PostgresStoreBuilder {
         // connection whose server went away ends its task when the socket closes. `Verified`
         // would spend a round trip on every checkout. A connection broken without the socket
         // noticing fails its next statement, and `run` discards it then.
-        let manager = Manager::from_config(
-            pg,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let config = ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let manager = match connector {
+            None => Manager::from_config(pg, NoTls, config),
+            #[cfg(feature = "postgres-tls")]
+            Some(connector) => Manager::from_config(pg, connector, config),
+            #[cfg(not(feature = "postgres-tls"))]
+            Some(never) => match never {},
+        };
         let prepare = Arc::clone(&sql);
         let pool = Pool::builder(manager)
             .max_size(self.pool_size)
@@ -287,8 +299,14 @@ async fn prepare_all(client: &ClientWrapper, sql: &Sql) {
 ///
 /// A `deadpool` pool of `tokio-postgres` connections, each with its own cache of prepared
 /// statements (prepared when the connection opens). Connections broken by a server restart are
-/// dropped and replaced, so the same store recovers on its own after an outage. TLS is not
-/// supported by this build (the connection is made without it).
+/// dropped and replaced, so the same store recovers on its own after an outage.
+///
+/// # TLS
+///
+/// `sslmode` (`disable`, `prefer` — the default —, `require`, `verify-ca`, `verify-full`) and
+/// `sslrootcert=PATH` in the URL, with libpq's meaning, through rustls (feature
+/// `postgres-tls`); without `sslrootcert` the system's trust store is used. A build without
+/// the feature refuses the modes that require TLS rather than connect in plain text.
 pub struct PostgresStore {
     pool: Pool,
     table: String,
@@ -389,6 +407,7 @@ impl PostgresStore {
             PoolError::Timeout(kind) => Error::unavailable(format!(
                 "timed out waiting for a PostgreSQL connection ({kind:?})"
             )),
+            PoolError::Backend(e) if tls::is_tls_refusal(&e) => Error::store(e),
             PoolError::Backend(e) => classify(&e).into_error(e),
             PoolError::Closed => Error::store("the connection pool is closed"),
             other => Error::store(other.to_string()),

@@ -16,7 +16,10 @@ use async_trait::async_trait;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value as Json;
 
-use super::{Claim, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, Store, millis};
+use super::url::{parse_bool, percent_decode};
+use super::{
+    Claim, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, Store, millis, redact_url,
+};
 use crate::key::{Fingerprint, OperationKey};
 use crate::tool::ToolError;
 use crate::{Error, Result};
@@ -101,15 +104,31 @@ impl ConnectionLike for Conn {
     }
 }
 
+mod eviction;
+
 /// Options of a [`RedisStore`], from [`RedisStore::builder`].
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 #[must_use]
 pub struct RedisStoreBuilder {
     url: String,
     prefix: Option<String>,
+    allow_eviction: Option<bool>,
     response_timeout: Duration,
     connection_timeout: Duration,
     reconnect_attempts: usize,
+}
+
+impl fmt::Debug for RedisStoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStoreBuilder")
+            .field("url", &redact_url(&self.url))
+            .field("prefix", &self.prefix)
+            .field("allow_eviction", &self.allow_eviction)
+            .field("response_timeout", &self.response_timeout)
+            .field("connection_timeout", &self.connection_timeout)
+            .field("reconnect_attempts", &self.reconnect_attempts)
+            .finish()
+    }
 }
 
 impl RedisStoreBuilder {
@@ -118,6 +137,17 @@ impl RedisStoreBuilder {
     /// every entry in one slot, on one node: usually not what you want.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// Whether to start on a server whose `maxmemory-policy` is not `noeviction` (default
+    /// no). Every entry has an expiry, so under an `allkeys-*` or `volatile-*` policy Redis
+    /// deletes live entries when its memory is full, and a duplicate call then runs the tool
+    /// again. [`connect`](Self::connect) reads the policy of the server (of every master of a
+    /// cluster) and refuses such a server, or one whose policy it cannot read, unless this is
+    /// set; then it logs a warning. Overrides an `?allow_eviction=` in the URL.
+    pub fn allow_eviction(mut self, allow: bool) -> Self {
+        self.allow_eviction = Some(allow);
         self
     }
 
@@ -143,16 +173,22 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Connects (to one node of a cluster at least) and loads the scripts.
+    /// Connects (to one node of a cluster at least), checks that Redis will not evict entries
+    /// (see [`allow_eviction`](Self::allow_eviction)) and loads the scripts.
     ///
     /// # Errors
     ///
     /// [`Error::Config`] for a malformed URL, a `rediss://` URL in a build without the
-    /// `redis-tls` feature, or options the driver refuses; [`Error::Unavailable`] when the
-    /// server cannot be reached; [`Error::Store`] when it refuses us (a wrong password).
+    /// `redis-tls` feature, options the driver refuses, or a server that may evict entries;
+    /// [`Error::Unavailable`] when the server cannot be reached; [`Error::Store`] when it
+    /// refuses us (a wrong password).
     pub async fn connect(self) -> Result<RedisStore> {
         let target = Target::parse(&self.url)?;
         let prefix = self.prefix.or(target.prefix).unwrap_or_default();
+        let allow_eviction = self
+            .allow_eviction
+            .or(target.allow_eviction)
+            .unwrap_or(false);
         #[cfg(feature = "redis-tls")]
         if target.tls {
             // redis uses rustls without choosing a crypto provider; pick ring (no C toolchain
@@ -186,6 +222,7 @@ impl RedisStoreBuilder {
             prefix,
             display: target.display,
         };
+        store.check_eviction(allow_eviction).await?;
         let scripts = &*SCRIPTS;
         for script in [
             &scripts.claim,
@@ -242,9 +279,18 @@ impl RedisStoreBuilder {
 ///
 /// # URLs
 ///
-/// `redis://[[user]:password@]host[:port][/db][?prefix=NS]`, `rediss://…` (TLS, feature
-/// `redis-tls`), and for a cluster `redis+cluster://[[user]:password@]host:port,host:port,…`
-/// (or `rediss+cluster://…`): a few seed nodes, from which the client learns the rest.
+/// `redis://[[user]:password@]host[:port][/db][?prefix=NS][&allow_eviction=true]`,
+/// `rediss://…` (TLS, feature `redis-tls`), and for a cluster
+/// `redis+cluster://[[user]:password@]host:port,host:port,…` (or `rediss+cluster://…`): a few
+/// seed nodes, from which the client learns the rest. `prefix` and `allow_eviction` are the
+/// builder's [`prefix`](RedisStoreBuilder::prefix) and
+/// [`allow_eviction`](RedisStoreBuilder::allow_eviction).
+///
+/// # Eviction
+///
+/// Connecting refuses a server whose `maxmemory-policy` is not `noeviction`: it could delete
+/// live entries under memory pressure (see [`RedisStoreBuilder::allow_eviction`]). The check is
+/// made on connect; a policy changed later is not noticed.
 ///
 /// # Listing and purging
 ///
@@ -289,6 +335,7 @@ impl RedisStore {
         RedisStoreBuilder {
             url: url.into(),
             prefix: None,
+            allow_eviction: None,
             response_timeout: Duration::from_secs(2),
             connection_timeout: Duration::from_secs(1),
             reconnect_attempts: 3,
@@ -871,6 +918,7 @@ struct Target {
     /// The URL for the redis client (one), or one per seed node of a cluster.
     nodes: Vec<String>,
     prefix: Option<String>,
+    allow_eviction: Option<bool>,
     /// The URL without its password, for `Debug`.
     display: String,
 }
@@ -878,7 +926,7 @@ struct Target {
 impl Target {
     fn parse(url: &str) -> Result<Target> {
         let invalid =
-            |why: &str| Error::Config(format!("invalid Redis URL {}: {why}", redact(url)));
+            |why: &str| Error::Config(format!("invalid Redis URL {}: {why}", redact_url(url)));
         let (scheme, rest) = url.split_once("://").ok_or_else(|| invalid("no scheme"))?;
         let (tls, cluster) = match scheme {
             "redis" => (false, false),
@@ -906,11 +954,18 @@ impl Target {
             None => (rest, None),
         };
         let mut prefix = None;
+        let mut allow_eviction = None;
         let mut kept = Vec::new();
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {
                 Some(("prefix", value)) => {
                     prefix = Some(percent_decode(value).ok_or_else(|| invalid("bad prefix"))?);
+                }
+                Some(("allow_eviction", value)) => {
+                    allow_eviction = Some(
+                        parse_bool(value)
+                            .ok_or_else(|| invalid("allow_eviction takes true or false"))?,
+                    );
                 }
                 _ => kept.push(pair),
             }
@@ -951,54 +1006,10 @@ impl Target {
             tls,
             nodes,
             prefix,
-            display: redact(url),
+            allow_eviction,
+            display: redact_url(url),
         })
     }
-}
-
-/// The URL with any password replaced by `***`.
-fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..end].rsplit_once('@') {
-        Some((userinfo, hosts)) => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-            let masked = if userinfo.contains(':') {
-                format!("{user}:***")
-            } else {
-                user.to_owned()
-            };
-            format!("{scheme}://{masked}@{hosts}{}", &rest[end..])
-        }
-        None => url.to_owned(),
-    }
-}
-
-/// Decodes `%XX` escapes (and `+` as a space, as in a query string).
-fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' => {
-                let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]

@@ -154,7 +154,9 @@ impl SqliteOptions {
     }
 
     /// How long an operation waits for another connection or process to release the
-    /// database's write lock before failing with [`Error::Unavailable`].
+    /// database's write lock before failing with [`Error::Unavailable`]. SQLite counts it in
+    /// an `i32` of milliseconds: a longer timeout (up to `Duration::MAX`) waits that maximum,
+    /// about 24.8 days.
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout;
         self
@@ -605,9 +607,8 @@ impl SqliteStore {
             .map_err(err("configure the connection"))?;
         if !memory {
             // WAL is a property of the file: set once, every later connection uses it.
-            let mode: String = writer
-                .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
-                .map_err(err("switch to WAL mode"))?;
+            let mode =
+                switch_to_wal(&writer, options.busy_timeout).map_err(err("switch to WAL mode"))?;
             if !mode.eq_ignore_ascii_case("wal") {
                 tracing::warn!(
                     target: "toolonce",
@@ -776,9 +777,38 @@ impl SqliteStore {
     }
 }
 
+/// Sets `journal_mode=WAL` and returns the mode SQLite reports.
+///
+/// The switch needs an exclusive lock on the file. While another process is creating or
+/// recovering the same new file, SQLite answers `SQLITE_BUSY` at once instead of calling the
+/// busy handler (waiting could deadlock inside SQLite), so processes that open a new file
+/// together would fail at random. Retry the switch for as long as the busy timeout allows.
+fn switch_to_wal(conn: &Connection, busy_timeout: Duration) -> rusqlite::Result<String> {
+    let deadline = std::time::Instant::now()
+        .checked_add(busy_timeout.min(MAX_BUSY_TIMEOUT))
+        .unwrap_or_else(std::time::Instant::now);
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0)) {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The longest busy timeout SQLite can hold: `i32::MAX` milliseconds.
+const MAX_BUSY_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
+
 /// The per-connection settings (WAL itself is a setting of the file).
 fn configure(conn: &Connection, busy_timeout: Duration, full_sync: bool) -> rusqlite::Result<()> {
-    conn.busy_timeout(busy_timeout)?;
+    // rusqlite panics on a timeout beyond SQLite's `i32` of milliseconds.
+    conn.busy_timeout(busy_timeout.min(MAX_BUSY_TIMEOUT))?;
     conn.pragma_update(
         None,
         "synchronous",
