@@ -22,6 +22,7 @@ const SDK: &str = "@modelcontextprotocol/sdk@1.32.2";
 
 const SERVER_SCRIPT: &str = include_str!("support/mcp_http_server.mjs");
 const CLIENT_SCRIPT: &str = include_str!("support/mcp_sdk_client.mjs");
+const BRIDGE_SCRIPT: &str = include_str!("support/mcp_http_bridge.mjs");
 
 fn require(program: &str) {
     let found = Command::new(program).arg("--version").output();
@@ -59,6 +60,7 @@ fn sdk_dir() -> &'static Path {
         for (name, script) in [
             ("mcp_http_server.mjs", SERVER_SCRIPT),
             ("mcp_sdk_client.mjs", CLIENT_SCRIPT),
+            ("mcp_http_bridge.mjs", BRIDGE_SCRIPT),
         ] {
             // Another test binary may be reading it: write aside, then rename.
             let aside = dir.join(format!("{name}.{}", std::process::id()));
@@ -79,10 +81,22 @@ struct HttpServer {
 impl HttpServer {
     /// `mode` is `json` or `sse`; `env` adds REQUIRE_TOKEN and the like.
     fn start(mode: &str, env: &[(&str, &str)]) -> HttpServer {
+        Self::node("mcp_http_server.mjs", &[], mode, env)
+    }
+
+    /// The stdio server `command` behind the 2026-07-28 bridge (`mcp_http_bridge.mjs`).
+    fn bridge(command: &Path) -> HttpServer {
+        Self::node("mcp_http_bridge.mjs", &[command], "json", &[])
+    }
+
+    fn node(script: &str, args: &[&Path], mode: &str, env: &[(&str, &str)]) -> HttpServer {
         let sdk = sdk_dir();
         let dir = tempfile::tempdir().unwrap();
         let mut child = Command::new("node")
-            .arg(sdk.join("mcp_http_server.mjs"))
+            .arg(sdk.join(script))
+            .args(args)
+            .env("MCP_TEST_COUNTER", dir.path().join("counter"))
+            .env_remove("MCP_TEST_LOG")
             .env("MODE", mode)
             .env("COUNT_FILE", dir.path().join("executions"))
             .env("REQUEST_LOG", dir.path().join("requests"))
@@ -831,4 +845,69 @@ fn bad_upstream_arguments_stop_the_proxy_with_exit_code_2_and_no_secret() {
         assert!(stderr.contains("toolonce:"), "{args:?}: {stderr}");
         assert!(!stderr.contains("s3cret"), "{args:?}: {stderr}");
     }
+}
+
+/// Protocol 2026-07-28 over HTTP: no `initialize`, no session, every request naming itself
+/// in headers that a strict server checks against the body (the `mcp_modern_server` example
+/// behind a bridge that serves it over Streamable HTTP and refuses mismatched headers). An
+/// `input_required` answer is passed on unrecorded; the continuation runs once; duplicates
+/// replay its final answer.
+#[test]
+fn the_2026_07_28_flow_works_over_http() {
+    let server = HttpServer::bridge(&mcp_peer::modern_server());
+    let mut peer = proxy_to(&server).arg("--server-id").arg("mail").start();
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
+        "io.modelcontextprotocol/clientInfo": {"name": "toolonce-tests", "version": "0"},
+    });
+    let discover = peer.request("server/discover", json!({"_meta": meta}));
+    assert!(discover.get("result").is_some(), "{discover}");
+    let call = |peer: &mut Peer, extra: Value| {
+        let mut params = json!({"name": "send_mail", "arguments": {"to": "ops@example.com"},
+                                "_meta": meta});
+        for (name, value) in extra.as_object().unwrap() {
+            params[name] = value.clone();
+        }
+        peer.request("tools/call", params)
+    };
+    let executions = || {
+        std::fs::read_to_string(server.dir.path().join("counter"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with("send_mail\t"))
+            .count()
+    };
+    let first = call(&mut peer, json!({}));
+    assert_eq!(first["result"]["resultType"], "input_required", "{first}");
+    assert!(
+        first["result"]["_meta"].get("toolonce/outcome").is_none(),
+        "{first}"
+    );
+    assert_eq!(executions(), 0);
+    let continuation = json!({
+        "requestState": first["result"]["requestState"],
+        "inputResponses": {"confirm": {"action": "accept", "content": {}}},
+    });
+    let done = call(&mut peer, continuation);
+    assert_eq!(done["result"]["resultType"], "complete", "{done}");
+    assert_eq!(text(&done), "send_mail done, execution #1");
+    let duplicate = call(&mut peer, json!({}));
+    assert_eq!(duplicate["result"]["_meta"]["toolonce/outcome"], "replayed");
+    assert_eq!(without_outcome(&duplicate), without_outcome(&done));
+    assert_eq!(executions(), 1);
+
+    let requests = server.requests();
+    assert!(
+        requests.iter().all(|r| r["version"] == "2026-07-28"),
+        "{requests:#?}"
+    );
+    assert!(
+        requests
+            .iter()
+            .any(|r| r["method"] == "tools/list" && r["mcpMethod"] == "tools/list"),
+        "the proxy listed the tools itself: {requests:#?}"
+    );
+    peer.close_stdin();
+    assert_eq!(peer.wait(PATIENCE).code(), Some(0));
 }
