@@ -686,6 +686,7 @@ impl Exchange {
             },
         };
         let (mut sender, mut response) = (sender, response);
+        let in_session = self.session.is_some();
         if response.status() == StatusCode::NOT_FOUND
             && let Some(session) = self.session.take()
             && upstream.renew_session(&session).await
@@ -715,7 +716,8 @@ impl Exchange {
         }
         let status = response.status();
         if !status.is_success() {
-            return self.refused(status, response.into_body()).await;
+            let ended = status == StatusCode::NOT_FOUND && in_session;
+            return self.refused(status, ended, response.into_body()).await;
         }
         if is_event_stream(&response) {
             let mut events = Events::new(response.into_body());
@@ -806,7 +808,7 @@ impl Exchange {
     /// A status that is not success: a 4xx (or a redirect, which the proxy does not follow)
     /// refused the message before anything ran, so its requests are answered with an error
     /// saying so; after a 5xx nobody knows.
-    async fn refused(self, status: StatusCode, body: Body) {
+    async fn refused(self, status: StatusCode, session_ended: bool, body: Body) {
         let body = http_body_util::Limited::new(body, 64 * 1024)
             .collect()
             .await
@@ -825,7 +827,7 @@ impl Exchange {
         if status.is_server_error() {
             return self.lost(&format!("HTTP {status}: {said}"));
         }
-        let session = if status == StatusCode::NOT_FOUND && lock(&self.upstream.session).is_some() {
+        let session = if session_ended {
             " Its session has ended, and a new one could not be opened."
         } else {
             ""
