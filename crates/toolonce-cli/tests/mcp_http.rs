@@ -367,6 +367,7 @@ fn an_upstream_that_is_down_gets_writes_answered_not_executed() {
 
     let write = peer.call("write", json!({"item": "while down"}));
     assert!(is_error(&write), "{write}");
+    assert!(text(&write).contains("cannot be reached"), "{write}");
     assert_eq!(
         write["result"]["_meta"]["toolonce/outcome"], "not_executed",
         "{write}"
@@ -646,6 +647,10 @@ fn a_connection_lost_after_a_write_left_leaves_its_operation_locked() {
         peer.initialize();
         let lost = peer.call("crash", json!({}));
         assert!(is_error(&lost), "{mode}: {lost}");
+        assert!(
+            text(&lost).contains("connection to it broke"),
+            "{mode}: {lost}"
+        );
         assert_eq!(
             lost["result"]["_meta"]["toolonce/outcome"], "server_gone",
             "{mode}: {lost}"

@@ -395,8 +395,8 @@ fn give_up_answer(
         ),
         GiveUp::ServerGone => error_line(
             &format!(
-                "The MCP server exited before answering this call of `{tool}`, so whether it \
-                 took effect is unknown. The operation ({key}) stays locked for up to \
+                "The MCP server exited (or the connection to it broke) before answering this \
+                 call of `{tool}`, so whether it took effect is unknown. The operation ({key}) stays locked for up to \
                  {lease:?}; after that an identical call runs it again with the same \
                  idempotency key."
             ),
@@ -475,7 +475,8 @@ impl Forward<'_> {
             if !sent {
                 shared.routes().pending.remove(&call.id_key);
                 return Err(ToolError::transient(
-                    "Not executed: the MCP server's input is closed, so the call was not sent.",
+                    "Not executed: the MCP server cannot be reached (its input is closed, or its \
+                     URL does not answer), so the call was not sent.",
                 ));
             }
         }
