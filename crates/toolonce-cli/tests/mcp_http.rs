@@ -451,7 +451,10 @@ fn a_cancelled_write_is_cancelled_on_the_server_and_never_runs_twice() {
     for mode in ["json", "sse"] {
         let server = HttpServer::start(mode, &[]);
         let mut peer = proxy_to(&server)
-            .config("[proxy]\ncancel_grace = \"500ms\"\n[defaults]\nlease = \"60s\"")
+            .config(
+                "[proxy]\ncancel_grace = \"500ms\"\nshutdown_timeout = \"5m\"\n\
+                 [defaults]\nlease = \"60s\"",
+            )
             .start();
         peer.initialize();
         let id = peer.call_async("slow", json!({}));
@@ -488,6 +491,10 @@ fn a_cancelled_write_is_cancelled_on_the_server_and_never_runs_twice() {
             .collect();
         assert!(answers.is_empty(), "{mode}: {answers:?}");
         assert_eq!(server.slow().len(), 2, "{mode}: slow ran again");
+        // Nothing is left to wait for when the client hangs up (the server never answers the
+        // cancelled request): the proxy exits long before its shutdown timeout.
+        peer.close_stdin();
+        assert_eq!(peer.wait(PATIENCE).code(), Some(0), "{mode}");
     }
 }
 
@@ -915,4 +922,32 @@ fn the_2026_07_28_flow_works_over_http() {
     );
     peer.close_stdin();
     assert_eq!(peer.wait(PATIENCE).code(), Some(0));
+}
+
+/// A client that sends its requests and closes its input at once still gets every answer (and
+/// the write's answer is recorded) before the proxy exits, as a stdio server would answer
+/// what it read before its input closed.
+#[test]
+fn a_client_that_hangs_up_at_once_still_gets_its_answers() {
+    for mode in ["json", "sse"] {
+        let server = HttpServer::start(mode, &[]);
+        let mut peer = proxy_to(&server).start();
+        peer.initialize();
+        let write = peer.call_async("write", json!({"item": "last words"}));
+        let read = peer.call_async("read", json!({}));
+        peer.close_stdin();
+        assert_eq!(peer.wait(PATIENCE).code(), Some(0), "{mode}");
+        let mut answered = Vec::new();
+        while let Some(line) = peer.try_recv_line(Duration::from_millis(500)) {
+            let message: Value = serde_json::from_slice(&line).unwrap();
+            if message.get("method").is_none() {
+                answered.push(message);
+            }
+        }
+        let answer = |id: &Value| answered.iter().find(|m| m.get("id") == Some(id));
+        let written = answer(&write).unwrap_or_else(|| panic!("{mode}: {answered:?}"));
+        assert_eq!(text(written), "wrote last words (execution 1)", "{mode}");
+        assert!(answer(&read).is_some(), "{mode}: {answered:?}");
+        assert_eq!(server.executions().len(), 1, "{mode}");
+    }
 }

@@ -162,6 +162,11 @@ impl Routes {
         }
     }
 
+    /// Whether no request is waiting for the server's answer (given-up calls aside).
+    fn answered(&self) -> bool {
+        self.pending.is_empty() && self.passing.is_empty()
+    }
+
     /// Stops dropping answers to `id`; returns whether they were being dropped.
     fn forget_abandoned(&mut self, id: &IdKey) -> bool {
         let abandoned = self.abandoned.remove(id);
@@ -953,17 +958,32 @@ pub(crate) async fn run(
         (End::ServerExited(status), _, _) => status,
         (End::ClientHungUp, Some(child), _) => hang_up(&shared, child, shutdown_timeout).await?,
         (End::ClientHungUp, None, Some(upstream)) => {
-            // Calls sent before the hang-up still go out, and those in progress may finish:
-            // their answers are recorded.
-            if tokio::time::timeout(shutdown_timeout, shared.unsent.drained())
+            // Calls sent before the hang-up still go out, and the requests in progress may be
+            // answered (write calls' answers are recorded); a request given up, whose answer
+            // may never come, is not waited for.
+            let settled = async {
+                shared.unsent.drained().await;
+                while !(calls.is_empty() && shared.routes().answered()) {
+                    tokio::select! {
+                        Some(_) = calls.join_next(), if !calls.is_empty() => {}
+                        () = tokio::time::sleep(Duration::from_millis(20)) => {}
+                    }
+                }
+            };
+            if tokio::time::timeout(shutdown_timeout, settled)
                 .await
                 .is_err()
             {
-                tracing::warn!(target: "toolonce::mcp", "stopping with write calls not sent yet");
+                tracing::warn!(
+                    target: "toolonce::mcp",
+                    ?shutdown_timeout,
+                    "the client hung up; stopping with requests still unanswered"
+                );
             }
             shared.server_in.close().await;
             upstream.close();
-            drain = shutdown_timeout;
+            // Every answer that came is routed: the reader has nothing left to do.
+            drain = Duration::ZERO;
             std::os::unix::process::ExitStatusExt::from_raw(0)
         }
         (End::ClientHungUp, None, None) => unreachable!("a server is a command or a URL"),
