@@ -154,7 +154,19 @@ impl HttpServer {
     /// Every HTTP request the server received: method, X-Test-Tag, MCP-Protocol-Version,
     /// Mcp-Method, Mcp-Name, and whether it carried a session id.
     fn requests(&self) -> Vec<Value> {
-        self.lines("requests")
+        let all = self.lines("requests");
+        all.into_iter()
+            .filter(|r| r.get("aborted").is_none())
+            .collect()
+    }
+
+    /// The Mcp-Name (or null) of every request the client closed before its answer was
+    /// complete.
+    fn aborted(&self) -> Vec<Value> {
+        let all = self.lines("requests");
+        all.into_iter()
+            .filter_map(|r| r.get("aborted").cloned())
+            .collect()
     }
 
     fn stop(&mut self) {
@@ -445,7 +457,7 @@ fn the_sdk_client_over_stdio_reaches_the_sdk_http_server_through_the_proxy() {
 
 /// A client's cancel of a write call in progress is POSTed to the server, which stops the
 /// tool; the call is not answered, and a duplicate sent meanwhile is told it is in flight
-/// rather than run again.
+/// rather than run again. The request given up is closed.
 #[test]
 fn a_cancelled_write_is_cancelled_on_the_server_and_never_runs_twice() {
     for mode in ["json", "sse"] {
@@ -491,6 +503,15 @@ fn a_cancelled_write_is_cancelled_on_the_server_and_never_runs_twice() {
             .collect();
         assert!(answers.is_empty(), "{mode}: {answers:?}");
         assert_eq!(server.slow().len(), 2, "{mode}: slow ran again");
+        // The server never answers the cancelled request: once the call is given up, the
+        // proxy closes its request rather than keep a connection waiting for good.
+        while !server.aborted().contains(&json!("slow")) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{mode}: the given-up request is still open"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
         // Nothing is left to wait for when the client hangs up (the server never answers the
         // cancelled request): the proxy exits long before its shutdown timeout.
         peer.close_stdin();

@@ -30,7 +30,7 @@
 //! - **Headers** given with `--header` go with every request; their values are marked
 //!   sensitive and never logged. TLS uses rustls with the system's trusted roots.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -46,6 +46,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, watch};
+use tokio::task::AbortHandle;
 
 use super::jsonrpc::{self, IdKey, Peek};
 
@@ -122,6 +123,9 @@ pub(crate) struct Upstream {
     accepting: tokio::sync::Mutex<()>,
     closed: watch::Sender<bool>,
     stream_opened: AtomicBool,
+    /// The exchanges in progress of one request each, by request id, so that one whose request
+    /// the proxy gave up is ended (a server may never answer a cancelled request).
+    exchanges: Mutex<HashMap<IdKey, AbortHandle>>,
 }
 
 impl Upstream {
@@ -172,6 +176,7 @@ impl Upstream {
             accepting: tokio::sync::Mutex::new(()),
             closed: watch::Sender::new(false),
             stream_opened: AtomicBool::new(false),
+            exchanges: Mutex::new(HashMap::new()),
         };
         Ok((Arc::new(upstream), rx))
     }
@@ -225,6 +230,10 @@ impl Upstream {
             }
         };
         let response = sender.try_send_request(request);
+        let single = match requests.as_slice() {
+            [id] => Some(IdKey::of(id)),
+            _ => None,
+        };
         let exchange = Exchange {
             upstream: self.clone(),
             incoming,
@@ -248,9 +257,32 @@ impl Upstream {
                 self.open_stream();
             }
         } else {
-            tokio::spawn(exchange.run(sender, response));
+            let upstream = self.clone();
+            let key = single.clone();
+            // Held until the handle is in: the task cannot look for it before.
+            let mut exchanges = lock(&self.exchanges);
+            let task = tokio::spawn(async move {
+                exchange.run(sender, response).await;
+                if let Some(id) = &key {
+                    let mut exchanges = lock(&upstream.exchanges);
+                    if exchanges.get(id).map(AbortHandle::id) == Some(tokio::task::id()) {
+                        exchanges.remove(id);
+                    }
+                }
+            });
+            if let Some(id) = single {
+                exchanges.insert(id, task.abort_handle());
+            }
         }
         true
+    }
+
+    /// The proxy gave up the request `id`: its exchange, if still in progress, ends (closing
+    /// its connection), since its answer is no longer wanted.
+    pub(crate) fn give_up(&self, id: &IdKey) {
+        if let Some(exchange) = lock(&self.exchanges).remove(id) {
+            exchange.abort();
+        }
     }
 
     /// Stops sending and listening: routing ends once the exchanges in progress are over.

@@ -144,6 +144,8 @@ pub(super) struct Routes {
     /// Calls given up (timed out, cancelled): a late answer from the server is dropped.
     abandoned: HashSet<IdKey>,
     abandoned_order: VecDeque<IdKey>,
+    /// The HTTP server, told when a request is given up (so it stops waiting for its answer).
+    upstream: Option<Arc<Upstream>>,
     /// Client requests forwarded as they came and not answered yet: a write call must not
     /// take their ids, or their answers would be recorded as its own.
     passing: HashSet<IdKey>,
@@ -179,6 +181,9 @@ impl Routes {
     /// Forgets the call `id` is waiting for and drops the server's answer if one comes later.
     pub(super) fn abandon(&mut self, id: &IdKey) {
         self.pending.remove(id);
+        if let Some(upstream) = &self.upstream {
+            upstream.give_up(id);
+        }
         if self.abandoned.insert(id.clone()) {
             self.abandoned_order.push_back(id.clone());
             if self.abandoned_order.len() > ABANDONED_MEMORY
@@ -918,7 +923,10 @@ pub(crate) async fn run(
         upstream: upstream.clone(),
         unsent: Unsent::default(),
         to_client: client_out.clone(),
-        routes: Mutex::new(Routes::default()),
+        routes: Mutex::new(Routes {
+            upstream: upstream.clone(),
+            ..Routes::default()
+        }),
     });
     let mut reader = match output {
         Output::Stdout(stdout) => tokio::spawn(read_server(shared.clone(), stdout)),

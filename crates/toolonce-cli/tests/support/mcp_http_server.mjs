@@ -4,7 +4,8 @@
 // Environment: MODE (`json`: JSON answers; otherwise SSE), COUNT_FILE (one line per execution
 // of `write`), REQUEST_LOG (one JSON line per HTTP request: method, X-Test-Tag,
 // MCP-Protocol-Version, Mcp-Method, Mcp-Name, whether it had a session id, the body as
-// received), REQUIRE_TOKEN
+// received; and `{aborted: <Mcp-Name>}` when the client closes a request before its answer
+// is complete), REQUIRE_TOKEN
 // (requests without `Authorization: Bearer <token>` get 401), TLS_KEY and TLS_CERT (PEM files:
 // serve HTTPS), RESUMABLE (`1`: an event store, and `write` closes its call's event stream
 // before answering, so the answer comes only to a client that resumes with Last-Event-ID;
@@ -167,6 +168,11 @@ const handler = async (req, res) => {
         body: raw,
       };
       fs.appendFileSync(requestLog, JSON.stringify(seen) + '\n');
+      res.on('close', () => {
+        if (!res.writableFinished) {
+          fs.appendFileSync(requestLog, JSON.stringify({ aborted: seen.mcpName }) + '\n');
+        }
+      });
     }
     if (token !== undefined && req.headers.authorization !== `Bearer ${token}`) {
       res.writeHead(401, { 'content-type': 'application/json' });
