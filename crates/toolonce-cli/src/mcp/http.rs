@@ -10,7 +10,8 @@
 //!   once a live connection has taken the request: a write call whose server cannot be reached
 //!   is answered "not executed", since nothing left. A connection lost after the request left,
 //!   or a 5xx status, leaves the outcome unknown ([`Incoming::Lost`]: a write call is given up
-//!   like one whose server exited). A 4xx status is a refusal before anything ran. Messages
+//!   like one whose server exited). A 4xx status is a refusal before anything ran. A request
+//!   the proxy gives up (cancelled, timed out) has its exchange ended. Messages
 //!   that expect no answer (notifications, answers to the server's requests) are sent one
 //!   after the other, each once the server accepted the one before, so that the server sees
 //!   them in the client's order (`notifications/initialized` before the proxy's `tools/list`).
