@@ -433,7 +433,7 @@ enum Claimed {
 struct OwnedClaim {
     key: OperationKey,
     owner: String,
-    fingerprint: String,
+    fingerprint: Fingerprint,
     lease: Duration,
     retention: Duration,
     takeover: bool,
@@ -443,12 +443,21 @@ struct OwnedClaim {
 /// Whether a claim that finds `entry` is answered by it without writing: a settled entry, a
 /// live one held by somebody else, an `unknown` one held by somebody else that the caller does
 /// not take over. Everything else (the caller's own entry, a takeover) needs the write lock.
-fn answers_claim(entry: &Entry, owner: &str, takeover: bool) -> bool {
+fn answers_claim(entry: &Entry, owner: &str, takeover: bool, fingerprint: &Fingerprint) -> bool {
     match &entry.state {
         EntryState::Running { .. } => !held_by(entry, owner),
-        EntryState::Unknown { .. } => !held_by(entry, owner) && !takeover,
+        EntryState::Unknown { .. } => {
+            !held_by(entry, owner) && !takes_over(entry, takeover, fingerprint)
+        }
         _ => true,
     }
+}
+
+/// Whether a claim asking for a takeover takes `entry` over: only an `unknown` entry of the
+/// same operation. One whose fingerprint differs (other arguments under the same key) is not
+/// this caller's to run again: it is the answer, so the caller reports the conflict.
+fn takes_over(entry: &Entry, takeover: bool, fingerprint: &Fingerprint) -> bool {
+    takeover && matches!(entry.state, EntryState::Unknown { .. }) && entry.matches(fingerprint)
 }
 
 /// The atomic part of a claim, on the writer connection.
@@ -471,7 +480,7 @@ fn claim_locked(conn: &Connection, req: &OwnedClaim) -> JobResult<Claimed> {
     let wrote = conn.prepare_cached(sql::CLAIM)?.execute(params![
         req.key.as_str(),
         req.owner,
-        req.fingerprint,
+        req.fingerprint.as_str(),
         now,
         lease_until,
         kept_until,
@@ -492,7 +501,7 @@ fn claim_locked(conn: &Connection, req: &OwnedClaim) -> JobResult<Claimed> {
                 ])?;
                 Claimed::Won
             }
-            Some(entry) if req.takeover && matches!(entry.state, EntryState::Unknown { .. }) => {
+            Some(entry) if takes_over(&entry, req.takeover, &req.fingerprint) => {
                 conn.prepare_cached(sql::TAKEOVER)?.execute(params![
                     req.key.as_str(),
                     req.owner,
@@ -870,7 +879,7 @@ impl Store for SqliteStore {
         let (owner, takeover) = (req.owner.as_str(), req.takeover);
         let inline = self.read_inline("claim", |conn| read_live(conn, req.key, now_ms()));
         let read_first = match inline {
-            Some(Ok(Some(entry))) if answers_claim(&entry, owner, takeover) => {
+            Some(Ok(Some(entry))) if answers_claim(&entry, owner, takeover, req.fingerprint) => {
                 return Ok(Claim::Existing(entry));
             }
             Some(Ok(_)) => false,
@@ -880,7 +889,7 @@ impl Store for SqliteStore {
         let owned = OwnedClaim {
             key: req.key.clone(),
             owner: owner.to_owned(),
-            fingerprint: req.fingerprint.as_str().to_owned(),
+            fingerprint: req.fingerprint.clone(),
             lease: req.lease,
             retention: req.retention,
             takeover,
@@ -890,7 +899,7 @@ impl Store for SqliteStore {
             .write("claim", move |conn| {
                 if read_first
                     && let Some(entry) = read_live(conn, &owned.key, now_ms())?
-                    && answers_claim(&entry, &owned.owner, owned.takeover)
+                    && answers_claim(&entry, &owned.owner, owned.takeover, &owned.fingerprint)
                 {
                     return Ok(Claimed::Existing(Box::new(entry)));
                 }
