@@ -1180,3 +1180,86 @@ fn processes_opening_a_version_1_file_at_once_migrate_it_once() {
         other => panic!("expected the version-1 result, got {other:?}"),
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// `unknown` on SQLite, beyond the conformance suite.
+
+/// The lease deadline and the end of keeping of `key`'s row, as stored.
+fn stored_times(path: &Path, key: &OperationKey) -> (Option<i64>, i64) {
+    raw(path)
+        .query_row(
+            "SELECT lease_until, kept_until FROM toolonce_entries WHERE key = ?1",
+            [key.as_str()],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_unknown_entry_is_kept_for_its_retention_then_absent_and_purged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("retention.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let (key, fp) = conformance::op("retention");
+    let owner = OwnerToken::generate();
+    let req = ClaimRequest::new(&key, &fp, &owner, conformance::SHORT)
+        .retention(Duration::from_millis(1_500));
+    assert!(matches!(store.claim(&req).await.unwrap(), Claim::Won));
+    let (lease, kept) = stored_times(&path, &key);
+    assert_eq!(kept - lease.unwrap(), 1_500);
+    tokio::time::sleep(conformance::PAST_SHORT).await;
+    assert_eq!(store.get(&key).await.unwrap().unwrap().state(), State::Unknown);
+    assert_eq!(store.purge_expired().await.unwrap(), 0);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(store.get(&key).await.unwrap().is_none());
+    assert_eq!(store.purge_expired().await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn a_renewal_keeps_the_row_as_long_after_the_new_lease_as_the_claim_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("renew.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let (key, fp) = conformance::op("renew");
+    let owner = OwnerToken::generate();
+    let req = ClaimRequest::new(&key, &fp, &owner, conformance::SHORT)
+        .retention(Duration::from_secs(3_600));
+    assert!(matches!(store.claim(&req).await.unwrap(), Claim::Won));
+    let (first_lease, _) = stored_times(&path, &key);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(store.renew(&key, &owner, conformance::LONG).await.unwrap());
+    let (lease, kept) = stored_times(&path, &key);
+    assert!(lease.unwrap() > first_lease.unwrap());
+    assert_eq!(kept - lease.unwrap(), 3_600_000);
+    // Saturating instead of overflowing.
+    assert!(store.renew(&key, &owner, Duration::MAX).await.unwrap());
+    assert_eq!(stored_times(&path, &key), (Some(i64::MAX), i64::MAX));
+    assert_eq!(store.get(&key).await.unwrap().unwrap().state(), State::Running);
+}
+
+#[tokio::test]
+async fn a_takeover_with_other_arguments_under_the_same_key_is_not_granted() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("takeover.db")).unwrap();
+    let (key, fp) = conformance::op("takeover");
+    let (_, other_fp) = conformance::op("takeover");
+    let first = OwnerToken::generate();
+    let req = ClaimRequest::new(&key, &fp, &first, conformance::SHORT);
+    assert!(matches!(store.claim(&req).await.unwrap(), Claim::Won));
+    tokio::time::sleep(conformance::PAST_SHORT).await;
+    let stranger = OwnerToken::generate();
+    let req = ClaimRequest::new(&key, &other_fp, &stranger, conformance::LONG).takeover(true);
+    match store.claim(&req).await.unwrap() {
+        Claim::Existing(entry) => {
+            assert_eq!(entry.state(), State::Unknown);
+            assert!(!entry.matches(&other_fp));
+        }
+        Claim::Won => panic!("took over another operation's unknown entry"),
+    }
+    let taker = OwnerToken::generate();
+    let req = ClaimRequest::new(&key, &fp, &taker, conformance::LONG).takeover(true);
+    assert!(matches!(store.claim(&req).await.unwrap(), Claim::Won));
+    let entry = store.get(&key).await.unwrap().unwrap();
+    assert_eq!(entry.state, EntryState::Running { owner: Some(taker.as_str().into()) });
+    assert_eq!(entry.attempts, 2);
+}
