@@ -603,8 +603,8 @@ impl SqliteStore {
             .map_err(err("configure the connection"))?;
         if !memory {
             // WAL is a property of the file: set once, every later connection uses it.
-            let mode = switch_to_wal(&writer, options.busy_timeout)
-                .map_err(err("switch to WAL mode"))?;
+            let mode =
+                switch_to_wal(&writer, options.busy_timeout).map_err(err("switch to WAL mode"))?;
             if !mode.eq_ignore_ascii_case("wal") {
                 tracing::warn!(
                     target: "toolonce",

@@ -6,6 +6,7 @@
 use rusqlite::Connection;
 
 use super::{Immediate, sql_error};
+use crate::store::DEFAULT_UNKNOWN_RETENTION;
 use crate::{Error, Result};
 
 /// The schema version this build creates and understands, kept in `PRAGMA user_version`.
@@ -16,9 +17,9 @@ pub const SCHEMA_VERSION: i64 = 2;
 pub(super) const APPLICATION_ID: i32 = i32::from_be_bytes(*b"tool");
 
 /// How long a `running` entry migrated from version 1 is kept as `unknown` after its lease:
-/// version 1 did not record a retention for running entries, so they get the default retention
-/// of a claim (`ClaimRequest`'s 24 hours).
-pub(super) const MIGRATED_RETENTION_MS: i64 = 24 * 60 * 60 * 1000;
+/// version 1 did not record a retention for running entries, so they get a claim's default
+/// ([`DEFAULT_UNKNOWN_RETENTION`], 24 hours).
+pub(super) const MIGRATED_RETENTION_MS: i64 = DEFAULT_UNKNOWN_RETENTION.as_millis() as i64;
 
 /// Schema version 2. Times are milliseconds since the Unix epoch, read from the system clock of
 /// the process that writes them: SQLite is embedded, so every process sharing the file shares
