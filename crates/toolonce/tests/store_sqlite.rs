@@ -15,11 +15,12 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use tempfile::TempDir;
-use toolonce::key::{self, OperationKey};
+use toolonce::key::{self, Fingerprint, OperationKey};
 use toolonce::store::sqlite::{SCHEMA_VERSION, SqliteOptions, SqliteStore};
 use toolonce::{
-    Claim, ClaimRequest, Entry, EntryState, Error, Fenced, Layer, ListQuery, Outcome, OwnerToken,
-    Page, Resolution, Resolved, State, Store, ToolError, WriteOptions,
+    About, Claim, ClaimRequest, Entry, EntryState, Error, Fenced, Layer, ListQuery, OnExpired,
+    Outcome, OwnerToken, Page, Resolution, Resolved, State, Store, ToolError, Verified,
+    WriteOptions,
 };
 
 /// A store on a file in its own temporary directory, removed when the store is dropped.
@@ -328,7 +329,9 @@ async fn a_process_killed_after_charging_leaves_unknown_entries_that_each_policy
             "charge",
             &ops[1],
             &about,
-            &WriteOptions::new().lease(CRASH_LEASE).on_expired(OnExpired::Rerun),
+            &WriteOptions::new()
+                .lease(CRASH_LEASE)
+                .on_expired(OnExpired::Rerun),
             |_| async { panic!("ran during the lease") },
         )
         .await;
@@ -359,26 +362,48 @@ async fn a_process_killed_after_charging_leaves_unknown_entries_that_each_policy
         .await
         .unwrap();
     assert_eq!(listed.entries.len(), CRASH_CASES.len(), "{listed:?}");
-    assert_eq!(store.purge_expired().await.unwrap(), 0, "unknown entries are kept");
+    assert_eq!(
+        store.purge_expired().await.unwrap(),
+        0,
+        "unknown entries are kept"
+    );
 
     let options = |policy| WriteOptions::new().lease(CRASH_LEASE).on_expired(policy);
     let seen: Seen = Arc::default();
 
     // hold: not run; the answer says it is unknown; the entry stays so.
     let held = layer
-        .run_with_about("charge", &ops[0], &about, &options(OnExpired::Hold), |_| async {
-            panic!("ran an unknown operation under hold")
-        })
+        .run_with_about(
+            "charge",
+            &ops[0],
+            &about,
+            &options(OnExpired::Hold),
+            |_| async { panic!("ran an unknown operation under hold") },
+        )
         .await;
     assert_eq!(held.outcome, Outcome::Unknown, "{held:?}");
     assert!(held.result.is_err(), "{held:?}");
-    assert_eq!(store.get(&ops[0].key).await.unwrap().unwrap().state(), State::Unknown);
+    assert_eq!(
+        store.get(&ops[0].key).await.unwrap().unwrap().state(),
+        State::Unknown
+    );
 
     // rerun: taken over and run once more, with the crashed run's key, told it may have run
     // before; the entry counts two attempts and keeps its first start.
-    let first_started = store.get(&ops[1].key).await.unwrap().unwrap().first_started_at;
+    let first_started = store
+        .get(&ops[1].key)
+        .await
+        .unwrap()
+        .unwrap()
+        .first_started_at;
     let rerun = layer
-        .run_with_about("charge", &ops[1], &about, &options(OnExpired::Rerun), recording_charge(&seen))
+        .run_with_about(
+            "charge",
+            &ops[1],
+            &about,
+            &options(OnExpired::Rerun),
+            recording_charge(&seen),
+        )
         .await;
     assert_eq!(rerun.outcome, Outcome::Executed, "{rerun:?}");
     assert_eq!(
@@ -389,9 +414,13 @@ async fn a_process_killed_after_charging_leaves_unknown_entries_that_each_policy
     assert_eq!((entry.state(), entry.attempts), (State::Done, 2));
     assert_eq!(entry.first_started_at, first_started);
     let replay = layer
-        .run_with_about("charge", &ops[1], &about, &options(OnExpired::Rerun), |_| async {
-            panic!("ran twice")
-        })
+        .run_with_about(
+            "charge",
+            &ops[1],
+            &about,
+            &options(OnExpired::Rerun),
+            |_| async { panic!("ran twice") },
+        )
         .await;
     assert_eq!(replay.outcome, Outcome::Replayed);
     assert_eq!(replay.result, rerun.result);
@@ -439,7 +468,10 @@ async fn a_process_killed_after_charging_leaves_unknown_entries_that_each_policy
         seen.lock().unwrap().drain(..).collect::<Vec<_>>(),
         vec![(charged_with("verify-not-done"), true)]
     );
-    assert_eq!(store.get(&ops[3].key).await.unwrap().unwrap().state(), State::Done);
+    assert_eq!(
+        store.get(&ops[3].key).await.unwrap().unwrap().state(),
+        State::Done
+    );
 
     // verify, the probe cannot tell: held.
     let held = layer
@@ -453,7 +485,10 @@ async fn a_process_killed_after_charging_leaves_unknown_entries_that_each_policy
         )
         .await;
     assert_eq!(held.outcome, Outcome::Unknown, "{held:?}");
-    assert_eq!(store.get(&ops[4].key).await.unwrap().unwrap().state(), State::Unknown);
+    assert_eq!(
+        store.get(&ops[4].key).await.unwrap().unwrap().state(),
+        State::Unknown
+    );
     assert_eq!(
         *probed.lock().unwrap(),
         vec![
@@ -473,9 +508,19 @@ async fn a_process_killed_after_charging_leaves_unknown_entries_that_each_policy
         Resolved::Applied
     );
     let after_release = layer
-        .run_with_about("charge", &ops[0], &about, &options(OnExpired::Hold), recording_charge(&seen))
+        .run_with_about(
+            "charge",
+            &ops[0],
+            &about,
+            &options(OnExpired::Hold),
+            recording_charge(&seen),
+        )
         .await;
-    assert_eq!(after_release.outcome, Outcome::Executed, "{after_release:?}");
+    assert_eq!(
+        after_release.outcome,
+        Outcome::Executed,
+        "{after_release:?}"
+    );
     assert_eq!(
         seen.lock().unwrap().drain(..).collect::<Vec<_>>(),
         vec![(charged_with("hold"), false)]
@@ -932,7 +977,14 @@ fn v1_file(path: &Path) -> rusqlite::Connection {
 
 /// A version-1 claim of `key` by `owner`, started at `started` with its lease ending at
 /// `lease_end`, as today's store writes it (a fresh key, so the claim must insert).
-fn v1_claim(conn: &rusqlite::Connection, key: &OperationKey, fp: &Fingerprint, owner: &str, started: i64, lease_end: i64) {
+fn v1_claim(
+    conn: &rusqlite::Connection,
+    key: &OperationKey,
+    fp: &Fingerprint,
+    owner: &str,
+    started: i64,
+    lease_end: i64,
+) {
     let wrote = conn
         .execute(
             V1_CLAIM,
@@ -963,11 +1015,24 @@ async fn a_version_1_file_is_migrated_and_its_entries_keep_their_meaning() {
         let settled = conn
             .execute(
                 V1_COMPLETE,
-                rusqlite::params![done.as_str(), "o-done", result.to_string(), now - 1_000, now + hour],
+                rusqlite::params![
+                    done.as_str(),
+                    "o-done",
+                    result.to_string(),
+                    now - 1_000,
+                    now + hour
+                ],
             )
             .unwrap();
         assert_eq!(settled, 1);
-        v1_claim(&conn, &failed, &failed_fp, "o-failed", now - 2_000, now + hour);
+        v1_claim(
+            &conn,
+            &failed,
+            &failed_fp,
+            "o-failed",
+            now - 2_000,
+            now + hour,
+        );
         let settled = conn
             .execute(
                 V1_FAIL_STICKY,
@@ -985,9 +1050,30 @@ async fn a_version_1_file_is_migrated_and_its_entries_keep_their_meaning() {
         // out unsettled: version 1 would have let the next caller run it again); one whose
         // lease ran out more than the retention ago; a done entry past its retention.
         v1_claim(&conn, &live, &live_fp, "o-live", now - 1_000, now + hour);
-        v1_claim(&conn, &crashed, &crashed_fp, "o-crashed", now - 2_000, now - 1_000);
-        v1_claim(&conn, &ancient, &ancient_fp, "o-ancient", now - 26 * hour, now - 25 * hour);
-        v1_claim(&conn, &gone, &gone_fp, "o-gone", now - 3 * hour, now - 2 * hour);
+        v1_claim(
+            &conn,
+            &crashed,
+            &crashed_fp,
+            "o-crashed",
+            now - 2_000,
+            now - 1_000,
+        );
+        v1_claim(
+            &conn,
+            &ancient,
+            &ancient_fp,
+            "o-ancient",
+            now - 26 * hour,
+            now - 25 * hour,
+        );
+        v1_claim(
+            &conn,
+            &gone,
+            &gone_fp,
+            "o-gone",
+            now - 3 * hour,
+            now - 2 * hour,
+        );
         let settled = conn
             .execute(
                 V1_COMPLETE,
@@ -1008,7 +1094,10 @@ async fn a_version_1_file_is_migrated_and_its_entries_keep_their_meaning() {
     // know.
     let entry = store.get(&done).await.unwrap().expect("the done entry");
     match &entry.state {
-        EntryState::Done { result: r, completed_at } => {
+        EntryState::Done {
+            result: r,
+            completed_at,
+        } => {
             assert_eq!(r, &result);
             assert_eq!(*completed_at, Some(at(now - 1_000)));
         }
@@ -1020,12 +1109,28 @@ async fn a_version_1_file_is_migrated_and_its_entries_keep_their_meaning() {
     assert_eq!(entry.fingerprint.as_ref(), Some(&done_fp));
     assert_eq!((entry.attempts, entry.first_started_at), (0, None));
     assert!(entry.about.is_empty(), "{:?}", entry.about);
-    match conformance::existing(store.claim_fresh(&done, &done_fp, conformance::LONG).await.unwrap()).state {
+    match conformance::existing(
+        store
+            .claim_fresh(&done, &done_fp, conformance::LONG)
+            .await
+            .unwrap(),
+    )
+    .state
+    {
         EntryState::Done { result: r, .. } => assert_eq!(r, result),
         other => panic!("a duplicate of the done entry got {other:?}"),
     }
-    match store.get(&failed).await.unwrap().expect("the failed entry").state {
-        EntryState::Failed { error: e, failed_at } => {
+    match store
+        .get(&failed)
+        .await
+        .unwrap()
+        .expect("the failed entry")
+        .state
+    {
+        EntryState::Failed {
+            error: e,
+            failed_at,
+        } => {
             assert_eq!(e, error);
             assert_eq!(failed_at, Some(at(now - 1_000)));
         }
@@ -1036,15 +1141,35 @@ async fn a_version_1_file_is_migrated_and_its_entries_keep_their_meaning() {
     // sees it in flight, and its owner (a process of the new version with the same token)
     // settles it.
     let entry = store.get(&live).await.unwrap().expect("the running entry");
-    assert_eq!(entry.state, EntryState::Running { owner: Some("o-live".into()) });
-    assert_eq!(entry.expires_at, Some(at(now + hour)), "the lease is the version-1 expiry");
     assert_eq!(
-        conformance::existing(store.claim_fresh(&live, &live_fp, conformance::LONG).await.unwrap()).state(),
+        entry.state,
+        EntryState::Running {
+            owner: Some("o-live".into())
+        }
+    );
+    assert_eq!(
+        entry.expires_at,
+        Some(at(now + hour)),
+        "the lease is the version-1 expiry"
+    );
+    assert_eq!(
+        conformance::existing(
+            store
+                .claim_fresh(&live, &live_fp, conformance::LONG)
+                .await
+                .unwrap()
+        )
+        .state(),
         State::Running
     );
     assert_eq!(
         store
-            .complete(&live, OwnerToken::from_stored("o-live"), &json!("late"), conformance::LONG)
+            .complete(
+                &live,
+                OwnerToken::from_stored("o-live"),
+                &json!("late"),
+                conformance::LONG
+            )
             .await
             .unwrap(),
         Fenced::Applied
@@ -1052,11 +1177,30 @@ async fn a_version_1_file_is_migrated_and_its_entries_keep_their_meaning() {
 
     // The crashed one is `unknown` now, not absent: a duplicate is told so, and runs it again
     // only when it takes it over.
-    let entry = store.get(&crashed).await.unwrap().expect("the crashed entry is kept");
-    assert_eq!(entry.state, EntryState::Unknown { owner: Some("o-crashed".into()) });
-    assert_eq!(entry.expires_at, Some(at(now - 1_000)), "the lease deadline");
+    let entry = store
+        .get(&crashed)
+        .await
+        .unwrap()
+        .expect("the crashed entry is kept");
     assert_eq!(
-        conformance::existing(store.claim_fresh(&crashed, &crashed_fp, conformance::LONG).await.unwrap()).state(),
+        entry.state,
+        EntryState::Unknown {
+            owner: Some("o-crashed".into())
+        }
+    );
+    assert_eq!(
+        entry.expires_at,
+        Some(at(now - 1_000)),
+        "the lease deadline"
+    );
+    assert_eq!(
+        conformance::existing(
+            store
+                .claim_fresh(&crashed, &crashed_fp, conformance::LONG)
+                .await
+                .unwrap()
+        )
+        .state(),
         State::Unknown
     );
     assert_eq!(
@@ -1075,18 +1219,33 @@ async fn a_version_1_file_is_migrated_and_its_entries_keep_their_meaning() {
     assert!(matches!(store.claim(&req).await.unwrap(), Claim::Won));
     let entry = store.get(&crashed).await.unwrap().unwrap();
     assert_eq!(entry.state(), State::Running);
-    assert_eq!(entry.attempts, 0, "version 1 did not count attempts: still not known");
+    assert_eq!(
+        entry.attempts, 0,
+        "version 1 did not count attempts: still not known"
+    );
 
     // Past its retention, or past its lease by more than the retention: absent, and claimable.
     assert!(store.get(&ancient).await.unwrap().is_none());
     assert!(store.get(&gone).await.unwrap().is_none());
-    conformance::won(store.claim_fresh(&ancient, &ancient_fp, conformance::LONG).await.unwrap());
-    assert_eq!(store.purge_expired().await.unwrap(), 1, "the expired done entry");
+    conformance::won(
+        store
+            .claim_fresh(&ancient, &ancient_fp, conformance::LONG)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        store.purge_expired().await.unwrap(),
+        1,
+        "the expired done entry"
+    );
 
     // Opening the migrated file again changes nothing.
     drop(store);
     let store = SqliteStore::open(&path).unwrap();
-    assert_eq!(store.get(&crashed).await.unwrap().unwrap().state(), State::Running);
+    assert_eq!(
+        store.get(&crashed).await.unwrap().unwrap().state(),
+        State::Running
+    );
 }
 
 /// The tables and indexes of a file, as SQLite keeps their definitions.
@@ -1137,17 +1296,25 @@ fn a_version_1_process_still_holding_the_file_fails_loudly_after_the_migration()
     let err = old
         .execute(
             V1_CLAIM,
-            rusqlite::params![other.as_str(), "o-old", other_fp.as_str(), now, now + 60_000],
+            rusqlite::params![
+                other.as_str(),
+                "o-old",
+                other_fp.as_str(),
+                now,
+                now + 60_000
+            ],
         )
         .unwrap_err();
-    assert!(err.to_string().contains("no such column"), "{err}");
+    assert!(err.to_string().contains("column"), "{err}");
+    assert!(err.to_string().contains("expires_at"), "{err}");
     let err = old
         .execute(
             V1_COMPLETE,
             rusqlite::params![key.as_str(), "o-old", "1", now, now + 60_000],
         )
         .unwrap_err();
-    assert!(err.to_string().contains("no such column"), "{err}");
+    assert!(err.to_string().contains("column"), "{err}");
+    assert!(err.to_string().contains("expires_at"), "{err}");
 }
 
 /// The body of the workers of the next test: opens the version-1 file the parent made (each
@@ -1210,7 +1377,10 @@ async fn an_unknown_entry_is_kept_for_its_retention_then_absent_and_purged() {
     let (lease, kept) = stored_times(&path, &key);
     assert_eq!(kept - lease.unwrap(), 1_500);
     tokio::time::sleep(conformance::PAST_SHORT).await;
-    assert_eq!(store.get(&key).await.unwrap().unwrap().state(), State::Unknown);
+    assert_eq!(
+        store.get(&key).await.unwrap().unwrap().state(),
+        State::Unknown
+    );
     assert_eq!(store.purge_expired().await.unwrap(), 0);
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert!(store.get(&key).await.unwrap().is_none());
@@ -1236,7 +1406,10 @@ async fn a_renewal_keeps_the_row_as_long_after_the_new_lease_as_the_claim_asked(
     // Saturating instead of overflowing.
     assert!(store.renew(&key, &owner, Duration::MAX).await.unwrap());
     assert_eq!(stored_times(&path, &key), (Some(i64::MAX), i64::MAX));
-    assert_eq!(store.get(&key).await.unwrap().unwrap().state(), State::Running);
+    assert_eq!(
+        store.get(&key).await.unwrap().unwrap().state(),
+        State::Running
+    );
 }
 
 #[tokio::test]
@@ -1262,6 +1435,11 @@ async fn a_takeover_with_other_arguments_under_the_same_key_is_not_granted() {
     let req = ClaimRequest::new(&key, &fp, &taker, conformance::LONG).takeover(true);
     assert!(matches!(store.claim(&req).await.unwrap(), Claim::Won));
     let entry = store.get(&key).await.unwrap().unwrap();
-    assert_eq!(entry.state, EntryState::Running { owner: Some(taker.as_str().into()) });
+    assert_eq!(
+        entry.state,
+        EntryState::Running {
+            owner: Some(taker.as_str().into())
+        }
+    );
     assert_eq!(entry.attempts, 2);
 }

@@ -19,8 +19,8 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::{
-    About, Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page,
-    Resolution, Resolved, State, Store, millis,
+    About, Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, Resolution,
+    Resolved, State, Store, millis,
 };
 use crate::key::{Fingerprint, OperationKey};
 use crate::tool::ToolError;
@@ -372,7 +372,8 @@ fn entry_from(r: &rusqlite::Row<'_>, key: Option<&OperationKey>, now: i64) -> Jo
     };
     let (state, expires_at) = match state {
         "running" => {
-            let lease = lease_until.ok_or_else(|| corrupt("a running entry without a lease".into()))?;
+            let lease =
+                lease_until.ok_or_else(|| corrupt("a running entry without a lease".into()))?;
             let owner = r.get(2)?;
             let state = if lease <= now {
                 EntryState::Unknown { owner }
@@ -404,11 +405,11 @@ fn entry_from(r: &rusqlite::Row<'_>, key: Option<&OperationKey>, now: i64) -> Jo
         .with_tool(text(10)?.map(str::to_owned))
         .with_detail(text(11)?.map(str::to_owned));
     let attempts = millis(13)?.unwrap_or(0);
-    let attempts =
-        u32::try_from(attempts).map_err(|_| corrupt(format!("{attempts} attempts")))?;
+    let attempts = u32::try_from(attempts).map_err(|_| corrupt(format!("{attempts} attempts")))?;
+    let first_started_at = time(12, "first_started_at")?;
     Ok(Entry::new(key, fingerprint, started_at, expires_at, state)
         .with_about(about)
-        .with_first_started_at(time(12, "first_started_at")?)
+        .with_first_started_at(first_started_at)
         .with_attempts(attempts)
         .with_settled_at(settled_at))
 }
@@ -1017,20 +1018,21 @@ impl Store for SqliteStore {
                     .map_err(|e| Error::store(format!("cannot encode the error as JSON: {e}")))?,
             )),
             Resolution::Release => None,
-            other => {
-                return Err(Error::store(format!(
-                    "this SQLite store cannot apply the resolution {other:?}"
-                )));
-            }
         };
         let k = key.clone();
         self.write("resolve an entry", move |conn| {
             let tx = Immediate::begin(conn)?;
             let now = now_ms();
             let applied = match &settle {
-                Some((state, payload)) => conn.prepare_cached(sql::RESOLVE_SETTLE)?.execute(
-                    params![k.as_str(), state, payload, now, after(now, retention)],
-                )?,
+                Some((state, payload)) => {
+                    conn.prepare_cached(sql::RESOLVE_SETTLE)?.execute(params![
+                        k.as_str(),
+                        state,
+                        payload,
+                        now,
+                        after(now, retention)
+                    ])?
+                }
                 None => conn
                     .prepare_cached(sql::RESOLVE_RELEASE)?
                     .execute(params![k.as_str(), now])?,
