@@ -1271,10 +1271,21 @@ fn a_migrated_file_has_exactly_the_schema_of_a_new_one() {
     drop(SqliteStore::open(&new).unwrap());
     let migrated = schema_of(&old);
     assert_eq!(migrated, schema_of(&new));
-    assert!(
-        migrated.iter().any(|(name, _)| name == "toolonce_entries"),
-        "{migrated:?}"
+    assert_eq!(
+        migrated
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .collect::<Vec<_>>(),
+        ["toolonce_entries", "toolonce_entries_kept_until"],
+        "the version-1 table and its index are gone"
     );
+    assert_eq!(user_version(&old), 2);
+}
+
+fn user_version(path: &Path) -> i64 {
+    raw(path)
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap()
 }
 
 /// A process of the older version that opened the file before another process migrated it
@@ -1345,6 +1356,7 @@ fn processes_opening_a_version_1_file_at_once_migrate_it_once() {
         .enable_all()
         .build()
         .unwrap();
+    assert_eq!(user_version(&path), 2);
     let store = SqliteStore::open(&path).unwrap();
     match rt.block_on(store.get(&key)).unwrap().expect("kept").state {
         EntryState::Done { result, .. } => assert_eq!(result, json!("kept")),
