@@ -18,18 +18,16 @@ if e == nil then
   -- writer's: what matters is only whether it says running.
   local started, fingerprint = string.match(value,
     '^{"status":"running","startedAt":(%d+),"owner":"%x+","fingerprint":"(%x+)"}$')
-  local status = 'running'
-  if started == nil then
-    status = string.match(value, '^{"status":"(%a+)"')
-    if status == nil then
-      local ok, decoded = pcall(cjson.decode, value)
-      if ok and type(decoded) == 'table' then
-        status = decoded.status
-      end
-    end
+  local running = started ~= nil
+  if not running then
+    -- Decoded only to read it: nothing decoded here is written back.
+    local ok, decoded = pcall(cjson.decode, value)
+    running = ok and type(decoded) == 'table' and decoded.status == 'running'
+      and (decoded.owner == nil or type(decoded.owner) == 'string')
+      and (decoded.fingerprint == nil or type(decoded.fingerprint) == 'string')
     started = string.match(value, '^{"status":"running","startedAt":(%d+)[,}]')
   end
-  if status ~= 'running' then
+  if not running then
     return existing(KEYS[1], value, now)
   end
   if ARGV[2] == '' then
