@@ -670,8 +670,12 @@ async fn a_first_time_write_costs_two_round_trips_and_a_replay_one() {
     assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
     let answer = run().await;
     assert_eq!(answer.outcome, Outcome::Replayed);
-    // One EVALSHA (claim: GET, PTTL).
-    assert_eq!(commands_run(&server), ["evalsha=1", "get=1", "pttl=1"]);
+    // One EVALSHA (claim: TIME, GET, and PTTL for the entry it answers with: the server's
+    // clock comes back with the entry, so the client tells running from unknown by it).
+    assert_eq!(
+        commands_run(&server),
+        ["evalsha=1", "get=1", "pttl=1", "time=1"]
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
