@@ -170,7 +170,11 @@ async fn our_running_entry_carries_its_lease_deadline_and_lives_for_lease_plus_r
     assert_eq!(value["fingerprint"], op.fingerprint.as_str());
     assert_eq!(
         (&value["scope"], &value["tool"], &value["detail"]),
-        (&json!("run-ts-3"), &json!("charge"), &json!("acme \"eu\"\n"))
+        (
+            &json!("run-ts-3"),
+            &json!("charge"),
+            &json!("acme \"eu\"\n")
+        )
     );
     let pttl: i64 = redis
         .command(&["PTTL", &raw_key(&store, &op.key)])
@@ -224,7 +228,10 @@ async fn a_hostile_scope_cannot_forge_the_members_that_fence_the_entry() {
         Fenced::Applied
     );
     let entry = store.get(&key).await.unwrap().unwrap();
-    assert_eq!(entry.about, about, "the settle keeps what the entry says it is");
+    assert_eq!(
+        entry.about, about,
+        "the settle keeps what the entry says it is"
+    );
     assert!(matches!(entry.state, EntryState::Done { ref result, .. } if result == "mine"));
 }
 
@@ -335,14 +342,22 @@ async fn resolve_settles_running_entries_of_other_writers_and_leaves_settled_one
     ]);
     assert_eq!(
         store
-            .resolve(&key, &Resolution::Done(json!({"sent": true})), conformance::LONG)
+            .resolve(
+                &key,
+                &Resolution::Done(json!({"sent": true})),
+                conformance::LONG
+            )
             .await
             .unwrap(),
         Resolved::Applied
     );
     let value: Value = serde_json::from_str(&redis.command(&["GET", &raw])).unwrap();
     assert_eq!(value["status"], "done");
-    assert_eq!(value["result"], json!({"sent": true}), "what the worker replays");
+    assert_eq!(
+        value["result"],
+        json!({"sent": true}),
+        "what the worker replays"
+    );
     assert_eq!(value["startedAt"], 1_764_400_000_000u64);
     assert!(value["settledAt"].is_u64() && value["completedAt"] == value["settledAt"]);
     // Settled meanwhile: nothing is written.
@@ -795,7 +810,11 @@ async fn a_process_killed_after_charging_leaves_an_unknown_entry_held_until_a_re
     let about = About::new(scope.clone(), "charge");
 
     // The claim survived the crash, with what it said it was.
-    let entry = store.get(&op.key).await.unwrap().expect("the crashed claim");
+    let entry = store
+        .get(&op.key)
+        .await
+        .unwrap()
+        .expect("the crashed claim");
     assert_eq!(
         entry.about,
         About::new(scope.clone(), "charge").detail("acme payments")
@@ -818,11 +837,18 @@ async fn a_process_killed_after_charging_leaves_an_unknown_entry_held_until_a_re
     // The lease runs out on the server's clock without a settle: unknown, and kept.
     let start = Instant::now();
     loop {
-        let entry = store.get(&op.key).await.unwrap().expect("kept past its lease");
+        let entry = store
+            .get(&op.key)
+            .await
+            .unwrap()
+            .expect("kept past its lease");
         if entry.state() == State::Unknown {
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(30), "never became unknown");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "never became unknown"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
@@ -867,7 +893,11 @@ async fn a_process_killed_after_charging_leaves_an_unknown_entry_held_until_a_re
         .await;
     assert_eq!(answer.outcome, Outcome::Executed, "{answer:?}");
     let (key, may_have_run_before) = seen.lock().unwrap().take().expect("the tool ran");
-    assert_eq!(key.as_str(), charged_with, "the rerun got the crashed run's key");
+    assert_eq!(
+        key.as_str(),
+        charged_with,
+        "the rerun got the crashed run's key"
+    );
     assert!(may_have_run_before, "a takeover tells the tool");
     let entry = store.get(&op.key).await.unwrap().unwrap();
     assert_eq!(entry.state(), State::Done);
@@ -876,7 +906,9 @@ async fn a_process_killed_after_charging_leaves_an_unknown_entry_held_until_a_re
     assert!(entry.settled_at.is_some());
 
     let replay = layer
-        .run_with_about("charge", &op, &about, &hold, |_| async { panic!("ran twice") })
+        .run_with_about("charge", &op, &about, &hold, |_| async {
+            panic!("ran twice")
+        })
         .await;
     assert_eq!(replay.outcome, Outcome::Replayed);
     assert_eq!(replay.result, answer.result);

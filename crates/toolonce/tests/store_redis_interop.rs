@@ -17,8 +17,8 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use toolonce::store::redis::RedisStore;
 use toolonce::{
-    About, Claim, ClaimRequest, EntryState, Layer, OperationKey, Outcome, OwnerToken, State,
-    Store, WriteOptions, key,
+    About, Claim, ClaimRequest, EntryState, Layer, OperationKey, Outcome, OwnerToken, State, Store,
+    WriteOptions, key,
 };
 use toolonce_testsupport::shared_redis;
 
@@ -46,9 +46,12 @@ fn worker() -> &'static Path {
         require("npm");
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("npm-interop-ioredis-5.9.2-ts-5.9.3");
         let tsc = dir.join("node_modules/typescript/bin/tsc");
-        let installed = ["ioredis", "typescript", "@types/node"]
-            .iter()
-            .all(|p| dir.join("node_modules").join(p).join("package.json").exists());
+        let installed = ["ioredis", "typescript", "@types/node"].iter().all(|p| {
+            dir.join("node_modules")
+                .join(p)
+                .join("package.json")
+                .exists()
+        });
         if !installed {
             let status = Command::new("npm")
                 .args(["install", "--no-audit", "--no-fund", "--prefix"])
@@ -58,7 +61,11 @@ fn worker() -> &'static Path {
                 .expect("run npm");
             assert!(status.success(), "npm install {PACKAGES:?} failed");
         }
-        assert!(tsc.exists(), "{} is missing after npm install", tsc.display());
+        assert!(
+            tsc.exists(),
+            "{} is missing after npm install",
+            tsc.display()
+        );
         let digest = Sha256::digest(SOURCE.as_bytes());
         let tag: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
         let build = dir.join(format!("build-{tag}"));
@@ -167,7 +174,11 @@ async fn the_typescript_worker_replays_a_done_entry_written_by_toolonce() {
     assert_eq!(answer.outcome, Outcome::Executed, "{answer:?}");
 
     let ts = ts_call(&run, "send_email", &args, &json!({"messageId": "m-2"}));
-    assert_eq!(ts["key"], op.key.as_str(), "the reference design derives our key");
+    assert_eq!(
+        ts["key"],
+        op.key.as_str(),
+        "the reference design derives our key"
+    );
     assert_eq!(ts["outcome"], "replayed", "{ts}");
     assert_eq!(ts["ran"], false, "{ts}");
     assert_eq!(ts["result"], sent);
@@ -181,8 +192,8 @@ async fn the_typescript_worker_reads_our_running_entry_as_in_flight() {
     let op = key::derive(&run, "charge", &args, None).unwrap();
     let owner = OwnerToken::generate();
     let about = About::new(run.clone(), "charge").detail("provider \"acme\"");
-    let req = ClaimRequest::new(&op.key, &op.fingerprint, &owner, Duration::from_secs(60))
-        .about(&about);
+    let req =
+        ClaimRequest::new(&op.key, &op.fingerprint, &owner, Duration::from_secs(60)).about(&about);
     assert!(matches!(store.claim(&req).await.unwrap(), Claim::Won));
     let before = raw(&store, &op.key);
 
@@ -195,13 +206,21 @@ async fn the_typescript_worker_reads_our_running_entry_as_in_flight() {
     // Still ours to complete, and then the worker replays it.
     assert_eq!(
         store
-            .complete(&op.key, owner, &json!({"charge": "ch_1"}), Duration::from_secs(60))
+            .complete(
+                &op.key,
+                owner,
+                &json!({"charge": "ch_1"}),
+                Duration::from_secs(60)
+            )
             .await
             .unwrap(),
         toolonce::Fenced::Applied
     );
     let ts = ts_call(&run, "charge", &args, &json!({"charge": "ch_ts"}));
-    assert_eq!((ts["outcome"].clone(), ts["result"].clone()), (json!("replayed"), json!({"charge": "ch_1"})));
+    assert_eq!(
+        (ts["outcome"].clone(), ts["result"].clone()),
+        (json!("replayed"), json!({"charge": "ch_1"}))
+    );
 }
 
 #[tokio::test]
@@ -220,11 +239,18 @@ async fn the_typescript_worker_reads_our_unknown_entry_as_in_flight_and_never_ru
     // The owner "dies": nobody settles, and the lease runs out on the server's clock.
     let start = Instant::now();
     loop {
-        let entry = store.get(&op.key).await.unwrap().expect("kept past its lease");
+        let entry = store
+            .get(&op.key)
+            .await
+            .unwrap()
+            .expect("kept past its lease");
         if entry.state() == State::Unknown {
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(30), "never became unknown");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "never became unknown"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let before = raw(&store, &op.key);
@@ -235,7 +261,10 @@ async fn the_typescript_worker_reads_our_unknown_entry_as_in_flight_and_never_ru
     assert_eq!(ts["ran"], false, "the second email was never sent: {ts}");
     assert_eq!(raw(&store, &op.key), before, "the worker wrote nothing");
     let entry = store.get(&op.key).await.unwrap().unwrap();
-    assert!(matches!(entry.state, EntryState::Unknown { .. }), "{entry:?}");
+    assert!(
+        matches!(entry.state, EntryState::Unknown { .. }),
+        "{entry:?}"
+    );
     let pttl: i64 = shared_redis()
         .command(&["PTTL", &store.redis_key(&op.key)])
         .parse()
@@ -250,11 +279,19 @@ async fn toolonce_replays_a_done_entry_written_by_the_typescript_worker() {
     let args = json!({"sku": "A-1", "quantity": 3, "note": "gift"});
     let result = json!({"orderId": "o-9", "total": 29.97, "items": [{"sku": "A-1"}], "gift": true});
     let ts = ts_call(&run, "place_order", &args, &result);
-    assert_eq!((ts["outcome"].clone(), ts["ran"].clone()), (json!("executed"), json!(true)), "{ts}");
+    assert_eq!(
+        (ts["outcome"].clone(), ts["ran"].clone()),
+        (json!("executed"), json!(true)),
+        "{ts}"
+    );
 
     let op = key::derive(&run, "place_order", &args, None).unwrap();
     assert_eq!(ts["key"], op.key.as_str());
-    let entry = store.get(&op.key).await.unwrap().expect("the worker's entry");
+    let entry = store
+        .get(&op.key)
+        .await
+        .unwrap()
+        .expect("the worker's entry");
     assert_eq!(entry.fingerprint, None, "the reference design records none");
     assert_eq!((entry.attempts, entry.first_started_at), (0, None));
     assert!(entry.about.is_empty());

@@ -18,8 +18,8 @@ use serde_json::Value as Json;
 
 use super::url::{parse_bool, percent_decode};
 use super::{
-    About, Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page,
-    Resolution, Resolved, Store, millis, redact_url,
+    About, Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, Resolution,
+    Resolved, Store, millis, redact_url,
 };
 use crate::key::{Fingerprint, OperationKey};
 use crate::tool::ToolError;
@@ -881,8 +881,9 @@ fn decode_entry(
         ),
         None => None,
     };
-    let key_expiry =
-        u64::try_from(pttl).ok().map(|ms| shifted(local_now, ms as f64));
+    let key_expiry = u64::try_from(pttl)
+        .ok()
+        .map(|ms| shifted(local_now, ms as f64));
     let completed_at = wire.completed_at.map(epoch_ms);
     let failed_at = wire.failed_at.map(epoch_ms);
     let (state, expires_at) = match wire.status.as_str() {
@@ -1209,7 +1210,11 @@ mod tests {
                 owner: Some("ab".into())
             }
         );
-        assert_eq!(e.expires_at, Some(local), "the lease deadline, on the local clock");
+        assert_eq!(
+            e.expires_at,
+            Some(local),
+            "the lease deadline, on the local clock"
+        );
         assert_eq!(e.attempts, 2);
         assert_eq!(
             e.first_started_at,
