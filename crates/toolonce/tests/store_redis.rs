@@ -295,7 +295,7 @@ async fn entries_written_by_the_previous_version_still_decode_replay_and_expire_
     let req = ClaimRequest::new(&op.key, &op.fingerprint, &owner, conformance::LONG).takeover(true);
     match store.claim(&req).await.unwrap() {
         Claim::Existing(e) => assert_eq!(e.state(), State::Running),
-        Claim::Won => panic!("took over a live entry of the previous version"),
+        Claim::Won | Claim::TookOver => panic!("took over a live entry of the previous version"),
     }
     // Its key expires with its lease: then it is absent, as the previous version meant.
     let start = Instant::now();

@@ -450,7 +450,8 @@ impl Store for RedisStore {
             .await
             .map_err(to_error)?;
         match reply {
-            Value::Int(1 | 2) => Ok(Claim::Won),
+            Value::Int(1) => Ok(Claim::Won),
+            Value::Int(2) => Ok(Claim::TookOver),
             other => decode_read(req.key, other).map(Claim::Existing),
         }
     }
