@@ -693,6 +693,51 @@ async fn a_first_time_write_costs_two_round_trips_and_a_replay_one() {
     );
 }
 
+#[tokio::test]
+async fn holding_an_unknown_operation_costs_one_round_trip_and_a_rerun_two() {
+    let server = RedisServer::start();
+    let store = Arc::new(RedisStore::connect(&server.url()).await.unwrap());
+    let op = key::derive("run-rt-unknown", "charge", &json!({"amount": 9}), None).unwrap();
+    // An owner that claimed and vanished: its lease runs out unsettled.
+    let gone = OwnerToken::generate();
+    let req = ClaimRequest::new(&op.key, &op.fingerprint, &gone, Duration::from_millis(100));
+    assert!(matches!(store.claim(&req).await.unwrap(), Claim::Won));
+    let start = Instant::now();
+    while store.get(&op.key).await.unwrap().unwrap().state() != State::Unknown {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "never became unknown"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let layer = Layer::new(store);
+
+    assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
+    let held = layer
+        .run("charge", &op, &WriteOptions::new(), |_| async {
+            panic!("a held operation ran")
+        })
+        .await;
+    assert_eq!(held.outcome, Outcome::Unknown);
+    // One EVALSHA: the claim that found it unknown (TIME, GET, PTTL).
+    assert_eq!(
+        commands_run(&server),
+        ["evalsha=1", "get=1", "pttl=1", "time=1"]
+    );
+
+    assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
+    let rerun = WriteOptions::new().on_expired(OnExpired::Rerun);
+    let answer = layer
+        .run("charge", &op, &rerun, |_| async { Ok(json!("ch_2")) })
+        .await;
+    assert_eq!(answer.outcome, Outcome::Executed);
+    // Two EVALSHA, as a first-time call: the claim took it over in the same script.
+    assert_eq!(
+        commands_run(&server),
+        ["evalsha=2", "get=2", "set=2", "time=2"]
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Several processes.
 
