@@ -1,11 +1,16 @@
 //! The Redis store against real `redis-server` processes: the conformance suite, the wire
-//! format shared with TypeScript workers, round trips per operation, eight processes contending
-//! for the same operations, and a server killed while write calls are in flight.
+//! format shared with TypeScript workers and with the previous version (lease deadline and
+//! what an entry says it is inside the value), `resolve` on entries of other writers, round
+//! trips per operation, eight processes contending for the same operations, a process killed
+//! between claim and complete (its entry becomes `unknown`: held, then taken over), and a
+//! server killed while write calls are in flight.
 
 mod conformance;
 
 use conformance::{ClaimFresh, Fresh};
 
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -13,8 +18,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::{Value, json};
 use toolonce::store::redis::RedisStore;
 use toolonce::{
-    EntryState, Error, Fenced, Layer, ListQuery, Outcome, OwnerToken, State, Store, ToolError,
-    WriteOptions, key,
+    About, Claim, ClaimRequest, EntryState, Error, Fenced, Layer, ListQuery, OnExpired, Outcome,
+    OwnerToken, Resolution, Resolved, State, Store, ToolError, Verified, WriteOptions, key,
 };
 use toolonce_testsupport::{RedisServer, shared_redis};
 
@@ -137,17 +142,17 @@ async fn a_running_entry_written_by_a_typescript_worker_is_in_flight_for_us() {
 }
 
 #[tokio::test]
-async fn our_running_entry_is_in_the_shared_wire_format_with_a_redis_expiry() {
+async fn our_running_entry_carries_its_lease_deadline_and_lives_for_lease_plus_retention() {
     let redis = shared_redis();
     let store = store_on(&redis.url()).await;
     let op = key::derive("run-ts-3", "charge", &json!({"amount": 1}), None).unwrap();
+    let owner = OwnerToken::generate();
+    let about = About::new("run-ts-3", "charge").detail("acme \"eu\"\n");
     let before = now_ms();
-    let owner = conformance::won(
-        store
-            .claim_fresh(&op.key, &op.fingerprint, Duration::from_secs(30))
-            .await
-            .unwrap(),
-    );
+    let req = ClaimRequest::new(&op.key, &op.fingerprint, &owner, Duration::from_secs(30))
+        .retention(Duration::from_secs(3600))
+        .about(&about);
+    assert!(matches!(store.claim(&req).await.unwrap(), Claim::Won));
     let after = now_ms();
     let raw = redis.command(&["GET", &raw_key(&store, &op.key)]);
     let value: Value = serde_json::from_str(&raw).unwrap();
@@ -158,13 +163,261 @@ async fn our_running_entry_is_in_the_shared_wire_format_with_a_redis_expiry() {
         started + 50 >= before && started <= after + 50,
         "{started} not in {before}..{after}"
     );
+    assert_eq!(value["leaseUntil"].as_u64(), Some(started + 30_000));
+    assert_eq!(value["firstStartedAt"].as_u64(), Some(started));
+    assert_eq!(value["attempts"], 1);
     assert_eq!(value["owner"], owner.as_str());
     assert_eq!(value["fingerprint"], op.fingerprint.as_str());
+    assert_eq!(
+        (&value["scope"], &value["tool"], &value["detail"]),
+        (
+            &json!("run-ts-3"),
+            &json!("charge"),
+            &json!("acme \"eu\"\n")
+        )
+    );
     let pttl: i64 = redis
         .command(&["PTTL", &raw_key(&store, &op.key)])
         .parse()
         .unwrap();
-    assert!(pttl > 25_000 && pttl <= 30_000, "PTTL {pttl}");
+    assert!(pttl > 3_625_000 && pttl <= 3_630_000, "PTTL {pttl}");
+    let entry = store.get(&op.key).await.unwrap().unwrap();
+    assert_eq!(entry.about, about);
+    assert_eq!(entry.attempts, 1);
+    assert_eq!(entry.state(), State::Running);
+    let deadline = entry.expires_at.unwrap();
+    assert!(
+        deadline > SystemTime::now() + Duration::from_secs(20)
+            && deadline <= SystemTime::now() + Duration::from_secs(31),
+        "the lease deadline, not the key's expiry: {deadline:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_hostile_scope_cannot_forge_the_members_that_fence_the_entry() {
+    let redis = shared_redis();
+    let store = store_on(&redis.url()).await;
+    let (key, fp) = conformance::op("forged");
+    let thief = OwnerToken::generate();
+    let forged = format!(
+        r#"x","owner":"{}","fingerprint":"{}","leaseUntil":1,"attempts":9}}"#,
+        thief.as_str(),
+        fp.as_str()
+    );
+    let about = About::new(forged.clone(), "t").detail("\u{0}\"}\\");
+    let owner = OwnerToken::generate();
+    let req = ClaimRequest::new(&key, &fp, &owner, conformance::LONG).about(&about);
+    assert!(matches!(store.claim(&req).await.unwrap(), Claim::Won));
+    let entry = store.get(&key).await.unwrap().unwrap();
+    assert_eq!(entry.about, about, "read back as written");
+    assert_eq!(entry.attempts, 1);
+    assert_eq!(entry.state(), State::Running);
+    assert!(!store.renew(&key, &thief, conformance::LONG).await.unwrap());
+    assert_eq!(
+        store
+            .complete(&key, thief, &json!("stolen"), conformance::LONG)
+            .await
+            .unwrap(),
+        Fenced::NotOwner
+    );
+    assert_eq!(
+        store
+            .complete(&key, owner, &json!("mine"), conformance::LONG)
+            .await
+            .unwrap(),
+        Fenced::Applied
+    );
+    let entry = store.get(&key).await.unwrap().unwrap();
+    assert_eq!(
+        entry.about, about,
+        "the settle keeps what the entry says it is"
+    );
+    assert!(matches!(entry.state, EntryState::Done { ref result, .. } if result == "mine"));
+}
+
+#[tokio::test]
+async fn renew_moves_the_lease_deadline_and_keeps_the_retention_after_it() {
+    let redis = shared_redis();
+    let store = store_on(&redis.url()).await;
+    let (key, fp) = conformance::op("renew-retention");
+    let owner = OwnerToken::generate();
+    let req = ClaimRequest::new(&key, &fp, &owner, Duration::from_secs(2))
+        .retention(Duration::from_secs(100));
+    assert!(matches!(store.claim(&req).await.unwrap(), Claim::Won));
+    assert!(
+        store
+            .renew(&key, &owner, Duration::from_secs(20))
+            .await
+            .unwrap()
+    );
+    let raw: Value =
+        serde_json::from_str(&redis.command(&["GET", &raw_key(&store, &key)])).unwrap();
+    let pttl: i64 = redis
+        .command(&["PTTL", &raw_key(&store, &key)])
+        .parse()
+        .unwrap();
+    let lease_left = raw["leaseUntil"].as_i64().unwrap() - now_ms() as i64;
+    assert!(
+        (15_000..=20_100).contains(&lease_left),
+        "lease deadline {lease_left} ms away"
+    );
+    assert!(
+        (115_000..=120_000).contains(&pttl),
+        "the key lives for the new lease plus the retention: PTTL {pttl}"
+    );
+}
+
+#[tokio::test]
+async fn entries_written_by_the_previous_version_still_decode_replay_and_expire_with_their_lease() {
+    let redis = shared_redis();
+    let store = Arc::new(store_on(&redis.url()).await);
+    // A running entry of the previous version: no lease deadline inside, the key's PX is the lease.
+    let op = key::derive("run-old-1", "charge", &json!({"amount": 7}), None).unwrap();
+    let old_owner = OwnerToken::generate();
+    let value = format!(
+        r#"{{"status":"running","startedAt":{},"owner":"{}","fingerprint":"{}"}}"#,
+        now_ms(),
+        old_owner.as_str(),
+        op.fingerprint.as_str()
+    );
+    redis.command(&["SET", &raw_key(&store, &op.key), &value, "PX", "1500"]);
+    let entry = store.get(&op.key).await.unwrap().unwrap();
+    assert_eq!(
+        entry.state,
+        EntryState::Running {
+            owner: Some(old_owner.as_str().to_owned())
+        }
+    );
+    assert_eq!((entry.attempts, entry.first_started_at), (0, None));
+    assert!(entry.expires_at.unwrap() <= SystemTime::now() + Duration::from_millis(1500));
+    // In flight while its key lives, even to a claim that would take over an unknown entry.
+    let owner = OwnerToken::generate();
+    let req = ClaimRequest::new(&op.key, &op.fingerprint, &owner, conformance::LONG).takeover(true);
+    match store.claim(&req).await.unwrap() {
+        Claim::Existing(e) => assert_eq!(e.state(), State::Running),
+        Claim::Won | Claim::TookOver => panic!("took over a live entry of the previous version"),
+    }
+    // Its key expires with its lease: then it is absent, as the previous version meant.
+    let start = Instant::now();
+    while store.get(&op.key).await.unwrap().is_some() {
+        assert!(start.elapsed() < Duration::from_secs(30), "never expired");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(matches!(store.claim(&req).await.unwrap(), Claim::Won));
+
+    // A done entry of the previous version replays, with its completion time as settled.
+    let op = key::derive("run-old-1", "charge", &json!({"amount": 8}), None).unwrap();
+    let value = format!(
+        r#"{{"status":"done","result":{{"charge":"ch_old"}},"startedAt":1764400000000,"completedAt":1764400001000,"fingerprint":"{}"}}"#,
+        op.fingerprint.as_str()
+    );
+    redis.command(&["SET", &raw_key(&store, &op.key), &value, "PX", "60000"]);
+    let entry = store.get(&op.key).await.unwrap().unwrap();
+    assert_eq!(
+        entry.settled_at,
+        Some(UNIX_EPOCH + Duration::from_millis(1_764_400_001_000))
+    );
+    let answer = Layer::new(store)
+        .run("charge", &op, &WriteOptions::new(), |_| async {
+            panic!("ran over a done entry of the previous version")
+        })
+        .await;
+    assert_eq!(answer.outcome, Outcome::Replayed);
+    assert_eq!(answer.result, Ok(json!({"charge": "ch_old"})));
+}
+
+#[tokio::test]
+async fn resolve_settles_running_entries_of_other_writers_and_leaves_settled_ones_alone() {
+    let redis = shared_redis();
+    let store = store_on(&redis.url()).await;
+    // A TypeScript worker's running entry, stuck (its worker died: it stays until its PX).
+    let (key, _) = conformance::op("resolve-ts");
+    let raw = raw_key(&store, &key);
+    redis.command(&[
+        "SET",
+        &raw,
+        r#"{"status":"running","startedAt":1764400000000}"#,
+        "PX",
+        "60000",
+    ]);
+    assert_eq!(
+        store
+            .resolve(
+                &key,
+                &Resolution::Done(json!({"sent": true})),
+                conformance::LONG
+            )
+            .await
+            .unwrap(),
+        Resolved::Applied
+    );
+    let value: Value = serde_json::from_str(&redis.command(&["GET", &raw])).unwrap();
+    assert_eq!(value["status"], "done");
+    assert_eq!(
+        value["result"],
+        json!({"sent": true}),
+        "what the worker replays"
+    );
+    assert_eq!(value["startedAt"], 1_764_400_000_000u64);
+    assert!(value["settledAt"].is_u64() && value["completedAt"] == value["settledAt"]);
+    // Settled meanwhile: nothing is written.
+    match store
+        .resolve(&key, &Resolution::Release, conformance::LONG)
+        .await
+        .unwrap()
+    {
+        Resolved::Settled(entry) => assert_eq!(entry.state(), State::Done),
+        other => panic!("expected settled, got {other:?}"),
+    }
+    assert!(redis.command(&["GET", &raw]).contains("\"sent\""));
+
+    // The previous version's running entry: failed, with its fingerprint kept.
+    let (key, fp) = conformance::op("resolve-old");
+    let raw = raw_key(&store, &key);
+    let value = format!(
+        r#"{{"status":"running","startedAt":1764400000000,"owner":"{}","fingerprint":"{}"}}"#,
+        OwnerToken::generate().as_str(),
+        fp.as_str()
+    );
+    redis.command(&["SET", &raw, &value, "PX", "60000"]);
+    let error = ToolError::permanent("mailbox full");
+    assert_eq!(
+        store
+            .resolve(&key, &Resolution::Failed(error.clone()), conformance::LONG)
+            .await
+            .unwrap(),
+        Resolved::Applied
+    );
+    let entry = store.get(&key).await.unwrap().unwrap();
+    assert_eq!(entry.fingerprint, Some(fp));
+    assert!(matches!(entry.state, EntryState::Failed { error: ref e, .. } if *e == error));
+
+    // Released: gone, and the next claim wins.
+    let (key, fp) = conformance::op("resolve-release");
+    redis.command(&[
+        "SET",
+        &raw_key(&store, &key),
+        r#"{"status":"running","startedAt":1764400000000,"workerId":"ts-1"}"#,
+        "PX",
+        "60000",
+    ]);
+    assert_eq!(
+        store
+            .resolve(&key, &Resolution::Release, conformance::LONG)
+            .await
+            .unwrap(),
+        Resolved::Applied
+    );
+    assert_eq!(
+        store
+            .resolve(&key, &Resolution::Release, conformance::LONG)
+            .await
+            .unwrap(),
+        Resolved::Absent
+    );
+    let owner = OwnerToken::generate();
+    let req = ClaimRequest::new(&key, &fp, &owner, conformance::LONG);
+    assert!(matches!(store.claim(&req).await.unwrap(), Claim::Won));
 }
 
 #[tokio::test]
@@ -278,6 +531,15 @@ async fn a_value_that_is_not_an_entry_is_corrupt_and_fenced_writes_leave_it_alon
                 .await
                 .unwrap(),
             Fenced::NotOwner
+        );
+        assert!(
+            matches!(
+                store
+                    .resolve(&key, &Resolution::Release, conformance::LONG)
+                    .await,
+                Err(Error::Corrupt { .. })
+            ),
+            "resolve of {garbage}"
         );
         assert_eq!(redis.command(&["GET", &raw]), garbage, "left as it was");
     }
@@ -423,8 +685,57 @@ async fn a_first_time_write_costs_two_round_trips_and_a_replay_one() {
     assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
     let answer = run().await;
     assert_eq!(answer.outcome, Outcome::Replayed);
-    // One EVALSHA (claim: GET, PTTL).
-    assert_eq!(commands_run(&server), ["evalsha=1", "get=1", "pttl=1"]);
+    // One EVALSHA (claim: TIME, GET, and PTTL for the entry it answers with: the server's
+    // clock comes back with the entry, so the client tells running from unknown by it).
+    assert_eq!(
+        commands_run(&server),
+        ["evalsha=1", "get=1", "pttl=1", "time=1"]
+    );
+}
+
+#[tokio::test]
+async fn holding_an_unknown_operation_costs_one_round_trip_and_a_rerun_two() {
+    let server = RedisServer::start();
+    let store = Arc::new(RedisStore::connect(&server.url()).await.unwrap());
+    let op = key::derive("run-rt-unknown", "charge", &json!({"amount": 9}), None).unwrap();
+    // An owner that claimed and vanished: its lease runs out unsettled.
+    let gone = OwnerToken::generate();
+    let req = ClaimRequest::new(&op.key, &op.fingerprint, &gone, Duration::from_millis(100));
+    assert!(matches!(store.claim(&req).await.unwrap(), Claim::Won));
+    let start = Instant::now();
+    while store.get(&op.key).await.unwrap().unwrap().state() != State::Unknown {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "never became unknown"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let layer = Layer::new(store);
+
+    assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
+    let held = layer
+        .run("charge", &op, &WriteOptions::new(), |_| async {
+            panic!("a held operation ran")
+        })
+        .await;
+    assert_eq!(held.outcome, Outcome::Unknown);
+    // One EVALSHA: the claim that found it unknown (TIME, GET, PTTL).
+    assert_eq!(
+        commands_run(&server),
+        ["evalsha=1", "get=1", "pttl=1", "time=1"]
+    );
+
+    assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
+    let rerun = WriteOptions::new().on_expired(OnExpired::Rerun);
+    let answer = layer
+        .run("charge", &op, &rerun, |_| async { Ok(json!("ch_2")) })
+        .await;
+    assert_eq!(answer.outcome, Outcome::Executed);
+    // Two EVALSHA, as a first-time call: the claim took it over in the same script.
+    assert_eq!(
+        commands_run(&server),
+        ["evalsha=2", "get=2", "set=2", "time=2"]
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -447,6 +758,205 @@ async fn multi_process_worker() {
     let url = std::env::var(URL_VAR).unwrap();
     let store = RedisStore::connect(&url).await.unwrap();
     conformance::multiprocess::worker(Arc::new(store)).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A crash between claim and complete.
+
+const CRASH_URL: &str = "TOOLONCE_REDIS_CRASH_URL";
+const CRASH_MARKER: &str = "TOOLONCE_REDIS_CRASH_MARKER";
+const CRASH_SCOPE: &str = "TOOLONCE_REDIS_CRASH_SCOPE";
+const CRASH_LEASE: Duration = Duration::from_secs(1);
+
+fn charge_args() -> Value {
+    json!({"customer": "cus_1", "amount": 4200, "currency": "eur"})
+}
+
+/// The child of the next test: claims the charge through the layer, "charges" (writes the key
+/// it was given to the marker file), then hangs until it is killed. A no-op in a normal run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_worker_charges_then_hangs() {
+    let Ok(url) = std::env::var(CRASH_URL) else {
+        return;
+    };
+    let marker = PathBuf::from(std::env::var(CRASH_MARKER).unwrap());
+    let scope = std::env::var(CRASH_SCOPE).unwrap();
+    let layer = Layer::new(Arc::new(RedisStore::connect(&url).await.unwrap()));
+    let op = key::derive(&scope, "charge", &charge_args(), None).unwrap();
+    let options = WriteOptions::new().lease(CRASH_LEASE);
+    let about = About::new(scope.clone(), "charge").detail("acme payments");
+    let _ = layer
+        .run_with_about("charge", &op, &about, &options, |ctx| async move {
+            // Write then rename, so the parent never reads half a marker.
+            let tmp = marker.with_extension("tmp");
+            std::fs::write(&tmp, ctx.key().as_str()).unwrap();
+            std::fs::rename(&tmp, &marker).unwrap();
+            std::future::pending::<()>().await;
+            unreachable!()
+        })
+        .await;
+    unreachable!("the tool never returns");
+}
+
+/// Kills the child on drop, so a failing assertion does not leave it hanging.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_killed_after_charging_leaves_an_unknown_entry_held_until_a_rerun_takes_it_over()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("charged");
+    let scope = format!("crash-{}-{}", std::process::id(), now_ms());
+    let url = format!("{}?prefix={}", shared_redis().url(), unique_prefix());
+    let mut child = KillOnDrop(
+        Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "crash_worker_charges_then_hangs",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(CRASH_URL, &url)
+            .env(CRASH_MARKER, &marker)
+            .env(CRASH_SCOPE, &scope)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let start = Instant::now();
+    while !marker.exists() {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            panic!("the child exited ({status}) before charging");
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the child did not charge"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.0.kill().unwrap(); // SIGKILL: no destructor, no complete, no fail.
+    child.0.wait().unwrap();
+    let charged_with = std::fs::read_to_string(&marker).unwrap();
+
+    let store: Arc<dyn Store> = Arc::new(RedisStore::connect(&url).await.unwrap());
+    let layer = Layer::new(store.clone());
+    let op = key::derive(&scope, "charge", &charge_args(), None).unwrap();
+    assert_eq!(charged_with, op.key.as_str());
+    let hold = WriteOptions::new().lease(CRASH_LEASE);
+    let about = About::new(scope.clone(), "charge");
+
+    // The claim survived the crash, with what it said it was.
+    let entry = store
+        .get(&op.key)
+        .await
+        .unwrap()
+        .expect("the crashed claim");
+    assert_eq!(
+        entry.about,
+        About::new(scope.clone(), "charge").detail("acme payments")
+    );
+    assert_eq!(entry.attempts, 1);
+    let first_started_at = entry.first_started_at.expect("recorded");
+    if entry.state() == State::Running {
+        // Still within the lease (a loaded machine may be past it already): in flight.
+        let early = layer
+            .run_with_about("charge", &op, &about, &hold, |_| async {
+                panic!("ran during the lease")
+            })
+            .await;
+        assert!(
+            matches!(early.outcome, Outcome::InFlight | Outcome::Unknown),
+            "{early:?}"
+        );
+    }
+
+    // The lease runs out on the server's clock without a settle: unknown, and kept.
+    let start = Instant::now();
+    loop {
+        let entry = store
+            .get(&op.key)
+            .await
+            .unwrap()
+            .expect("kept past its lease");
+        if entry.state() == State::Unknown {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "never became unknown"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // hold (the default): not run, answered unknown, the entry left as it was.
+    let held = layer
+        .run_with_about("charge", &op, &about, &hold, |_| async {
+            panic!("a held duplicate ran")
+        })
+        .await;
+    assert_eq!(held.outcome, Outcome::Unknown, "{held:?}");
+    // verify that cannot tell: held as well.
+    let cannot_tell = layer
+        .run_with_verify(
+            "charge",
+            &op,
+            &about,
+            &hold.clone().on_expired(OnExpired::Verify),
+            |_| async { Verified::CannotTell },
+            |_| async { panic!("ran although the probe could not tell") },
+        )
+        .await;
+    assert_eq!(cannot_tell.outcome, Outcome::Unknown, "{cannot_tell:?}");
+    let entry = store.get(&op.key).await.unwrap().unwrap();
+    assert_eq!((entry.state(), entry.attempts), (State::Unknown, 1));
+
+    // rerun: taken over and run again with the same key, which the provider deduplicates; the
+    // tool is told an earlier attempt may have run.
+    let seen = Arc::new(std::sync::Mutex::new(None));
+    let seen_in_tool = seen.clone();
+    let answer = layer
+        .run_with_about(
+            "charge",
+            &op,
+            &about,
+            &hold.clone().on_expired(OnExpired::Rerun),
+            |ctx| async move {
+                *seen_in_tool.lock().unwrap() =
+                    Some((ctx.key().clone(), ctx.may_have_run_before()));
+                Ok(json!({"charge": "ch_2", "idempotency_key": ctx.key().as_str()}))
+            },
+        )
+        .await;
+    assert_eq!(answer.outcome, Outcome::Executed, "{answer:?}");
+    let (key, may_have_run_before) = seen.lock().unwrap().take().expect("the tool ran");
+    assert_eq!(
+        key.as_str(),
+        charged_with,
+        "the rerun got the crashed run's key"
+    );
+    assert!(may_have_run_before, "a takeover tells the tool");
+    let entry = store.get(&op.key).await.unwrap().unwrap();
+    assert_eq!(entry.state(), State::Done);
+    assert_eq!(entry.attempts, 2);
+    assert_eq!(entry.first_started_at, Some(first_started_at));
+    assert!(entry.settled_at.is_some());
+
+    let replay = layer
+        .run_with_about("charge", &op, &about, &hold, |_| async {
+            panic!("ran twice")
+        })
+        .await;
+    assert_eq!(replay.outcome, Outcome::Replayed);
+    assert_eq!(replay.result, answer.result);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ use serde_json::Value as Json;
 
 use super::url::{parse_bool, percent_decode};
 use super::{
-    Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, Resolution,
+    About, Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, Resolution,
     Resolved, Store, millis, redact_url,
 };
 use crate::key::{Fingerprint, OperationKey};
@@ -35,29 +35,26 @@ struct Scripts {
     renew: Script,
     complete: Script,
     fail: Script,
+    resolve: Script,
+}
+
+macro_rules! script {
+    ($name:literal) => {
+        Script::new(concat!(
+            include_str!("redis/now.lua"),
+            include_str!("redis/entry.lua"),
+            include_str!(concat!("redis/", $name, ".lua"))
+        ))
+    };
 }
 
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    claim: Script::new(concat!(
-        include_str!("redis/now.lua"),
-        include_str!("redis/owned.lua"),
-        include_str!("redis/claim.lua")
-    )),
-    read: Script::new(include_str!("redis/read.lua")),
-    renew: Script::new(concat!(
-        include_str!("redis/owned.lua"),
-        include_str!("redis/renew.lua")
-    )),
-    complete: Script::new(concat!(
-        include_str!("redis/now.lua"),
-        include_str!("redis/owned.lua"),
-        include_str!("redis/complete.lua")
-    )),
-    fail: Script::new(concat!(
-        include_str!("redis/now.lua"),
-        include_str!("redis/owned.lua"),
-        include_str!("redis/fail.lua")
-    )),
+    claim: script!("claim"),
+    read: script!("read"),
+    renew: script!("renew"),
+    complete: script!("complete"),
+    fail: script!("fail"),
+    resolve: script!("resolve"),
 });
 
 /// Redis refuses `PX 0`, and `PX` values whose deadline overflows its clock; a lease or
@@ -231,6 +228,7 @@ impl RedisStoreBuilder {
             &scripts.renew,
             &scripts.complete,
             &scripts.fail,
+            &scripts.resolve,
         ] {
             // On a cluster `SCRIPT LOAD` goes to every master.
             script
@@ -248,30 +246,39 @@ impl RedisStoreBuilder {
 /// # Data
 ///
 /// The entry of `idem:…` is a string value under `<prefix>idem:…`: a JSON object in the wire
-/// format that TypeScript workers of the reference design read and write —
+/// format that TypeScript workers of the reference design read and write (they read `status`
+/// and `result` and ignore the rest) —
 ///
 /// ```text
-/// {"status":"running","startedAt":1764400000000,"owner":"9f…","fingerprint":"3a…"}
-/// {"status":"done","result":{…},"startedAt":…,"completedAt":…,"fingerprint":"3a…"}
-/// {"status":"failed","error":{"message":…,"class":"permanent"},"startedAt":…,"failedAt":…,"fingerprint":"3a…"}
+/// {"status":"running","startedAt":…,"leaseUntil":…,"owner":"9f…","fingerprint":"3a…","firstStartedAt":…,"attempts":1,"scope":"run-1","tool":"charge"}
+/// {"status":"done","result":{…},"startedAt":…,"completedAt":…,"settledAt":…,"fingerprint":"3a…","firstStartedAt":…,"attempts":1,"scope":…,"tool":…}
+/// {"status":"failed","error":{"message":…,"class":"permanent"},"startedAt":…,"failedAt":…,"settledAt":…,"fingerprint":"3a…",…}
 /// ```
 ///
-/// with Redis's own expiry (`PX`): the lease while running, the retention once settled.
-/// Unknown fields are ignored; entries written by the reference design (only `status`,
-/// `startedAt` and `result`) read as entries without owner or fingerprint.
+/// with Redis's own expiry (`PX`). A running entry's key lives for the lease **plus** the
+/// retention, and its lease deadline is `leaseUntil` inside the value: once the server's clock
+/// passes it without a complete or fail, the entry reads as
+/// [`Unknown`](EntryState::Unknown) and stays so until the key expires. A settled entry lives
+/// for its retention. `scope`, `tool` and `detail` (what the entry says it is, each only when
+/// recorded), `firstStartedAt` and `attempts` are written by the claim and kept by a takeover
+/// and by the settle; `settledAt` by the settle. Unknown fields are ignored; entries written by
+/// the reference design (only `status`, `startedAt` and `result`) read as entries without
+/// owner or fingerprint, and running entries without `leaseUntil` (the reference design's,
+/// and those of earlier versions of this store) are running for as long as their key lives.
 ///
 /// # Atomicity and clocks
 ///
 /// Every operation is one Lua script sent by hash (`EVALSHA`): Redis runs scripts one at a
 /// time, so a script's reads and writes are one atomic step, and each costs one round trip (a
-/// first-time write call two: claim and complete; a replay one). The owner token is compared
-/// inside the script that writes (fencing). Expiry is Redis's (`PX`, `PEXPIRE`), and the
-/// timestamps (`startedAt`, `completedAt`, `failedAt`) come from the server's `TIME` inside the
-/// scripts: every worker, whatever its own clock says, agrees on when a lease ends, and all
-/// workers' timestamps are on one clock, the one that expires the entries. (An
-/// [`Entry::expires_at`] is Redis's remaining `PTTL` added to this machine's clock, since that
-/// is the clock a caller compares it with.) Scripts calling `TIME` before writing need effect
-/// replication, the default since Redis 5, the oldest version this store supports.
+/// first-time write call two: claim and complete; a replay one; a takeover of an unknown
+/// entry is part of the claim). The owner token is compared inside the script that writes
+/// (fencing by owner: a late owner still settles its entry, live or unknown, as long as nobody
+/// took it over). Expiry is Redis's (`PX`), and every timestamp, `leaseUntil` included, comes
+/// from the server's `TIME` inside the scripts: every worker, whatever its own clock says,
+/// agrees on when a lease ends, on the clock that also expires the keys. (An
+/// [`Entry::expires_at`] is the remaining time on the server's clock added to this machine's,
+/// since that is the clock a caller compares it with.) Scripts calling `TIME` before writing
+/// need effect replication, the default since Redis 5, the oldest version this store supports.
 ///
 /// Results and errors are encoded to JSON here, in Rust, and passed to the scripts as text that
 /// they splice in unchanged. The scripts never use `cjson` (it would round numbers to 14
@@ -297,7 +304,7 @@ impl RedisStoreBuilder {
 ///
 /// [`list`](Store::list) walks the keyspace with `SCAN … MATCH <prefix>idem:*` (on a cluster,
 /// each master in turn, in address order) and reads each candidate with the same script as
-/// [`get`](Store::get), filtering by state here. The cursor is Redis's `SCAN` cursor plus the
+/// [`get`](Store::get), filtering by state, scope and tool here (Redis has no index of them). The cursor is Redis's `SCAN` cursor plus the
 /// keys of the last batch that did not fit in the page; entries are ordered by key within a
 /// page only; pages may be short, and an entry created or deleted during the walk may or may
 /// not appear (`SCAN`'s guarantees: an entry live throughout is listed). On a cluster whose
@@ -428,26 +435,24 @@ impl RedisStore {
 #[async_trait]
 impl Store for RedisStore {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim> {
-        let (key, fingerprint, owner, lease) = (req.key, req.fingerprint, req.owner, req.lease);
-        // The rest of the running entry after `startedAt` (which the script fills in from the
-        // server's clock). Both values are hex digits, so they need no JSON escaping.
-        let tail = format!(
-            r#","owner":"{}","fingerprint":"{}"}}"#,
-            owner.as_str(),
-            fingerprint.as_str()
-        );
+        // Owner and fingerprint are hex digits and the about members are JSON-encoded here, so
+        // the script splices them into the entry without escaping anything.
         let reply: Value = SCRIPTS
             .claim
-            .key(self.redis_key(key))
-            .arg(px(lease))
-            .arg(tail)
-            .arg(owner.as_str())
+            .key(self.redis_key(req.key))
+            .arg(px(req.lease))
+            .arg(px(req.retention))
+            .arg(req.owner.as_str())
+            .arg(req.fingerprint.as_str())
+            .arg(about_members(req.about)?)
+            .arg(if req.takeover { "1" } else { "0" })
             .invoke_async(&mut self.conn())
             .await
             .map_err(to_error)?;
         match reply {
             Value::Int(1) => Ok(Claim::Won),
-            other => decode_read(key, other).map(Claim::Existing),
+            Value::Int(2) => Ok(Claim::TookOver),
+            other => decode_read(req.key, other).map(Claim::Existing),
         }
     }
 
@@ -535,7 +540,7 @@ impl Store for RedisStore {
                 let read = futures_util::future::join_all(chunk.iter().map(|k| self.read(k)));
                 for entry in read.await {
                     if let Some(entry) = entry?
-                        && query.state.is_none_or(|s| s == entry.state())
+                        && query.admits(&entry)
                     {
                         entries.push(entry);
                     }
@@ -576,13 +581,37 @@ impl Store for RedisStore {
 
     async fn resolve(
         &self,
-        _key: &OperationKey,
-        _resolution: &Resolution,
-        _retention: Duration,
+        key: &OperationKey,
+        resolution: &Resolution,
+        retention: Duration,
     ) -> Result<Resolved> {
-        Err(Error::store(
-            "resolve is not implemented yet for this store",
-        ))
+        let (head, at) = match resolution {
+            Resolution::Done(result) => {
+                let mut head = String::from(r#"{"status":"done","result":"#);
+                head.push_str(&serde_json::to_string(result).map_err(Error::store)?);
+                (head, "completedAt")
+            }
+            Resolution::Failed(error) => {
+                let mut head = String::from(r#"{"status":"failed","error":"#);
+                head.push_str(&serde_json::to_string(error).map_err(Error::store)?);
+                (head, "failedAt")
+            }
+            Resolution::Release => (String::new(), ""),
+        };
+        let reply: Value = SCRIPTS
+            .resolve
+            .key(self.redis_key(key))
+            .arg(px(retention))
+            .arg(head)
+            .arg(at)
+            .invoke_async(&mut self.conn())
+            .await
+            .map_err(to_error)?;
+        match reply {
+            Value::Int(1) => Ok(Resolved::Applied),
+            Value::Int(0) => Ok(Resolved::Absent),
+            other => decode_read(key, other).map(Resolved::Settled),
+        }
     }
 
     async fn delete(&self, key: &OperationKey) -> Result<bool> {
@@ -727,48 +756,81 @@ fn cluster_masters(reply: Value) -> Result<Vec<(String, u16)>> {
     Ok(masters)
 }
 
-/// Decodes `{value, PTTL}` from the claim and read scripts.
+/// The about members of a new entry as the claim script splices them in: `}` when nothing is
+/// recorded, else `,"scope":…,"tool":…,"detail":…}` with the members that are set, JSON-encoded.
+fn about_members(about: &About) -> Result<String> {
+    let mut out = String::new();
+    for (name, value) in [
+        ("scope", &about.scope),
+        ("tool", &about.tool),
+        ("detail", &about.detail),
+    ] {
+        if let Some(value) = value {
+            out.push_str(",\"");
+            out.push_str(name);
+            out.push_str("\":");
+            out.push_str(&serde_json::to_string(value).map_err(Error::store)?);
+        }
+    }
+    out.push('}');
+    Ok(out)
+}
+
+/// Decodes `{value, PTTL, now}` from the claim, read and resolve scripts.
 ///
-/// Redis decides the expiry; the remaining time it reports is turned into an instant on this
-/// machine's clock, which is what a caller compares it with.
+/// Redis decides the expiry and the server's clock (`now`) whether a lease ran out; the
+/// remaining times it reports are turned into instants on this machine's clock, which is what
+/// a caller compares them with.
 fn decode_read(key: &OperationKey, reply: Value) -> Result<Entry> {
     let bad = |what: &str| Error::store(format!("unexpected reply from the script: {what}"));
-    let Value::Array(mut parts) = reply else {
+    let Value::Array(parts) = reply else {
         return Err(bad("not an array"));
     };
-    if parts.len() != 2 {
-        return Err(bad("not two elements"));
-    }
-    let pttl = match parts.pop() {
-        Some(Value::Int(n)) => n,
-        _ => return Err(bad("PTTL")),
+    let [raw, pttl, now] = <[Value; 3]>::try_from(parts).map_err(|_| bad("not three elements"))?;
+    let Value::BulkString(raw) = raw else {
+        return Err(bad("value"));
     };
-    let raw = match parts.pop() {
-        Some(Value::BulkString(raw)) => raw,
-        _ => return Err(bad("value")),
+    let Value::Int(pttl) = pttl else {
+        return Err(bad("PTTL"));
     };
-    // PTTL is -1 for a key without expiry (written so by another worker).
-    let expires_at = u64::try_from(pttl)
-        .ok()
-        .map(|ms| SystemTime::now() + Duration::from_millis(ms));
-    decode_entry(key, &raw, expires_at)
+    let Value::Int(now) = now else {
+        return Err(bad("TIME"));
+    };
+    decode_entry(key, &raw, pttl, now, SystemTime::now())
 }
 
 /// An entry in the wire format. Every field but `status` is optional: workers of the reference
-/// design write only `status`, `startedAt` and `result`, and fields we do not know are ignored.
+/// design write only `status`, `startedAt` and `result`, today's version of toolonce writes no
+/// `leaseUntil` and none of what an entry says it is, and fields we do not know are ignored.
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct Wire {
     status: String,
-    #[serde(rename = "startedAt", default)]
+    #[serde(default)]
     started_at: Option<f64>,
-    #[serde(rename = "completedAt", default)]
+    /// The lease deadline of a running entry, on the server's clock.
+    #[serde(default)]
+    lease_until: Option<f64>,
+    #[serde(default)]
     completed_at: Option<f64>,
-    #[serde(rename = "failedAt", default)]
+    #[serde(default)]
     failed_at: Option<f64>,
+    #[serde(default)]
+    settled_at: Option<f64>,
+    #[serde(default)]
+    first_started_at: Option<f64>,
+    #[serde(default)]
+    attempts: Option<f64>,
     #[serde(default)]
     owner: Option<String>,
     #[serde(default)]
     fingerprint: Option<String>,
+    #[serde(default)]
+    scope: Option<String>,
+    #[serde(default)]
+    tool: Option<String>,
+    #[serde(default)]
+    detail: Option<String>,
     /// `Some(Null)` for a stored `null` result, `None` when the field is missing.
     #[serde(default, deserialize_with = "present")]
     result: Option<Json>,
@@ -789,7 +851,29 @@ fn epoch_ms(ms: f64) -> SystemTime {
     }
 }
 
-fn decode_entry(key: &OperationKey, raw: &[u8], expires_at: Option<SystemTime>) -> Result<Entry> {
+/// `local_now` moved by `ms` (negative: back), saturating at the epoch.
+fn shifted(local_now: SystemTime, ms: f64) -> SystemTime {
+    let by = Duration::from_millis(ms.abs().min(u64::MAX as f64) as u64);
+    if ms >= 0.0 {
+        local_now.checked_add(by).unwrap_or(local_now)
+    } else {
+        local_now.checked_sub(by).unwrap_or(UNIX_EPOCH)
+    }
+}
+
+/// Decodes the value `raw` of `key`, read when its key had `pttl` ms left (-1: no expiry) and
+/// the server's clock said `server_now` (ms since the epoch), on this machine at `local_now`.
+///
+/// A running entry with a `leaseUntil` at or before `server_now` is `unknown`; one without
+/// (today's version's, a TypeScript worker's) is running for as long as its key lives, as its
+/// writer meant.
+fn decode_entry(
+    key: &OperationKey,
+    raw: &[u8],
+    pttl: i64,
+    server_now: i64,
+    local_now: SystemTime,
+) -> Result<Entry> {
     let wire: Wire = serde_json::from_slice(raw).map_err(|e| Error::corrupt(key, e))?;
     let fingerprint = match wire.fingerprint {
         Some(f) => Some(
@@ -798,37 +882,66 @@ fn decode_entry(key: &OperationKey, raw: &[u8], expires_at: Option<SystemTime>) 
         ),
         None => None,
     };
+    let key_expiry = u64::try_from(pttl)
+        .ok()
+        .map(|ms| shifted(local_now, ms as f64));
     let completed_at = wire.completed_at.map(epoch_ms);
     let failed_at = wire.failed_at.map(epoch_ms);
-    let state = match wire.status.as_str() {
-        "running" => EntryState::Running { owner: wire.owner },
-        "done" => EntryState::Done {
-            result: wire
-                .result
-                .ok_or_else(|| Error::corrupt(key, "a done entry without a result"))?,
-            completed_at,
+    let (state, expires_at) = match wire.status.as_str() {
+        "running" => match wire.lease_until {
+            Some(until) => {
+                let left = until - server_now as f64;
+                let deadline = Some(shifted(local_now, left));
+                if left > 0.0 {
+                    (EntryState::Running { owner: wire.owner }, deadline)
+                } else {
+                    (EntryState::Unknown { owner: wire.owner }, deadline)
+                }
+            }
+            None => (EntryState::Running { owner: wire.owner }, key_expiry),
         },
-        "failed" => EntryState::Failed {
-            error: decode_error(key, wire.error)?,
-            failed_at,
-        },
+        "done" => (
+            EntryState::Done {
+                result: wire
+                    .result
+                    .ok_or_else(|| Error::corrupt(key, "a done entry without a result"))?,
+                completed_at,
+            },
+            key_expiry,
+        ),
+        "failed" => (
+            EntryState::Failed {
+                error: decode_error(key, wire.error)?,
+                failed_at,
+            },
+            key_expiry,
+        ),
         other => return Err(Error::corrupt(key, format!("unknown status {other:?}"))),
     };
+    let settled_at = wire.settled_at.map(epoch_ms).or(completed_at).or(failed_at);
     // `startedAt` is required of running entries only; a settled entry of another writer
     // without one reads as started when it settled (or at the epoch, if that is unknown too).
     let started_at = wire
         .started_at
         .map(epoch_ms)
-        .or(completed_at)
-        .or(failed_at)
+        .or(settled_at)
         .unwrap_or(UNIX_EPOCH);
-    Ok(Entry::new(
-        key.clone(),
-        fingerprint,
-        started_at,
-        expires_at,
-        state,
-    ))
+    let attempts = wire
+        .attempts
+        .filter(|n| n.is_finite() && *n >= 0.0)
+        .map_or(0, |n| n.min(f64::from(u32::MAX)) as u32);
+    Ok(
+        Entry::new(key.clone(), fingerprint, started_at, expires_at, state)
+            .with_about(
+                About::default()
+                    .with_scope(wire.scope)
+                    .with_tool(wire.tool)
+                    .with_detail(wire.detail),
+            )
+            .with_first_started_at(wire.first_started_at.map(epoch_ms))
+            .with_attempts(attempts)
+            .with_settled_at(settled_at),
+    )
 }
 
 /// Our `{"message","class","detail"?}`, or, from other writers, a bare message or an object
@@ -1079,10 +1192,75 @@ mod tests {
         "idem:0123456789abcdef0123456789abcdef".parse().unwrap()
     }
 
+    /// The server's clock in the decoding tests.
+    const SERVER_NOW: i64 = 1_764_400_010_000;
+
+    /// Decodes `raw` read with a minute of `PTTL` left at [`SERVER_NOW`].
+    fn decode(raw: &[u8]) -> Result<Entry> {
+        decode_entry(&key(), raw, 60_000, SERVER_NOW, SystemTime::now())
+    }
+
+    #[test]
+    fn a_running_entry_past_its_lease_deadline_on_the_server_clock_is_unknown() {
+        let raw = br#"{"status":"running","startedAt":1764400000000,"leaseUntil":1764400010000,"owner":"ab","fingerprint":"0000000000000000000000000000000000000000000000000000000000000000","firstStartedAt":1764390000000,"attempts":2,"scope":"run-1","tool":"send_email","detail":"smtp \"x\""}"#;
+        let local = UNIX_EPOCH + Duration::from_secs(2_000_000_000);
+        let e = decode_entry(&key(), raw, 86_400_000, SERVER_NOW, local).unwrap();
+        assert_eq!(
+            e.state,
+            EntryState::Unknown {
+                owner: Some("ab".into())
+            }
+        );
+        assert_eq!(
+            e.expires_at,
+            Some(local),
+            "the lease deadline, on the local clock"
+        );
+        assert_eq!(e.attempts, 2);
+        assert_eq!(
+            e.first_started_at,
+            Some(UNIX_EPOCH + Duration::from_millis(1_764_390_000_000))
+        );
+        assert_eq!(e.about.scope.as_deref(), Some("run-1"));
+        assert_eq!(e.about.tool.as_deref(), Some("send_email"));
+        assert_eq!(e.about.detail.as_deref(), Some("smtp \"x\""));
+        // One millisecond earlier on the server's clock it was still running.
+        let e = decode_entry(&key(), raw, 86_400_000, SERVER_NOW - 1, local).unwrap();
+        assert!(matches!(e.state, EntryState::Running { .. }), "{e:?}");
+        assert_eq!(e.expires_at, Some(local + Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn a_running_entry_without_a_lease_deadline_is_running_while_its_key_lives() {
+        // Today's version's shape: the key's PTTL is the lease.
+        let raw = br#"{"status":"running","startedAt":1700000000000,"owner":"ab","fingerprint":"0000000000000000000000000000000000000000000000000000000000000000"}"#;
+        let local = UNIX_EPOCH + Duration::from_secs(2_000_000_000);
+        let e = decode_entry(&key(), raw, 5_000, SERVER_NOW, local).unwrap();
+        assert_eq!(
+            e.state,
+            EntryState::Running {
+                owner: Some("ab".into())
+            }
+        );
+        assert_eq!(e.expires_at, Some(local + Duration::from_secs(5)));
+        assert_eq!((e.attempts, e.first_started_at), (0, None));
+        assert!(e.about.is_empty());
+    }
+
+    #[test]
+    fn about_members_are_json_encoded_and_absent_ones_left_out() {
+        assert_eq!(about_members(&About::default()).unwrap(), "}");
+        let about = About::new("run \"1\"", "charge").detail("line\nbreak");
+        assert_eq!(
+            about_members(&about).unwrap(),
+            r#","scope":"run \"1\"","tool":"charge","detail":"line\nbreak"}"#
+        );
+    }
+
     #[test]
     fn an_entry_of_the_reference_design_decodes_without_owner_or_fingerprint() {
         let raw = br#"{"status":"done","result":{"id":"ch_1","amount":500},"startedAt":1764400000000,"worker":"ts"}"#;
-        let e = decode_entry(&key(), raw, None).unwrap();
+        let e = decode(raw).unwrap();
         assert_eq!(e.fingerprint, None);
         assert_eq!(
             e.started_at,
@@ -1096,13 +1274,13 @@ mod tests {
             }
         );
         let raw = br#"{"status":"running","startedAt":1764400000000}"#;
-        let e = decode_entry(&key(), raw, None).unwrap();
+        let e = decode(raw).unwrap();
         assert_eq!(e.state, EntryState::Running { owner: None });
     }
 
     #[test]
     fn a_null_result_is_a_result_and_a_missing_one_is_corrupt() {
-        let e = decode_entry(&key(), br#"{"status":"done","result":null}"#, None).unwrap();
+        let e = decode(br#"{"status":"done","result":null}"#).unwrap();
         assert!(matches!(
             e.state,
             EntryState::Done {
@@ -1111,7 +1289,7 @@ mod tests {
             }
         ));
         assert!(matches!(
-            decode_entry(&key(), br#"{"status":"done"}"#, None),
+            decode(br#"{"status":"done"}"#),
             Err(Error::Corrupt { .. })
         ));
     }
@@ -1120,7 +1298,7 @@ mod tests {
     fn garbage_and_unknown_states_are_corrupt() {
         for raw in [&b"not json"[..], b"[1]", br#"{"status":"paused"}"#, b"null"] {
             assert!(
-                matches!(decode_entry(&key(), raw, None), Err(Error::Corrupt { .. })),
+                matches!(decode(raw), Err(Error::Corrupt { .. })),
                 "{}",
                 String::from_utf8_lossy(raw)
             );
@@ -1129,16 +1307,11 @@ mod tests {
 
     #[test]
     fn errors_of_other_writers_decode_leniently() {
-        let e = decode_entry(&key(), br#"{"status":"failed","error":"declined"}"#, None).unwrap();
+        let e = decode(br#"{"status":"failed","error":"declined"}"#).unwrap();
         assert!(
             matches!(e.state, EntryState::Failed { ref error, .. } if error.message == "declined")
         );
-        let e = decode_entry(
-            &key(),
-            br#"{"status":"failed","error":{"message":"declined","code":42}}"#,
-            None,
-        )
-        .unwrap();
+        let e = decode(br#"{"status":"failed","error":{"message":"declined","code":42}}"#).unwrap();
         assert!(
             matches!(e.state, EntryState::Failed { ref error, .. } if error.message == "declined")
         );
