@@ -129,7 +129,9 @@ pub(crate) async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
     let now = SystemTime::now();
     let mut doc = summary(&entry, now);
     match &entry.state {
-        EntryState::Running { owner } => doc["owner"] = json!(owner),
+        EntryState::Running { owner } | EntryState::Unknown { owner } => {
+            doc["owner"] = json!(owner)
+        }
         EntryState::Done { result, .. } => doc["result"] = result.clone(),
         EntryState::Failed { error, .. } => {
             doc["error"] = serde_json::to_value(error).map_err(exit::internal)?
@@ -158,7 +160,7 @@ pub(crate) async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
         );
     }
     match &entry.state {
-        EntryState::Running { owner } => {
+        EntryState::Running { owner } | EntryState::Unknown { owner } => {
             outln!("owner        {}", owner.as_deref().unwrap_or("-"));
         }
         EntryState::Done { result, .. } => {
@@ -227,7 +229,7 @@ fn absent(key: &OperationKey, json: bool) -> anyhow::Result<ExitCode> {
 /// What an entry holds: the result when done, the error when failed.
 fn payload(entry: &Entry) -> Option<Value> {
     match &entry.state {
-        EntryState::Running { .. } => None,
+        EntryState::Running { .. } | EntryState::Unknown { .. } => None,
         EntryState::Done { result, .. } => Some(result.clone()),
         EntryState::Failed { error, .. } => serde_json::to_value(error).ok(),
         _ => None,
