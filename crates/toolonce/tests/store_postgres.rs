@@ -18,7 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 use toolonce::store::postgres::{PostgresStore, SCHEMA_VERSION};
 use toolonce::{
     About, Claim, ClaimRequest, EntryState, Error, Layer, ListQuery, OnExpired, Outcome,
-    OwnerToken, State, Store, WriteOptions, key,
+    OwnerToken, Resolution, Resolved, State, Store, WriteOptions, key,
 };
 use toolonce_testsupport::{PostgresServer, shared_postgres};
 
@@ -433,6 +433,68 @@ fn multi_process_worker() {
             .unwrap();
         conformance::multiprocess::worker(Arc::new(store)).await;
     });
+}
+
+/// An operator's resolve racing the owner's complete on a running entry: both are fenced on
+/// the row, so exactly one settles it and the other is told (the owner `NotOwner`, the
+/// operator `Settled` with what the owner recorded).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_resolve_racing_the_owners_complete_lets_exactly_one_settle() {
+    let store = fresh_store().await;
+    let (mut by_owner, mut by_operator) = (0, 0);
+    for round in 0..50 {
+        let (key, fp) = conformance::op("resolve-race");
+        let owner = conformance::won(
+            store
+                .claim_fresh(&key, &fp, conformance::LONG)
+                .await
+                .unwrap(),
+        );
+        let barrier = Arc::new(tokio::sync::Barrier::new(2));
+        let completing = {
+            let (store, key, barrier) = (store.clone(), key.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                store
+                    .complete(&key, owner, &json!("owner"), conformance::LONG)
+                    .await
+                    .unwrap()
+            })
+        };
+        let resolving = {
+            let (store, key, barrier) = (store.clone(), key.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                store
+                    .resolve(
+                        &key,
+                        &Resolution::Done(json!("operator")),
+                        conformance::LONG,
+                    )
+                    .await
+                    .unwrap()
+            })
+        };
+        let (completed, resolved) = (completing.await.unwrap(), resolving.await.unwrap());
+        let result = |entry: &toolonce::Entry| match &entry.state {
+            EntryState::Done { result, .. } => result.clone(),
+            other => panic!("round {round}: {other:?}"),
+        };
+        let stored = result(&store.get(&key).await.unwrap().unwrap());
+        match (completed, resolved) {
+            (toolonce::Fenced::Applied, Resolved::Settled(seen)) => {
+                assert_eq!(result(&seen), json!("owner"), "round {round}");
+                assert_eq!(stored, json!("owner"), "round {round}");
+                by_owner += 1;
+            }
+            (toolonce::Fenced::NotOwner, Resolved::Applied) => {
+                assert_eq!(stored, json!("operator"), "round {round}");
+                by_operator += 1;
+            }
+            other => panic!("round {round}: {other:?}"),
+        }
+    }
+    eprintln!("settled by the owner {by_owner} times, by the operator {by_operator} times");
 }
 
 /// `unknown` entries live in the table past their lease: purge must leave them until their
