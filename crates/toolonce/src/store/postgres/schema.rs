@@ -305,8 +305,10 @@ BEGIN
             WHERE t.key = p_key AND t.state = 'running' AND t.owner = p_owner
                 AND t.expires_at > now()
             RETURNING * INTO e;
-        ELSIF e.lease_until <= now() AND p_takeover THEN
-            -- Unknown, and the caller takes it over: a new owner and lease, one more attempt;
+        ELSIF e.lease_until <= now() AND p_takeover
+            AND (e.fingerprint IS NULL OR e.fingerprint = p_fingerprint) THEN
+            -- Unknown, and the caller takes it over (with the same arguments: a conflicting
+            -- call must not run under this key): a new owner and lease, one more attempt;
             -- what the entry is and when it first started stay. Fenced on the owner it saw, so
             -- of concurrent takers one wins and the others read its live entry.
             UPDATE {t} AS t SET owner = p_owner, started_at = now(), lease_until = lease_end,
