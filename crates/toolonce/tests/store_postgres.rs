@@ -510,8 +510,8 @@ async fn purge_keeps_an_unknown_entry_until_its_retention_ends() {
         .unwrap();
     let (key, fp) = conformance::op("purge");
     let owner = OwnerToken::generate();
-    let req = ClaimRequest::new(&key, &fp, &owner, conformance::SHORT)
-        .retention(Duration::from_secs(2));
+    let req =
+        ClaimRequest::new(&key, &fp, &owner, conformance::SHORT).retention(Duration::from_secs(2));
     assert!(matches!(store.claim(&req).await.unwrap(), Claim::Won));
     tokio::time::sleep(conformance::PAST_SHORT).await;
     assert_eq!(store.purge_expired().await.unwrap(), 0);
@@ -568,14 +568,20 @@ async fn crash_worker_charges_then_hangs() {
     let op = key::derive(&scope, "charge", &charge_args(), None).unwrap();
     let options = WriteOptions::new().lease(CRASH_LEASE);
     let _ = Layer::new(Arc::new(store))
-        .run_with_about("charge", &op, &charge_about(&scope), &options, |ctx| async move {
-            // Write then rename, so the parent never reads half a marker.
-            let tmp = marker.with_extension("tmp");
-            std::fs::write(&tmp, ctx.key().as_str()).unwrap();
-            std::fs::rename(&tmp, &marker).unwrap();
-            std::future::pending::<()>().await;
-            unreachable!()
-        })
+        .run_with_about(
+            "charge",
+            &op,
+            &charge_about(&scope),
+            &options,
+            |ctx| async move {
+                // Write then rename, so the parent never reads half a marker.
+                let tmp = marker.with_extension("tmp");
+                std::fs::write(&tmp, ctx.key().as_str()).unwrap();
+                std::fs::rename(&tmp, &marker).unwrap();
+                std::future::pending::<()>().await;
+                unreachable!()
+            },
+        )
         .await;
     unreachable!("the tool never returns");
 }
@@ -653,7 +659,11 @@ async fn a_process_killed_after_charging_leaves_unknown_held_by_hold_and_rerun_o
         .on_expired(OnExpired::Rerun);
 
     // The claim survived the crash, and says what it is.
-    let entry = store.get(&op.key).await.unwrap().expect("the crashed claim");
+    let entry = store
+        .get(&op.key)
+        .await
+        .unwrap()
+        .expect("the crashed claim");
     assert_eq!(entry.about, about);
     assert_eq!(entry.attempts, 1);
     assert!(entry.first_started_at.is_some());
@@ -661,7 +671,11 @@ async fn a_process_killed_after_charging_leaves_unknown_held_by_hold_and_rerun_o
     // Once the lease has run out the entry is `unknown` (polled: the lease is the server's).
     let deadline = Instant::now() + Duration::from_secs(30);
     let entry = loop {
-        let entry = store.get(&op.key).await.unwrap().expect("kept past its lease");
+        let entry = store
+            .get(&op.key)
+            .await
+            .unwrap()
+            .expect("kept past its lease");
         if entry.state() == State::Unknown {
             break entry;
         }
@@ -669,7 +683,10 @@ async fn a_process_killed_after_charging_leaves_unknown_held_by_hold_and_rerun_o
         assert!(Instant::now() < deadline, "the lease never ran out");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert!(matches!(entry.state, EntryState::Unknown { owner: Some(_) }));
+    assert!(matches!(
+        entry.state,
+        EntryState::Unknown { owner: Some(_) }
+    ));
 
     // hold: not run, answered `unknown`, the entry left as it is.
     let held = layer

@@ -25,12 +25,12 @@ use tls::TlsOptions;
 
 mod schema;
 mod tls;
-use schema::{migrate_on, too_new, version_of};
-#[cfg(test)]
-use schema::migration;
 use crate::key::{Fingerprint, OperationKey};
 use crate::tool::ToolError;
 use crate::{Error, Result};
+#[cfg(test)]
+use schema::migration;
+use schema::{migrate_on, too_new, version_of};
 
 /// The table the entries live in unless [`PostgresStoreBuilder::table`] says otherwise.
 pub const DEFAULT_TABLE: &str = "toolonce_entries";
@@ -958,8 +958,11 @@ impl Store for PostgresStore {
                 }
                 Resolution::Failed(error) => {
                     let text = serde_json::to_string(error).map_err(Error::store)?;
-                    self.count(&self.sql.resolve_failed, &[&key.as_str(), &text, &retention])
-                        .await?
+                    self.count(
+                        &self.sql.resolve_failed,
+                        &[&key.as_str(), &text, &retention],
+                    )
+                    .await?
                 }
                 Resolution::Release => {
                     self.count(&self.sql.resolve_release, &[&key.as_str()])
@@ -1102,7 +1105,12 @@ mod tests {
         let n = client
             .execute(
                 &v2.complete,
-                &[&done.key.as_str(), &owners[3].as_str(), &result_text, &60_000_i64],
+                &[
+                    &done.key.as_str(),
+                    &owners[3].as_str(),
+                    &result_text,
+                    &60_000_i64,
+                ],
             )
             .await
             .unwrap();
@@ -1152,7 +1160,12 @@ mod tests {
         let receipt = serde_json::json!({"receipt": "r_0"});
         assert_eq!(
             store
-                .complete(&live.key, owners[0].duplicate(), &receipt, Duration::from_secs(60))
+                .complete(
+                    &live.key,
+                    owners[0].duplicate(),
+                    &receipt,
+                    Duration::from_secs(60)
+                )
                 .await
                 .unwrap(),
             Fenced::Applied
@@ -1189,7 +1202,11 @@ mod tests {
 
         // The dying owner dies: once its lease has run out the entry is unknown, not absent.
         tokio::time::sleep(Duration::from_millis(dying_lease_ms as u64 + 500)).await;
-        let entry = store.get(&dying.key).await.unwrap().expect("kept as unknown");
+        let entry = store
+            .get(&dying.key)
+            .await
+            .unwrap()
+            .expect("kept as unknown");
         assert_eq!(
             entry.state,
             EntryState::Unknown {
@@ -1213,7 +1230,12 @@ mod tests {
         assert_eq!(entry.first_started_at, Some(dying_started));
         assert_eq!(
             store
-                .complete(&dying.key, owners[1].duplicate(), &receipt, Duration::from_secs(60))
+                .complete(
+                    &dying.key,
+                    owners[1].duplicate(),
+                    &receipt,
+                    Duration::from_secs(60)
+                )
                 .await
                 .unwrap(),
             Fenced::NotOwner,
@@ -1222,7 +1244,10 @@ mod tests {
 
         // The result's text is the one version 2 wrote, byte for byte.
         let client = store.checkout().await.unwrap();
-        let sql = format!("SELECT result::text FROM {} WHERE key = $1", quote(&store.table));
+        let sql = format!(
+            "SELECT result::text FROM {} WHERE key = $1",
+            quote(&store.table)
+        );
         let row = client.query_one(&sql, &[&done.key.as_str()]).await.unwrap();
         assert_eq!(row.get::<_, &str>(0), result_text);
 
@@ -1240,7 +1265,10 @@ mod tests {
             )
             .await
             .unwrap_err();
-        let text = err.as_db_error().map(|db| db.message().to_owned()).unwrap_or_default();
+        let text = err
+            .as_db_error()
+            .map(|db| db.message().to_owned())
+            .unwrap_or_default();
         assert!(
             text.contains("schema version 3") && text.contains("upgrade"),
             "{err:?}"
@@ -1250,8 +1278,15 @@ mod tests {
     impl PostgresStore {
         /// `started_at` of a row, read directly (version 2 has no `get` of this build).
         async fn get_at_v2_started(&self, client: &Object, key: &OperationKey) -> SystemTime {
-            let sql = format!("SELECT started_at FROM {} WHERE key = $1", quote(&self.table));
-            client.query_one(&sql, &[&key.as_str()]).await.unwrap().get(0)
+            let sql = format!(
+                "SELECT started_at FROM {} WHERE key = $1",
+                quote(&self.table)
+            );
+            client
+                .query_one(&sql, &[&key.as_str()])
+                .await
+                .unwrap()
+                .get(0)
         }
     }
 

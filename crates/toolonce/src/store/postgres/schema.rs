@@ -1,8 +1,8 @@
 //! The schema of a PostgreSQL entries table: the versioned migration steps, applied in one
 //! transaction under an advisory lock, and the version recorded in the version table.
 
-use deadpool_postgres::tokio_postgres::{self, Row};
 use deadpool_postgres::Object;
+use deadpool_postgres::tokio_postgres::{self, Row};
 
 use super::{MIGRATION_LOCK, SCHEMA_VERSION, VERSION_TABLE, quote};
 use crate::{Error, Result};
