@@ -245,7 +245,8 @@ async fn a_first_time_call_costs_two_round_trips_and_a_replay_one() {
 // ---------------------------------------------------------------------------------------------
 // Races the claim function resolves on the server
 
-/// A claim that takes over an `unknown` entry (a policy that reruns), with a fresh token.
+/// A claim that takes over an `unknown` entry (a policy that reruns), with a fresh token; it
+/// is only ever called on an existing entry, so it never simply wins.
 async fn claim_takeover(
     store: &dyn Store,
     key: &key::OperationKey,
@@ -258,7 +259,8 @@ async fn claim_takeover(
         .await
         .unwrap()
     {
-        Claim::Won => Fresh::Won(owner),
+        Claim::TookOver => Fresh::Won(owner),
+        Claim::Won => panic!("won an existing entry without taking it over"),
         Claim::Existing(entry) => Fresh::Existing(entry),
     }
 }

@@ -577,7 +577,7 @@ impl Sql {
         let retention = "now() + $4::bigint * interval '1 millisecond'";
         Sql {
             claim: format!(
-                "SELECT won, {CLAIM_COLUMNS} FROM {claim}(\
+                "SELECT won, took_over, {CLAIM_COLUMNS} FROM {claim}(\
                  $1, $2, $3, $4::bigint, $5::bigint, $6::boolean, $7, $8, $9)"
             ),
             // The lease moves, and the final expiry with it: `expires_at - lease_until` is the
@@ -841,10 +841,13 @@ impl Store for PostgresStore {
         let won: bool = row
             .try_get(0)
             .map_err(|e| Error::corrupt(key, format!("won: {e}")))?;
-        if won {
-            Ok(Claim::Won)
-        } else {
-            Ok(Claim::Existing(decode(key.clone(), row, 1)?))
+        let took_over: bool = row
+            .try_get(1)
+            .map_err(|e| Error::corrupt(key, format!("took_over: {e}")))?;
+        match (won, took_over) {
+            (true, true) => Ok(Claim::TookOver),
+            (true, false) => Ok(Claim::Won),
+            (false, _) => Ok(Claim::Existing(decode(key.clone(), row, 2)?)),
         }
     }
 
@@ -1223,7 +1226,7 @@ mod tests {
         let rerun = OwnerToken::generate();
         assert!(matches!(
             claim(&store, &dying, &rerun, true).await,
-            Claim::Won
+            Claim::TookOver
         ));
         let entry = store.get(&dying.key).await.unwrap().unwrap();
         assert_eq!(entry.attempts, 2, "the version 2 attempt, then this one");

@@ -265,7 +265,7 @@ $claim$;
 CREATE FUNCTION {claim}(
     p_key text, p_owner text, p_fingerprint text, p_lease_ms bigint, p_retention_ms bigint,
     p_takeover boolean, p_scope text, p_tool text, p_detail text,
-    OUT won boolean, OUT state text, OUT owner text, OUT fingerprint text,
+    OUT won boolean, OUT took_over boolean, OUT state text, OUT owner text, OUT fingerprint text,
     OUT started_at timestamptz, OUT expires_at timestamptz, OUT settled_at timestamptz,
     OUT result text, OUT error text, OUT scope text, OUT tool text, OUT detail text,
     OUT first_started_at timestamptz, OUT attempts integer)
@@ -276,6 +276,7 @@ DECLARE
     lease_end timestamptz := now() + p_lease_ms * interval '1 millisecond';
     keep_end timestamptz := lease_end + p_retention_ms * interval '1 millisecond';
 BEGIN
+    took_over := false;
     LOOP
         SELECT * INTO e FROM {t} AS t WHERE t.key = p_key AND t.expires_at > now();
         IF NOT FOUND THEN
@@ -319,6 +320,7 @@ BEGIN
                 AND t.owner IS NOT DISTINCT FROM e.owner
                 AND t.lease_until <= now() AND t.expires_at > now()
             RETURNING * INTO e;
+            took_over := FOUND;
         ELSE
             -- Somebody else's live entry, or unknown without a takeover: nothing is written.
             won := false;
