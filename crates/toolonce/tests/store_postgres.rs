@@ -598,17 +598,12 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// A process SIGKILLed after its tool took effect and before it could complete leaves its
-/// entry `running` while the lease lives, then `unknown`, not absent: a duplicate under `hold`
-/// does not run and answers `unknown`; one under `rerun` takes it over and runs once more,
-/// with the same key, told it may have run before; after that, duplicates replay.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_process_killed_after_charging_leaves_unknown_held_by_hold_and_rerun_once_by_rerun() {
+/// Runs [`crash_worker_charges_then_hangs`] as a child process on `table` in `scope`, waits
+/// until it has charged, SIGKILLs it (no destructor, no complete, no fail), and returns the key
+/// it charged with.
+async fn charge_then_crash(url: &str, table: &str, scope: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let marker = dir.path().join("charged");
-    let url = tokio::task::spawn_blocking(database_url).await.unwrap();
-    let table = unique_table();
-    let scope = format!("crash-{}", std::process::id());
     let mut child = KillOnDrop(
         std::process::Command::new(std::env::current_exe().unwrap())
             .args([
@@ -618,10 +613,10 @@ async fn a_process_killed_after_charging_leaves_unknown_held_by_hold_and_rerun_o
                 "--test-threads",
                 "1",
             ])
-            .env(CRASH_URL, &url)
-            .env(CRASH_TABLE, &table)
+            .env(CRASH_URL, url)
+            .env(CRASH_TABLE, table)
             .env(CRASH_MARKER, &marker)
-            .env(CRASH_SCOPE, &scope)
+            .env(CRASH_SCOPE, scope)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -638,9 +633,35 @@ async fn a_process_killed_after_charging_leaves_unknown_held_by_hold_and_rerun_o
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    child.0.kill().unwrap(); // SIGKILL: no destructor, no complete, no fail.
+    child.0.kill().unwrap();
     child.0.wait().unwrap();
-    let charged_with = std::fs::read_to_string(&marker).unwrap();
+    std::fs::read_to_string(&marker).unwrap()
+}
+
+/// Waits until the entry of `key` is `unknown` (polled: the lease is timed by the server).
+async fn wait_until_unknown(store: &dyn Store, key: &key::OperationKey) -> toolonce::Entry {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let entry = store.get(key).await.unwrap().expect("kept past its lease");
+        if entry.state() == State::Unknown {
+            return entry;
+        }
+        assert_eq!(entry.state(), State::Running);
+        assert!(Instant::now() < deadline, "the lease never ran out");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A process SIGKILLed after its tool took effect and before it could complete leaves its
+/// entry `running` while the lease lives, then `unknown`, not absent: a duplicate under `hold`
+/// does not run and answers `unknown`; one under `rerun` takes it over and runs once more,
+/// with the same key, told it may have run before; after that, duplicates replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_killed_after_charging_leaves_unknown_held_by_hold_and_rerun_once_by_rerun() {
+    let url = tokio::task::spawn_blocking(database_url).await.unwrap();
+    let table = unique_table();
+    let scope = format!("crash-{}", std::process::id());
+    let charged_with = charge_then_crash(&url, &table, &scope).await;
 
     let store = Arc::new(
         PostgresStore::builder(&url)
@@ -670,21 +691,8 @@ async fn a_process_killed_after_charging_leaves_unknown_held_by_hold_and_rerun_o
     assert_eq!(entry.attempts, 1);
     assert!(entry.first_started_at.is_some());
 
-    // Once the lease has run out the entry is `unknown` (polled: the lease is the server's).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let entry = loop {
-        let entry = store
-            .get(&op.key)
-            .await
-            .unwrap()
-            .expect("kept past its lease");
-        if entry.state() == State::Unknown {
-            break entry;
-        }
-        assert_eq!(entry.state(), State::Running);
-        assert!(Instant::now() < deadline, "the lease never ran out");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    // Once the lease has run out the entry is `unknown`.
+    let entry = wait_until_unknown(&*store, &op.key).await;
     assert!(matches!(
         entry.state,
         EntryState::Unknown { owner: Some(_) }
@@ -737,6 +745,116 @@ async fn a_process_killed_after_charging_leaves_unknown_held_by_hold_and_rerun_o
         assert_eq!(replay.outcome, Outcome::Replayed);
         assert_eq!(replay.result, answer.result);
     }
+}
+
+/// The same crash under `verify`: the probe gets the crashed run's key; "cannot tell" holds
+/// (not run, `unknown`); "done" records the probe's result and replays it without running;
+/// on a second crashed charge, "not done" runs it once more with the same key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_killed_after_charging_is_settled_by_what_the_verify_probe_says() {
+    let url = tokio::task::spawn_blocking(database_url).await.unwrap();
+    let table = unique_table();
+    let (done_scope, not_done_scope) = (
+        format!("verify-done-{}", std::process::id()),
+        format!("verify-not-done-{}", std::process::id()),
+    );
+    let (done_key, not_done_key) = tokio::join!(
+        charge_then_crash(&url, &table, &done_scope),
+        charge_then_crash(&url, &table, &not_done_scope),
+    );
+    let store = Arc::new(
+        PostgresStore::builder(&url)
+            .table(&table)
+            .connect()
+            .await
+            .unwrap(),
+    );
+    let layer = Layer::new(store.clone());
+    let verify = WriteOptions::new()
+        .lease(CRASH_LEASE)
+        .on_expired(OnExpired::Verify);
+    let probe = |answer: toolonce::Verified, asked: Arc<Mutex<Vec<String>>>| {
+        move |ctx: toolonce::WriteContext| async move {
+            asked.lock().unwrap().push(ctx.key().as_str().to_owned());
+            answer
+        }
+    };
+
+    // Charged, and the provider says so, once it can tell.
+    let op = key::derive(&done_scope, "charge", &charge_args(), None).unwrap();
+    assert_eq!(done_key, op.key.as_str());
+    let about = charge_about(&done_scope);
+    wait_until_unknown(&*store, &op.key).await;
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let held = layer
+        .run_with_verify(
+            "charge",
+            &op,
+            &about,
+            &verify,
+            probe(toolonce::Verified::CannotTell, asked.clone()),
+            |_| async { panic!("ran although the probe could not tell") },
+        )
+        .await;
+    assert_eq!(held.outcome, Outcome::Unknown, "{held:?}");
+    assert_eq!(
+        store.get(&op.key).await.unwrap().unwrap().state(),
+        State::Unknown
+    );
+    let receipt = json!({"charge": "ch_1", "idempotency_key": done_key});
+    let found = layer
+        .run_with_verify(
+            "charge",
+            &op,
+            &about,
+            &verify,
+            probe(toolonce::Verified::Done(receipt.clone()), asked.clone()),
+            |_| async { panic!("ran although the probe found the charge") },
+        )
+        .await;
+    assert_eq!(found.outcome, Outcome::Replayed, "{found:?}");
+    assert_eq!(found.result.as_ref().ok(), Some(&receipt));
+    assert_eq!(
+        *asked.lock().unwrap(),
+        vec![done_key.clone(), done_key.clone()]
+    );
+    let entry = store.get(&op.key).await.unwrap().unwrap();
+    assert_eq!(entry.state(), State::Done);
+    assert_eq!(entry.attempts, 1, "settled without another attempt");
+    let replay = layer
+        .run_with_about("charge", &op, &about, &verify, |_| async {
+            panic!("ran after it was recorded")
+        })
+        .await;
+    assert_eq!(replay.outcome, Outcome::Replayed);
+    assert_eq!(replay.result.as_ref().ok(), Some(&receipt));
+
+    // Not charged: run once more, with the same key.
+    let op = key::derive(&not_done_scope, "charge", &charge_args(), None).unwrap();
+    assert_eq!(not_done_key, op.key.as_str());
+    let about = charge_about(&not_done_scope);
+    wait_until_unknown(&*store, &op.key).await;
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let seen = runs.clone();
+    let answer = layer
+        .run_with_verify(
+            "charge",
+            &op,
+            &about,
+            &verify,
+            probe(toolonce::Verified::NotDone, asked.clone()),
+            |ctx| async move {
+                seen.lock().unwrap().push(ctx.key().as_str().to_owned());
+                Ok(json!({"charge": "ch_2"}))
+            },
+        )
+        .await;
+    assert_eq!(answer.outcome, Outcome::Executed, "{answer:?}");
+    assert_eq!(*asked.lock().unwrap(), vec![not_done_key.clone()]);
+    assert_eq!(*runs.lock().unwrap(), vec![not_done_key]);
+    let entry = store.get(&op.key).await.unwrap().unwrap();
+    assert_eq!((entry.state(), entry.attempts), (State::Done, 2));
 }
 
 // ---------------------------------------------------------------------------------------------
