@@ -306,6 +306,15 @@ async fn prepare_all(client: &ClientWrapper, sql: &Sql) {
 /// statement fenced on `state = 'running'` whatever the owner, followed by a read only when it
 /// matched nothing, to say why.
 ///
+/// # Upgrading from schema version 2
+///
+/// Version 3 adds the columns above and replaces the claim function; rows written before keep
+/// their state, a live running row keeps its lease and is kept 24 hours past it (so an owner
+/// that dies after the upgrade leaves it `unknown`), and their `attempts` read 0 (not
+/// recorded). Stop processes of older builds before migrating: once the table is at version 3
+/// their claims fail with an error that says to upgrade, and their lease renewals would not
+/// move the new lease column.
+///
 /// # Connections
 ///
 /// A `deadpool` pool of `tokio-postgres` connections, each with its own cache of prepared
