@@ -32,10 +32,11 @@ const LEASE_MS: i64 = 60_000;
 const RETENTION_MS: i64 = 24 * 60 * 60 * 1000;
 
 /// The statements `PostgresStore` runs for a claim and a complete, for [`TABLE`].
-const CLAIM: &str = "SELECT won, state, owner, fingerprint, started_at, expires_at, settled_at, \
-     result::text, error::text FROM \"bench_entries_claim\"($1, $2, $3, $4)";
+const CLAIM: &str = "SELECT won, took_over, state, owner, fingerprint, started_at, expires_at, settled_at, \
+     result, error, scope, tool, detail, first_started_at, attempts \
+     FROM \"bench_entries_claim\"($1, $2, $3, $4::bigint, $5::bigint, $6::boolean, $7, $8, $9)";
 const COMPLETE: &str = "UPDATE \"bench_entries\" SET state = 'done', owner = NULL, \
-     result = $3::text::json, settled_at = now(), \
+     lease_until = NULL, result = $3::text::json, settled_at = now(), \
      expires_at = now() + $4::bigint * interval '1 millisecond' \
      WHERE key = $1 AND state = 'running' AND owner = $2 AND expires_at > now()";
 
@@ -104,6 +105,11 @@ impl Raw {
                     &owner.as_str(),
                     &op.fingerprint.as_str(),
                     &LEASE_MS,
+                    &RETENTION_MS,
+                    &false,
+                    &Some("bench"),
+                    &Some("charge"),
+                    &None::<&str>,
                 ],
             )
             .await
@@ -131,7 +137,7 @@ impl Raw {
     async fn replay(&self, op: &Derived) -> Value {
         let row = self.raw_claim(op, &OwnerToken::generate()).await;
         assert!(!row.get::<_, bool>(0));
-        serde_json::from_str(row.get::<_, &str>(7)).unwrap()
+        serde_json::from_str(row.get::<_, &str>(8)).unwrap()
     }
 }
 

@@ -18,15 +18,19 @@ use deadpool_postgres::{
 use serde_json::Value;
 
 use super::{
-    Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, Resolution,
+    About, Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, Resolution,
     Resolved, State, Store, redact_url,
 };
 use tls::TlsOptions;
 
+mod schema;
 mod tls;
 use crate::key::{Fingerprint, OperationKey};
 use crate::tool::ToolError;
 use crate::{Error, Result};
+#[cfg(test)]
+use schema::migration;
+use schema::{migrate_on, too_new, version_of};
 
 /// The table the entries live in unless [`PostgresStoreBuilder::table`] says otherwise.
 pub const DEFAULT_TABLE: &str = "toolonce_entries";
@@ -34,7 +38,7 @@ pub const DEFAULT_TABLE: &str = "toolonce_entries";
 /// The schema version this build creates and understands. [`PostgresStore::migrate`] brings an
 /// older table up to it; a table of a newer version is refused, since an older build could
 /// misread or damage it.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The table that records the schema version of each entries table of the database (in the
 /// same schema as the entries table, the first of the `search_path`).
@@ -233,16 +237,15 @@ impl PostgresStoreBuilder {
                 return Err(too_new(&store.table, version));
             }
             if (1..SCHEMA_VERSION).contains(&version) {
-                // Still usable (the statements did not change), but a re-sent claim is not
-                // recognised as the caller's own until the claim function is upgraded.
+                // The statements of this build need the columns and the claim function of the
+                // current version: until it is applied, operations fail.
                 tracing::warn!(
                     target: "toolonce",
                     table = %store.table,
                     version,
                     expected = SCHEMA_VERSION,
-                    "the table's schema is older than this build's; run PostgresStore::migrate \
-                     (or connect with migration on) so that a claim whose reply was lost can be \
-                     retried"
+                    "the table's schema is older than this build's, and its operations fail \
+                     until PostgresStore::migrate (or a connect with migration on) upgrades it"
                 );
             }
         }
@@ -268,10 +271,14 @@ async fn prepare_all(client: &ClientWrapper, sql: &Sql) {
 ///
 /// One row per key (`key` is the primary key, in the `"C"` collation so listings page in byte
 /// order): `state` (`running`, `done` or `failed`), `owner` (the token of a running entry),
-/// `fingerprint`, `started_at`, `expires_at` (the lease while running, the retention once
-/// settled), `settled_at`, and `result` or `error` as `json`. An expired row counts as absent
-/// for every operation; [`purge_expired`](Store::purge_expired) deletes such rows, using the
-/// index on `expires_at`.
+/// `fingerprint`, `started_at` (of the current attempt), `lease_until` (the lease deadline of
+/// a running row), `expires_at` (the row's final expiry: the lease deadline plus the claim's
+/// retention while running, the retention once settled), `settled_at`, `result` or `error` as
+/// `json`, and what the entry is and has been through: `scope`, `tool`, `detail`,
+/// `first_started_at` and `attempts`. A running row whose `lease_until` has passed is reported
+/// `unknown` (the state is not stored: it is judged on the database's clock when read). A row
+/// past its `expires_at` counts as absent for every operation;
+/// [`purge_expired`](Store::purge_expired) deletes such rows, using the index on `expires_at`.
 ///
 /// Results are `json`, not `jsonb`: `json` keeps the text exactly as written, while `jsonb`
 /// would reorder object keys and rewrite numbers (`1.0` as `1`, a big integer as a numeric), and
@@ -291,10 +298,22 @@ async fn prepare_all(client: &ClientWrapper, sql: &Sql) {
 /// `claim` is one call of a small PL/pgSQL function, created by the migration (the comments on
 /// the `Sql` struct in the source explain why it is atomic);
 /// `renew`, `complete` and `fail` are single `UPDATE`s or `DELETE`s whose `WHERE` clause is the
-/// fence (`state = 'running' AND owner = $2 AND expires_at > now()`). Under PostgreSQL's default
-/// `READ COMMITTED`, an `UPDATE` that finds its row changed by a concurrent transaction
-/// re-evaluates that clause on the newest version, so a reclaim that happened meanwhile makes
-/// the stale owner's write match nothing.
+/// fence (`state = 'running' AND owner = $2 AND expires_at > now()`: the owner, not the lease,
+/// so an owner whose entry went `unknown` but was not taken over still records what its tool
+/// did). Under PostgreSQL's default `READ COMMITTED`, an `UPDATE` that finds its row changed by
+/// a concurrent transaction re-evaluates that clause on the newest version, so a takeover that
+/// happened meanwhile makes the stale owner's write match nothing. `resolve` is one such
+/// statement fenced on `state = 'running'` whatever the owner, followed by a read only when it
+/// matched nothing, to say why.
+///
+/// # Upgrading from schema version 2
+///
+/// Version 3 adds the columns above and replaces the claim function; rows written before keep
+/// their state, a live running row keeps its lease and is kept 24 hours past it (so an owner
+/// that dies after the upgrade leaves it `unknown`), and their `attempts` read 0 (not
+/// recorded). Stop processes of older builds before migrating: once the table is at version 3
+/// their claims fail with an error that says to upgrade, and their lease renewals would not
+/// move the new lease column.
 ///
 /// # Connections
 ///
@@ -487,207 +506,6 @@ enum Output {
     Count(u64),
 }
 
-/// Applies the missing migration steps in one transaction. The outer error is the database's,
-/// the inner one a refusal (a newer schema).
-async fn migrate_on(
-    client: &mut Object,
-    table: &str,
-    target: u32,
-) -> std::result::Result<Result<u32>, tokio_postgres::Error> {
-    let tx = client.transaction().await?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
-        .await?;
-    tx.batch_execute(&format!(
-        "CREATE TABLE IF NOT EXISTS {VERSION_TABLE} (
-             table_name text PRIMARY KEY,
-             version integer NOT NULL,
-             migrated_at timestamptz NOT NULL DEFAULT now()
-         )"
-    ))
-    .await?;
-    let row = tx
-        .query_opt(
-            &format!("SELECT version FROM {VERSION_TABLE} WHERE table_name = $1 FOR UPDATE"),
-            &[&table],
-        )
-        .await?;
-    let from = match row.map_or(Ok(0), |r| version_of(&r)) {
-        Ok(v) => v,
-        Err(e) => return Ok(Err(e)),
-    };
-    if from > SCHEMA_VERSION {
-        // Dropping the transaction rolls it back.
-        return Ok(Err(too_new(table, from)));
-    }
-    for version in from + 1..=target {
-        tx.batch_execute(&migration(version, table)).await?;
-    }
-    if from < target {
-        let version = i32::try_from(target).expect("a small version number");
-        tx.execute(
-            &format!(
-                "INSERT INTO {VERSION_TABLE} (table_name, version) VALUES ($1, $2)
-                 ON CONFLICT (table_name)
-                 DO UPDATE SET version = EXCLUDED.version, migrated_at = now()"
-            ),
-            &[&table, &version],
-        )
-        .await?;
-    }
-    tx.commit().await?;
-    Ok(Ok(target.saturating_sub(from)))
-}
-
-fn version_of(row: &Row) -> Result<u32> {
-    let v: i32 = row
-        .try_get(0)
-        .map_err(|e| Error::store(format!("unreadable {VERSION_TABLE}.version: {e}")))?;
-    u32::try_from(v).map_err(|_| Error::store(format!("negative schema version {v}")))
-}
-
-fn too_new(table: &str, version: u32) -> Error {
-    Error::store(format!(
-        "table {table:?} has schema version {version}, newer than version {SCHEMA_VERSION} that \
-         this build of toolonce knows: upgrade toolonce, or use another table"
-    ))
-}
-
-/// The statements of one migration step, for the (already validated) table name.
-fn migration(version: u32, table: &str) -> String {
-    let t = quote(table);
-    let index = quote(&format!("{table}_expires_at"));
-    let claim = quote(&format!("{table}_claim"));
-    match version {
-        1 => format!(
-            r#"
-CREATE TABLE IF NOT EXISTS {t} (
-    key         text COLLATE "C" PRIMARY KEY,
-    state       text NOT NULL CHECK (state IN ('running', 'done', 'failed')),
-    owner       text,
-    fingerprint text,
-    started_at  timestamptz NOT NULL,
-    expires_at  timestamptz NOT NULL,
-    settled_at  timestamptz,
-    result      json,
-    error       json
-);
-COMMENT ON TABLE {t} IS 'toolonce operation entries; schema version in {VERSION_TABLE}';
-CREATE INDEX IF NOT EXISTS {index} ON {t} (expires_at);
-
--- claim(key, owner, fingerprint, lease_ms): see PostgresStore's Sql::new for why this is atomic.
-CREATE OR REPLACE FUNCTION {claim}(
-    p_key text, p_owner text, p_fingerprint text, p_lease_ms bigint,
-    OUT won boolean, OUT state text, OUT owner text, OUT fingerprint text,
-    OUT started_at timestamptz, OUT expires_at timestamptz, OUT settled_at timestamptz,
-    OUT result text, OUT error text)
-LANGUAGE plpgsql VOLATILE AS $claim$
-#variable_conflict use_column
-DECLARE
-    e {t}%ROWTYPE;
-BEGIN
-    LOOP
-        -- A live entry: the caller loses, and nothing is written.
-        SELECT * INTO e FROM {t} AS t WHERE t.key = p_key AND t.expires_at > now();
-        IF FOUND THEN
-            won := false;
-            EXIT;
-        END IF;
-        -- Absent, or expired: take it. The unique index decides between concurrent takers.
-        INSERT INTO {t} AS t (key, state, owner, fingerprint, started_at, expires_at)
-        VALUES (p_key, 'running', p_owner, p_fingerprint, now(),
-                now() + p_lease_ms * interval '1 millisecond')
-        ON CONFLICT (key) DO UPDATE
-            SET state = EXCLUDED.state, owner = EXCLUDED.owner,
-                fingerprint = EXCLUDED.fingerprint, started_at = EXCLUDED.started_at,
-                expires_at = EXCLUDED.expires_at, settled_at = NULL, result = NULL, error = NULL
-            WHERE t.expires_at <= now()
-        RETURNING * INTO e;
-        IF FOUND THEN
-            won := true;
-            EXIT;
-        END IF;
-        -- A live entry committed after the SELECT's snapshot: read it with a new one.
-    END LOOP;
-    state := e.state;
-    owner := e.owner;
-    fingerprint := e.fingerprint;
-    started_at := e.started_at;
-    expires_at := e.expires_at;
-    settled_at := e.settled_at;
-    result := e.result::text;
-    error := e.error::text;
-END
-$claim$;
-"#
-        ),
-        // Version 2: a claim that finds the caller's own running entry wins and renews its
-        // lease, so a claim whose reply was lost can be retried (the caller now makes the owner
-        // token). Same arguments and columns as version 1, so `CREATE OR REPLACE` swaps the
-        // body in place, and processes of this version and the last agree on every other case.
-        2 => format!(
-            r#"
-CREATE OR REPLACE FUNCTION {claim}(
-    p_key text, p_owner text, p_fingerprint text, p_lease_ms bigint,
-    OUT won boolean, OUT state text, OUT owner text, OUT fingerprint text,
-    OUT started_at timestamptz, OUT expires_at timestamptz, OUT settled_at timestamptz,
-    OUT result text, OUT error text)
-LANGUAGE plpgsql VOLATILE AS $claim$
-#variable_conflict use_column
-DECLARE
-    e {t}%ROWTYPE;
-BEGIN
-    LOOP
-        SELECT * INTO e FROM {t} AS t WHERE t.key = p_key AND t.expires_at > now();
-        IF FOUND THEN
-            IF e.state <> 'running' OR e.owner IS DISTINCT FROM p_owner THEN
-                -- Somebody else's live entry: the caller loses, and nothing is written.
-                won := false;
-                EXIT;
-            END IF;
-            -- The caller's own running entry (an earlier attempt of this claim applied):
-            -- renew it, fenced like every owner's write. No row means it changed meanwhile.
-            UPDATE {t} AS t SET expires_at = now() + p_lease_ms * interval '1 millisecond'
-            WHERE t.key = p_key AND t.state = 'running' AND t.owner = p_owner
-                AND t.expires_at > now()
-            RETURNING * INTO e;
-            IF FOUND THEN
-                won := true;
-                EXIT;
-            END IF;
-            CONTINUE;
-        END IF;
-        -- Absent, or expired: take it. The unique index decides between concurrent takers.
-        INSERT INTO {t} AS t (key, state, owner, fingerprint, started_at, expires_at)
-        VALUES (p_key, 'running', p_owner, p_fingerprint, now(),
-                now() + p_lease_ms * interval '1 millisecond')
-        ON CONFLICT (key) DO UPDATE
-            SET state = EXCLUDED.state, owner = EXCLUDED.owner,
-                fingerprint = EXCLUDED.fingerprint, started_at = EXCLUDED.started_at,
-                expires_at = EXCLUDED.expires_at, settled_at = NULL, result = NULL, error = NULL
-            WHERE t.expires_at <= now()
-        RETURNING * INTO e;
-        IF FOUND THEN
-            won := true;
-            EXIT;
-        END IF;
-        -- A live entry committed after the SELECT's snapshot: read it with a new one.
-    END LOOP;
-    state := e.state;
-    owner := e.owner;
-    fingerprint := e.fingerprint;
-    started_at := e.started_at;
-    expires_at := e.expires_at;
-    settled_at := e.settled_at;
-    result := e.result::text;
-    error := e.error::text;
-END
-$claim$;
-"#
-        ),
-        other => unreachable!("no migration to schema version {other}"),
-    }
-}
-
 /// The statements of the store for one table, prepared once per connection.
 struct Sql {
     /// `claim` calls the PL/pgSQL function of the migration. It is atomic, and never reports a
@@ -711,6 +529,12 @@ struct Sql {
     ///   transaction id, no WAL, no commit flush, so duplicates do not queue behind each other
     ///   on the row. An upsert that always updates would also be atomic, but would write a
     ///   new row version and flush a commit for every replay.
+    /// - The two writes to a live running row (the caller's own entry renewed; an `unknown`
+    ///   one taken over) are `UPDATE`s fenced on what the read saw (the owner, the state, the
+    ///   lease run out), re-checked by PostgreSQL on the newest row version after any wait for
+    ///   its lock. Of concurrent takers of one `unknown` entry the first installs its token
+    ///   and a live lease, so the others' fences match nothing, and they loop to read the
+    ///   winner's entry, live, as losers.
     claim: String,
     renew: String,
     complete: String,
@@ -720,18 +544,39 @@ struct Sql {
     list: String,
     delete: String,
     purge: String,
+    resolve_done: String,
+    resolve_failed: String,
+    resolve_release: String,
 }
 
-/// The columns of an entry, in the order [`decode`] reads them.
-const ENTRY_COLUMNS: &str =
-    "state, owner, fingerprint, started_at, expires_at, settled_at, result::text, error::text";
+/// The columns of an entry as the claim function returns them, in the order [`decode`] reads
+/// them: `state` there is already `unknown` for a running row whose lease ran out, and
+/// `expires_at` the lease deadline of a running row.
+const CLAIM_COLUMNS: &str = "state, owner, fingerprint, started_at, expires_at, settled_at, \
+     result, error, scope, tool, detail, first_started_at, attempts";
+
+/// The state of a row as the store reports it: `unknown` is a running row whose lease ran out.
+const STATE: &str =
+    "(CASE WHEN state = 'running' AND lease_until <= now() THEN 'unknown' ELSE state END)";
+
+/// The columns of an entry read from the table, in the order [`decode`] reads them (the same
+/// as [`CLAIM_COLUMNS`]).
+const ENTRY_COLUMNS: &str = "(CASE WHEN state = 'running' AND lease_until <= now() \
+     THEN 'unknown' ELSE state END), owner, fingerprint, started_at, \
+     (CASE WHEN state = 'running' THEN lease_until ELSE expires_at END), settled_at, \
+     result::text, error::text, scope, tool, detail, first_started_at, attempts";
 
 /// How many expired rows one purge statement deletes: batches keep each transaction short.
 const PURGE_BATCH: i64 = 10_000;
 
-/// The fence of every owner's write: the entry is still running, held by this owner, and its
-/// lease has not expired.
+/// The fence of every owner's write: the entry is still running (its lease live or run out,
+/// that is `unknown`), held by this owner, and not past its final expiry. A takeover installs
+/// another token, so only an owner nobody replaced can still settle: the tool did run, and
+/// recording what it did beats leaving the entry `unknown`.
 const FENCE: &str = "key = $1 AND state = 'running' AND owner = $2 AND expires_at > now()";
+
+/// The fence of an operator's settle: the entry is running or `unknown`, whoever owns it.
+const UNSETTLED: &str = "key = $1 AND state = 'running' AND expires_at > now()";
 
 impl Sql {
     fn new(table: &str) -> Sql {
@@ -740,23 +585,34 @@ impl Sql {
         let lease = "now() + $3::bigint * interval '1 millisecond'";
         let retention = "now() + $4::bigint * interval '1 millisecond'";
         Sql {
-            claim: format!("SELECT won, {ENTRY_COLUMNS} FROM {claim}($1, $2, $3, $4)"),
-            renew: format!("UPDATE {t} SET expires_at = {lease} WHERE {FENCE}"),
+            claim: format!(
+                "SELECT won, took_over, {CLAIM_COLUMNS} FROM {claim}(\
+                 $1, $2, $3, $4::bigint, $5::bigint, $6::boolean, $7, $8, $9)"
+            ),
+            // The lease moves, and the final expiry with it: `expires_at - lease_until` is the
+            // retention the claim asked for (the `SET` reads the row's old values).
+            renew: format!(
+                "UPDATE {t} SET lease_until = {lease}, \
+                 expires_at = {lease} + (expires_at - lease_until) WHERE {FENCE}"
+            ),
             complete: format!(
-                "UPDATE {t} SET state = 'done', owner = NULL, result = $3::text::json, \
-                 settled_at = now(), expires_at = {retention} WHERE {FENCE}"
+                "UPDATE {t} SET state = 'done', owner = NULL, lease_until = NULL, \
+                 result = $3::text::json, settled_at = now(), expires_at = {retention} \
+                 WHERE {FENCE}"
             ),
             fail_sticky: format!(
-                "UPDATE {t} SET state = 'failed', owner = NULL, error = $3::text::json, \
-                 settled_at = now(), expires_at = {retention} WHERE {FENCE}"
+                "UPDATE {t} SET state = 'failed', owner = NULL, lease_until = NULL, \
+                 error = $3::text::json, settled_at = now(), expires_at = {retention} \
+                 WHERE {FENCE}"
             ),
             fail_delete: format!("DELETE FROM {t} WHERE {FENCE}"),
             get: format!("SELECT {ENTRY_COLUMNS} FROM {t} WHERE key = $1 AND expires_at > now()"),
             // `key > $1` with '' for the first page keeps one plan that walks the primary key
-            // in order; the state filter is checked on the rows it visits.
+            // in order; the filters are checked on the rows it visits.
             list: format!(
                 "SELECT key, {ENTRY_COLUMNS} FROM {t} \
-                 WHERE key > $1 AND expires_at > now() AND ($2::text IS NULL OR state = $2) \
+                 WHERE key > $1 AND expires_at > now() AND ($2::text IS NULL OR {STATE} = $2) \
+                 AND ($4::text IS NULL OR scope = $4) AND ($5::text IS NULL OR tool = $5) \
                  ORDER BY key LIMIT $3"
             ),
             delete: format!("DELETE FROM {t} WHERE key = $1 RETURNING expires_at > now()"),
@@ -767,6 +623,17 @@ impl Sql {
                  SELECT key FROM {t} WHERE expires_at <= now() \
                  LIMIT $1 FOR UPDATE SKIP LOCKED)"
             ),
+            resolve_done: format!(
+                "UPDATE {t} SET state = 'done', owner = NULL, lease_until = NULL, \
+                 result = $2::text::json, settled_at = now(), \
+                 expires_at = now() + $3::bigint * interval '1 millisecond' WHERE {UNSETTLED}"
+            ),
+            resolve_failed: format!(
+                "UPDATE {t} SET state = 'failed', owner = NULL, lease_until = NULL, \
+                 error = $2::text::json, settled_at = now(), \
+                 expires_at = now() + $3::bigint * interval '1 millisecond' WHERE {UNSETTLED}"
+            ),
+            resolve_release: format!("DELETE FROM {t} WHERE {UNSETTLED}"),
         }
     }
 
@@ -781,6 +648,9 @@ impl Sql {
             &self.list,
             &self.delete,
             &self.purge,
+            &self.resolve_done,
+            &self.resolve_failed,
+            &self.resolve_release,
         ]
         .into_iter()
         .map(String::as_str)
@@ -895,7 +765,9 @@ fn decode(key: OperationKey, row: &Row, at: usize) -> Result<Entry> {
         .try_get(at + 2)
         .map_err(|e| corrupt("fingerprint", &e))?;
     let started_at: SystemTime = row.try_get(at + 3).map_err(|e| corrupt("started_at", &e))?;
-    let expires_at: SystemTime = row.try_get(at + 4).map_err(|e| corrupt("expires_at", &e))?;
+    // NULL only for a running row nobody gave a lease (the schema's check forbids it).
+    let expires_at: Option<SystemTime> =
+        row.try_get(at + 4).map_err(|e| corrupt("expires_at", &e))?;
     let settled_at: Option<SystemTime> =
         row.try_get(at + 5).map_err(|e| corrupt("settled_at", &e))?;
     let fingerprint = fingerprint
@@ -904,6 +776,7 @@ fn decode(key: OperationKey, row: &Row, at: usize) -> Result<Entry> {
         .map_err(|e| corrupt("fingerprint", &e))?;
     let state = match state.as_str() {
         "running" => EntryState::Running { owner },
+        "unknown" => EntryState::Unknown { owner },
         "done" => {
             let text: Option<&str> = row.try_get(at + 6).map_err(|e| corrupt("result", &e))?;
             let text = text.ok_or_else(|| Error::corrupt(&key, "a done entry without a result"))?;
@@ -923,13 +796,23 @@ fn decode(key: OperationKey, row: &Row, at: usize) -> Result<Entry> {
         }
         other => return Err(Error::corrupt(&key, format!("unknown state {other:?}"))),
     };
-    Ok(Entry::new(
-        key,
-        fingerprint,
-        started_at,
-        Some(expires_at),
-        state,
-    ))
+    let text = |i: usize, what: &str| -> Result<Option<String>> {
+        row.try_get(at + i).map_err(|e| corrupt(what, &e))
+    };
+    let about = About::empty()
+        .with_scope(text(8, "scope")?)
+        .with_tool(text(9, "tool")?)
+        .with_detail(text(10, "detail")?);
+    let first_started_at: Option<SystemTime> = row
+        .try_get(at + 11)
+        .map_err(|e| corrupt("first_started_at", &e))?;
+    let attempts: i32 = row.try_get(at + 12).map_err(|e| corrupt("attempts", &e))?;
+    let attempts = u32::try_from(attempts).map_err(|e| corrupt("attempts", &e))?;
+    Ok(Entry::new(key, fingerprint, started_at, expires_at, state)
+        .with_about(about)
+        .with_first_started_at(first_started_at)
+        .with_attempts(attempts)
+        .with_settled_at(settled_at))
 }
 
 fn fenced(rows: u64) -> Fenced {
@@ -943,15 +826,21 @@ fn fenced(rows: u64) -> Fenced {
 #[async_trait]
 impl Store for PostgresStore {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim> {
-        let (key, fingerprint, owner, lease) = (req.key, req.fingerprint, req.owner, req.lease);
+        let key = req.key;
+        let about = req.about;
         let rows = self
             .rows(
                 &self.sql.claim,
                 &[
                     &key.as_str(),
-                    &owner.as_str(),
-                    &fingerprint.as_str(),
-                    &millis(lease),
+                    &req.owner.as_str(),
+                    &req.fingerprint.as_str(),
+                    &millis(req.lease),
+                    &millis(req.retention),
+                    &req.takeover,
+                    &about.scope,
+                    &about.tool,
+                    &about.detail,
                 ],
             )
             .await?;
@@ -961,10 +850,13 @@ impl Store for PostgresStore {
         let won: bool = row
             .try_get(0)
             .map_err(|e| Error::corrupt(key, format!("won: {e}")))?;
-        if won {
-            Ok(Claim::Won)
-        } else {
-            Ok(Claim::Existing(decode(key.clone(), row, 1)?))
+        let took_over: bool = row
+            .try_get(1)
+            .map_err(|e| Error::corrupt(key, format!("took_over: {e}")))?;
+        match (won, took_over) {
+            (true, true) => Ok(Claim::TookOver),
+            (true, false) => Ok(Claim::Won),
+            (false, _) => Ok(Claim::Existing(decode(key.clone(), row, 2)?)),
         }
     }
 
@@ -1034,7 +926,12 @@ impl Store for PostgresStore {
         let state = query.state.map(State::as_str);
         let size = query.page_size();
         let limit = i64::try_from(size).unwrap_or(i64::MAX).saturating_add(1);
-        let rows = self.rows(&self.sql.list, &[&after, &state, &limit]).await?;
+        let rows = self
+            .rows(
+                &self.sql.list,
+                &[&after, &state, &limit, &query.scope, &query.tool],
+            )
+            .await?;
         let more = rows.len() > size;
         let mut entries = Vec::with_capacity(rows.len().min(size));
         for row in rows.iter().take(size) {
@@ -1056,12 +953,47 @@ impl Store for PostgresStore {
 
     async fn resolve(
         &self,
-        _key: &OperationKey,
-        _resolution: &Resolution,
-        _retention: Duration,
+        key: &OperationKey,
+        resolution: &Resolution,
+        retention: Duration,
     ) -> Result<Resolved> {
-        Err(Error::store(
-            "resolve is not implemented yet for this store",
+        let retention = millis(retention);
+        // The write is one fenced statement. When it matches nothing, a read says why; a
+        // running entry seen then was claimed after the write looked, so the write is tried on
+        // it again (a new claim after each miss is needed to loop, so this ends).
+        for _ in 0..ATTEMPTS * 3 {
+            let n = match resolution {
+                Resolution::Done(value) => {
+                    let text = serde_json::to_string(value).map_err(Error::store)?;
+                    self.count(&self.sql.resolve_done, &[&key.as_str(), &text, &retention])
+                        .await?
+                }
+                Resolution::Failed(error) => {
+                    let text = serde_json::to_string(error).map_err(Error::store)?;
+                    self.count(
+                        &self.sql.resolve_failed,
+                        &[&key.as_str(), &text, &retention],
+                    )
+                    .await?
+                }
+                Resolution::Release => {
+                    self.count(&self.sql.resolve_release, &[&key.as_str()])
+                        .await?
+                }
+            };
+            if n > 0 {
+                return Ok(Resolved::Applied);
+            }
+            match self.get(key).await? {
+                None => return Ok(Resolved::Absent),
+                Some(entry) => match entry.state() {
+                    State::Done | State::Failed => return Ok(Resolved::Settled(entry)),
+                    _ => continue,
+                },
+            }
+        }
+        Err(Error::unavailable(
+            "the entry was claimed again each time resolve tried to settle it",
         ))
     }
 
@@ -1091,11 +1023,56 @@ impl Store for PostgresStore {
 mod tests {
     use super::*;
 
-    /// A database left at version 1 by an earlier build (whose claim never answers `Won` for
-    /// the caller's own running entry) is brought to the current version by `migrate`, and the
-    /// upgraded claim function then does.
+    /// Today's (version 2) statements, as that build issued them, to write rows the way it did.
+    struct VersionTwo {
+        claim: String,
+        complete: String,
+        fail: String,
+    }
+
+    impl VersionTwo {
+        fn new(table: &str) -> VersionTwo {
+            let t = quote(table);
+            let claim = quote(&format!("{table}_claim"));
+            let fence = "key = $1 AND state = 'running' AND owner = $2 AND expires_at > now()";
+            let retention = "now() + $4::bigint * interval '1 millisecond'";
+            VersionTwo {
+                claim: format!("SELECT won FROM {claim}($1, $2, $3, $4)"),
+                complete: format!(
+                    "UPDATE {t} SET state = 'done', owner = NULL, result = $3::text::json, \
+                     settled_at = now(), expires_at = {retention} WHERE {fence}"
+                ),
+                fail: format!(
+                    "UPDATE {t} SET state = 'failed', owner = NULL, error = $3::text::json, \
+                     settled_at = now(), expires_at = {retention} WHERE {fence}"
+                ),
+            }
+        }
+    }
+
+    fn derived(n: u32) -> crate::key::Derived {
+        crate::key::derive("upgrade", "t", &serde_json::json!({"n": n}), None).unwrap()
+    }
+
+    async fn claim(
+        store: &PostgresStore,
+        op: &crate::key::Derived,
+        owner: &OwnerToken,
+        takeover: bool,
+    ) -> Claim {
+        let req = ClaimRequest::new(&op.key, &op.fingerprint, owner, Duration::from_secs(60))
+            .takeover(takeover);
+        store.claim(&req).await.unwrap()
+    }
+
+    /// A table at version 2 holding what today's build writes (a live running entry, one whose
+    /// owner is about to die, one whose lease already lapsed, a done and a failed one) is
+    /// brought to version 3 by `migrate` with every entry as it was: the lapsed one absent,
+    /// the settled ones replayable verbatim, the live one still its owner's to complete, and
+    /// the dying one `unknown` once its lease runs out, rather than absent as version 2 would
+    /// have left it. A process of the old build still connected is refused with a reason.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_table_migrated_by_version_one_upgrades_to_idempotent_claims() {
+    async fn a_table_at_version_two_holding_entries_upgrades_to_version_three_with_them() {
         let url = toolonce_testsupport::shared_postgres().create_unique_database();
         let store = PostgresStore::builder(url)
             .migrate_on_connect(false)
@@ -1104,46 +1081,225 @@ mod tests {
             .unwrap();
         let mut client = store.checkout().await.unwrap();
         assert_eq!(
-            migrate_on(&mut client, &store.table, 1)
+            migrate_on(&mut client, &store.table, 2)
                 .await
                 .unwrap()
                 .unwrap(),
-            1
+            2
         );
-        prepare_all(&client, &store.sql).await;
+        let v2 = VersionTwo::new(&store.table);
+        let (live, dying, lapsed, done, failed) =
+            (derived(1), derived(2), derived(3), derived(4), derived(5));
+        let owners: Vec<OwnerToken> = (0..5).map(|_| OwnerToken::generate()).collect();
+        let dying_lease_ms: i64 = 3_000;
+        for (op, owner, lease_ms) in [
+            (&live, &owners[0], 60_000_i64),
+            (&dying, &owners[1], dying_lease_ms),
+            (&lapsed, &owners[2], 1),
+            (&done, &owners[3], 60_000),
+            (&failed, &owners[4], 60_000),
+        ] {
+            let row = client
+                .query_one(
+                    &v2.claim,
+                    &[
+                        &op.key.as_str(),
+                        &owner.as_str(),
+                        &op.fingerprint.as_str(),
+                        &lease_ms,
+                    ],
+                )
+                .await
+                .unwrap();
+            assert!(row.get::<_, bool>(0));
+        }
+        let result_text = r#"{"receipt":"r_1","amount":1.0}"#;
+        let n = client
+            .execute(
+                &v2.complete,
+                &[
+                    &done.key.as_str(),
+                    &owners[3].as_str(),
+                    &result_text,
+                    &60_000_i64,
+                ],
+            )
+            .await
+            .unwrap();
+        assert_eq!(n, 1);
+        let declined = ToolError::permanent("card declined");
+        let n = client
+            .execute(
+                &v2.fail,
+                &[
+                    &failed.key.as_str(),
+                    &owners[4].as_str(),
+                    &serde_json::to_string(&declined).unwrap(),
+                    &60_000_i64,
+                ],
+            )
+            .await
+            .unwrap();
+        assert_eq!(n, 1);
+        let dying_started = store.get_at_v2_started(&client, &dying.key).await;
+        tokio::time::sleep(Duration::from_millis(50)).await; // `lapsed` is past its lease.
         drop(client);
-        assert_eq!(store.schema_version().await.unwrap(), 1);
 
-        let op = crate::key::derive("upgrade", "t", &serde_json::json!({"n": 1}), None).unwrap();
-        let lease = Duration::from_secs(60);
-        let owner = OwnerToken::generate();
-        let first = store
-            .claim(&ClaimRequest::new(&op.key, &op.fingerprint, &owner, lease))
-            .await;
-        assert!(matches!(first, Ok(Claim::Won)), "{first:?}");
-        let again = store
-            .claim(&ClaimRequest::new(&op.key, &op.fingerprint, &owner, lease))
-            .await;
-        assert!(
-            matches!(again, Ok(Claim::Existing(_))),
-            "version 1 does not know the caller's token: {again:?}"
+        assert_eq!(store.migrate().await.unwrap(), 1);
+        assert_eq!(store.schema_version().await.unwrap(), SCHEMA_VERSION);
+
+        // The live entry: still running, its lease the one it had (not the retention), nothing
+        // recorded about it, and its owner completes it.
+        let entry = store.get(&live.key).await.unwrap().expect("the live entry");
+        assert_eq!(
+            entry.state,
+            EntryState::Running {
+                owner: Some(owners[0].as_str().to_owned())
+            }
+        );
+        let lease_left = entry
+            .expires_at
+            .unwrap()
+            .duration_since(SystemTime::now())
+            .unwrap_or_default();
+        assert!(lease_left <= Duration::from_secs(61), "{lease_left:?}");
+        assert_eq!((entry.attempts, entry.first_started_at), (0, None));
+        assert!(entry.about.is_empty());
+        assert!(matches!(
+            claim(&store, &live, &OwnerToken::generate(), true).await,
+            Claim::Existing(_)
+        ));
+        let receipt = serde_json::json!({"receipt": "r_0"});
+        assert_eq!(
+            store
+                .complete(
+                    &live.key,
+                    owners[0].duplicate(),
+                    &receipt,
+                    Duration::from_secs(60)
+                )
+                .await
+                .unwrap(),
+            Fenced::Applied
         );
 
-        assert_eq!(store.migrate().await.unwrap(), SCHEMA_VERSION - 1);
-        assert_eq!(store.schema_version().await.unwrap(), SCHEMA_VERSION);
-        let upgraded = store
-            .claim(&ClaimRequest::new(&op.key, &op.fingerprint, &owner, lease))
-            .await;
-        assert!(matches!(upgraded, Ok(Claim::Won)), "{upgraded:?}");
-        let other = store
-            .claim(&ClaimRequest::new(
-                &op.key,
-                &op.fingerprint,
-                &OwnerToken::generate(),
-                lease,
-            ))
-            .await;
-        assert!(matches!(other, Ok(Claim::Existing(_))), "{other:?}");
+        // The lapsed one is absent, as it was.
+        assert_eq!(store.get(&lapsed.key).await.unwrap(), None);
+        assert!(matches!(
+            claim(&store, &lapsed, &OwnerToken::generate(), false).await,
+            Claim::Won
+        ));
+
+        // The settled ones replay, the result as written.
+        match claim(&store, &done, &OwnerToken::generate(), true).await {
+            Claim::Existing(e) => {
+                match &e.state {
+                    EntryState::Done { result, .. } => {
+                        let written: Value = serde_json::from_str(result_text).unwrap();
+                        assert_eq!(*result, written);
+                    }
+                    other => panic!("{other:?}"),
+                }
+                assert!(e.settled_at.is_some());
+            }
+            other => panic!("{other:?}"),
+        }
+        match claim(&store, &failed, &OwnerToken::generate(), true).await {
+            Claim::Existing(Entry {
+                state: EntryState::Failed { error, .. },
+                ..
+            }) => assert_eq!(error, declined),
+            other => panic!("{other:?}"),
+        }
+
+        // The dying owner dies: once its lease has run out the entry is unknown, not absent.
+        tokio::time::sleep(Duration::from_millis(dying_lease_ms as u64 + 500)).await;
+        let entry = store
+            .get(&dying.key)
+            .await
+            .unwrap()
+            .expect("kept as unknown");
+        assert_eq!(
+            entry.state,
+            EntryState::Unknown {
+                owner: Some(owners[1].as_str().to_owned())
+            }
+        );
+        assert!(matches!(
+            claim(&store, &dying, &OwnerToken::generate(), false).await,
+            Claim::Existing(Entry {
+                state: EntryState::Unknown { .. },
+                ..
+            })
+        ));
+        let rerun = OwnerToken::generate();
+        assert!(matches!(
+            claim(&store, &dying, &rerun, true).await,
+            Claim::TookOver
+        ));
+        let entry = store.get(&dying.key).await.unwrap().unwrap();
+        assert_eq!(entry.attempts, 2, "the version 2 attempt, then this one");
+        assert_eq!(entry.first_started_at, Some(dying_started));
+        assert_eq!(
+            store
+                .complete(
+                    &dying.key,
+                    owners[1].duplicate(),
+                    &receipt,
+                    Duration::from_secs(60)
+                )
+                .await
+                .unwrap(),
+            Fenced::NotOwner,
+            "taken over: the old owner's late complete is refused"
+        );
+
+        // The result's text is the one version 2 wrote, byte for byte.
+        let client = store.checkout().await.unwrap();
+        let sql = format!(
+            "SELECT result::text FROM {} WHERE key = $1",
+            quote(&store.table)
+        );
+        let row = client.query_one(&sql, &[&done.key.as_str()]).await.unwrap();
+        assert_eq!(row.get::<_, &str>(0), result_text);
+
+        // A process of the old build, still connected, is told why its claims fail.
+        let op = derived(6);
+        let err = client
+            .query_one(
+                &v2.claim,
+                &[
+                    &op.key.as_str(),
+                    &OwnerToken::generate().as_str(),
+                    &op.fingerprint.as_str(),
+                    &60_000_i64,
+                ],
+            )
+            .await
+            .unwrap_err();
+        let text = err
+            .as_db_error()
+            .map(|db| db.message().to_owned())
+            .unwrap_or_default();
+        assert!(
+            text.contains("schema version 3") && text.contains("upgrade"),
+            "{err:?}"
+        );
+    }
+
+    impl PostgresStore {
+        /// `started_at` of a row, read directly (version 2 has no `get` of this build).
+        async fn get_at_v2_started(&self, client: &Object, key: &OperationKey) -> SystemTime {
+            let sql = format!(
+                "SELECT started_at FROM {} WHERE key = $1",
+                quote(&self.table)
+            );
+            client
+                .query_one(&sql, &[&key.as_str()])
+                .await
+                .unwrap()
+                .get(0)
+        }
     }
 
     #[test]
