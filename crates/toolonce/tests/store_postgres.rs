@@ -268,7 +268,7 @@ async fn claim_takeover(
 /// Before `unknown`, an expired lease made the entry absent and any claim took it; now it is
 /// `unknown`, and only claims that ask for a takeover race for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_takeovers_of_an_unknown_entry_have_exactly_one_winner() {
+async fn concurrent_takeovers_on_a_pool_of_connections_have_one_winner_and_fence_the_old_owner() {
     let store = fresh_store().await;
     for round in 0..50 {
         let (key, fp) = conformance::op("takeover");
