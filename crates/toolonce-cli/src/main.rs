@@ -43,8 +43,10 @@ enum Command {
     Key(keycmd::KeyArgs),
     /// List the entries of a store.
     Ls(inspect::LsArgs),
-    /// Show one entry with its result.
+    /// Show one entry: what it is, its attempts and times, its result.
     Show(inspect::ShowArgs),
+    /// Settle an operation whose outcome is unknown: record it as done or failed, or release it.
+    Resolve(inspect::ResolveArgs),
     /// Delete one entry.
     Rm(inspect::RmArgs),
     /// Delete expired entries.
@@ -116,6 +118,7 @@ fn main() -> ExitCode {
             Command::Key(args) => keycmd::run(args).await,
             Command::Ls(args) => inspect::ls(args).await,
             Command::Show(args) => inspect::show(args).await,
+            Command::Resolve(args) => inspect::resolve(args).await,
             Command::Rm(args) => inspect::rm(args).await,
             Command::Purge(args) => inspect::purge(args).await,
             Command::Mcp(args) => mcp::run(args).await,
