@@ -13,8 +13,8 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::key::{Derived, OperationKey};
-use crate::store::{Claim, EntryState, Fenced, OwnerToken, Store};
-use crate::tool::{ToolError, WriteContext};
+use crate::store::{About, Claim, ClaimRequest, EntryState, Fenced, OwnerToken, Store};
+use crate::tool::{ToolError, Verified, WriteContext};
 
 /// How a write call ended. Every answer carries one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -38,6 +38,11 @@ pub enum Outcome {
     UnknownTool,
     /// The store could not be used, so the write tool was not run (fail closed).
     StoreUnavailable,
+    /// An earlier attempt of this operation was interrupted (its lease expired without a
+    /// result), so whether it took effect is unknown, and the tool's [`OnExpired`] policy said
+    /// not to run it again: nothing ran. A person must check and settle it
+    /// (`toolonce resolve`, [`Store::resolve`](crate::Store::resolve)).
+    Unknown,
 }
 
 impl Outcome {
@@ -52,6 +57,7 @@ impl Outcome {
             Outcome::InvalidArguments => "invalid_arguments",
             Outcome::UnknownTool => "unknown_tool",
             Outcome::StoreUnavailable => "store_unavailable",
+            Outcome::Unknown => "unknown",
         }
     }
 }
@@ -72,6 +78,56 @@ pub enum InFlight {
     /// If the owner fails transiently (or its lease expires), the waiter takes the operation
     /// over and runs it itself.
     Wait(Duration),
+}
+
+/// What a duplicate does when it finds its operation `unknown`: an earlier attempt was
+/// claimed and its lease expired without a result, so it may or may not have taken effect.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum OnExpired {
+    /// Do not run it again: answer [`Outcome::Unknown`], telling the model the first attempt may
+    /// have taken effect and a person must check. The default, since running twice is only
+    /// safe when the downstream system drops the second attempt by its key.
+    #[default]
+    Hold,
+    /// Take it over and run it again with the same key: right when the downstream system
+    /// honours the key (a payment API with `Idempotency-Key`), so a second attempt cannot take
+    /// effect twice.
+    Rerun,
+    /// Ask the tool's verify probe (a read against the downstream system by the key): done
+    /// records and replays its result, not done reruns, cannot tell holds.
+    Verify,
+}
+
+impl OnExpired {
+    /// The policy's name as configuration spells it: `hold`, `rerun` or `verify`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnExpired::Hold => "hold",
+            OnExpired::Rerun => "rerun",
+            OnExpired::Verify => "verify",
+        }
+    }
+}
+
+impl std::fmt::Display for OnExpired {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for OnExpired {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> crate::Result<Self> {
+        match s {
+            "hold" => Ok(OnExpired::Hold),
+            "rerun" => Ok(OnExpired::Rerun),
+            "verify" => Ok(OnExpired::Verify),
+            other => Err(crate::Error::Config(format!(
+                "unknown on_expired policy {other:?}: expected hold, rerun or verify"
+            ))),
+        }
+    }
 }
 
 /// The shortest lease accepted: the heartbeat renews it every third of its length, so a
@@ -101,6 +157,8 @@ pub struct WriteOptions {
     pub retention: Duration,
     /// What a duplicate does while the operation runs.
     pub in_flight: InFlight,
+    /// What a duplicate does when an earlier attempt's lease expired without a result.
+    pub on_expired: OnExpired,
 }
 
 impl Default for WriteOptions {
@@ -109,6 +167,7 @@ impl Default for WriteOptions {
             lease: Duration::from_secs(60),
             retention: Duration::from_secs(24 * 60 * 60),
             in_flight: InFlight::Reject,
+            on_expired: OnExpired::Hold,
         }
     }
 }
@@ -131,6 +190,11 @@ impl WriteOptions {
     /// Sets the in-flight policy.
     pub fn in_flight(mut self, policy: InFlight) -> Self {
         self.in_flight = policy;
+        self
+    }
+    /// Sets what a duplicate of an `unknown` operation does.
+    pub fn on_expired(mut self, policy: OnExpired) -> Self {
+        self.on_expired = policy;
         self
     }
 
@@ -214,6 +278,10 @@ pub struct Layer {
     store: Arc<dyn Store>,
 }
 
+/// No verify probe (the type `run_inner` needs when there is none).
+type NoProbe = fn(WriteContext) -> std::future::Ready<Verified>;
+const NO_PROBE: Option<NoProbe> = None;
+
 /// How often a complete or fail is retried when the store is briefly unreachable: the tool has
 /// already run, so giving up means a duplicate will run it again (with the same key).
 const SETTLE_RETRIES: u32 = 3;
@@ -274,21 +342,81 @@ impl Layer {
             Ok(options) => options,
             Err(e) => return misconfigured(tool, op, &e),
         };
-        let answer = self.run_inner(tool, op, &options, run).await;
+        let about = About::empty().with_tool(Some(tool.to_owned()));
+        let answer = self
+            .run_inner(tool, op, &about, &options, NO_PROBE, run)
+            .await;
         log_write_call(tool, &answer);
         answer
     }
 
-    async fn run_inner<F, Fut>(
+    /// [`run`](Layer::run), recording `about` in the entry the claim creates (scope, tool, and
+    /// whatever identifies the operation for a person).
+    pub async fn run_with_about<F, Fut>(
         &self,
         tool: &str,
         op: &Derived,
+        about: &About,
         options: &WriteOptions,
         run: F,
     ) -> WriteAnswer
     where
         F: FnOnce(WriteContext) -> Fut,
         Fut: Future<Output = Result<Value, ToolError>> + Send,
+    {
+        let options = match options.effective() {
+            Ok(options) => options,
+            Err(e) => return misconfigured(tool, op, &e),
+        };
+        let answer = self
+            .run_inner(tool, op, about, &options, NO_PROBE, run)
+            .await;
+        log_write_call(tool, &answer);
+        answer
+    }
+
+    /// [`run_with_about`](Layer::run_with_about) with a verify probe, asked under
+    /// [`OnExpired::Verify`] whether an interrupted earlier attempt took effect.
+    pub async fn run_with_verify<F, Fut, V, VFut>(
+        &self,
+        tool: &str,
+        op: &Derived,
+        about: &About,
+        options: &WriteOptions,
+        verify: V,
+        run: F,
+    ) -> WriteAnswer
+    where
+        F: FnOnce(WriteContext) -> Fut,
+        Fut: Future<Output = Result<Value, ToolError>> + Send,
+        V: FnOnce(WriteContext) -> VFut,
+        VFut: Future<Output = Verified> + Send,
+    {
+        let options = match options.effective() {
+            Ok(options) => options,
+            Err(e) => return misconfigured(tool, op, &e),
+        };
+        let answer = self
+            .run_inner(tool, op, about, &options, Some(verify), run)
+            .await;
+        log_write_call(tool, &answer);
+        answer
+    }
+
+    async fn run_inner<F, Fut, V, VFut>(
+        &self,
+        tool: &str,
+        op: &Derived,
+        about: &About,
+        options: &WriteOptions,
+        _verify: Option<V>,
+        run: F,
+    ) -> WriteAnswer
+    where
+        F: FnOnce(WriteContext) -> Fut,
+        Fut: Future<Output = Result<Value, ToolError>> + Send,
+        V: FnOnce(WriteContext) -> VFut,
+        VFut: Future<Output = Verified> + Send,
     {
         let key = &op.key;
         let answer = |outcome, result| WriteAnswer {
@@ -306,11 +434,11 @@ impl Layer {
         // store answers `Won` to its own token) or to release.
         let owner = OwnerToken::generate();
         loop {
-            let claim = match self
-                .store
-                .claim(key, &op.fingerprint, &owner, options.lease)
-                .await
-            {
+            let request = ClaimRequest::new(key, &op.fingerprint, &owner, options.lease)
+                .retention(options.retention)
+                .takeover(true)
+                .about(about);
+            let claim = match self.store.claim(&request).await {
                 Ok(claim) => claim,
                 Err(e) => {
                     if e.is_retryable() {
@@ -336,7 +464,7 @@ impl Layer {
                 EntryState::Failed { error, .. } => {
                     return answer(Outcome::ReplayedFailure, Err(error));
                 }
-                EntryState::Running { .. } => {}
+                EntryState::Running { .. } | EntryState::Unknown { .. } => {}
             }
             let Some(deadline) = deadline else {
                 return answer(Outcome::InFlight, Err(in_flight(tool, key)));
@@ -693,6 +821,10 @@ fn log_write_call(tool: &str, answer: &WriteAnswer) {
         Outcome::StoreUnavailable => "the store could not be used: the tool did not run",
         Outcome::InvalidArguments => "invalid arguments or options: the tool did not run",
         Outcome::UnknownTool => "unknown tool: nothing ran",
+        Outcome::Unknown => {
+            "an earlier attempt was interrupted and may have taken effect; held for a person to \
+             check: the tool did not run"
+        }
     };
     // The tool's own error: from this run, or recorded by the first one.
     let tool_error = match answer.outcome {

@@ -55,8 +55,11 @@ pub mod toolbox;
 
 pub use error::{BoxError, Error, Result, error_report};
 pub use key::{Fingerprint, KeyFields, OperationKey};
-pub use layer::{InFlight, Layer, Outcome, WriteAnswer, WriteOptions};
+pub use layer::{InFlight, Layer, OnExpired, Outcome, WriteAnswer, WriteOptions};
 pub use store::memory::{ManualClock, MemoryStore};
-pub use store::{Claim, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, State, Store};
-pub use tool::{ErrorClass, ReadTool, ToolError, WriteContext, WriteTool};
+pub use store::{
+    About, Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, Resolution,
+    Resolved, State, Store,
+};
+pub use tool::{ErrorClass, ReadTool, ToolError, Verified, WriteContext, WriteTool};
 pub use toolbox::{Reply, ToolResult, Toolbox, ToolboxBuilder};

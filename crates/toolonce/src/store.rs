@@ -135,6 +135,9 @@ pub enum State {
     Done,
     /// Failed permanently; holds the error.
     Failed,
+    /// Claimed, and its lease expired without a complete or fail: the attempt may or may not
+    /// have taken effect. Kept for the claim's retention after its lease deadline.
+    Unknown,
 }
 
 impl State {
@@ -144,6 +147,7 @@ impl State {
             State::Running => "running",
             State::Done => "done",
             State::Failed => "failed",
+            State::Unknown => "unknown",
         }
     }
 }
@@ -161,8 +165,9 @@ impl std::str::FromStr for State {
             "running" => Ok(State::Running),
             "done" => Ok(State::Done),
             "failed" => Ok(State::Failed),
+            "unknown" => Ok(State::Unknown),
             other => Err(crate::Error::Config(format!(
-                "unknown state {other:?}: expected running, done or failed"
+                "unknown state {other:?}: expected running, done, failed or unknown"
             ))),
         }
     }
@@ -176,6 +181,14 @@ pub enum EntryState {
     Running {
         /// The owner token, when the writer recorded one (workers of other implementations may
         /// not).
+        owner: Option<String>,
+    },
+    /// Claimed, and its lease expired without a complete or fail: whether the attempt took
+    /// effect is unknown. A duplicate takes it over only when asked to
+    /// ([`ClaimRequest::takeover`]); an operator settles it with [`Store::resolve`].
+    Unknown {
+        /// The owner token of the attempt that expired, when the writer recorded one. Its owner
+        /// may still settle it, as long as nobody took it over.
         owner: Option<String>,
     },
     /// Completed with this result.
@@ -194,6 +207,65 @@ pub enum EntryState {
     },
 }
 
+/// What an entry says it is: recorded by the claim that creates it, so an operator looking at
+/// a stuck or `unknown` entry can tell what it was.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct About {
+    /// The scope the key was derived in (a run, a session, a user).
+    pub scope: Option<String>,
+    /// The tool's name (for `toolonce exec`, the operation's name).
+    pub tool: Option<String>,
+    /// Anything else that identifies the operation for a person: `exec`'s command line, the
+    /// MCP proxy's server identity.
+    pub detail: Option<String>,
+}
+
+impl About {
+    /// An entry's scope and tool.
+    pub fn new(scope: impl Into<String>, tool: impl Into<String>) -> Self {
+        About {
+            scope: Some(scope.into()),
+            tool: Some(tool.into()),
+            detail: None,
+        }
+    }
+
+    /// Nothing recorded (what an older writer leaves).
+    pub fn empty() -> Self {
+        Self::default()
+    }
+
+    /// Sets the detail.
+    pub fn detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+
+    /// Sets or clears the scope.
+    pub fn with_scope(mut self, scope: Option<String>) -> Self {
+        self.scope = scope;
+        self
+    }
+
+    /// Sets or clears the tool.
+    pub fn with_tool(mut self, tool: Option<String>) -> Self {
+        self.tool = tool;
+        self
+    }
+
+    /// Sets or clears the detail.
+    pub fn with_detail(mut self, detail: Option<String>) -> Self {
+        self.detail = detail;
+        self
+    }
+
+    /// Whether nothing is recorded.
+    pub fn is_empty(&self) -> bool {
+        self.scope.is_none() && self.tool.is_none() && self.detail.is_none()
+    }
+}
+
 /// One live entry of the store.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
@@ -203,20 +275,32 @@ pub struct Entry {
     /// Fingerprint of the full arguments of the call that claimed it (absent when written by an
     /// implementation that does not record one; such entries match every fingerprint).
     pub fingerprint: Option<Fingerprint>,
-    /// When the claim that created the entry was made.
+    /// When the current attempt was claimed (a takeover starts a new attempt; see
+    /// [`first_started_at`](Entry::first_started_at) for the first).
     pub started_at: SystemTime,
-    /// When the entry expires (the lease while running, the retention once settled), if the
-    /// store knows. For display and inspection only: expiry itself is decided by the store's
-    /// clock, and a store that keeps a remaining time rather than an instant (Redis's `PTTL`)
-    /// reports it added to the caller's clock.
+    /// While `running` or `unknown`, the lease deadline; once settled, the end of the retention.
+    /// If the store knows. For display and inspection only: expiry itself is decided by the
+    /// store's clock, and a store that keeps a remaining time rather than an instant (Redis's
+    /// `PTTL`) reports it added to the caller's clock.
     pub expires_at: Option<SystemTime>,
     /// The state and what it holds.
     pub state: EntryState,
+    /// What the entry says it is (empty when written by an older version or another
+    /// implementation).
+    pub about: About,
+    /// When the first attempt was claimed; `None` when written by an older version.
+    pub first_started_at: Option<SystemTime>,
+    /// How many attempts have started it (1, plus one per takeover); 0 when not recorded (an
+    /// older writer).
+    pub attempts: u32,
+    /// When it settled (`done` or `failed`), if it did and the store recorded it.
+    pub settled_at: Option<SystemTime>,
 }
 
 impl Entry {
     /// Builds an entry (backends outside this crate need a constructor: the struct is
-    /// `#[non_exhaustive]`).
+    /// `#[non_exhaustive]`), with nothing recorded about it, no first start, 0 attempts and no
+    /// settle time; the setters below fill those in.
     pub fn new(
         key: OperationKey,
         fingerprint: Option<Fingerprint>,
@@ -230,13 +314,42 @@ impl Entry {
             started_at,
             expires_at,
             state,
+            about: About::default(),
+            first_started_at: None,
+            attempts: 0,
+            settled_at: None,
         }
+    }
+
+    /// Sets what the entry says it is.
+    pub fn with_about(mut self, about: About) -> Self {
+        self.about = about;
+        self
+    }
+
+    /// Sets when the first attempt started.
+    pub fn with_first_started_at(mut self, at: Option<SystemTime>) -> Self {
+        self.first_started_at = at;
+        self
+    }
+
+    /// Sets how many attempts started it.
+    pub fn with_attempts(mut self, attempts: u32) -> Self {
+        self.attempts = attempts;
+        self
+    }
+
+    /// Sets when it settled.
+    pub fn with_settled_at(mut self, at: Option<SystemTime>) -> Self {
+        self.settled_at = at;
+        self
     }
 
     /// The entry's state without its data.
     pub fn state(&self) -> State {
         match self.state {
             EntryState::Running { .. } => State::Running,
+            EntryState::Unknown { .. } => State::Unknown,
             EntryState::Done { .. } => State::Done,
             EntryState::Failed { .. } => State::Failed,
         }
@@ -247,6 +360,103 @@ impl Entry {
     pub fn matches(&self, fingerprint: &Fingerprint) -> bool {
         self.fingerprint.as_ref().is_none_or(|f| f == fingerprint)
     }
+}
+
+/// The default time an `unknown` entry is kept after its lease: 24 hours, as long as a result.
+pub const DEFAULT_UNKNOWN_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// What [`Store::claim`] is asked.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct ClaimRequest<'a> {
+    /// The operation key.
+    pub key: &'a OperationKey,
+    /// The fingerprint of the call's full arguments.
+    pub fingerprint: &'a Fingerprint,
+    /// The caller's token (see [`OwnerToken`]).
+    pub owner: &'a OwnerToken,
+    /// How long the claim lives without a renewal.
+    pub lease: Duration,
+    /// How long the entry is kept as `unknown` after its lease deadline, if nobody settles it.
+    pub retention: Duration,
+    /// Whether to take over an `unknown` entry (the caller's policy reruns it, or a verify probe
+    /// said it did not take effect). Without it, an `unknown` entry is [`Claim::Existing`].
+    pub takeover: bool,
+    /// What the entry says it is; recorded by the claim that creates the entry, kept by a
+    /// takeover.
+    pub about: &'a About,
+}
+
+static EMPTY_ABOUT: About = About {
+    scope: None,
+    tool: None,
+    detail: None,
+};
+
+impl<'a> ClaimRequest<'a> {
+    /// A claim of `key` for `lease`, with a retention of [`DEFAULT_UNKNOWN_RETENTION`], no
+    /// takeover and nothing recorded about the entry.
+    pub fn new(
+        key: &'a OperationKey,
+        fingerprint: &'a Fingerprint,
+        owner: &'a OwnerToken,
+        lease: Duration,
+    ) -> Self {
+        ClaimRequest {
+            key,
+            fingerprint,
+            owner,
+            lease,
+            retention: DEFAULT_UNKNOWN_RETENTION,
+            takeover: false,
+            about: &EMPTY_ABOUT,
+        }
+    }
+
+    /// Sets how long an `unknown` entry is kept after its lease.
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// Sets whether an `unknown` entry is taken over.
+    pub fn takeover(mut self, takeover: bool) -> Self {
+        self.takeover = takeover;
+        self
+    }
+
+    /// Sets what the entry says it is.
+    pub fn about(mut self, about: &'a About) -> Self {
+        self.about = about;
+        self
+    }
+}
+
+/// How an operator settles an entry with [`Store::resolve`].
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Resolution {
+    /// It took effect, with this result: the entry becomes `done`, replayed to duplicates.
+    Done(Value),
+    /// It failed: the entry becomes `failed`, replayed to duplicates.
+    Failed(ToolError),
+    /// Forget it: the entry is deleted, so the next call runs the operation.
+    Release,
+}
+
+/// The answer of [`Store::resolve`].
+#[derive(Clone, Debug, PartialEq)]
+#[must_use]
+// Matched at once and never stored, as `Claim`.
+#[allow(clippy::large_enum_variant)]
+#[non_exhaustive]
+pub enum Resolved {
+    /// The entry was `running` or `unknown`, and the resolution was written.
+    Applied,
+    /// There is no live entry: nothing was written.
+    Absent,
+    /// The entry is `done` or `failed` already (it settled meanwhile): nothing was written.
+    Settled(Entry),
 }
 
 /// Which entries [`Store::list`] returns.
@@ -260,6 +470,10 @@ pub struct ListQuery {
     /// The most entries to return (a store may return fewer, even with more to come). `0`
     /// means the store's default (100).
     pub limit: usize,
+    /// Only entries recorded with this scope.
+    pub scope: Option<String>,
+    /// Only entries recorded with this tool.
+    pub tool: Option<String>,
 }
 
 impl ListQuery {
@@ -284,6 +498,31 @@ impl ListQuery {
     pub fn limit(mut self, limit: usize) -> Self {
         self.limit = limit;
         self
+    }
+
+    /// Only entries recorded with `scope`.
+    pub fn scope(mut self, scope: impl Into<String>) -> Self {
+        self.scope = Some(scope.into());
+        self
+    }
+
+    /// Only entries recorded with `tool`.
+    pub fn tool(mut self, tool: impl Into<String>) -> Self {
+        self.tool = Some(tool.into());
+        self
+    }
+
+    /// Whether `entry` passes the state, scope and tool filters (not the cursor).
+    pub fn admits(&self, entry: &Entry) -> bool {
+        self.state.is_none_or(|s| s == entry.state())
+            && self
+                .scope
+                .as_ref()
+                .is_none_or(|s| entry.about.scope.as_ref() == Some(s))
+            && self
+                .tool
+                .as_ref()
+                .is_none_or(|t| entry.about.tool.as_ref() == Some(t))
     }
 
     /// The effective page size.
@@ -359,13 +598,7 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// if its live entry is `running` with `owner` (then only the lease is renewed, to `lease`
     /// from now); the entry is then `running`, held by `owner`. Otherwise returns the live entry
     /// as it was at the moment of the claim.
-    async fn claim(
-        &self,
-        key: &OperationKey,
-        fingerprint: &Fingerprint,
-        owner: &OwnerToken,
-        lease: Duration,
-    ) -> Result<Claim>;
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim>;
 
     /// Extends the lease of a running entry the caller owns to `lease` from now. Returns
     /// whether the caller still owns it.
@@ -397,6 +630,18 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// A page of live entries, ordered by key where the store can.
     async fn list(&self, query: &ListQuery) -> Result<Page>;
+
+    /// Settles an entry for an operator, whatever its owner, if it is `running` or `unknown`:
+    /// [`Resolution::Done`] and [`Resolution::Failed`] make it `done` or `failed` for
+    /// `retention` (settled now), [`Resolution::Release`] deletes it. Fenced against an entry
+    /// that settled meanwhile: a `done` or `failed` entry is left alone and returned
+    /// ([`Resolved::Settled`]); no live entry is [`Resolved::Absent`].
+    async fn resolve(
+        &self,
+        key: &OperationKey,
+        resolution: &Resolution,
+        retention: Duration,
+    ) -> Result<Resolved>;
 
     /// Deletes the entry of `key` whatever its state or owner. Returns whether there was a live
     /// one. (For operators: deleting a running entry lets a duplicate run at once.)

@@ -83,6 +83,20 @@ pub trait WriteTool: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Self::Output, ToolError>> + Send;
 }
 
+/// What a verify probe learned about an operation whose earlier attempt was interrupted (see
+/// [`OnExpired::Verify`](crate::layer::OnExpired::Verify)).
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Verified {
+    /// It took effect downstream, with this result: recorded and replayed, not run again.
+    Done(serde_json::Value),
+    /// It did not take effect: run it again (with the same key).
+    NotDone,
+    /// The downstream system cannot say: held, as under
+    /// [`OnExpired::Hold`](crate::layer::OnExpired::Hold).
+    CannotTell,
+}
+
 /// What a write tool's handler knows about the operation it runs. Only the layer builds one.
 #[derive(Clone, Debug)]
 pub struct WriteContext {

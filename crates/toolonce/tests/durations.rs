@@ -11,8 +11,8 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 use toolonce::layer::{MAX_DURATION, MIN_LEASE};
 use toolonce::{
-    Claim, Error, Fenced, InFlight, Layer, MemoryStore, Outcome, OwnerToken, Store, ToolError,
-    Toolbox, WriteContext, WriteOptions, WriteTool, key,
+    Claim, ClaimRequest, Error, Fenced, InFlight, Layer, MemoryStore, Outcome, OwnerToken, Store,
+    ToolError, Toolbox, WriteContext, WriteOptions, WriteTool, key,
 };
 
 #[derive(Clone, Default)]
@@ -171,7 +171,7 @@ proptest! {
         let op = key::derive("durations", "send", &json!({}), None).unwrap();
         runtime().block_on(async {
             let owner = OwnerToken::generate();
-            let Claim::Won = store.claim(&op.key, &op.fingerprint, &owner, lease).await.unwrap()
+            let Claim::Won = store.claim(&ClaimRequest::new(&op.key, &op.fingerprint, &owner, lease)).await.unwrap()
             else {
                 panic!("a fresh key is won");
             };
@@ -188,7 +188,7 @@ proptest! {
             let other = key::derive("durations", "fail", &json!({}), None).unwrap();
             let owner = OwnerToken::generate();
             if let Claim::Won =
-                store.claim(&other.key, &other.fingerprint, &owner, lease).await.unwrap()
+                store.claim(&ClaimRequest::new(&other.key, &other.fingerprint, &owner, lease)).await.unwrap()
             {
                 let _ = store
                     .fail(&other.key, owner, &ToolError::permanent("no"), Some(retention))

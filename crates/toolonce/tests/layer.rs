@@ -9,9 +9,9 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use toolonce::{
-    Claim, Entry, Error, Fenced, InFlight, Layer, ListQuery, ManualClock, MemoryStore,
-    OperationKey, Outcome, OwnerToken, Page, ReadTool, State, Store, ToolError, Toolbox,
-    WriteContext, WriteOptions, WriteTool, key,
+    Claim, ClaimRequest, Entry, Error, Fenced, InFlight, Layer, ListQuery, ManualClock,
+    MemoryStore, OperationKey, Outcome, OwnerToken, Page, ReadTool, Resolution, Resolved, State,
+    Store, ToolError, Toolbox, WriteContext, WriteOptions, WriteTool, key,
 };
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]
@@ -426,15 +426,9 @@ impl Flaky {
 
 #[async_trait]
 impl Store for Flaky {
-    async fn claim(
-        &self,
-        key: &OperationKey,
-        fp: &toolonce::Fingerprint,
-        owner: &OwnerToken,
-        lease: Duration,
-    ) -> toolonce::Result<Claim> {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> toolonce::Result<Claim> {
         self.check()?;
-        self.inner.claim(key, fp, owner, lease).await
+        self.inner.claim(req).await
     }
     async fn renew(
         &self,
@@ -472,6 +466,15 @@ impl Store for Flaky {
     async fn list(&self, q: &ListQuery) -> toolonce::Result<Page> {
         self.check()?;
         self.inner.list(q).await
+    }
+    async fn resolve(
+        &self,
+        key: &OperationKey,
+        resolution: &Resolution,
+        retention: Duration,
+    ) -> toolonce::Result<Resolved> {
+        self.check()?;
+        self.inner.resolve(key, resolution, retention).await
     }
     async fn delete(&self, key: &OperationKey) -> toolonce::Result<bool> {
         self.check()?;
@@ -543,14 +546,8 @@ fn reset() -> Error {
 
 #[async_trait]
 impl Store for LosesReplies {
-    async fn claim(
-        &self,
-        key: &OperationKey,
-        fp: &toolonce::Fingerprint,
-        owner: &OwnerToken,
-        lease: Duration,
-    ) -> toolonce::Result<Claim> {
-        let claim = self.inner.claim(key, fp, owner, lease).await?;
+    async fn claim(&self, req: &ClaimRequest<'_>) -> toolonce::Result<Claim> {
+        let claim = self.inner.claim(req).await?;
         if take_one(&self.claims) {
             return Err(reset());
         }
@@ -594,6 +591,14 @@ impl Store for LosesReplies {
     }
     async fn list(&self, q: &ListQuery) -> toolonce::Result<Page> {
         self.inner.list(q).await
+    }
+    async fn resolve(
+        &self,
+        key: &OperationKey,
+        resolution: &Resolution,
+        retention: Duration,
+    ) -> toolonce::Result<Resolved> {
+        self.inner.resolve(key, resolution, retention).await
     }
     async fn delete(&self, key: &OperationKey) -> toolonce::Result<bool> {
         self.inner.delete(key).await
@@ -656,15 +661,9 @@ async fn a_claim_retried_by_the_driver_with_the_same_token_runs_the_tool() {
     struct Resends(MemoryStore);
     #[async_trait]
     impl Store for Resends {
-        async fn claim(
-            &self,
-            key: &OperationKey,
-            fp: &toolonce::Fingerprint,
-            owner: &OwnerToken,
-            lease: Duration,
-        ) -> toolonce::Result<Claim> {
-            let _lost = self.0.claim(key, fp, owner, lease).await?;
-            self.0.claim(key, fp, owner, lease).await
+        async fn claim(&self, req: &ClaimRequest<'_>) -> toolonce::Result<Claim> {
+            let _lost = self.0.claim(req).await?;
+            self.0.claim(req).await
         }
         async fn renew(
             &self,
@@ -697,6 +696,14 @@ async fn a_claim_retried_by_the_driver_with_the_same_token_runs_the_tool() {
         }
         async fn list(&self, q: &ListQuery) -> toolonce::Result<Page> {
             self.0.list(q).await
+        }
+        async fn resolve(
+            &self,
+            key: &OperationKey,
+            resolution: &Resolution,
+            retention: Duration,
+        ) -> toolonce::Result<Resolved> {
+            self.0.resolve(key, resolution, retention).await
         }
         async fn delete(&self, key: &OperationKey) -> toolonce::Result<bool> {
             self.0.delete(key).await

@@ -8,10 +8,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use toolonce::key::Fingerprint;
 use toolonce::{
-    Claim, Entry, Error, Fenced, Layer, ListQuery, MemoryStore, OperationKey, Outcome, OwnerToken,
-    Page, Store, ToolError, WriteOptions, key,
+    Claim, ClaimRequest, Entry, Error, Fenced, Layer, ListQuery, MemoryStore, OperationKey,
+    Outcome, OwnerToken, Page, Resolution, Resolved, Store, ToolError, WriteOptions, key,
 };
 
 /// Collects what the subscriber writes.
@@ -94,13 +93,7 @@ impl std::error::Error for Repeating {
 
 #[async_trait]
 impl Store for Down {
-    async fn claim(
-        &self,
-        _: &OperationKey,
-        _: &Fingerprint,
-        _: &OwnerToken,
-        _: Duration,
-    ) -> toolonce::Result<Claim> {
+    async fn claim(&self, _: &ClaimRequest<'_>) -> toolonce::Result<Claim> {
         Err(refused())
     }
     async fn renew(&self, _: &OperationKey, _: &OwnerToken, _: Duration) -> toolonce::Result<bool> {
@@ -128,6 +121,14 @@ impl Store for Down {
         Err(refused())
     }
     async fn list(&self, _: &ListQuery) -> toolonce::Result<Page> {
+        Err(refused())
+    }
+    async fn resolve(
+        &self,
+        _: &OperationKey,
+        _: &Resolution,
+        _: Duration,
+    ) -> toolonce::Result<Resolved> {
         Err(refused())
     }
     async fn delete(&self, _: &OperationKey) -> toolonce::Result<bool> {

@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use tempfile::TempDir;
-use toolonce::key::{self, Fingerprint, OperationKey};
+use toolonce::key::{self, OperationKey};
 use toolonce::store::sqlite::{SCHEMA_VERSION, SqliteOptions, SqliteStore};
 use toolonce::{
-    Claim, Entry, EntryState, Error, Fenced, Layer, ListQuery, Outcome, OwnerToken, Page, State,
-    Store, ToolError, WriteOptions,
+    Claim, ClaimRequest, Entry, EntryState, Error, Fenced, Layer, ListQuery, Outcome, OwnerToken,
+    Page, Resolution, Resolved, State, Store, ToolError, WriteOptions,
 };
 
 /// A store on a file in its own temporary directory, removed when the store is dropped.
@@ -37,14 +37,8 @@ fn temp_store_with(options: SqliteOptions) -> Arc<dyn Store> {
 
 #[async_trait]
 impl Store for TempStore {
-    async fn claim(
-        &self,
-        key: &OperationKey,
-        fp: &Fingerprint,
-        owner: &OwnerToken,
-        lease: Duration,
-    ) -> toolonce::Result<Claim> {
-        self.store.claim(key, fp, owner, lease).await
+    async fn claim(&self, req: &ClaimRequest<'_>) -> toolonce::Result<Claim> {
+        self.store.claim(req).await
     }
     async fn renew(
         &self,
@@ -77,6 +71,14 @@ impl Store for TempStore {
     }
     async fn list(&self, query: &ListQuery) -> toolonce::Result<Page> {
         self.store.list(query).await
+    }
+    async fn resolve(
+        &self,
+        key: &OperationKey,
+        resolution: &Resolution,
+        retention: Duration,
+    ) -> toolonce::Result<Resolved> {
+        self.store.resolve(key, resolution, retention).await
     }
     async fn delete(&self, key: &OperationKey) -> toolonce::Result<bool> {
         self.store.delete(key).await
@@ -700,7 +702,7 @@ proptest::proptest! {
         let op = key::derive("busy", "t", &json!({}), None).unwrap();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let owner = OwnerToken::generate();
-        let claim = rt.block_on(store.claim(&op.key, &op.fingerprint, &owner, Duration::from_secs(60)));
+        let claim = rt.block_on(store.claim(&ClaimRequest::new(&op.key, &op.fingerprint, &owner, Duration::from_secs(60))));
         proptest::prop_assert!(matches!(claim, Ok(Claim::Won)), "{claim:?}");
     }
 }

@@ -13,8 +13,11 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::OnceCell;
-use toolonce::key::{Fingerprint, OperationKey};
-use toolonce::{Claim, Entry, Error, Fenced, ListQuery, OwnerToken, Page, Store, ToolError};
+use toolonce::key::OperationKey;
+use toolonce::{
+    Claim, ClaimRequest, Entry, Error, Fenced, ListQuery, OwnerToken, Page, Resolution, Resolved,
+    Store, ToolError,
+};
 
 /// How long after a failed open the next call fails at once instead of trying again, so a
 /// burst of write calls during an outage does not become a burst of connection attempts.
@@ -114,17 +117,8 @@ impl std::fmt::Debug for LazyStore {
 
 #[async_trait]
 impl Store for LazyStore {
-    async fn claim(
-        &self,
-        key: &OperationKey,
-        fingerprint: &Fingerprint,
-        owner: &OwnerToken,
-        lease: Duration,
-    ) -> toolonce::Result<Claim> {
-        self.inner()
-            .await?
-            .claim(key, fingerprint, owner, lease)
-            .await
+    async fn claim(&self, req: &ClaimRequest<'_>) -> toolonce::Result<Claim> {
+        self.inner().await?.claim(req).await
     }
 
     async fn renew(
@@ -171,6 +165,18 @@ impl Store for LazyStore {
 
     async fn list(&self, query: &ListQuery) -> toolonce::Result<Page> {
         self.inner().await?.list(query).await
+    }
+
+    async fn resolve(
+        &self,
+        key: &OperationKey,
+        resolution: &Resolution,
+        retention: Duration,
+    ) -> toolonce::Result<Resolved> {
+        self.inner()
+            .await?
+            .resolve(key, resolution, retention)
+            .await
     }
 
     async fn delete(&self, key: &OperationKey) -> toolonce::Result<bool> {

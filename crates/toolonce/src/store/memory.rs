@@ -9,9 +9,12 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use serde_json::Value;
 
-use super::{Claim, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, Store};
+use super::{
+    Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, Resolution,
+    Resolved, Store,
+};
 use crate::Result;
-use crate::key::{Fingerprint, OperationKey};
+use crate::key::OperationKey;
 use crate::tool::ToolError;
 
 /// A source of the current time for [`MemoryStore`].
@@ -157,13 +160,8 @@ impl MemoryStore {
 
 #[async_trait]
 impl Store for MemoryStore {
-    async fn claim(
-        &self,
-        key: &OperationKey,
-        fingerprint: &Fingerprint,
-        owner: &OwnerToken,
-        lease: Duration,
-    ) -> Result<Claim> {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim> {
+        let (key, fingerprint, owner, lease) = (req.key, req.fingerprint, req.owner, req.lease);
         let now = self.clock.now();
         let mut map = self.lock();
         // The caller's own running entry: an earlier attempt of this claim applied.
@@ -275,7 +273,7 @@ impl Store for MemoryStore {
         let mut entries = Vec::with_capacity(size.min(64));
         let mut more = false;
         for (_, slot) in map.range((start, std::ops::Bound::Unbounded)) {
-            if !slot.live(now) || query.state.is_some_and(|s| s != slot.entry.state()) {
+            if !slot.live(now) || !query.admits(&slot.entry) {
                 continue;
             }
             if entries.len() == size {
@@ -290,6 +288,15 @@ impl Store for MemoryStore {
             None
         };
         Ok(Page::new(entries, next))
+    }
+
+    async fn resolve(
+        &self,
+        _key: &OperationKey,
+        _resolution: &Resolution,
+        _retention: Duration,
+    ) -> Result<Resolved> {
+        Err(crate::Error::Store("resolve is not implemented yet".into()))
     }
 
     async fn delete(&self, key: &OperationKey) -> Result<bool> {

@@ -18,7 +18,8 @@ use deadpool_postgres::{
 use serde_json::Value;
 
 use super::{
-    Claim, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, State, Store, redact_url,
+    Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, Resolution,
+    Resolved, State, Store, redact_url,
 };
 use tls::TlsOptions;
 
@@ -941,13 +942,8 @@ fn fenced(rows: u64) -> Fenced {
 
 #[async_trait]
 impl Store for PostgresStore {
-    async fn claim(
-        &self,
-        key: &OperationKey,
-        fingerprint: &Fingerprint,
-        owner: &OwnerToken,
-        lease: Duration,
-    ) -> Result<Claim> {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim> {
+        let (key, fingerprint, owner, lease) = (req.key, req.fingerprint, req.owner, req.lease);
         let rows = self
             .rows(
                 &self.sql.claim,
@@ -1058,6 +1054,17 @@ impl Store for PostgresStore {
         Ok(Page::new(entries, next))
     }
 
+    async fn resolve(
+        &self,
+        _key: &OperationKey,
+        _resolution: &Resolution,
+        _retention: Duration,
+    ) -> Result<Resolved> {
+        Err(Error::store(
+            "resolve is not implemented yet for this store",
+        ))
+    }
+
     async fn delete(&self, key: &OperationKey) -> Result<bool> {
         let rows = self.rows(&self.sql.delete, &[&key.as_str()]).await?;
         match rows.first() {
@@ -1110,9 +1117,13 @@ mod tests {
         let op = crate::key::derive("upgrade", "t", &serde_json::json!({"n": 1}), None).unwrap();
         let lease = Duration::from_secs(60);
         let owner = OwnerToken::generate();
-        let first = store.claim(&op.key, &op.fingerprint, &owner, lease).await;
+        let first = store
+            .claim(&ClaimRequest::new(&op.key, &op.fingerprint, &owner, lease))
+            .await;
         assert!(matches!(first, Ok(Claim::Won)), "{first:?}");
-        let again = store.claim(&op.key, &op.fingerprint, &owner, lease).await;
+        let again = store
+            .claim(&ClaimRequest::new(&op.key, &op.fingerprint, &owner, lease))
+            .await;
         assert!(
             matches!(again, Ok(Claim::Existing(_))),
             "version 1 does not know the caller's token: {again:?}"
@@ -1120,10 +1131,17 @@ mod tests {
 
         assert_eq!(store.migrate().await.unwrap(), SCHEMA_VERSION - 1);
         assert_eq!(store.schema_version().await.unwrap(), SCHEMA_VERSION);
-        let upgraded = store.claim(&op.key, &op.fingerprint, &owner, lease).await;
+        let upgraded = store
+            .claim(&ClaimRequest::new(&op.key, &op.fingerprint, &owner, lease))
+            .await;
         assert!(matches!(upgraded, Ok(Claim::Won)), "{upgraded:?}");
         let other = store
-            .claim(&op.key, &op.fingerprint, &OwnerToken::generate(), lease)
+            .claim(&ClaimRequest::new(
+                &op.key,
+                &op.fingerprint,
+                &OwnerToken::generate(),
+                lease,
+            ))
             .await;
         assert!(matches!(other, Ok(Claim::Existing(_))), "{other:?}");
     }

@@ -18,7 +18,8 @@ use serde_json::Value as Json;
 
 use super::url::{parse_bool, percent_decode};
 use super::{
-    Claim, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, Store, millis, redact_url,
+    Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, Resolution,
+    Resolved, Store, millis, redact_url,
 };
 use crate::key::{Fingerprint, OperationKey};
 use crate::tool::ToolError;
@@ -426,13 +427,8 @@ impl RedisStore {
 
 #[async_trait]
 impl Store for RedisStore {
-    async fn claim(
-        &self,
-        key: &OperationKey,
-        fingerprint: &Fingerprint,
-        owner: &OwnerToken,
-        lease: Duration,
-    ) -> Result<Claim> {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim> {
+        let (key, fingerprint, owner, lease) = (req.key, req.fingerprint, req.owner, req.lease);
         // The rest of the running entry after `startedAt` (which the script fills in from the
         // server's clock). Both values are hex digits, so they need no JSON escaping.
         let tail = format!(
@@ -576,6 +572,17 @@ impl Store for RedisStore {
                 cursor.scan = next;
             }
         }
+    }
+
+    async fn resolve(
+        &self,
+        _key: &OperationKey,
+        _resolution: &Resolution,
+        _retention: Duration,
+    ) -> Result<Resolved> {
+        Err(Error::store(
+            "resolve is not implemented yet for this store",
+        ))
     }
 
     async fn delete(&self, key: &OperationKey) -> Result<bool> {

@@ -18,7 +18,10 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, params};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use super::{Claim, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, State, Store, millis};
+use super::{
+    Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, Resolution,
+    Resolved, State, Store, millis,
+};
 use crate::key::{Fingerprint, OperationKey};
 use crate::tool::ToolError;
 use crate::{Error, Result};
@@ -607,8 +610,8 @@ impl SqliteStore {
             .map_err(err("configure the connection"))?;
         if !memory {
             // WAL is a property of the file: set once, every later connection uses it.
-            let mode = switch_to_wal(&writer, options.busy_timeout)
-                .map_err(err("switch to WAL mode"))?;
+            let mode =
+                switch_to_wal(&writer, options.busy_timeout).map_err(err("switch to WAL mode"))?;
             if !mode.eq_ignore_ascii_case("wal") {
                 tracing::warn!(
                     target: "toolonce",
@@ -923,13 +926,8 @@ impl Store for SqliteStore {
     ///    concludes a win. It runs on the inline writer if the write lock is free, else on the
     ///    connection thread; a busy inline attempt committed nothing, and the thread's attempt
     ///    is the whole claim again (same owner token), so the claim happens at most once.
-    async fn claim(
-        &self,
-        key: &OperationKey,
-        fingerprint: &Fingerprint,
-        owner: &OwnerToken,
-        lease: Duration,
-    ) -> Result<Claim> {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim> {
+        let (key, fingerprint, owner, lease) = (req.key, req.fingerprint, req.owner, req.lease);
         let inline = self.read_inline("claim", |conn| read_live(conn, key, now_ms()));
         let read_first = match inline {
             // The caller's own running entry is renewed by the writer (below).
@@ -1088,6 +1086,17 @@ impl Store for SqliteStore {
 
     /// One statement under the write lock: deletes the row, live or not, and its `RETURNING`
     /// says whether it was live.
+    async fn resolve(
+        &self,
+        _key: &OperationKey,
+        _resolution: &Resolution,
+        _retention: Duration,
+    ) -> Result<Resolved> {
+        Err(Error::store(
+            "resolve is not implemented yet for this store",
+        ))
+    }
+
     async fn delete(&self, key: &OperationKey) -> Result<bool> {
         let k = key.as_str().to_owned();
         self.on_thread("delete an entry", move |conn| {

@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use serde_json::json;
 use toolonce::key::{self, Fingerprint, OperationKey};
-use toolonce::{Claim, EntryState, Fenced, ListQuery, OwnerToken, State, Store, ToolError};
+use toolonce::{
+    Claim, ClaimRequest, EntryState, Fenced, ListQuery, OwnerToken, State, Store, ToolError,
+};
 
 /// A lease long enough never to expire during a test unless it means to wait for it.
 pub const LONG: Duration = Duration::from_secs(60);
@@ -34,6 +36,8 @@ pub fn op(name: &str) -> (OperationKey, Fingerprint) {
 /// What a claim with a fresh token decided, with the token when it won: the shape most tests
 /// want, since they play a new caller each time.
 #[derive(Debug)]
+// Matched at once, as `Claim` is.
+#[allow(clippy::large_enum_variant)]
 pub enum Fresh {
     Won(OwnerToken),
     Existing(toolonce::Entry),
@@ -59,10 +63,15 @@ impl<S: Store + ?Sized> ClaimFresh for S {
         lease: Duration,
     ) -> toolonce::Result<Fresh> {
         let owner = OwnerToken::generate();
-        Ok(match self.claim(key, fp, &owner, lease).await? {
-            Claim::Won => Fresh::Won(owner),
-            Claim::Existing(entry) => Fresh::Existing(entry),
-        })
+        Ok(
+            match self
+                .claim(&ClaimRequest::new(key, fp, &owner, lease))
+                .await?
+            {
+                Claim::Won => Fresh::Won(owner),
+                Claim::Existing(entry) => Fresh::Existing(entry),
+            },
+        )
     }
 }
 
@@ -128,17 +137,23 @@ pub async fn a_claim_retried_with_its_own_token_wins_and_with_another_does_not(
     let (key, fp) = op("t");
     let owner = OwnerToken::generate();
     assert!(matches!(
-        store.claim(&key, &fp, &owner, SHORT).await.unwrap(),
+        store
+            .claim(&ClaimRequest::new(&key, &fp, &owner, SHORT))
+            .await
+            .unwrap(),
         Claim::Won
     ));
     // The retry of a claim whose reply was lost: still the caller's, and the lease is renewed
     // to the length given, so it outlives the first one.
     assert!(matches!(
-        store.claim(&key, &fp, &owner, LONG).await.unwrap(),
+        store
+            .claim(&ClaimRequest::new(&key, &fp, &owner, LONG))
+            .await
+            .unwrap(),
         Claim::Won
     ));
     let stranger = store
-        .claim(&key, &fp, &OwnerToken::generate(), LONG)
+        .claim(&ClaimRequest::new(&key, &fp, &OwnerToken::generate(), LONG))
         .await
         .unwrap();
     match stranger {
@@ -162,7 +177,11 @@ pub async fn a_claim_retried_with_its_own_token_wins_and_with_another_does_not(
             .unwrap(),
         Fenced::Applied
     );
-    match store.claim(&key, &fp, &owner, LONG).await.unwrap() {
+    match store
+        .claim(&ClaimRequest::new(&key, &fp, &owner, LONG))
+        .await
+        .unwrap()
+    {
         Claim::Existing(entry) => assert_eq!(entry.state(), State::Done),
         Claim::Won => panic!("the owner's token won over its own settled entry"),
     }
