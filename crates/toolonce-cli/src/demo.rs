@@ -269,11 +269,7 @@ impl WriteTool for ChargeCard {
         "Charge a card."
     }
 
-    /// The provider deduplicates by the Idempotency-Key it is handed: running the operation
-    /// again after an unknown outcome is safe (policy `rerun`).
-    fn honours_key(&self) -> bool {
-        true
-    }
+    // TEMP(until the core's honours_key lands): see Tools::toolonce.
 
     async fn call(&self, ctx: WriteContext, args: ChargeArgs) -> Result<Value, ToolError> {
         if ctx.may_have_run_before() {
@@ -337,7 +333,7 @@ impl Tools {
         let tool = ChargeCard { charger, reclaimed };
         let toolbox = Toolbox::builder(store)
             .scope(scope)
-            .write_with(tool, options.clone())
+            .write_with(tool, options.clone().on_expired(toolonce::OnExpired::Rerun))
             .write_with(email, options)
             .build()?;
         Ok(Tools::Toolonce(toolbox))
@@ -351,7 +347,9 @@ impl Tools {
         match self {
             // No key: a direct call cannot tell a duplicate from a new charge.
             Tools::Direct(charger) if call.tool == "send_email" => {
-                charger.send(&serde_json::from_value(call.args.clone())?).await?;
+                charger
+                    .send(&serde_json::from_value(call.args.clone())?)
+                    .await?;
                 Ok(None)
             }
             Tools::Direct(charger) => {
@@ -610,7 +608,14 @@ async fn run_scenario(
     };
     let (calls, resumed_in) = if crash {
         let checkpoint = dir.join(format!("{name}.checkpoint"));
-        crash_and_kill(scenario, &provider.ledger, &mailer.outbox, &checkpoint, guard).await?;
+        crash_and_kill(
+            scenario,
+            &provider.ledger,
+            &mailer.outbox,
+            &checkpoint,
+            guard,
+        )
+        .await?;
         // Resume from the checkpoint, which is before the tool call.
         let started = Instant::now();
         let from = load_checkpoint(&checkpoint)?;

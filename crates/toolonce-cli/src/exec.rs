@@ -430,10 +430,12 @@ mod tests {
 
     #[test]
     fn the_command_line_is_described_as_a_shell_would_take_it() {
-        let line = |words: &[&str]| {
-            command_line(&words.iter().map(OsString::from).collect::<Vec<_>>())
-        };
-        assert_eq!(line(&["./deploy.sh", "--env=prod"]), "./deploy.sh --env=prod");
+        let line =
+            |words: &[&str]| command_line(&words.iter().map(OsString::from).collect::<Vec<_>>());
+        assert_eq!(
+            line(&["./deploy.sh", "--env=prod"]),
+            "./deploy.sh --env=prod"
+        );
         assert_eq!(
             line(&["sh", "-c", "echo it's $HOME", ""]),
             r"sh -c 'echo it'\''s $HOME' ''"

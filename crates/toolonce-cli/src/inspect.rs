@@ -8,7 +8,9 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::bail;
 use serde_json::{Value, json};
-use toolonce::{Entry, EntryState, ListQuery, OperationKey, Resolution, Resolved, State, ToolError};
+use toolonce::{
+    Entry, EntryState, ListQuery, OperationKey, Resolution, Resolved, State, ToolError,
+};
 
 use crate::args::{self, StoreArg};
 use crate::exit;
@@ -249,7 +251,9 @@ pub(crate) async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
     let now = SystemTime::now();
     let mut doc = summary(&entry, now);
     match &entry.state {
-        EntryState::Running { owner } | EntryState::Unknown { owner } => doc["owner"] = json!(owner),
+        EntryState::Running { owner } | EntryState::Unknown { owner } => {
+            doc["owner"] = json!(owner)
+        }
         EntryState::Done { result, .. } => doc["result"] = result.clone(),
         EntryState::Failed { error, .. } => {
             doc["error"] = serde_json::to_value(error).map_err(exit::internal)?
@@ -262,9 +266,17 @@ pub(crate) async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
     }
     let at = |t: SystemTime| {
         if t <= now {
-            format!("{} ({} ago)", output::timestamp(t), output::duration(since(t, now)))
+            format!(
+                "{} ({} ago)",
+                output::timestamp(t),
+                output::duration(since(t, now))
+            )
         } else {
-            format!("{} (in {})", output::timestamp(t), output::duration(until(t, now)))
+            format!(
+                "{} (in {})",
+                output::timestamp(t),
+                output::duration(until(t, now))
+            )
         }
     };
     outln!("key            {}", entry.key);
@@ -358,7 +370,10 @@ pub(crate) async fn resolve(a: ResolveArgs) -> anyhow::Result<ExitCode> {
             let (word, what) = match &resolution {
                 Resolution::Done(_) => ("done", "recorded as done: duplicates replay it"),
                 Resolution::Failed(_) => ("failed", "recorded as failed: duplicates replay it"),
-                _ => ("released", "released: the next call runs the operation again"),
+                _ => (
+                    "released",
+                    "released: the next call runs the operation again",
+                ),
             };
             if a.json {
                 outln!("{}", json!({"key": key, "resolved": word}));
@@ -371,11 +386,19 @@ pub(crate) async fn resolve(a: ResolveArgs) -> anyhow::Result<ExitCode> {
         Resolved::Settled(entry) => {
             let state = entry.state();
             if a.json {
-                outln!("{}", json!({"key": key, "resolved": false, "state": state.as_str()}));
+                outln!(
+                    "{}",
+                    json!({"key": key, "resolved": false, "state": state.as_str()})
+                );
             }
             let when = entry
                 .settled_at
-                .map(|t| format!(" (settled {} ago)", output::duration(since(t, SystemTime::now()))))
+                .map(|t| {
+                    format!(
+                        " (settled {} ago)",
+                        output::duration(since(t, SystemTime::now()))
+                    )
+                })
                 .unwrap_or_default();
             eprintln!(
                 "toolonce: {key} is already {state}{when}, perhaps since you last looked; \

@@ -69,7 +69,10 @@ fn check(text: &str, shared: bool) {
     );
     if shared {
         // The crashed charge reruns under its key; the crashed email is held.
-        assert!(text.contains("(policy rerun), ran charge_card again"), "{text}");
+        assert!(
+            text.contains("(policy rerun), ran charge_card again"),
+            "{text}"
+        );
         assert!(text.contains("With it (unknown)"), "{text}");
         assert!(text.contains("keeps the default policy (hold)"), "{text}");
         assert!(text.contains("toolonce resolve idem:"), "{text}");
@@ -124,7 +127,11 @@ fn demo_on_an_in_memory_store_is_still_saved_by_the_idempotency_key() {
         .unwrap();
     assert_eq!(code(&out), 0, "{}\n{}", stdout(&out), stderr(&out));
     check(&stdout(&out), false);
-    assert!(stdout(&out).contains("Skipped with toolonce"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("Skipped with toolonce"),
+        "{}",
+        stdout(&out)
+    );
 }
 
 #[test]

@@ -97,7 +97,9 @@ fn crash_mid_run(dir: &Path, name: &str, extra: &[&str]) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while alive(pid) {
         if Instant::now() > deadline {
-            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
             panic!("the command outlived its SIGKILLed toolonce");
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -142,7 +144,7 @@ fn a_killed_run_is_held_with_exit_73_until_released_then_runs_once_with_the_same
     let dir = tempfile::tempdir().unwrap();
     let key = key_of("deploy");
     crash_mid_run(dir.path(), "deploy", &[]);
-    assert_eq!(runs(dir.path()), [key.clone()]);
+    assert_eq!(runs(dir.path()), std::slice::from_ref(&key));
 
     let listed = wait_until_unknown(dir.path(), &key);
     assert_eq!(listed["state"], "unknown");
@@ -273,7 +275,10 @@ fn an_outcome_recorded_by_an_operator_is_replayed_and_the_command_not_run() {
         crash_mid_run(dir.path(), name, &[]);
         std::fs::remove_file(dir.path().join("first-run")).unwrap();
         wait_until_unknown(dir.path(), &key);
-        let resolved = run(dir.path(), &[&["resolve", key.as_str()], resolution].concat());
+        let resolved = run(
+            dir.path(),
+            &[&["resolve", key.as_str()], resolution].concat(),
+        );
         assert_eq!(code(&resolved), 0, "{name}: {}", stderr(&resolved));
         let before = runs(dir.path()).len();
         let replayed = exec(dir.path(), name, LEASE, SCRIPT);
@@ -306,7 +311,10 @@ fn resolve_refuses_an_entry_that_settled_meanwhile_and_changes_nothing() {
         &["--failed", "looked broken"],
         &["--done", "{}"],
     ] {
-        let second = run(dir.path(), &[&["resolve", key.as_str()], resolution].concat());
+        let second = run(
+            dir.path(),
+            &[&["resolve", key.as_str()], resolution].concat(),
+        );
         assert_eq!(code(&second), 67, "{resolution:?}: {}", stderr(&second));
         let text = stderr(&second);
         assert!(text.contains("already done"), "{text}");

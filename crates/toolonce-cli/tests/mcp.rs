@@ -337,9 +337,10 @@ fn cancelled_call_is_forwarded_and_its_entry_expires_with_the_lease() {
 fn server_that_never_answers_times_out_and_does_not_block_the_key_forever() {
     // Under `rerun`; under the default `hold` the key stays blocked until a person resolves it
     // (mcp_unknown.rs).
-    let mut peer = ready(Spawn::proxy().config(
-        "[defaults]\nlease = \"600ms\"\ncall_timeout = \"300ms\"\non_expired = \"rerun\"",
-    ));
+    let mut peer =
+        ready(Spawn::proxy().config(
+            "[defaults]\nlease = \"600ms\"\ncall_timeout = \"300ms\"\non_expired = \"rerun\"",
+        ));
     let started = Instant::now();
     let answer = peer.call("hang", json!({"x": 1}));
     assert!(started.elapsed() >= Duration::from_millis(300));

@@ -190,14 +190,20 @@ fn a_call_the_server_never_answers_is_held_after_the_lease_until_an_operator_rel
     let key = key_of("hang", &args);
     let mut peer = proxy(dir.path(), config);
     let timed_out = peer.call("hang", args.clone());
-    assert_eq!(timed_out["result"]["_meta"]["toolonce/outcome"], "timed_out");
+    assert_eq!(
+        timed_out["result"]["_meta"]["toolonce/outcome"],
+        "timed_out"
+    );
     // The model is told the truth about what comes next under `hold`.
     let words = text(&timed_out);
     assert!(words.contains("Do not retry"), "{words}");
     assert!(words.contains("toolonce resolve"), "{words}");
     wait_until_unknown(dir.path(), &key);
     let held = peer.call("hang", args.clone());
-    assert_eq!(held["result"]["_meta"]["toolonce/outcome"], "unknown", "{held}");
+    assert_eq!(
+        held["result"]["_meta"]["toolonce/outcome"], "unknown",
+        "{held}"
+    );
     assert_eq!(peer.count("hang"), 1);
 
     let store = format!("sqlite://{}", dir.path().join("store.db").display());
@@ -209,7 +215,11 @@ fn a_call_the_server_never_answers_is_held_after_the_lease_until_an_operator_rel
     assert!(released.status.success(), "{released:?}");
     let again = peer.call("hang", args);
     assert_eq!(again["result"]["_meta"]["toolonce/outcome"], "timed_out");
-    assert_eq!(peer.count("hang"), 2, "released, the call was forwarded again");
+    assert_eq!(
+        peer.count("hang"),
+        2,
+        "released, the call was forwarded again"
+    );
     let keys: Vec<String> = peer.executions().into_iter().map(|(.., k)| k).collect();
     assert_eq!(keys, [key.clone(), key]);
 }

@@ -201,7 +201,8 @@ async fn answer(
     };
     // What the entry says it is: an operator reading `toolonce ls` sees the scope, the tool and
     // the server, which the key alone hides.
-    let about = About::new(shared.scope.clone(), call.tool.clone()).detail(shared.server_id.clone());
+    let about =
+        About::new(shared.scope.clone(), call.tool.clone()).detail(shared.server_id.clone());
     let run = shared
         .layer
         .run_with_about(&call.tool, &derived, &about, &policy.options, |_ctx| {

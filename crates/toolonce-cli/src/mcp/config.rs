@@ -311,7 +311,9 @@ impl PolicySection {
             policy.call_timeout = timeout.forever_capped();
         }
         match self.on_expired {
-            Some(OnExpiredName::Hold) => policy.options = policy.options.on_expired(OnExpired::Hold),
+            Some(OnExpiredName::Hold) => {
+                policy.options = policy.options.on_expired(OnExpired::Hold)
+            }
             Some(OnExpiredName::Rerun) => {
                 policy.options = policy.options.on_expired(OnExpired::Rerun);
             }
