@@ -117,10 +117,10 @@ fn select_live(conn: &Connection, key: &str) -> Option<bool> {
     let mut stmt = conn.prepare_cached(sql::SELECT_LIVE).unwrap();
     let mut rows = stmt.query(params![key, now_ms()]).unwrap();
     let row = rows.next().unwrap()?;
-    for column in [0, 1, 2, 3, 7] {
+    for column in [0, 1, 2, 3, 8, 9, 10, 11] {
         black_box(row.get_ref(column).unwrap().as_str_or_null().unwrap());
     }
-    for column in [4, 5, 6] {
+    for column in [4, 5, 6, 7, 12, 13] {
         black_box(row.get::<_, Option<i64>>(column).unwrap());
     }
     Some(row.get_ref(1).unwrap().as_str().unwrap() == "done")
@@ -160,7 +160,18 @@ impl Raw {
         let wrote = c
             .prepare_cached(sql::CLAIM)
             .unwrap()
-            .execute(params![key, owner, FINGERPRINT, now, now + 60_000])
+            .execute(params![
+                key,
+                owner,
+                FINGERPRINT,
+                now,
+                now + 60_000,
+                now + 60_000 + 86_400_000,
+                // What `Layer::run("bench", ..)` records: the tool's name only.
+                None::<&str>,
+                "bench",
+                None::<&str>
+            ])
             .unwrap();
         assert_eq!(wrote, 1);
         c.prepare_cached(sql::COMMIT).unwrap().execute([]).unwrap();

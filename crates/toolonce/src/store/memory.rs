@@ -83,14 +83,67 @@ fn expiry(now: SystemTime, d: Duration) -> SystemTime {
     add_saturating(now, d.min(crate::layer::MAX_DURATION))
 }
 
+/// One key's entry. The entry as stored keeps `Running` after its lease: whether it is
+/// `unknown` is decided by the clock at each read ([`Slot::view`]), as the other stores decide
+/// it in their queries.
 struct Slot {
     entry: Entry,
-    expires_at: SystemTime,
+    /// The lease deadline while running (meaningless once settled).
+    lease_until: SystemTime,
+    /// How long the entry is kept as `unknown` after `lease_until`.
+    unknown_retention: Duration,
+    /// When the slot is gone: `lease_until + unknown_retention` while running, the end of the
+    /// retention once settled.
+    gone_at: SystemTime,
 }
 
 impl Slot {
     fn live(&self, now: SystemTime) -> bool {
-        now < self.expires_at
+        now < self.gone_at
+    }
+
+    /// Whether the entry is running (or unknown) and held by `owner`.
+    fn held_by(&self, owner: &OwnerToken) -> bool {
+        matches!(&self.entry.state, EntryState::Running { owner: Some(o) } if o == owner.as_str())
+    }
+
+    fn running(&self) -> bool {
+        matches!(self.entry.state, EntryState::Running { .. })
+    }
+
+    /// The entry as a reader sees it at `now`: a running entry past its lease is `unknown`,
+    /// and `expires_at` is the lease deadline while running or unknown, the retention's end
+    /// once settled.
+    fn view(&self, now: SystemTime) -> Entry {
+        let mut entry = self.entry.clone();
+        match &entry.state {
+            EntryState::Running { owner } => {
+                if now >= self.lease_until {
+                    entry.state = EntryState::Unknown {
+                        owner: owner.clone(),
+                    };
+                }
+                entry.expires_at = Some(self.lease_until);
+            }
+            _ => entry.expires_at = Some(self.gone_at),
+        }
+        entry
+    }
+
+    /// Starts a lease of `lease` from `now`, kept as `unknown` for `retention` after it.
+    fn lease(&mut self, now: SystemTime, lease: Duration, retention: Duration) {
+        self.lease_until = expiry(now, lease);
+        self.unknown_retention = retention;
+        self.gone_at = expiry(self.lease_until, retention);
+        self.entry.expires_at = Some(self.lease_until);
+    }
+
+    /// Settles the entry as `state` for `retention` from `now`.
+    fn settle(&mut self, now: SystemTime, state: EntryState, retention: Duration) {
+        self.entry.state = state;
+        self.entry.settled_at = Some(now);
+        self.gone_at = expiry(now, retention);
+        self.entry.expires_at = Some(self.gone_at);
     }
 }
 
@@ -143,49 +196,65 @@ impl MemoryStore {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The owned, live, running slot of `key`, if `owner` holds it.
+    /// The live slot of `key` if it is running (lease live or expired: unknown) and `owner`
+    /// holds it. Owner fencing, not lease fencing: a takeover replaces the token, so only an
+    /// owner nobody took over from gets here after its lease.
     fn owned<'a>(
         map: &'a mut BTreeMap<OperationKey, Slot>,
         key: &OperationKey,
         owner: &OwnerToken,
         now: SystemTime,
     ) -> Option<&'a mut Slot> {
-        map.get_mut(key).filter(|slot| {
-            slot.live(now)
-                && matches!(&slot.entry.state,
-                    EntryState::Running { owner: Some(o) } if o == owner.as_str())
-        })
+        map.get_mut(key)
+            .filter(|slot| slot.live(now) && slot.held_by(owner))
     }
 }
 
 #[async_trait]
 impl Store for MemoryStore {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim> {
-        let (key, fingerprint, owner, lease) = (req.key, req.fingerprint, req.owner, req.lease);
         let now = self.clock.now();
         let mut map = self.lock();
-        // The caller's own running entry: an earlier attempt of this claim applied.
-        if let Some(slot) = Self::owned(&mut map, key, owner, now) {
-            slot.expires_at = now + lease;
-            slot.entry.expires_at = Some(slot.expires_at);
-            return Ok(Claim::Won);
+        if let Some(slot) = map.get_mut(req.key).filter(|s| s.live(now)) {
+            // The caller's own running (or unknown) entry: an earlier attempt of this claim
+            // applied. The lease is renewed; it is the same attempt, so nothing is counted.
+            if slot.held_by(req.owner) {
+                slot.lease(now, req.lease, req.retention);
+                return Ok(Claim::Won);
+            }
+            let unknown = slot.running() && now >= slot.lease_until;
+            // A takeover: same operation (the fingerprint matches), lease expired unsettled.
+            if unknown && req.takeover && slot.entry.matches(req.fingerprint) {
+                slot.entry.state = EntryState::Running {
+                    owner: Some(req.owner.as_str().to_owned()),
+                };
+                slot.entry.started_at = now;
+                slot.entry.attempts = slot.entry.attempts.saturating_add(1);
+                slot.lease(now, req.lease, req.retention);
+                return Ok(Claim::Won);
+            }
+            return Ok(Claim::Existing(slot.view(now)));
         }
-        if let Some(slot) = map.get(key).filter(|s| s.live(now)) {
-            let mut entry = slot.entry.clone();
-            entry.expires_at = Some(slot.expires_at);
-            return Ok(Claim::Existing(entry));
-        }
-        let expires_at = expiry(now, lease);
         let entry = Entry::new(
-            key.clone(),
-            Some(fingerprint.clone()),
+            req.key.clone(),
+            Some(req.fingerprint.clone()),
             now,
-            Some(expires_at),
+            None,
             EntryState::Running {
-                owner: Some(owner.as_str().to_owned()),
+                owner: Some(req.owner.as_str().to_owned()),
             },
-        );
-        map.insert(key.clone(), Slot { entry, expires_at });
+        )
+        .with_about(req.about.clone())
+        .with_first_started_at(Some(now))
+        .with_attempts(1);
+        let mut slot = Slot {
+            entry,
+            lease_until: now,
+            unknown_retention: req.retention,
+            gone_at: now,
+        };
+        slot.lease(now, req.lease, req.retention);
+        map.insert(req.key.clone(), slot);
         Ok(Claim::Won)
     }
 
@@ -194,8 +263,8 @@ impl Store for MemoryStore {
         let mut map = self.lock();
         Ok(match Self::owned(&mut map, key, owner, now) {
             Some(slot) => {
-                slot.expires_at = expiry(now, lease);
-                slot.entry.expires_at = Some(slot.expires_at);
+                let retention = slot.unknown_retention;
+                slot.lease(now, lease, retention);
                 true
             }
             None => false,
@@ -213,12 +282,11 @@ impl Store for MemoryStore {
         let mut map = self.lock();
         Ok(match Self::owned(&mut map, key, &owner, now) {
             Some(slot) => {
-                slot.entry.state = EntryState::Done {
+                let state = EntryState::Done {
                     result: result.clone(),
                     completed_at: Some(now),
                 };
-                slot.expires_at = expiry(now, retention);
-                slot.entry.expires_at = Some(slot.expires_at);
+                slot.settle(now, state, retention);
                 Fenced::Applied
             }
             None => Fenced::NotOwner,
@@ -239,12 +307,11 @@ impl Store for MemoryStore {
         };
         match sticky {
             Some(retention) => {
-                slot.entry.state = EntryState::Failed {
+                let state = EntryState::Failed {
                     error: error.clone(),
                     failed_at: Some(now),
                 };
-                slot.expires_at = expiry(now, retention);
-                slot.entry.expires_at = Some(slot.expires_at);
+                slot.settle(now, state, retention);
             }
             None => {
                 map.remove(key);
@@ -259,7 +326,7 @@ impl Store for MemoryStore {
             .lock()
             .get(key)
             .filter(|s| s.live(now))
-            .map(|s| s.entry.clone()))
+            .map(|s| s.view(now)))
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Page> {
@@ -273,14 +340,18 @@ impl Store for MemoryStore {
         let mut entries = Vec::with_capacity(size.min(64));
         let mut more = false;
         for (_, slot) in map.range((start, std::ops::Bound::Unbounded)) {
-            if !slot.live(now) || !query.admits(&slot.entry) {
+            if !slot.live(now) {
+                continue;
+            }
+            let entry = slot.view(now);
+            if !query.admits(&entry) {
                 continue;
             }
             if entries.len() == size {
                 more = true;
                 break;
             }
-            entries.push(slot.entry.clone());
+            entries.push(entry);
         }
         let next = if more {
             entries.last().map(|e: &Entry| e.key.as_str().to_owned())
@@ -292,11 +363,38 @@ impl Store for MemoryStore {
 
     async fn resolve(
         &self,
-        _key: &OperationKey,
-        _resolution: &Resolution,
-        _retention: Duration,
+        key: &OperationKey,
+        resolution: &Resolution,
+        retention: Duration,
     ) -> Result<Resolved> {
-        Err(crate::Error::Store("resolve is not implemented yet".into()))
+        let now = self.clock.now();
+        let mut map = self.lock();
+        let Some(slot) = map.get_mut(key).filter(|s| s.live(now)) else {
+            return Ok(Resolved::Absent);
+        };
+        if !slot.running() {
+            return Ok(Resolved::Settled(slot.view(now)));
+        }
+        match resolution {
+            Resolution::Done(value) => {
+                let state = EntryState::Done {
+                    result: value.clone(),
+                    completed_at: Some(now),
+                };
+                slot.settle(now, state, retention);
+            }
+            Resolution::Failed(error) => {
+                let state = EntryState::Failed {
+                    error: error.clone(),
+                    failed_at: Some(now),
+                };
+                slot.settle(now, state, retention);
+            }
+            Resolution::Release => {
+                map.remove(key);
+            }
+        }
+        Ok(Resolved::Applied)
     }
 
     async fn delete(&self, key: &OperationKey) -> Result<bool> {

@@ -19,104 +19,18 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::{
-    Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, Resolution,
+    About, Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, Resolution,
     Resolved, State, Store, millis,
 };
 use crate::key::{Fingerprint, OperationKey};
 use crate::tool::ToolError;
 use crate::{Error, Result};
 
-/// The schema version this build creates and understands, kept in `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 1;
-
-/// `PRAGMA application_id` of a toolonce database (`"tool"` in ASCII), so that a file of another
-/// program is refused instead of being mistaken for an old or new toolonce schema.
-const APPLICATION_ID: i32 = i32::from_be_bytes(*b"tool");
-
-/// Schema version 1. Times are milliseconds since the Unix epoch, read from the system clock of
-/// the process that writes them: SQLite is embedded, so every process sharing the file shares
-/// the machine's clock. `expires_at` is the lease while `running` and the retention once
-/// settled; a row with `expires_at <= now` counts as absent everywhere, and its index lets
-/// `purge_expired` find such rows without a scan. `payload` is the result (`done`) or the
-/// [`ToolError`] (`failed`) as JSON text.
-const SCHEMA_V1: &str = "
-CREATE TABLE toolonce_entries (
-    key         TEXT PRIMARY KEY NOT NULL,
-    state       TEXT NOT NULL CHECK (state IN ('running', 'done', 'failed')),
-    owner       TEXT,
-    fingerprint TEXT,
-    started_at  INTEGER NOT NULL,
-    expires_at  INTEGER NOT NULL,
-    settled_at  INTEGER,
-    payload     TEXT
-);
-CREATE INDEX toolonce_entries_expires_at ON toolonce_entries (expires_at);
-";
-
-/// The statements the store runs, public only so that the benchmark can run exactly the same
-/// SQL on a raw connection as its baseline. Not a stable API.
-///
-/// Every write runs between [`BEGIN`](sql::BEGIN) and [`COMMIT`](sql::COMMIT): `BEGIN
-/// IMMEDIATE` takes the database's write lock up front (waiting up to the busy timeout for
-/// another connection or process to release it), so nothing else can write between the
-/// statements of one operation, and the clock is read only once the lock is held (a wait for
-/// the lock cannot make `now` stale).
+mod schema;
 #[doc(hidden)]
-pub mod sql {
-    /// Takes the write lock for the operation's transaction.
-    pub const BEGIN: &str = "BEGIN IMMEDIATE";
-    /// Ends it.
-    pub const COMMIT: &str = "COMMIT";
+pub mod sql;
 
-    /// The live entry of a key: `?1` key, `?2` now.
-    pub const SELECT_LIVE: &str = "SELECT key, state, owner, fingerprint, started_at, expires_at, \
-         settled_at, payload FROM toolonce_entries WHERE key = ?1 AND expires_at > ?2";
-
-    /// The decisive statement of a claim: `?1` key, `?2` owner, `?3` fingerprint, `?4` now,
-    /// `?5` lease expiry. It inserts a `running` row if the key has none, overwrites the row
-    /// if it has expired, and leaves a live row alone; the number of changed rows (1 or 0)
-    /// says which. (`RETURNING` would not help: it returns no row in exactly the case where
-    /// the row is needed, when the `DO UPDATE`'s `WHERE` is false.)
-    pub const CLAIM: &str = "INSERT INTO toolonce_entries \
-         (key, state, owner, fingerprint, started_at, expires_at, settled_at, payload) \
-         VALUES (?1, 'running', ?2, ?3, ?4, ?5, NULL, NULL) \
-         ON CONFLICT (key) DO UPDATE SET state = 'running', owner = excluded.owner, \
-         fingerprint = excluded.fingerprint, started_at = excluded.started_at, \
-         expires_at = excluded.expires_at, settled_at = NULL, payload = NULL \
-         WHERE toolonce_entries.expires_at <= ?4";
-
-    /// Extends a lease: `?1` key, `?2` owner, `?3` new expiry, `?4` now.
-    pub const RENEW: &str = "UPDATE toolonce_entries SET expires_at = ?3 \
-         WHERE key = ?1 AND state = 'running' AND owner = ?2 AND expires_at > ?4";
-
-    /// Records a result: `?1` key, `?2` owner, `?3` result JSON, `?4` now, `?5` retention end.
-    pub const COMPLETE: &str = "UPDATE toolonce_entries SET state = 'done', owner = NULL, \
-         payload = ?3, settled_at = ?4, expires_at = ?5 \
-         WHERE key = ?1 AND state = 'running' AND owner = ?2 AND expires_at > ?4";
-
-    /// Records a permanent error, same parameters as [`COMPLETE`] with the error JSON as `?3`.
-    pub const FAIL_STICKY: &str = "UPDATE toolonce_entries SET state = 'failed', owner = NULL, \
-         payload = ?3, settled_at = ?4, expires_at = ?5 \
-         WHERE key = ?1 AND state = 'running' AND owner = ?2 AND expires_at > ?4";
-
-    /// Drops an owned entry after a transient error: `?1` key, `?2` owner, `?3` now.
-    pub const FAIL_DELETE: &str = "DELETE FROM toolonce_entries \
-         WHERE key = ?1 AND state = 'running' AND owner = ?2 AND expires_at > ?3";
-
-    /// Deletes a key whatever its state, saying whether its row was live: `?1` key, `?2` now.
-    pub const DELETE: &str =
-        "DELETE FROM toolonce_entries WHERE key = ?1 RETURNING expires_at > ?2";
-
-    /// Deletes expired rows: `?1` now.
-    pub const PURGE: &str = "DELETE FROM toolonce_entries WHERE expires_at <= ?1";
-
-    /// A page of live entries: `?1` keys after this one, `?2` now, `?3` state or NULL for all,
-    /// `?4` how many.
-    pub const LIST: &str = "SELECT key, state, owner, fingerprint, started_at, expires_at, \
-         settled_at, payload FROM toolonce_entries \
-         WHERE key > ?1 AND expires_at > ?2 AND (?3 IS NULL OR state = ?3) \
-         ORDER BY key LIMIT ?4";
-}
+pub use schema::SCHEMA_VERSION;
 
 /// How to open a [`SqliteStore`].
 ///
@@ -255,9 +169,14 @@ type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 /// - **WAL, `synchronous=NORMAL`.** Readers and the writer do not block each other, and a
 ///   commit appends to the log without a flush (see [`SqliteOptions::full_sync`] for what that
 ///   trades).
-/// - **Expiry by the machine clock.** Rows hold their expiry in milliseconds since the epoch;
-///   every statement compares it with `now` and treats an expired row as absent. All processes
-///   that share a file run on the same machine, hence on the same clock.
+/// - **Expiry by the machine clock.** Rows hold their lease deadline and the end of their
+///   keeping in milliseconds since the epoch; every statement compares them with `now`, treats
+///   a row no longer kept as absent and a `running` row past its lease as `unknown` (nothing is
+///   written when a lease runs out). All processes that share a file run on the same machine,
+///   hence on the same clock.
+/// - **Schema versions.** `PRAGMA user_version` says which layout a file has; opening a file of
+///   an older version migrates it, under the write lock, in one transaction (see the `schema`
+///   module for version 2 and the migration from version 1).
 ///
 /// # Atomicity
 ///
@@ -408,8 +327,9 @@ impl Drop for Immediate<'_> {
 
 /// Decodes the entry in a row of [`sql::SELECT_LIVE`] or [`sql::LIST`], reading text straight
 /// from SQLite's buffers and copying only what the entry keeps. `key` is the key the caller
-/// asked for, when it did (it is the row's key, so it need not be parsed again).
-fn entry_from(r: &rusqlite::Row<'_>, key: Option<&OperationKey>) -> JobResult<Entry> {
+/// asked for, when it did (it is the row's key, so it need not be parsed again). `now` tells a
+/// `running` row whose lease has passed (`unknown`) from a live one.
+fn entry_from(r: &rusqlite::Row<'_>, key: Option<&OperationKey>, now: i64) -> JobResult<Entry> {
     let key = match key {
         Some(k) => k.clone(),
         None => {
@@ -432,8 +352,9 @@ fn entry_from(r: &rusqlite::Row<'_>, key: Option<&OperationKey>) -> JobResult<En
         .map(str::parse::<Fingerprint>)
         .transpose()
         .map_err(|e| corrupt(e.to_string()))?;
+    let millis = |column: usize| -> JobResult<Option<i64>> { Ok(r.get::<_, Option<i64>>(column)?) };
     let time = |column: usize, what: &str| -> JobResult<Option<SystemTime>> {
-        let Some(ms) = r.get::<_, Option<i64>>(column)? else {
+        let Some(ms) = millis(column)? else {
             return Ok(None);
         };
         u64::try_from(ms)
@@ -443,27 +364,54 @@ fn entry_from(r: &rusqlite::Row<'_>, key: Option<&OperationKey>) -> JobResult<En
             .ok_or_else(|| corrupt(format!("{what} {ms} is not a time")))
     };
     let started_at = time(4, "started_at")?.ok_or_else(|| corrupt("no started_at".into()))?;
-    let expires_at = time(5, "expires_at")?;
-    let settled_at = time(6, "settled_at")?;
+    let lease_until = millis(5)?;
+    let settled_at = time(7, "settled_at")?;
     let state = text(1)?.unwrap_or_default();
     let payload = || -> JobResult<&str> {
-        text(7)?.ok_or_else(|| corrupt(format!("a {state} entry without its payload")))
+        text(8)?.ok_or_else(|| corrupt(format!("a {state} entry without its payload")))
     };
-    let state = match state {
-        "running" => EntryState::Running { owner: r.get(2)? },
-        "done" => EntryState::Done {
-            result: serde_json::from_str::<Value>(payload()?)
-                .map_err(|e| corrupt(format!("result is not JSON: {e}")))?,
-            completed_at: settled_at,
-        },
-        "failed" => EntryState::Failed {
-            error: serde_json::from_str::<ToolError>(payload()?)
-                .map_err(|e| corrupt(format!("error is not a tool error: {e}")))?,
-            failed_at: settled_at,
-        },
+    let (state, expires_at) = match state {
+        "running" => {
+            let lease =
+                lease_until.ok_or_else(|| corrupt("a running entry without a lease".into()))?;
+            let owner = r.get(2)?;
+            let state = if lease <= now {
+                EntryState::Unknown { owner }
+            } else {
+                EntryState::Running { owner }
+            };
+            (state, time(5, "lease_until")?)
+        }
+        "done" => (
+            EntryState::Done {
+                result: serde_json::from_str::<Value>(payload()?)
+                    .map_err(|e| corrupt(format!("result is not JSON: {e}")))?,
+                completed_at: settled_at,
+            },
+            time(6, "kept_until")?,
+        ),
+        "failed" => (
+            EntryState::Failed {
+                error: serde_json::from_str::<ToolError>(payload()?)
+                    .map_err(|e| corrupt(format!("error is not a tool error: {e}")))?,
+                failed_at: settled_at,
+            },
+            time(6, "kept_until")?,
+        ),
         other => return Err(corrupt(format!("unknown state {other:?}"))),
     };
-    Ok(Entry::new(key, fingerprint, started_at, expires_at, state))
+    let about = About::empty()
+        .with_scope(text(9)?.map(str::to_owned))
+        .with_tool(text(10)?.map(str::to_owned))
+        .with_detail(text(11)?.map(str::to_owned));
+    let attempts = millis(13)?.unwrap_or(0);
+    let attempts = u32::try_from(attempts).map_err(|_| corrupt(format!("{attempts} attempts")))?;
+    let first_started_at = time(12, "first_started_at")?;
+    Ok(Entry::new(key, fingerprint, started_at, expires_at, state)
+        .with_about(about)
+        .with_first_started_at(first_started_at)
+        .with_attempts(attempts)
+        .with_settled_at(settled_at))
 }
 
 /// The live entry of `key`, read in one statement (so from one consistent snapshot).
@@ -471,7 +419,7 @@ fn read_live(conn: &Connection, key: &OperationKey, now: i64) -> JobResult<Optio
     let mut stmt = conn.prepare_cached(sql::SELECT_LIVE)?;
     let mut rows = stmt.query(params![key.as_str(), now])?;
     match rows.next()? {
-        Some(row) => Ok(Some(entry_from(row, Some(key))?)),
+        Some(row) => Ok(Some(entry_from(row, Some(key), now)?)),
         None => Ok(None),
     }
 }
@@ -482,49 +430,90 @@ enum Claimed {
     Existing(Box<Entry>),
 }
 
+/// A claim's request, owned so that it can be sent to the connection thread.
+struct OwnedClaim {
+    key: OperationKey,
+    owner: String,
+    fingerprint: Fingerprint,
+    lease: Duration,
+    retention: Duration,
+    takeover: bool,
+    about: About,
+}
+
+/// Whether a claim that finds `entry` is answered by it without writing: a settled entry, a
+/// live one held by somebody else, an `unknown` one held by somebody else that the caller does
+/// not take over. Everything else (the caller's own entry, a takeover) needs the write lock.
+fn answers_claim(entry: &Entry, owner: &str, takeover: bool, fingerprint: &Fingerprint) -> bool {
+    match &entry.state {
+        EntryState::Running { .. } => !held_by(entry, owner),
+        EntryState::Unknown { .. } => {
+            !held_by(entry, owner) && !takes_over(entry, takeover, fingerprint)
+        }
+        _ => true,
+    }
+}
+
+/// Whether a claim asking for a takeover takes `entry` over: only an `unknown` entry of the
+/// same operation. One whose fingerprint differs (other arguments under the same key) is not
+/// this caller's to run again: it is the answer, so the caller reports the conflict.
+fn takes_over(entry: &Entry, takeover: bool, fingerprint: &Fingerprint) -> bool {
+    takeover && matches!(entry.state, EntryState::Unknown { .. }) && entry.matches(fingerprint)
+}
+
 /// The atomic part of a claim, on the writer connection.
 ///
-/// `BEGIN IMMEDIATE` takes the database's write lock, then [`sql::CLAIM`] decides in one
-/// statement: it writes a `running` row owned by `owner` if the key has no row or only an
-/// expired one, and changes nothing if the key has a live row. If it wrote, the caller won:
-/// nobody else can have written the key since, because the lock is held until the commit. If it
-/// did not, the key has a live row, and the read that follows runs under the same lock, so it
-/// sees exactly the row that stopped the claim: there is no window between "not mine" and
-/// "read it" in which that row could expire, be settled, be deleted or be claimed by another
-/// process, and a vanished row is never taken for a win.
-fn claim_locked(
-    conn: &Connection,
-    key: &OperationKey,
-    owner: &str,
-    fingerprint: &str,
-    lease: Duration,
-) -> JobResult<Claimed> {
+/// `BEGIN IMMEDIATE` takes the database's write lock, then [`sql::CLAIM`] decides the common
+/// case in one statement: it writes a `running` row owned by the caller if the key has no row
+/// or only one that is no longer kept, and changes nothing if the key has a kept row. If it
+/// wrote, the caller won: nobody else can have written the key since, because the lock is held
+/// until the commit. If it did not, the read that follows runs under the same lock, so it sees
+/// exactly the row that stopped the claim (no window in which that row could expire, be
+/// settled, deleted or claimed by another process, and a vanished row is never taken for a
+/// win), and the rules for that row apply under the same lock: the caller's own entry, live or
+/// `unknown`, is renewed and won ([`sql::RECLAIM_OWN`]); an `unknown` entry is taken over if the
+/// caller asks ([`sql::TAKEOVER`]); anything else is the answer.
+fn claim_locked(conn: &Connection, req: &OwnedClaim) -> JobResult<Claimed> {
     let tx = Immediate::begin(conn)?;
     let now = now_ms();
+    let lease_until = after(now, req.lease);
+    let kept_until = after(lease_until, req.retention);
     let wrote = conn.prepare_cached(sql::CLAIM)?.execute(params![
-        key.as_str(),
-        owner,
-        fingerprint,
+        req.key.as_str(),
+        req.owner,
+        req.fingerprint.as_str(),
         now,
-        after(now, lease)
+        lease_until,
+        kept_until,
+        req.about.scope,
+        req.about.tool,
+        req.about.detail,
     ])?;
     let claimed = if wrote == 1 {
         Claimed::Won
     } else {
-        match read_live(conn, key, now)? {
-            // The caller's own running entry (an earlier attempt applied): renew it, under the
-            // same lock, and win.
-            Some(entry) if held_by(&entry, owner) => {
-                conn.prepare_cached(sql::RENEW)?.execute(params![
-                    key.as_str(),
-                    owner,
-                    after(now, lease),
-                    now
+        match read_live(conn, &req.key, now)? {
+            Some(entry) if held_by(&entry, &req.owner) => {
+                conn.prepare_cached(sql::RECLAIM_OWN)?.execute(params![
+                    req.key.as_str(),
+                    req.owner,
+                    lease_until,
+                    kept_until
+                ])?;
+                Claimed::Won
+            }
+            Some(entry) if takes_over(&entry, req.takeover, &req.fingerprint) => {
+                conn.prepare_cached(sql::TAKEOVER)?.execute(params![
+                    req.key.as_str(),
+                    req.owner,
+                    now,
+                    lease_until,
+                    kept_until
                 ])?;
                 Claimed::Won
             }
             Some(entry) => Claimed::Existing(Box::new(entry)),
-            // Unreachable while the lock is held: the claim saw a live row a moment ago.
+            // Unreachable while the lock is held: the claim saw a kept row a moment ago.
             None => return Err(Fault::Sql(rusqlite::Error::QueryReturnedNoRows)),
         }
     };
@@ -532,16 +521,21 @@ fn claim_locked(
     Ok(claimed)
 }
 
-/// Whether `entry` is running and held by `owner`.
+/// Whether `entry` is `running` or `unknown` and held by `owner`.
 fn held_by(entry: &Entry, owner: &str) -> bool {
-    matches!(&entry.state, EntryState::Running { owner: Some(o) } if o == owner)
+    matches!(
+        &entry.state,
+        EntryState::Running { owner: Some(o) } | EntryState::Unknown { owner: Some(o) } if o == owner
+    )
 }
 
 /// Runs one fenced statement (`renew`, `complete`, `fail`) in its own transaction, with `now`
 /// read under the lock. The fence is the statement's `WHERE key = ? AND state = 'running' AND
-/// owner = ? AND expires_at > now`: a caller whose lease expired, or whose key was reclaimed,
-/// deleted or settled, matches no row, so the statement changes nothing and says so (0 rows).
-/// It never overwrites or deletes an entry the caller does not own.
+/// owner = ? AND kept_until > now`: the owner, not the lease. A caller whose entry was taken
+/// over, deleted, resolved or settled, or is no longer kept, matches no row, so the statement
+/// changes nothing and says so (0 rows); it never overwrites or deletes an entry the caller does
+/// not own. A caller whose lease ran out but whom nobody took over still matches: its tool did
+/// run, and recording the outcome beats leaving the entry `unknown`.
 fn fenced(
     conn: &Connection,
     write: impl FnOnce(&Connection, i64) -> rusqlite::Result<usize>,
@@ -622,7 +616,7 @@ impl SqliteStore {
                 );
             }
         }
-        migrate(&writer, &path_text)?;
+        schema::migrate(&writer, &path_text)?;
 
         let readers = if memory {
             Vec::new()
@@ -856,53 +850,6 @@ fn in_autocommit(conn: &Connection) -> bool {
     conn.is_autocommit()
 }
 
-/// Creates the schema in a new database, checks it in an existing one. Runs under the write
-/// lock, so two processes opening a new file at once create the schema once.
-fn migrate(conn: &Connection, path: &str) -> Result<()> {
-    let err = |doing| move |e| sql_error(path, doing, e);
-    let tx = Immediate::begin(conn).map_err(err("read the schema version"))?;
-    let application_id: i32 = conn
-        .pragma_query_value(None, "application_id", |r| r.get(0))
-        .map_err(err("read the application id"))?;
-    let version: i64 = conn
-        .pragma_query_value(None, "user_version", |r| r.get(0))
-        .map_err(err("read the schema version"))?;
-    match (application_id, version) {
-        (0, 0) => {
-            conn.execute_batch(SCHEMA_V1)
-                .map_err(err("create the schema"))?;
-            conn.pragma_update(None, "application_id", APPLICATION_ID)
-                .map_err(err("create the schema"))?;
-            conn.pragma_update(None, "user_version", SCHEMA_VERSION)
-                .map_err(err("create the schema"))?;
-        }
-        (APPLICATION_ID, SCHEMA_VERSION) => {}
-        (APPLICATION_ID, v) if v > SCHEMA_VERSION => {
-            return Err(Error::Config(format!(
-                "SQLite database {path} has schema version {v}, newer than this toolonce knows \
-                 ({SCHEMA_VERSION}): upgrade toolonce"
-            )));
-        }
-        (APPLICATION_ID, v) => {
-            return Err(Error::Config(format!(
-                "SQLite database {path} has schema version {v}, which no toolonce ever wrote"
-            )));
-        }
-        (0, v) => {
-            return Err(Error::Config(format!(
-                "SQLite database {path} is not a toolonce database (it has user_version {v} \
-                 but no toolonce application id)"
-            )));
-        }
-        (other, _) => {
-            return Err(Error::Config(format!(
-                "SQLite database {path} belongs to another program (application_id {other:#x})"
-            )));
-        }
-    }
-    tx.commit().map_err(err("create the schema"))
-}
-
 /// The connection thread: runs jobs in order until the store (the only sender) is dropped.
 fn serve(mut conn: Connection, jobs: mpsc::Receiver<Job>) {
     for job in jobs {
@@ -914,45 +861,50 @@ fn serve(mut conn: Connection, jobs: mpsc::Receiver<Job>) {
 
 #[async_trait]
 impl Store for SqliteStore {
-    /// Claims `key`, in up to two steps:
+    /// Claims the request's key, in up to two steps:
     ///
     /// 1. A read of the key's live row, on a reader connection (or at the start of step 2, on
-    ///    the same connection, if no reader can serve it at once). If there is one, that is
-    ///    the answer: the read is one statement on one consistent snapshot, so the row was live at a moment during this call, which is all
-    ///    `Existing` promises. Replays end here, without taking the write lock.
+    ///    the same connection, if no reader can serve it at once). If the row answers the claim
+    ///    by itself (settled, or held by somebody else and not to be taken over), that is the
+    ///    answer: the read is one statement on one consistent snapshot, so the row was live at a
+    ///    moment during this call, which is all `Existing` promises. Replays end here, without
+    ///    taking the write lock.
     /// 2. Otherwise the atomic claim of `claim_locked` under the write lock, which decides the
-    ///    winner and, if it is not us, reads the live row in the same transaction. A row that
-    ///    vanished or expired between steps 1 and 2 is simply claimed there: step 1 never
-    ///    concludes a win. It runs on the inline writer if the write lock is free, else on the
-    ///    connection thread; a busy inline attempt committed nothing, and the thread's attempt
-    ///    is the whole claim again (same owner token), so the claim happens at most once.
+    ///    winner, the caller's own entry, a takeover of an `unknown` entry, or else reads the
+    ///    live row in the same transaction. A row that vanished, expired or changed between
+    ///    steps 1 and 2 is decided there on what it is then: step 1 never concludes a win. It
+    ///    runs on the inline writer if the write lock is free, else on the connection thread; a
+    ///    busy inline attempt committed nothing, and the thread's attempt is the whole claim
+    ///    again (same owner token), so the claim happens at most once.
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim> {
-        let (key, fingerprint, owner, lease) = (req.key, req.fingerprint, req.owner, req.lease);
-        let inline = self.read_inline("claim", |conn| read_live(conn, key, now_ms()));
+        let (owner, takeover) = (req.owner.as_str(), req.takeover);
+        let inline = self.read_inline("claim", |conn| read_live(conn, req.key, now_ms()));
         let read_first = match inline {
-            // The caller's own running entry is renewed by the writer (below).
-            Some(Ok(Some(entry))) if !held_by(&entry, owner.as_str()) => {
+            Some(Ok(Some(entry))) if answers_claim(&entry, owner, takeover, req.fingerprint) => {
                 return Ok(Claim::Existing(entry));
             }
-            Some(Ok(Some(_))) => false,
-            Some(Ok(None)) => false,
+            Some(Ok(_)) => false,
             Some(Err(e)) => return Err(e),
             None => true,
         };
-        let (k, o, f) = (
-            key.clone(),
-            owner.as_str().to_owned(),
-            fingerprint.as_str().to_owned(),
-        );
+        let owned = OwnedClaim {
+            key: req.key.clone(),
+            owner: owner.to_owned(),
+            fingerprint: req.fingerprint.clone(),
+            lease: req.lease,
+            retention: req.retention,
+            takeover,
+            about: req.about.clone(),
+        };
         let claimed = self
             .write("claim", move |conn| {
                 if read_first
-                    && let Some(entry) = read_live(conn, &k, now_ms())?
-                    && !held_by(&entry, &o)
+                    && let Some(entry) = read_live(conn, &owned.key, now_ms())?
+                    && answers_claim(&entry, &owned.owner, owned.takeover, &owned.fingerprint)
                 {
                     return Ok(Claimed::Existing(Box::new(entry)));
                 }
-                claim_locked(conn, &k, &o, &f, lease)
+                claim_locked(conn, &owned)
             })
             .await?;
         Ok(match claimed {
@@ -1044,6 +996,61 @@ impl Store for SqliteStore {
         })
     }
 
+    /// One transaction under the write lock: the fenced write ([`sql::RESOLVE_SETTLE`] or
+    /// [`sql::RESOLVE_RELEASE`], which match only a kept `running` row, live or `unknown`,
+    /// whoever holds it), then, only if it matched nothing, a read of what stopped it in the
+    /// same transaction: no row, or a row that settled meanwhile, which is left untouched.
+    async fn resolve(
+        &self,
+        key: &OperationKey,
+        resolution: &Resolution,
+        retention: Duration,
+    ) -> Result<Resolved> {
+        let settle = match resolution {
+            Resolution::Done(value) => Some((
+                "done",
+                serde_json::to_string(value)
+                    .map_err(|e| Error::store(format!("cannot encode the result as JSON: {e}")))?,
+            )),
+            Resolution::Failed(error) => Some((
+                "failed",
+                serde_json::to_string(error)
+                    .map_err(|e| Error::store(format!("cannot encode the error as JSON: {e}")))?,
+            )),
+            Resolution::Release => None,
+        };
+        let k = key.clone();
+        self.write("resolve an entry", move |conn| {
+            let tx = Immediate::begin(conn)?;
+            let now = now_ms();
+            let applied = match &settle {
+                Some((state, payload)) => {
+                    conn.prepare_cached(sql::RESOLVE_SETTLE)?.execute(params![
+                        k.as_str(),
+                        state,
+                        payload,
+                        now,
+                        after(now, retention)
+                    ])?
+                }
+                None => conn
+                    .prepare_cached(sql::RESOLVE_RELEASE)?
+                    .execute(params![k.as_str(), now])?,
+            };
+            let resolved = if applied == 1 {
+                Resolved::Applied
+            } else {
+                match read_live(conn, &k, now)? {
+                    Some(entry) => Resolved::Settled(entry),
+                    None => Resolved::Absent,
+                }
+            };
+            tx.commit()?;
+            Ok(resolved)
+        })
+        .await
+    }
+
     async fn get(&self, key: &OperationKey) -> Result<Option<Entry>> {
         if let Some(entry) = self.read_inline("read an entry", |c| read_live(c, key, now_ms())) {
             return entry;
@@ -1060,16 +1067,18 @@ impl Store for SqliteStore {
             None => String::new(),
         };
         let state = query.state.map(State::as_str);
+        let (scope, tool) = (query.scope.clone(), query.tool.clone());
         let size = query.page_size();
         // One more than a page, to know whether another page follows.
         let fetch = i64::try_from(size).unwrap_or(i64::MAX).saturating_add(1);
         let entries = self
             .on_thread("list entries", move |conn| {
                 let mut stmt = conn.prepare_cached(sql::LIST)?;
-                let mut rows = stmt.query(params![after_key, now_ms(), state, fetch])?;
+                let now = now_ms();
+                let mut rows = stmt.query(params![after_key, now, state, fetch, scope, tool])?;
                 let mut entries = Vec::new();
                 while let Some(row) = rows.next()? {
-                    entries.push(entry_from(row, None)?);
+                    entries.push(entry_from(row, None, now)?);
                 }
                 Ok(entries)
             })
@@ -1086,17 +1095,6 @@ impl Store for SqliteStore {
 
     /// One statement under the write lock: deletes the row, live or not, and its `RETURNING`
     /// says whether it was live.
-    async fn resolve(
-        &self,
-        _key: &OperationKey,
-        _resolution: &Resolution,
-        _retention: Duration,
-    ) -> Result<Resolved> {
-        Err(Error::store(
-            "resolve is not implemented yet for this store",
-        ))
-    }
-
     async fn delete(&self, key: &OperationKey) -> Result<bool> {
         let k = key.as_str().to_owned();
         self.on_thread("delete an entry", move |conn| {
@@ -1111,8 +1109,9 @@ impl Store for SqliteStore {
         .await
     }
 
-    /// One statement under the write lock, using the index on `expires_at`. Only rows that
-    /// already count as absent are deleted, so no live entry can be lost to a race.
+    /// One statement under the write lock, using the index on `kept_until`. Only rows that
+    /// already count as absent are deleted, so no live entry can be lost to a race, and an
+    /// `unknown` entry is kept for its retention.
     async fn purge_expired(&self) -> Result<u64> {
         self.on_thread("purge expired entries", move |conn| {
             let tx = Immediate::begin(conn)?;
@@ -1147,6 +1146,6 @@ mod tests {
 
     #[test]
     fn the_application_id_spells_tool() {
-        assert_eq!(APPLICATION_ID.to_be_bytes(), *b"tool");
+        assert_eq!(schema::APPLICATION_ID.to_be_bytes(), *b"tool");
     }
 }

@@ -13,7 +13,8 @@ use std::time::Duration;
 use serde_json::json;
 use toolonce::key::{self, Fingerprint, OperationKey};
 use toolonce::{
-    Claim, ClaimRequest, EntryState, Fenced, ListQuery, OwnerToken, State, Store, ToolError,
+    About, Claim, ClaimRequest, EntryState, Fenced, ListQuery, OwnerToken, Resolution, Resolved,
+    State, Store, ToolError,
 };
 
 /// A lease long enough never to expire during a test unless it means to wait for it.
@@ -52,6 +53,14 @@ pub trait ClaimFresh {
         fp: &Fingerprint,
         lease: Duration,
     ) -> toolonce::Result<Fresh>;
+
+    /// The same with `takeover` set: an `unknown` entry is taken over.
+    async fn take_over_fresh(
+        &self,
+        key: &OperationKey,
+        fp: &Fingerprint,
+        lease: Duration,
+    ) -> toolonce::Result<Fresh>;
 }
 
 #[async_trait::async_trait]
@@ -72,6 +81,20 @@ impl<S: Store + ?Sized> ClaimFresh for S {
                 Claim::Existing(entry) => Fresh::Existing(entry),
             },
         )
+    }
+
+    async fn take_over_fresh(
+        &self,
+        key: &OperationKey,
+        fp: &Fingerprint,
+        lease: Duration,
+    ) -> toolonce::Result<Fresh> {
+        let owner = OwnerToken::generate();
+        let request = ClaimRequest::new(key, fp, &owner, lease).takeover(true);
+        Ok(match self.claim(&request).await? {
+            Claim::Won => Fresh::Won(owner),
+            Claim::Existing(entry) => Fresh::Existing(entry),
+        })
     }
 }
 
@@ -245,26 +268,28 @@ pub async fn renew_keeps_a_running_entry_alive_past_its_first_lease(store: Arc<d
     existing(store.claim_fresh(&key, &fp, SHORT).await.unwrap());
 }
 
-pub async fn an_expired_lease_lets_a_new_caller_reclaim(store: Arc<dyn Store>) {
+pub async fn an_expired_lease_lets_a_caller_that_asks_take_over(store: Arc<dyn Store>) {
     let (key, fp) = op("t");
     let _first = won(store.claim_fresh(&key, &fp, SHORT).await.unwrap());
     tokio::time::sleep(PAST_SHORT).await;
-    assert!(
-        store.get(&key).await.unwrap().is_none(),
-        "expired counts as absent"
+    assert_eq!(
+        store.get(&key).await.unwrap().map(|e| e.state()),
+        Some(State::Unknown),
+        "an expired lease leaves the entry unknown, not absent"
     );
-    won(store.claim_fresh(&key, &fp, LONG).await.unwrap());
+    won(store.take_over_fresh(&key, &fp, LONG).await.unwrap());
 }
 
-pub async fn a_stale_owner_can_neither_complete_renew_nor_fail_after_a_reclaim(
+pub async fn a_stale_owner_can_neither_complete_renew_nor_fail_after_a_takeover(
     store: Arc<dyn Store>,
 ) {
     let (key, fp) = op("t");
     let stale = won(store.claim_fresh(&key, &fp, SHORT).await.unwrap());
     tokio::time::sleep(PAST_SHORT).await;
-    let fresh = won(store.claim_fresh(&key, &fp, LONG).await.unwrap());
+    let fresh = won(store.take_over_fresh(&key, &fp, LONG).await.unwrap());
     assert!(!store.renew(&key, &stale, LONG).await.unwrap());
     let stale_copy = OwnerToken::from_stored(stale.as_str());
+    let stale_claim = OwnerToken::from_stored(stale.as_str());
     assert_eq!(
         store
             .complete(&key, stale, &json!("stale"), LONG)
@@ -279,6 +304,15 @@ pub async fn a_stale_owner_can_neither_complete_renew_nor_fail_after_a_reclaim(
             .unwrap(),
         Fenced::NotOwner
     );
+    // Nor does a re-sent claim of the stale owner win back the entry taken over.
+    match store
+        .claim(&ClaimRequest::new(&key, &fp, &stale_claim, LONG))
+        .await
+        .unwrap()
+    {
+        Claim::Existing(entry) => assert_eq!(entry.state(), State::Running),
+        Claim::Won => panic!("the stale owner's claim won back an entry taken over"),
+    }
     // The fresh owner's entry is untouched and still completes.
     assert_eq!(
         store.get(&key).await.unwrap().unwrap().state(),
@@ -293,17 +327,60 @@ pub async fn a_stale_owner_can_neither_complete_renew_nor_fail_after_a_reclaim(
     );
 }
 
-pub async fn an_owner_whose_lease_expired_cannot_complete_even_without_a_reclaim(
-    store: Arc<dyn Store>,
-) {
+pub async fn a_late_owner_still_records_its_outcome_when_nobody_took_over(store: Arc<dyn Store>) {
+    // Complete: the tool did run, and recording that beats leaving it unknown.
     let (key, fp) = op("t");
     let owner = won(store.claim_fresh(&key, &fp, SHORT).await.unwrap());
     tokio::time::sleep(PAST_SHORT).await;
     assert_eq!(
-        store.complete(&key, owner, &json!(1), LONG).await.unwrap(),
-        Fenced::NotOwner
+        store.get(&key).await.unwrap().unwrap().state(),
+        State::Unknown
     );
-    assert!(store.get(&key).await.unwrap().is_none());
+    assert_eq!(
+        store.complete(&key, owner, &json!(1), LONG).await.unwrap(),
+        Fenced::Applied
+    );
+    match store.get(&key).await.unwrap().unwrap().state {
+        EntryState::Done { result, .. } => assert_eq!(result, json!(1)),
+        other => panic!("expected done, got {other:?}"),
+    }
+
+    // Renew: a heartbeat that was late brings the entry back to running.
+    let (key, fp) = op("t");
+    let owner = won(store.claim_fresh(&key, &fp, SHORT).await.unwrap());
+    tokio::time::sleep(PAST_SHORT).await;
+    assert!(store.renew(&key, &owner, LONG).await.unwrap());
+    assert_eq!(
+        store.get(&key).await.unwrap().unwrap().state(),
+        State::Running
+    );
+
+    // Fail, sticky and transient.
+    let (key, fp) = op("t");
+    let owner = won(store.claim_fresh(&key, &fp, SHORT).await.unwrap());
+    let (key2, fp2) = op("t");
+    let owner2 = won(store.claim_fresh(&key2, &fp2, SHORT).await.unwrap());
+    tokio::time::sleep(PAST_SHORT).await;
+    let declined = ToolError::permanent("declined");
+    assert_eq!(
+        store
+            .fail(&key, owner, &declined, Some(LONG))
+            .await
+            .unwrap(),
+        Fenced::Applied
+    );
+    match store.get(&key).await.unwrap().unwrap().state {
+        EntryState::Failed { error, .. } => assert_eq!(error, declined),
+        other => panic!("expected failed, got {other:?}"),
+    }
+    assert_eq!(
+        store
+            .fail(&key2, owner2, &ToolError::transient("timeout"), None)
+            .await
+            .unwrap(),
+        Fenced::Applied
+    );
+    assert!(store.get(&key2).await.unwrap().is_none());
 }
 
 pub async fn a_stranger_token_is_fenced_out(store: Arc<dyn Store>) {
@@ -481,8 +558,11 @@ pub async fn purge_removes_expired_entries_and_keeps_live_ones(store: Arc<dyn St
         .complete(&expiring, owner, &json!(2), SHORT)
         .await
         .unwrap();
+    // A lease and an unknown retention that both end within `SHORT`: gone by `PAST_SHORT`.
     let (lapsed, fp3) = op("t");
-    let _ = won(store.claim_fresh(&lapsed, &fp3, SHORT).await.unwrap());
+    let lapsed_owner = OwnerToken::generate();
+    let request = ClaimRequest::new(&lapsed, &fp3, &lapsed_owner, SHORT / 2).retention(SHORT / 2);
+    assert!(matches!(store.claim(&request).await.unwrap(), Claim::Won));
     tokio::time::sleep(PAST_SHORT).await;
     let purged = store.purge_expired().await.unwrap();
     assert!(
@@ -539,6 +619,540 @@ pub async fn a_running_entry_reports_a_lease_expiry_in_the_future(store: Arc<dyn
     assert!(started < now + Duration::from_secs(5) && started > now - Duration::from_secs(30));
 }
 
+/// A unique scope for a test's `About`, so listings filtered by it see that test's entries
+/// only, even on a store other tests share.
+pub fn unique_scope(name: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{name}-{}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    )
+}
+
+/// Claims `key` as a new caller recording `about`, with the given lease, unknown retention and
+/// takeover; answers the token when it won.
+pub async fn claim_about(
+    store: &dyn Store,
+    key: &OperationKey,
+    fp: &Fingerprint,
+    about: &About,
+    lease: Duration,
+    retention: Duration,
+    takeover: bool,
+) -> Fresh {
+    let owner = OwnerToken::generate();
+    let request = ClaimRequest::new(key, fp, &owner, lease)
+        .retention(retention)
+        .takeover(takeover)
+        .about(about);
+    match store.claim(&request).await.unwrap() {
+        Claim::Won => Fresh::Won(owner),
+        Claim::Existing(entry) => Fresh::Existing(entry),
+    }
+}
+
+/// A key whose first attempt's lease has expired unsettled: its entry is `unknown`.
+async fn unknown_entry(store: &dyn Store, name: &str) -> (OperationKey, Fingerprint, OwnerToken) {
+    let (key, fp) = op(name);
+    let owner = won(store.claim_fresh(&key, &fp, SHORT).await.unwrap());
+    tokio::time::sleep(PAST_SHORT).await;
+    (key, fp, owner)
+}
+
+pub async fn an_expired_lease_leaves_the_entry_unknown(store: Arc<dyn Store>) {
+    let (key, fp, owner) = unknown_entry(&*store, "t").await;
+    let entry = store
+        .get(&key)
+        .await
+        .unwrap()
+        .expect("an unknown entry is live");
+    assert_eq!(entry.state(), State::Unknown);
+    assert_eq!(entry.key, key);
+    assert_eq!(entry.fingerprint.as_ref(), Some(&fp));
+    match &entry.state {
+        EntryState::Unknown { owner: Some(o) } => assert_eq!(o, owner.as_str()),
+        other => panic!("expected an unknown entry with its owner, got {other:?}"),
+    }
+    assert!(
+        entry.expires_at.is_some(),
+        "an unknown entry knows its lease deadline"
+    );
+    let listed = store
+        .list(&ListQuery::new().state(State::Unknown))
+        .await
+        .unwrap();
+    assert!(
+        listed.entries.iter().any(|e| e.key == key),
+        "listed as unknown"
+    );
+    let running = store
+        .list(&ListQuery::new().state(State::Running))
+        .await
+        .unwrap();
+    assert!(
+        running.entries.iter().all(|e| e.key != key),
+        "an unknown entry is not listed as running"
+    );
+}
+
+pub async fn a_claim_without_takeover_sees_an_unknown_entry(store: Arc<dyn Store>) {
+    let (key, fp, _owner) = unknown_entry(&*store, "t").await;
+    for _ in 0..2 {
+        let entry = existing(store.claim_fresh(&key, &fp, LONG).await.unwrap());
+        assert_eq!(entry.state(), State::Unknown);
+        assert_eq!(entry.attempts, 1);
+    }
+    assert_eq!(
+        store.get(&key).await.unwrap().unwrap().state(),
+        State::Unknown,
+        "a claim that did not take over left the entry as it was"
+    );
+}
+
+pub async fn a_takeover_wins_an_unknown_entry_counts_the_attempt_and_keeps_the_first_start(
+    store: Arc<dyn Store>,
+) {
+    let (key, fp) = op("t");
+    let about = About::new(unique_scope("takeover"), "charge").detail("first caller");
+    let first = won(claim_about(&*store, &key, &fp, &about, SHORT, LONG, false).await);
+    let before = store.get(&key).await.unwrap().unwrap();
+    assert_eq!(before.attempts, 1);
+    let first_start = before
+        .first_started_at
+        .expect("the first start is recorded");
+    tokio::time::sleep(PAST_SHORT).await;
+
+    let other = About::new("another-scope", "another-tool");
+    let second = won(claim_about(&*store, &key, &fp, &other, LONG, LONG, true).await);
+    let entry = store.get(&key).await.unwrap().unwrap();
+    assert_eq!(entry.state(), State::Running);
+    match &entry.state {
+        EntryState::Running { owner: Some(o) } => assert_eq!(o, second.as_str()),
+        other => panic!("expected the new owner's running entry, got {other:?}"),
+    }
+    assert_eq!(entry.attempts, 2, "a takeover is a second attempt");
+    assert_eq!(
+        entry.first_started_at,
+        Some(first_start),
+        "the first start is kept"
+    );
+    assert!(
+        entry.started_at >= first_start,
+        "the attempt's own start is the takeover's"
+    );
+    assert_eq!(
+        entry.about, about,
+        "what the entry is stays what its first claim said"
+    );
+    assert_eq!(entry.fingerprint.as_ref(), Some(&fp));
+    assert!(!store.renew(&key, &first, LONG).await.unwrap());
+
+    // A second takeover after this one expires counts again.
+    let (key, fp) = op("t");
+    let _ = won(claim_about(&*store, &key, &fp, &about, SHORT, LONG, false).await);
+    tokio::time::sleep(PAST_SHORT).await;
+    let _ = won(claim_about(&*store, &key, &fp, &about, SHORT, LONG, true).await);
+    tokio::time::sleep(PAST_SHORT).await;
+    let _ = won(claim_about(&*store, &key, &fp, &about, LONG, LONG, true).await);
+    assert_eq!(store.get(&key).await.unwrap().unwrap().attempts, 3);
+}
+
+pub async fn a_takeover_never_applies_to_a_live_or_settled_entry(store: Arc<dyn Store>) {
+    let (key, fp) = op("t");
+    let owner = won(store.claim_fresh(&key, &fp, LONG).await.unwrap());
+    let entry = existing(store.take_over_fresh(&key, &fp, LONG).await.unwrap());
+    assert_eq!(
+        entry.state(),
+        State::Running,
+        "a live lease is not taken over"
+    );
+    assert_eq!(
+        store
+            .complete(&key, owner, &json!("done"), LONG)
+            .await
+            .unwrap(),
+        Fenced::Applied
+    );
+    match existing(store.take_over_fresh(&key, &fp, LONG).await.unwrap()).state {
+        EntryState::Done { result, .. } => assert_eq!(result, json!("done")),
+        other => panic!("expected done, got {other:?}"),
+    }
+}
+
+pub async fn a_takeover_with_other_arguments_is_refused(store: Arc<dyn Store>) {
+    // Same key, other fingerprint: a conflicting call must not run under the first one's key.
+    let (key, fp, _owner) = unknown_entry(&*store, "t").await;
+    let (_, other_fp) = op("t");
+    assert_ne!(fp, other_fp);
+    let entry = existing(store.take_over_fresh(&key, &other_fp, LONG).await.unwrap());
+    assert_eq!(entry.state(), State::Unknown);
+    assert_eq!(entry.fingerprint.as_ref(), Some(&fp));
+    assert_eq!(
+        store.get(&key).await.unwrap().unwrap().attempts,
+        1,
+        "nothing was taken over"
+    );
+}
+
+pub async fn its_own_token_reclaims_an_unknown_entry(store: Arc<dyn Store>) {
+    let (key, fp, owner) = unknown_entry(&*store, "t").await;
+    // A re-sent claim of the same attempt: no takeover needed, and no new attempt counted.
+    assert!(matches!(
+        store
+            .claim(&ClaimRequest::new(&key, &fp, &owner, LONG))
+            .await
+            .unwrap(),
+        Claim::Won
+    ));
+    let entry = store.get(&key).await.unwrap().unwrap();
+    assert_eq!(entry.state(), State::Running);
+    assert_eq!(entry.attempts, 1);
+    assert_eq!(
+        store.complete(&key, owner, &json!(1), LONG).await.unwrap(),
+        Fenced::Applied
+    );
+}
+
+pub async fn an_unknown_entry_is_kept_for_its_retention_after_the_lease_then_absent(
+    store: Arc<dyn Store>,
+) {
+    let retention = Duration::from_secs(2);
+    let (key, fp) = op("t");
+    let about = About::new(unique_scope("kept"), "t");
+    let _ = won(claim_about(&*store, &key, &fp, &about, SHORT, retention, false).await);
+    tokio::time::sleep(PAST_SHORT).await;
+    assert_eq!(
+        store.get(&key).await.unwrap().map(|e| e.state()),
+        Some(State::Unknown)
+    );
+    tokio::time::sleep(retention + PAST_SHORT).await;
+    assert!(
+        store.get(&key).await.unwrap().is_none(),
+        "gone once lease + retention has passed"
+    );
+    let listed = store
+        .list(&ListQuery::new().scope(about.scope.clone().unwrap()))
+        .await
+        .unwrap();
+    assert!(listed.entries.is_empty(), "{:?}", listed.entries);
+    // Absent again: a plain claim wins, as a first attempt.
+    let _ = won(store.claim_fresh(&key, &fp, LONG).await.unwrap());
+    assert_eq!(store.get(&key).await.unwrap().unwrap().attempts, 1);
+}
+
+pub async fn resolve_done_settles_an_unknown_entry_for_duplicates(store: Arc<dyn Store>) {
+    let (key, fp, owner) = unknown_entry(&*store, "t").await;
+    let value = json!({"receipt": "r_1", "by": "operator"});
+    assert_eq!(
+        store
+            .resolve(&key, &Resolution::Done(value.clone()), LONG)
+            .await
+            .unwrap(),
+        Resolved::Applied
+    );
+    let entry = store.get(&key).await.unwrap().unwrap();
+    match &entry.state {
+        EntryState::Done { result, .. } => assert_eq!(result, &value),
+        other => panic!("expected done, got {other:?}"),
+    }
+    assert!(entry.settled_at.is_some(), "the settle time is recorded");
+    match existing(store.take_over_fresh(&key, &fp, LONG).await.unwrap()).state {
+        EntryState::Done { result, .. } => assert_eq!(result, value),
+        other => panic!("expected done, got {other:?}"),
+    }
+    // The late owner can no longer write over the operator's answer.
+    assert_eq!(
+        store
+            .complete(&key, owner, &json!("late"), LONG)
+            .await
+            .unwrap(),
+        Fenced::NotOwner
+    );
+}
+
+pub async fn resolve_failed_settles_a_stuck_running_entry(store: Arc<dyn Store>) {
+    let (key, fp) = op("t");
+    let owner = won(store.claim_fresh(&key, &fp, LONG).await.unwrap());
+    let error = ToolError::permanent("refunded by hand").with_detail(json!({"ticket": 7}));
+    assert_eq!(
+        store
+            .resolve(&key, &Resolution::Failed(error.clone()), LONG)
+            .await
+            .unwrap(),
+        Resolved::Applied
+    );
+    match existing(store.claim_fresh(&key, &fp, LONG).await.unwrap()).state {
+        EntryState::Failed { error: stored, .. } => assert_eq!(stored, error),
+        other => panic!("expected failed, got {other:?}"),
+    }
+    assert!(!store.renew(&key, &owner, LONG).await.unwrap());
+    assert_eq!(
+        store
+            .fail(&key, owner, &ToolError::transient("x"), None)
+            .await
+            .unwrap(),
+        Fenced::NotOwner
+    );
+}
+
+pub async fn resolve_release_forgets_the_entry_so_the_next_call_runs(store: Arc<dyn Store>) {
+    let (key, fp, owner) = unknown_entry(&*store, "t").await;
+    assert_eq!(
+        store
+            .resolve(&key, &Resolution::Release, LONG)
+            .await
+            .unwrap(),
+        Resolved::Applied
+    );
+    assert!(store.get(&key).await.unwrap().is_none());
+    let fresh = won(store.claim_fresh(&key, &fp, LONG).await.unwrap());
+    assert_eq!(store.get(&key).await.unwrap().unwrap().attempts, 1);
+    assert_eq!(
+        store
+            .complete(&key, owner, &json!("late"), LONG)
+            .await
+            .unwrap(),
+        Fenced::NotOwner
+    );
+    assert_eq!(
+        store
+            .complete(&key, fresh, &json!("fresh"), LONG)
+            .await
+            .unwrap(),
+        Fenced::Applied
+    );
+}
+
+pub async fn resolve_leaves_an_entry_that_settled_meanwhile_alone(store: Arc<dyn Store>) {
+    let (key, fp) = op("t");
+    let owner = won(store.claim_fresh(&key, &fp, LONG).await.unwrap());
+    assert_eq!(
+        store
+            .complete(&key, owner, &json!("real"), LONG)
+            .await
+            .unwrap(),
+        Fenced::Applied
+    );
+    for resolution in [
+        Resolution::Done(json!("operator")),
+        Resolution::Failed(ToolError::permanent("operator")),
+        Resolution::Release,
+    ] {
+        match store.resolve(&key, &resolution, LONG).await.unwrap() {
+            Resolved::Settled(entry) => match entry.state {
+                EntryState::Done { result, .. } => assert_eq!(result, json!("real")),
+                other => panic!("expected the settled entry, got {other:?}"),
+            },
+            other => panic!("{resolution:?} over a settled entry answered {other:?}"),
+        }
+    }
+    match store.get(&key).await.unwrap().unwrap().state {
+        EntryState::Done { result, .. } => assert_eq!(result, json!("real")),
+        other => panic!("expected done, got {other:?}"),
+    }
+
+    let (key, fp) = op("t");
+    let owner = won(store.claim_fresh(&key, &fp, LONG).await.unwrap());
+    let declined = ToolError::permanent("declined");
+    let _ = store
+        .fail(&key, owner, &declined, Some(LONG))
+        .await
+        .unwrap();
+    match store
+        .resolve(&key, &Resolution::Release, LONG)
+        .await
+        .unwrap()
+    {
+        Resolved::Settled(entry) => assert_eq!(entry.state(), State::Failed),
+        other => panic!("release over a failed entry answered {other:?}"),
+    }
+    assert_eq!(
+        store.get(&key).await.unwrap().unwrap().state(),
+        State::Failed
+    );
+}
+
+pub async fn resolve_of_an_absent_key_is_absent(store: Arc<dyn Store>) {
+    let (key, _) = op("t");
+    for resolution in [
+        Resolution::Done(json!(1)),
+        Resolution::Failed(ToolError::permanent("x")),
+        Resolution::Release,
+    ] {
+        assert_eq!(
+            store.resolve(&key, &resolution, LONG).await.unwrap(),
+            Resolved::Absent
+        );
+    }
+    assert!(
+        store.get(&key).await.unwrap().is_none(),
+        "nothing was written"
+    );
+}
+
+pub async fn an_entry_records_what_it_is_how_often_it_started_and_when_it_settled(
+    store: Arc<dyn Store>,
+) {
+    let (key, fp) = op("t");
+    let about = About::new(unique_scope("meta"), "send_email").detail("smtp.example.com");
+    let owner = won(claim_about(&*store, &key, &fp, &about, LONG, LONG, false).await);
+    let running = store.get(&key).await.unwrap().unwrap();
+    assert_eq!(running.about, about);
+    assert_eq!(running.attempts, 1);
+    let first = running.first_started_at.expect("first start recorded");
+    assert_eq!(
+        first, running.started_at,
+        "the first attempt's start is the first start"
+    );
+    assert_eq!(running.settled_at, None, "not settled yet");
+    // A duplicate sees the same.
+    let seen = existing(store.claim_fresh(&key, &fp, LONG).await.unwrap());
+    assert_eq!(seen.about, about);
+    assert_eq!(seen.attempts, 1);
+
+    assert_eq!(
+        store
+            .complete(&key, owner, &json!("sent"), LONG)
+            .await
+            .unwrap(),
+        Fenced::Applied
+    );
+    let done = store.get(&key).await.unwrap().unwrap();
+    assert_eq!(done.about, about);
+    assert_eq!(done.attempts, 1);
+    assert_eq!(done.first_started_at, Some(first));
+    let settled = done.settled_at.expect("the settle time is recorded");
+    assert!(settled >= first, "{settled:?} before {first:?}");
+    let listed = store
+        .list(&ListQuery::new().scope(about.scope.clone().unwrap()))
+        .await
+        .unwrap();
+    assert_eq!(listed.entries.len(), 1);
+    assert_eq!(listed.entries[0].about, about);
+    assert_eq!(listed.entries[0].settled_at, Some(settled));
+
+    // A failure records its settle time too.
+    let (key, fp) = op("t");
+    let owner = won(claim_about(&*store, &key, &fp, &about, LONG, LONG, false).await);
+    let _ = store
+        .fail(&key, owner, &ToolError::permanent("no"), Some(LONG))
+        .await
+        .unwrap();
+    let failed = store.get(&key).await.unwrap().unwrap();
+    assert!(failed.settled_at.is_some());
+    assert_eq!(failed.about, about);
+}
+
+pub async fn list_filters_by_state_scope_and_tool(store: Arc<dyn Store>) {
+    let (s1, s2) = (unique_scope("s1"), unique_scope("s2"));
+    let mut made: Vec<(OperationKey, String, &str, State)> = Vec::new();
+    // Unknown entries first: their short leases expire while the rest are written.
+    for (scope, tool) in [(&s1, "email"), (&s2, "charge")] {
+        let (key, fp) = op("list");
+        let about = About::new(scope.clone(), tool);
+        let _ = won(claim_about(&*store, &key, &fp, &about, SHORT, LONG, false).await);
+        made.push((key, scope.clone(), tool, State::Unknown));
+    }
+    for (i, (scope, tool)) in [
+        (&s1, "email"),
+        (&s1, "charge"),
+        (&s2, "email"),
+        (&s2, "charge"),
+        (&s1, "email"),
+        (&s2, "charge"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (key, fp) = op("list");
+        let about = About::new(scope.clone(), tool);
+        let owner = won(claim_about(&*store, &key, &fp, &about, LONG, LONG, false).await);
+        let state = match i % 3 {
+            0 => State::Running,
+            1 => {
+                let _ = store.complete(&key, owner, &json!(i), LONG).await.unwrap();
+                State::Done
+            }
+            _ => {
+                let error = ToolError::permanent("no");
+                let _ = store.fail(&key, owner, &error, Some(LONG)).await.unwrap();
+                State::Failed
+            }
+        };
+        made.push((key, scope.clone(), tool, state));
+    }
+    tokio::time::sleep(PAST_SHORT).await;
+
+    let collect = |query: ListQuery| {
+        let store = store.clone();
+        async move {
+            let mut keys = Vec::new();
+            let mut cursor: Option<String> = None;
+            loop {
+                let mut q = query.clone().limit(2);
+                if let Some(c) = cursor.take() {
+                    q = q.cursor(c);
+                }
+                let page = store.list(&q).await.unwrap();
+                keys.extend(page.entries.into_iter().map(|e| e.key));
+                match page.next {
+                    Some(c) => cursor = Some(c),
+                    None => break,
+                }
+            }
+            keys.sort();
+            keys
+        }
+    };
+    let expect = |f: &dyn Fn(&str, &str, State) -> bool| {
+        let mut keys: Vec<_> = made
+            .iter()
+            .filter(|(_, scope, tool, state)| f(scope, tool, *state))
+            .map(|(k, ..)| k.clone())
+            .collect();
+        keys.sort();
+        keys
+    };
+    assert_eq!(
+        collect(ListQuery::new().scope(s1.clone())).await,
+        expect(&|scope, _, _| scope == s1)
+    );
+    assert_eq!(
+        collect(ListQuery::new().scope(s2.clone()).tool("charge")).await,
+        expect(&|scope, tool, _| scope == s2 && tool == "charge")
+    );
+    for state in [State::Running, State::Done, State::Failed, State::Unknown] {
+        for scope in [&s1, &s2] {
+            assert_eq!(
+                collect(ListQuery::new().scope(scope.clone()).state(state)).await,
+                expect(&|sc, _, st| sc == scope && st == state),
+                "{state} in {scope}"
+            );
+        }
+    }
+    assert_eq!(
+        collect(
+            ListQuery::new()
+                .scope(s1.clone())
+                .tool("email")
+                .state(State::Unknown)
+        )
+        .await,
+        expect(&|sc, tool, st| sc == s1 && tool == "email" && st == State::Unknown)
+    );
+    assert!(
+        collect(ListQuery::new().scope(s1.clone()).tool("nothing"))
+            .await
+            .is_empty()
+    );
+}
+
 /// Runs the whole suite against a backend. `$make` is an async expression that gives a fresh,
 /// isolated `Arc<dyn Store>` each time it is evaluated.
 #[macro_export]
@@ -552,9 +1166,9 @@ macro_rules! store_conformance {
             a_sticky_failure_is_replayed,
             a_transient_failure_deletes_the_entry,
             renew_keeps_a_running_entry_alive_past_its_first_lease,
-            an_expired_lease_lets_a_new_caller_reclaim,
-            a_stale_owner_can_neither_complete_renew_nor_fail_after_a_reclaim,
-            an_owner_whose_lease_expired_cannot_complete_even_without_a_reclaim,
+            an_expired_lease_lets_a_caller_that_asks_take_over,
+            a_stale_owner_can_neither_complete_renew_nor_fail_after_a_takeover,
+            a_late_owner_still_records_its_outcome_when_nobody_took_over,
             a_stranger_token_is_fenced_out,
             a_settled_entry_cannot_be_settled_again,
             retention_expiry_makes_a_done_entry_absent,
@@ -563,6 +1177,20 @@ macro_rules! store_conformance {
             purge_removes_expired_entries_and_keeps_live_ones,
             get_of_an_unknown_key_is_none,
             a_running_entry_reports_a_lease_expiry_in_the_future,
+            an_expired_lease_leaves_the_entry_unknown,
+            a_claim_without_takeover_sees_an_unknown_entry,
+            a_takeover_wins_an_unknown_entry_counts_the_attempt_and_keeps_the_first_start,
+            a_takeover_never_applies_to_a_live_or_settled_entry,
+            a_takeover_with_other_arguments_is_refused,
+            its_own_token_reclaims_an_unknown_entry,
+            an_unknown_entry_is_kept_for_its_retention_after_the_lease_then_absent,
+            resolve_done_settles_an_unknown_entry_for_duplicates,
+            resolve_failed_settles_a_stuck_running_entry,
+            resolve_release_forgets_the_entry_so_the_next_call_runs,
+            resolve_leaves_an_entry_that_settled_meanwhile_alone,
+            resolve_of_an_absent_key_is_absent,
+            an_entry_records_what_it_is_how_often_it_started_and_when_it_settled,
+            list_filters_by_state_scope_and_tool,
         );
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
