@@ -13,7 +13,9 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::key::{Derived, OperationKey};
-use crate::store::{About, Claim, ClaimRequest, EntryState, Fenced, OwnerToken, Store};
+use crate::store::{
+    About, Claim, ClaimRequest, EntryState, Fenced, OwnerToken, Resolution, Resolved, Store,
+};
 use crate::tool::{ToolError, Verified, WriteContext};
 
 /// How a write call ended. Every answer carries one.
@@ -158,7 +160,10 @@ pub struct WriteOptions {
     /// What a duplicate does while the operation runs.
     pub in_flight: InFlight,
     /// What a duplicate does when an earlier attempt's lease expired without a result.
-    pub on_expired: OnExpired,
+    /// `None` (the default) means the tool's own declaration ([`WriteTool::on_expired`](
+    /// crate::WriteTool::on_expired)) when registered in a [`Toolbox`](crate::Toolbox), and
+    /// [`OnExpired::Hold`] for [`Layer::run`].
+    pub on_expired: Option<OnExpired>,
 }
 
 impl Default for WriteOptions {
@@ -167,7 +172,7 @@ impl Default for WriteOptions {
             lease: Duration::from_secs(60),
             retention: Duration::from_secs(24 * 60 * 60),
             in_flight: InFlight::Reject,
-            on_expired: OnExpired::Hold,
+            on_expired: None,
         }
     }
 }
@@ -192,10 +197,15 @@ impl WriteOptions {
         self.in_flight = policy;
         self
     }
-    /// Sets what a duplicate of an `unknown` operation does.
+    /// Sets what a duplicate of an `unknown` operation does (over the tool's declaration).
     pub fn on_expired(mut self, policy: OnExpired) -> Self {
-        self.on_expired = policy;
+        self.on_expired = Some(policy);
         self
+    }
+
+    /// The policy the layer applies: the one set, else [`OnExpired::Hold`].
+    pub fn expired_policy(&self) -> OnExpired {
+        self.on_expired.unwrap_or_default()
     }
 
     /// Checks the durations: the lease must be between [`MIN_LEASE`] and [`MAX_DURATION`], the
@@ -312,9 +322,10 @@ impl Layer {
     /// # Cancellation
     ///
     /// Dropping the returned future while the tool runs drops the tool's future too and stops
-    /// the heartbeat: the entry stays `running` until its lease expires, after which a
-    /// duplicate reclaims it and runs the operation again with the same key. A panic in the
-    /// tool is caught and leaves the entry the same way, since the tool may have had its effect.
+    /// the heartbeat: the entry stays `running` until its lease expires, then `unknown`, and a
+    /// duplicate does what the options' [`OnExpired`] policy says (by default it holds: the
+    /// operation is not run again until a person settles it). A panic in the tool is caught and
+    /// leaves the entry the same way, since the tool may have had its effect.
     ///
     /// # Runtime
     ///
@@ -338,20 +349,16 @@ impl Layer {
         F: FnOnce(WriteContext) -> Fut,
         Fut: Future<Output = Result<Value, ToolError>> + Send,
     {
-        let options = match options.effective() {
-            Ok(options) => options,
-            Err(e) => return misconfigured(tool, op, &e),
-        };
         let about = About::empty().with_tool(Some(tool.to_owned()));
-        let answer = self
-            .run_inner(tool, op, &about, &options, NO_PROBE, run)
-            .await;
-        log_write_call(tool, &answer);
-        answer
+        self.run_with_about(tool, op, &about, options, run).await
     }
 
-    /// [`run`](Layer::run), recording `about` in the entry the claim creates (scope, tool, and
-    /// whatever identifies the operation for a person).
+    /// [`run`](Layer::run), recording `about` in the entry the claim creates (its scope, tool,
+    /// and whatever identifies the operation for a person: `toolonce exec` records the command
+    /// line), for operators listing entries and for the `unknown` warning.
+    ///
+    /// Under [`OnExpired::Verify`] there is no probe to ask here, so an `unknown` operation is
+    /// held; use [`run_with_verify`](Layer::run_with_verify) to give one.
     pub async fn run_with_about<F, Fut>(
         &self,
         tool: &str,
@@ -364,19 +371,42 @@ impl Layer {
         F: FnOnce(WriteContext) -> Fut,
         Fut: Future<Output = Result<Value, ToolError>> + Send,
     {
-        let options = match options.effective() {
-            Ok(options) => options,
-            Err(e) => return misconfigured(tool, op, &e),
-        };
-        let answer = self
-            .run_inner(tool, op, about, &options, NO_PROBE, run)
-            .await;
-        log_write_call(tool, &answer);
-        answer
+        self.run_checked(tool, op, about, options, NO_PROBE, run)
+            .await
     }
 
     /// [`run_with_about`](Layer::run_with_about) with a verify probe, asked under
-    /// [`OnExpired::Verify`] whether an interrupted earlier attempt took effect.
+    /// [`OnExpired::Verify`] whether the interrupted earlier attempt of an `unknown` operation
+    /// took effect: a read against the downstream system by the key (the context's
+    /// [`key`](WriteContext::key)). [`Verified::Done`] records its result (fenced, with
+    /// [`Store::resolve`]) and replays it; [`Verified::NotDone`] takes the operation over and
+    /// runs it; [`Verified::CannotTell`] holds, as [`OnExpired::Hold`]. The probe is asked at
+    /// most once per call, and never under the other policies.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::sync::Arc;
+    /// use toolonce::{key, About, Layer, MemoryStore, OnExpired, Verified, WriteOptions};
+    ///
+    /// let layer = Layer::new(Arc::new(MemoryStore::new()));
+    /// let args = serde_json::json!({"customer": "c_1", "cents": 500});
+    /// let op = key::derive("run-1", "charge", &args, None).unwrap();
+    /// let about = About::new("run-1", "charge");
+    /// let options = WriteOptions::new().on_expired(OnExpired::Verify);
+    /// let answer = layer
+    ///     .run_with_verify(
+    ///         "charge",
+    ///         &op,
+    ///         &about,
+    ///         &options,
+    ///         // Ask the payment provider for a charge with this idempotency key.
+    ///         |_ctx| async { Verified::NotDone },
+    ///         |ctx| async move { Ok(serde_json::json!({"charge": ctx.key().as_str()})) },
+    ///     )
+    ///     .await;
+    /// assert!(answer.result.is_ok());
+    /// # }
+    /// ```
     pub async fn run_with_verify<F, Fut, V, VFut>(
         &self,
         tool: &str,
@@ -392,14 +422,35 @@ impl Layer {
         V: FnOnce(WriteContext) -> VFut,
         VFut: Future<Output = Verified> + Send,
     {
-        let options = match options.effective() {
-            Ok(options) => options,
-            Err(e) => return misconfigured(tool, op, &e),
+        self.run_checked(tool, op, about, options, Some(verify), run)
+            .await
+    }
+
+    /// Checks the options, runs the call, and reports it (log line and metrics).
+    async fn run_checked<F, Fut, V, VFut>(
+        &self,
+        tool: &str,
+        op: &Derived,
+        about: &About,
+        options: &WriteOptions,
+        verify: Option<V>,
+        run: F,
+    ) -> WriteAnswer
+    where
+        F: FnOnce(WriteContext) -> Fut,
+        Fut: Future<Output = Result<Value, ToolError>> + Send,
+        V: FnOnce(WriteContext) -> VFut,
+        VFut: Future<Output = Verified> + Send,
+    {
+        let answer = match options.effective() {
+            Ok(options) => {
+                let answer = self.run_inner(tool, op, about, &options, verify, run).await;
+                log_write_call(tool, about, &answer);
+                answer
+            }
+            Err(e) => misconfigured(tool, op, &e),
         };
-        let answer = self
-            .run_inner(tool, op, about, &options, Some(verify), run)
-            .await;
-        log_write_call(tool, &answer);
+        count_call(tool, answer.outcome);
         answer
     }
 
@@ -409,7 +460,7 @@ impl Layer {
         op: &Derived,
         about: &About,
         options: &WriteOptions,
-        _verify: Option<V>,
+        verify: Option<V>,
         run: F,
     ) -> WriteAnswer
     where
@@ -429,14 +480,19 @@ impl Layer {
             InFlight::Reject => None,
         };
         let mut run = Some(run);
+        let mut verify = verify;
         let mut reclaimed = false;
+        // Under `rerun` the first claim already asks to take an `unknown` entry over: one round
+        // trip. Otherwise only a probe that answered "not done" asks for it.
+        let policy = options.expired_policy();
+        let mut takeover = policy == OnExpired::Rerun;
         // Made before the claim, so a claim whose reply is lost is still ours to retry (the
         // store answers `Won` to its own token) or to release.
         let owner = OwnerToken::generate();
         loop {
             let request = ClaimRequest::new(key, &op.fingerprint, &owner, options.lease)
                 .retention(options.retention)
-                .takeover(true)
+                .takeover(takeover)
                 .about(about);
             let claim = match self.store.claim(&request).await {
                 Ok(claim) => claim,
@@ -454,6 +510,21 @@ impl Layer {
                     let ctx = WriteContext::new(key.clone(), reclaimed);
                     return self.execute(tool, key, owner, options, run(ctx)).await;
                 }
+                Claim::TookOver => {
+                    count_takeover(tool);
+                    tracing::warn!(
+                        target: "toolonce",
+                        tool,
+                        scope = about.scope.as_deref(),
+                        key = %key,
+                        policy = policy.as_str(),
+                        "took over an operation whose earlier attempt was interrupted; running it \
+                         again with the same key"
+                    );
+                    let run = run.take().expect("a won claim runs the tool once");
+                    let ctx = WriteContext::new(key.clone(), true);
+                    return self.execute(tool, key, owner, options, run(ctx)).await;
+                }
                 Claim::Existing(entry) => entry,
             };
             if !entry.matches(&op.fingerprint) {
@@ -464,13 +535,37 @@ impl Layer {
                 EntryState::Failed { error, .. } => {
                     return answer(Outcome::ReplayedFailure, Err(error));
                 }
-                EntryState::Running { .. } | EntryState::Unknown { .. } => {}
+                EntryState::Unknown { .. } => {
+                    // Under `rerun` the claim asked to take over and the store refused (it
+                    // would have, had it been able to): hold rather than loop.
+                    let probe = match policy {
+                        OnExpired::Verify if !takeover => verify.take(),
+                        _ => None,
+                    };
+                    let Some(probe) = probe else {
+                        return answer(Outcome::Unknown, Err(held(tool, key)));
+                    };
+                    match probe(WriteContext::new(key.clone(), true)).await {
+                        Verified::Done(value) => {
+                            return self.record_verified(tool, key, value, options).await;
+                        }
+                        Verified::NotDone => {
+                            takeover = true;
+                            continue;
+                        }
+                        Verified::CannotTell => {
+                            return answer(Outcome::Unknown, Err(held(tool, key)));
+                        }
+                    }
+                }
+                EntryState::Running { .. } => {}
             }
             let Some(deadline) = deadline else {
                 return answer(Outcome::InFlight, Err(in_flight(tool, key)));
             };
-            // Wait for the running entry to settle or vanish, polling with a growing pause:
-            // stores have no portable change notification, and a poll is one cheap read.
+            // Wait for the running entry to settle, vanish or turn unknown, polling with a
+            // growing pause: stores have no portable change notification, and a poll is one
+            // cheap read.
             let mut pause = Duration::from_millis(5);
             loop {
                 let now = Instant::now();
@@ -484,14 +579,71 @@ impl Layer {
                         return answer(Outcome::StoreUnavailable, Err(unavailable(tool, &e)));
                     }
                     Ok(Some(e)) if matches!(e.state, EntryState::Running { .. }) => continue,
-                    // Settled: the next claim returns the settled entry. Gone: the owner failed
-                    // transiently or its lease expired, and the next claim takes over.
+                    // Settled: the next claim returns the settled entry. Unknown: the next claim
+                    // applies the policy.
                     Ok(Some(_)) => break,
+                    // Gone: the owner failed transiently (or an operator released it), and the
+                    // next claim runs it.
                     Ok(None) => {
                         reclaimed = true;
                         break;
                     }
                 }
+            }
+        }
+    }
+
+    /// Records what a verify probe found (the earlier attempt took effect with `value`), fenced
+    /// so it never overwrites an entry that settled meanwhile, and answers as a duplicate.
+    async fn record_verified(
+        &self,
+        tool: &str,
+        key: &OperationKey,
+        value: Value,
+        options: &WriteOptions,
+    ) -> WriteAnswer {
+        let answer = |outcome, result| WriteAnswer {
+            outcome,
+            key: key.clone(),
+            result,
+        };
+        let resolution = Resolution::Done(value.clone());
+        match self
+            .store
+            .resolve(key, &resolution, options.retention)
+            .await
+        {
+            // Settled meanwhile (its late owner recorded it, or an operator did): that record
+            // wins, as it would for any duplicate.
+            Ok(Resolved::Settled(entry)) => match entry.state {
+                EntryState::Failed { error, .. } => answer(Outcome::ReplayedFailure, Err(error)),
+                EntryState::Done { result, .. } => answer(Outcome::Replayed, Ok(result)),
+                // Not a settled state: a store that answers so breaks the contract; hold.
+                _ => answer(Outcome::Unknown, Err(held(tool, key))),
+            },
+            Ok(Resolved::Applied) => {
+                tracing::info!(
+                    target: "toolonce",
+                    tool,
+                    key = %key,
+                    "the verify probe found the interrupted attempt took effect; its result is \
+                     recorded"
+                );
+                answer(Outcome::Replayed, Ok(value))
+            }
+            // Released or expired meanwhile, or the store failed: the downstream system said it
+            // is done, so it is answered as done (nothing runs), just not recorded.
+            other => {
+                if let Err(e) = &other {
+                    tracing::warn!(
+                        target: "toolonce",
+                        tool,
+                        key = %key,
+                        error = %e.report(),
+                        "could not record what the verify probe found; answering with it anyway"
+                    );
+                }
+                answer(Outcome::Replayed, Ok(value))
             }
         }
     }
@@ -540,7 +692,8 @@ impl Layer {
                     result: Err(ToolError::transient(format!(
                         "The tool `{tool}` failed unexpectedly (it panicked), so whether it took \
                          effect is unknown. The operation stays locked until its lease expires; \
-                         a later identical call runs it again with the same idempotency key."
+                         after that an identical call either runs it again with the same \
+                         idempotency key or reports its outcome as unknown, depending on the tool."
                     ))
                     .with_detail(serde_json::json!({ PANICKED: true }))),
                 };
@@ -795,7 +948,7 @@ const PANICKED: &str = "panicked";
 /// The one event of every write call, in operator wording: what happened, the tool, the key,
 /// the outcome, and the tool's own error or the store's where there is one. The text written
 /// for the model ("you must not retry it…") stays in the answer and is never logged.
-fn log_write_call(tool: &str, answer: &WriteAnswer) {
+fn log_write_call(tool: &str, about: &About, answer: &WriteAnswer) {
     let error = answer.result.as_ref().err();
     let detail = |field: &str| {
         error
@@ -833,6 +986,19 @@ fn log_write_call(tool: &str, answer: &WriteAnswer) {
         _ => None,
     };
     let store_error = detail(STORE_ERROR).and_then(serde_json::Value::as_str);
+    if answer.outcome == Outcome::Unknown {
+        // A person must act: louder than the other outcomes, with what they need to find it.
+        tracing::warn!(
+            target: "toolonce",
+            tool,
+            scope = about.scope.as_deref(),
+            key = %answer.key,
+            outcome = answer.outcome.as_str(),
+            "write call: {what}; settle it with `toolonce resolve {}`",
+            answer.key
+        );
+        return;
+    }
     tracing::info!(
         target: "toolonce",
         tool,
@@ -856,6 +1022,36 @@ fn unavailable(tool: &str, e: &crate::Error) -> ToolError {
          happened; it is safe to try again later."
     ))
     .with_detail(serde_json::json!({ STORE_ERROR: report }))
+}
+
+/// The answer under `hold` (or a probe that cannot tell): written for the model, which must
+/// neither retry nor assume either way.
+fn held(tool: &str, key: &OperationKey) -> ToolError {
+    ToolError::permanent(format!(
+        "Outcome unknown: an earlier identical call of `{tool}` (operation {key}) was \
+         interrupted before its result was recorded, so it may already have taken effect. This \
+         call was not executed, and you must not retry it: running it again could perform it \
+         twice. A person must check whether it took effect and settle it (`toolonce resolve \
+         {key}`). Tell the user it needs checking, and do not assume it happened or did not."
+    ))
+}
+
+/// The counter of write calls, by tool and outcome.
+pub const CALLS_METRIC: &str = "toolonce_calls_total";
+/// The counter of takeovers of `unknown` operations, by tool.
+pub const TAKEOVERS_METRIC: &str = "toolonce_takeovers_total";
+
+pub(crate) fn count_call(tool: &str, outcome: Outcome) {
+    metrics::counter!(
+        CALLS_METRIC,
+        "tool" => tool.to_owned(),
+        "outcome" => outcome.as_str()
+    )
+    .increment(1);
+}
+
+fn count_takeover(tool: &str) {
+    metrics::counter!(TAKEOVERS_METRIC, "tool" => tool.to_owned()).increment(1);
 }
 
 fn in_flight(tool: &str, key: &OperationKey) -> ToolError {

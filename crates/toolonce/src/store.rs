@@ -110,6 +110,13 @@ pub enum Claim {
     /// token (an earlier attempt of this claim applied): the entry is now `running` with the
     /// caller's token for the lease, and the caller owns it.
     Won,
+    /// The key's entry was `unknown` (its lease expired unsettled), the request asked for a
+    /// takeover ([`ClaimRequest::takeover`]) and its fingerprint matches: the entry is now
+    /// `running` with the caller's token for the lease, one more attempt counted, its first
+    /// start and what it is kept. The caller owns it, and the earlier attempt may have taken
+    /// effect. (A re-sent takeover, after its reply was lost, answers [`Claim::Won`]: it finds
+    /// the caller's own running entry.)
+    TookOver,
     /// The key already has a live entry, read in the same atomic step as the failed claim.
     Existing(Entry),
 }

@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::key::{IDEMPOTENCY_KEY_HEADER, OperationKey};
+use crate::layer::OnExpired;
 
 /// A tool without side effects: never claimed, never cached; retrying it is free.
 ///
@@ -71,6 +72,40 @@ pub trait WriteTool: Send + Sync + 'static {
     fn key_fields(&self) -> Vec<String> {
         Vec::new()
     }
+    /// Whether the downstream system honours the operation key: it drops a second request
+    /// that carries the key of one it already performed (a payment API with `Idempotency-Key`).
+    /// Then running an `unknown` operation again is safe, and the default policy is
+    /// [`OnExpired::Rerun`]; otherwise (the default, `false`) it is [`OnExpired::Hold`].
+    fn honours_key(&self) -> bool {
+        false
+    }
+    /// What a duplicate does when an earlier attempt of its operation was interrupted (its
+    /// lease expired without a result), unless the tool's [`WriteOptions`](crate::WriteOptions)
+    /// say otherwise. By default [`OnExpired::Rerun`] if the tool
+    /// [honours the key](Self::honours_key), else [`OnExpired::Hold`]. A tool that implements
+    /// [`verify`](Self::verify) returns [`OnExpired::Verify`] here (Rust cannot tell whether a
+    /// default method was overridden, so the tool says it).
+    fn on_expired(&self) -> OnExpired {
+        if self.honours_key() {
+            OnExpired::Rerun
+        } else {
+            OnExpired::Hold
+        }
+    }
+    /// Under [`OnExpired::Verify`]: asks the downstream system, by the key
+    /// ([`WriteContext::key`]), whether the interrupted attempt took effect. "Is there a charge
+    /// with this idempotency key?" [`Verified::Done`] with the result the tool would have
+    /// returned records and replays it; [`Verified::NotDone`] runs the tool again (with the same
+    /// key); [`Verified::CannotTell`] (the default) holds. A probe that fails should answer
+    /// `CannotTell`: holding is always safe.
+    fn verify(
+        &self,
+        ctx: &WriteContext,
+        args: &Self::Args,
+    ) -> impl Future<Output = Verified> + Send {
+        let _ = (ctx, args);
+        std::future::ready(Verified::CannotTell)
+    }
     /// Runs the tool, once per operation.
     ///
     /// The lease heartbeat runs as a task of its own, so a handler that blocks its thread keeps
@@ -122,13 +157,16 @@ impl WriteContext {
         (IDEMPOTENCY_KEY_HEADER, self.key.as_str())
     }
 
-    /// Whether this call waited on an earlier run of the same operation that then vanished
-    /// without a result (its owner failed transiently, or crashed and its lease expired), so
-    /// that earlier run may have taken effect downstream. Handing the key downstream is what
-    /// makes running again safe either way.
+    /// Whether an earlier attempt of this operation may have taken effect downstream: this call
+    /// took over an `unknown` operation (an earlier attempt's lease expired without a result,
+    /// and the policy reran it or a verify probe said it was not done), or waited on an earlier
+    /// run that then vanished without a result (its owner failed transiently, or an operator
+    /// released it). Handing the key downstream is what makes running again safe either way.
+    /// A verify probe is always given `true`.
     ///
-    /// `false` proves nothing: a call that claims an expired entry without having waited for it
-    /// cannot always tell (Redis, for one, forgets expired entries).
+    /// `false` proves nothing: a store may have forgotten an expired earlier attempt (an entry
+    /// kept past its retention, or written by an older version that did not keep `unknown`
+    /// entries).
     pub fn may_have_run_before(&self) -> bool {
         self.attempt_reclaimed
     }

@@ -11,13 +11,14 @@ use serde_json::{Value, json};
 
 use crate::canonical::{self, Limits};
 use crate::key::{self, KeyFields, OperationKey};
-use crate::layer::{Layer, Outcome, WriteOptions};
-use crate::store::Store;
-use crate::tool::{ReadTool, ToolError, WriteContext, WriteTool};
+use crate::layer::{Layer, OnExpired, Outcome, WriteOptions};
+use crate::store::{About, Store};
+use crate::tool::{ReadTool, ToolError, Verified, WriteContext, WriteTool};
 use crate::{Error, Result};
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 type Prepared = Box<dyn FnOnce(WriteContext) -> BoxFuture<Result<Value, ToolError>> + Send>;
+type Probe = Box<dyn FnOnce(WriteContext) -> BoxFuture<Verified> + Send>;
 
 /// One answer to the model: a well-formed tool result whatever happened.
 #[derive(Clone, Debug, PartialEq)]
@@ -104,6 +105,9 @@ impl<T: ReadTool> ErasedRead for T {
 
 trait ErasedWrite: Send + Sync {
     fn prepare(self: Arc<Self>, args: &Value) -> Result<Prepared, String>;
+    /// The tool's verify probe for these arguments (parsed again: `Args` need not be `Clone`,
+    /// and this runs only under [`OnExpired::Verify`]).
+    fn probe(self: Arc<Self>, args: &Value) -> Result<Probe, String>;
 }
 
 impl<T: WriteTool> ErasedWrite for T {
@@ -111,6 +115,13 @@ impl<T: WriteTool> ErasedWrite for T {
         let args: T::Args = parse_typed(args)?;
         Ok(Box::new(move |ctx| {
             Box::pin(async move { to_result(WriteTool::call(&*self, ctx, args).await) })
+        }))
+    }
+
+    fn probe(self: Arc<Self>, args: &Value) -> Result<Probe, String> {
+        let args: T::Args = parse_typed(args)?;
+        Ok(Box::new(move |ctx| {
+            Box::pin(async move { WriteTool::verify(&*self, &ctx, &args).await })
         }))
     }
 }
@@ -271,9 +282,12 @@ impl ToolboxBuilder {
         self.write_with(tool, options)
     }
 
-    /// Registers a write tool with its own options.
-    pub fn write_with<T: WriteTool>(mut self, tool: T, options: WriteOptions) -> Self {
+    /// Registers a write tool with its own options. Options that leave
+    /// [`on_expired`](WriteOptions::on_expired) unset take the tool's declaration
+    /// ([`WriteTool::on_expired`]).
+    pub fn write_with<T: WriteTool>(mut self, tool: T, mut options: WriteOptions) -> Self {
         let name = tool.name().to_owned();
+        options.on_expired.get_or_insert_with(|| tool.on_expired());
         let fields = tool.key_fields();
         let registered = (|| {
             options
@@ -393,6 +407,7 @@ impl Toolbox {
                 None,
             );
             tracing::info!(target: "toolonce", tool = name, outcome = "unknown_tool", "tool call");
+            crate::layer::count_call(name, Outcome::UnknownTool);
             return answer;
         };
         match &tool.kind {
@@ -421,7 +436,21 @@ impl Toolbox {
                     Ok(op) => op,
                     Err(e) => return self.invalid(name, &e.to_string()),
                 };
-                let answer = self.layer.run(name, &op, options, prepared).await;
+                let about = About::new(scope, name);
+                let answer = if options.expired_policy() == OnExpired::Verify {
+                    // Parsed already above, so this cannot fail.
+                    let probe = match tool.clone().probe(&args) {
+                        Ok(p) => p,
+                        Err(e) => return self.invalid(name, &e),
+                    };
+                    self.layer
+                        .run_with_verify(name, &op, &about, options, probe, prepared)
+                        .await
+                } else {
+                    self.layer
+                        .run_with_about(name, &op, &about, options, prepared)
+                        .await
+                };
                 match answer.result {
                     Ok(v) => ToolResult::ok(v, answer.outcome, Some(answer.key)),
                     Err(e) => ToolResult::error(e.message, answer.outcome, Some(answer.key)),
@@ -432,6 +461,7 @@ impl Toolbox {
 
     fn invalid(&self, name: &str, reason: &str) -> ToolResult {
         tracing::info!(target: "toolonce", tool = name, outcome = "invalid_arguments", reason, "tool call");
+        crate::layer::count_call(name, Outcome::InvalidArguments);
         ToolResult::error(
             format!("Invalid arguments for `{name}`: {reason}. Nothing was executed."),
             Outcome::InvalidArguments,

@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use toolonce::{
     Claim, ClaimRequest, Entry, Error, Fenced, InFlight, Layer, ListQuery, ManualClock,
-    MemoryStore, OperationKey, Outcome, OwnerToken, Page, ReadTool, Resolution, Resolved, State,
-    Store, ToolError, Toolbox, WriteContext, WriteOptions, WriteTool, key,
+    MemoryStore, OnExpired, OperationKey, Outcome, OwnerToken, Page, ReadTool, Resolution,
+    Resolved, State, Store, ToolError, Toolbox, WriteContext, WriteOptions, WriteTool, key,
 };
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]
@@ -871,16 +871,29 @@ async fn a_panicking_tool_leaves_a_running_entry_that_expires_and_is_then_reclai
         State::Running
     );
 
+    // Under `rerun` (the tool's downstream honours the key); `hold` refuses to run it again.
     let tb2 = toolbox(
         store.clone(),
         healthy.clone(),
-        WriteOptions::new().lease(lease),
+        WriteOptions::new()
+            .lease(lease)
+            .on_expired(OnExpired::Rerun),
     );
     assert_eq!(
         tb2.call("charge_card", args("A")).await.outcome,
         Outcome::InFlight
     );
     clock.advance(lease + Duration::from_secs(1));
+    let holding = toolbox(
+        store.clone(),
+        healthy.clone(),
+        WriteOptions::new().lease(lease),
+    );
+    assert_eq!(
+        holding.call("charge_card", args("A")).await.outcome,
+        Outcome::Unknown
+    );
+    assert_eq!(healthy.charges.load(Ordering::SeqCst), 0);
     let resumed = tb2.call("charge_card", args("A")).await;
     assert_eq!(resumed.outcome, Outcome::Executed);
     assert_eq!(
@@ -920,13 +933,25 @@ async fn a_cancelled_call_leaves_a_running_entry_that_expires_and_is_then_reclai
     let tb2 = toolbox(
         store.clone(),
         healthy.clone(),
-        WriteOptions::new().lease(lease),
+        WriteOptions::new()
+            .lease(lease)
+            .on_expired(OnExpired::Rerun),
     );
     assert_eq!(
         tb2.call("charge_card", args("A")).await.outcome,
         Outcome::InFlight
     );
     clock.advance(lease + Duration::from_secs(1));
+    let holding = toolbox(
+        store.clone(),
+        healthy.clone(),
+        WriteOptions::new().lease(lease),
+    );
+    assert_eq!(
+        holding.call("charge_card", args("A")).await.outcome,
+        Outcome::Unknown
+    );
+    assert_eq!(healthy.charges.load(Ordering::SeqCst), 0);
     assert_eq!(
         tb2.call("charge_card", args("A")).await.outcome,
         Outcome::Executed
@@ -1063,7 +1088,10 @@ async fn dropping_a_running_call_stops_its_heartbeat_and_the_lease_expires() {
         delay: Some(Duration::from_secs(3600)),
         ..Charge::default()
     };
-    let options = WriteOptions::new().lease(Duration::from_secs(3));
+    // `rerun`, so the retry below may take over once the lease is gone.
+    let options = WriteOptions::new()
+        .lease(Duration::from_secs(3))
+        .on_expired(OnExpired::Rerun);
     let tb = Arc::new(toolbox(store, stuck.clone(), options));
     let running = tokio::spawn({
         let tb = tb.clone();
@@ -1094,4 +1122,615 @@ async fn dropping_a_running_call_stops_its_heartbeat_and_the_lease_expires() {
         taken_over.is_ok(),
         "the dropped call's lease was still renewed a minute later"
     );
+}
+
+// --- `unknown` operations: the policies, the verify probe, the toolbox's declarations and the
+// metrics. Each test makes an operation `unknown` the way a crash does: a claim whose lease
+// expires (on a manual clock) without a complete or fail.
+
+/// A store on a manual clock holding `op` as `unknown`: claimed by a caller that then vanished,
+/// its lease expired. Returns that caller's token (a late owner) too.
+async fn unknown_op(name: &str) -> (Arc<MemoryStore>, Arc<ManualClock>, key::Derived, OwnerToken) {
+    let clock = ManualClock::new(SystemTime::now());
+    let store = Arc::new(MemoryStore::with_clock(clock.clone()));
+    let op = key::derive("unknown", name, &json!({"to": "ada@example.com"}), None).unwrap();
+    let crashed = OwnerToken::generate();
+    let about = toolonce::About::new("unknown", name);
+    let request = ClaimRequest::new(&op.key, &op.fingerprint, &crashed, Duration::from_secs(60))
+        .about(&about);
+    assert!(matches!(store.claim(&request).await.unwrap(), Claim::Won));
+    clock.advance(Duration::from_secs(61));
+    assert_eq!(
+        store.get(&op.key).await.unwrap().unwrap().state(),
+        State::Unknown
+    );
+    (store, clock, op, crashed)
+}
+
+/// What one call saw: whether the tool ran, with which `may_have_run_before`, and whether the
+/// probe was asked.
+#[derive(Clone, Default)]
+struct Seen {
+    runs: Arc<AtomicU32>,
+    probes: Arc<AtomicU32>,
+    may_have_run_before: Arc<std::sync::Mutex<Vec<bool>>>,
+}
+
+impl Seen {
+    async fn call(
+        &self,
+        layer: &Layer,
+        op: &key::Derived,
+        options: &WriteOptions,
+        probe: toolonce::Verified,
+    ) -> toolonce::WriteAnswer {
+        let about = toolonce::About::new("unknown", "send_email");
+        let (runs, probes, seen) = (
+            self.runs.clone(),
+            self.probes.clone(),
+            self.may_have_run_before.clone(),
+        );
+        layer
+            .run_with_verify(
+                "send_email",
+                op,
+                &about,
+                options,
+                move |ctx| async move {
+                    assert!(
+                        ctx.may_have_run_before(),
+                        "the probe runs after an interruption"
+                    );
+                    probes.fetch_add(1, Ordering::SeqCst);
+                    probe
+                },
+                move |ctx| async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    seen.lock().unwrap().push(ctx.may_have_run_before());
+                    Ok(json!({"sent": ctx.key().as_str()}))
+                },
+            )
+            .await
+    }
+}
+
+#[tokio::test]
+async fn hold_answers_unknown_without_running_and_tells_the_model_a_person_must_check() {
+    let (store, _clock, op, crashed) = unknown_op("send_email").await;
+    let layer = Layer::new(store.clone());
+    let seen = Seen::default();
+    let answer = seen
+        .call(
+            &layer,
+            &op,
+            &WriteOptions::new(),
+            toolonce::Verified::NotDone,
+        )
+        .await;
+    assert_eq!(answer.outcome, Outcome::Unknown);
+    assert_eq!(answer.outcome.as_str(), "unknown");
+    let text = answer.result.clone().unwrap_err().message;
+    for phrase in [
+        "may already have taken effect",
+        "must not retry",
+        "A person must check",
+        "toolonce resolve",
+        "send_email",
+        op.key.as_str(),
+    ] {
+        assert!(text.contains(phrase), "{phrase:?} missing from {text:?}");
+    }
+    assert!(
+        !text.contains(crashed.as_str()),
+        "the token never reaches the model"
+    );
+    assert!(!format!("{answer:?}").contains(crashed.as_str()));
+    assert_eq!(seen.runs.load(Ordering::SeqCst), 0);
+    assert_eq!(seen.probes.load(Ordering::SeqCst), 0, "hold never probes");
+    // Held again and again, until a person settles it: then the settled answer is replayed.
+    let again = seen
+        .call(
+            &layer,
+            &op,
+            &WriteOptions::new(),
+            toolonce::Verified::NotDone,
+        )
+        .await;
+    assert_eq!(again.outcome, Outcome::Unknown);
+    assert_eq!(
+        store
+            .resolve(
+                &op.key,
+                &Resolution::Done(json!("sent by hand")),
+                Duration::from_secs(60)
+            )
+            .await
+            .unwrap(),
+        Resolved::Applied
+    );
+    let settled = seen
+        .call(
+            &layer,
+            &op,
+            &WriteOptions::new(),
+            toolonce::Verified::NotDone,
+        )
+        .await;
+    assert_eq!(settled.outcome, Outcome::Replayed);
+    assert_eq!(settled.result, Ok(json!("sent by hand")));
+    assert_eq!(seen.runs.load(Ordering::SeqCst), 0);
+}
+
+/// Counts the claims a store is sent.
+#[derive(Debug)]
+struct CountsClaims {
+    inner: Arc<dyn Store>,
+    claims: AtomicU32,
+}
+
+#[async_trait]
+impl Store for CountsClaims {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> toolonce::Result<Claim> {
+        self.claims.fetch_add(1, Ordering::SeqCst);
+        self.inner.claim(req).await
+    }
+    async fn renew(
+        &self,
+        key: &OperationKey,
+        owner: &OwnerToken,
+        lease: Duration,
+    ) -> toolonce::Result<bool> {
+        self.inner.renew(key, owner, lease).await
+    }
+    async fn complete(
+        &self,
+        key: &OperationKey,
+        owner: OwnerToken,
+        result: &Value,
+        retention: Duration,
+    ) -> toolonce::Result<Fenced> {
+        self.inner.complete(key, owner, result, retention).await
+    }
+    async fn fail(
+        &self,
+        key: &OperationKey,
+        owner: OwnerToken,
+        error: &ToolError,
+        sticky: Option<Duration>,
+    ) -> toolonce::Result<Fenced> {
+        self.inner.fail(key, owner, error, sticky).await
+    }
+    async fn get(&self, key: &OperationKey) -> toolonce::Result<Option<Entry>> {
+        self.inner.get(key).await
+    }
+    async fn list(&self, q: &ListQuery) -> toolonce::Result<Page> {
+        self.inner.list(q).await
+    }
+    async fn resolve(
+        &self,
+        key: &OperationKey,
+        resolution: &Resolution,
+        retention: Duration,
+    ) -> toolonce::Result<Resolved> {
+        self.inner.resolve(key, resolution, retention).await
+    }
+    async fn delete(&self, key: &OperationKey) -> toolonce::Result<bool> {
+        self.inner.delete(key).await
+    }
+    async fn purge_expired(&self) -> toolonce::Result<u64> {
+        self.inner.purge_expired().await
+    }
+}
+
+#[tokio::test]
+async fn rerun_takes_over_in_one_claim_and_the_tool_knows_it_may_have_run_before() {
+    let (store, _clock, op, crashed) = unknown_op("send_email").await;
+    let counting = Arc::new(CountsClaims {
+        inner: store.clone(),
+        claims: AtomicU32::new(0),
+    });
+    let layer = Layer::new(counting.clone());
+    let seen = Seen::default();
+    let options = WriteOptions::new().on_expired(OnExpired::Rerun);
+    let answer = seen
+        .call(&layer, &op, &options, toolonce::Verified::CannotTell)
+        .await;
+    assert_eq!(answer.outcome, Outcome::Executed);
+    assert_eq!(
+        answer.result,
+        Ok(json!({"sent": op.key.as_str()})),
+        "the same key again"
+    );
+    assert_eq!(counting.claims.load(Ordering::SeqCst), 1, "one round trip");
+    assert_eq!(seen.probes.load(Ordering::SeqCst), 0, "rerun never probes");
+    assert_eq!(*seen.may_have_run_before.lock().unwrap(), vec![true]);
+    let entry = store.get(&op.key).await.unwrap().unwrap();
+    assert_eq!(entry.state(), State::Done);
+    assert_eq!(entry.attempts, 2);
+    // The crashed caller, back late, is fenced out.
+    assert_eq!(
+        store
+            .complete(&op.key, crashed, &json!("late"), Duration::from_secs(60))
+            .await
+            .unwrap(),
+        Fenced::NotOwner
+    );
+    // A fresh operation under rerun is an ordinary first run.
+    let fresh = key::derive("unknown", "send_email", &json!({"to": "bob"}), None).unwrap();
+    let first = seen
+        .call(&layer, &fresh, &options, toolonce::Verified::CannotTell)
+        .await;
+    assert_eq!(first.outcome, Outcome::Executed);
+    assert_eq!(*seen.may_have_run_before.lock().unwrap(), vec![true, false]);
+}
+
+#[tokio::test]
+async fn each_policy_with_each_verify_answer() {
+    use toolonce::Verified;
+    let found = json!({"message_id": "m-1"});
+    let cases = [
+        // (policy, probe answer, outcome, runs, probes)
+        (
+            OnExpired::Hold,
+            Verified::Done(found.clone()),
+            Outcome::Unknown,
+            0,
+            0,
+        ),
+        (OnExpired::Hold, Verified::NotDone, Outcome::Unknown, 0, 0),
+        (
+            OnExpired::Hold,
+            Verified::CannotTell,
+            Outcome::Unknown,
+            0,
+            0,
+        ),
+        (
+            OnExpired::Rerun,
+            Verified::Done(found.clone()),
+            Outcome::Executed,
+            1,
+            0,
+        ),
+        (OnExpired::Rerun, Verified::NotDone, Outcome::Executed, 1, 0),
+        (
+            OnExpired::Rerun,
+            Verified::CannotTell,
+            Outcome::Executed,
+            1,
+            0,
+        ),
+        (
+            OnExpired::Verify,
+            Verified::Done(found.clone()),
+            Outcome::Replayed,
+            0,
+            1,
+        ),
+        (
+            OnExpired::Verify,
+            Verified::NotDone,
+            Outcome::Executed,
+            1,
+            1,
+        ),
+        (
+            OnExpired::Verify,
+            Verified::CannotTell,
+            Outcome::Unknown,
+            0,
+            1,
+        ),
+    ];
+    for (policy, probe, outcome, runs, probes) in cases {
+        let case = format!("{policy} with the probe answering {probe:?}");
+        let (store, _clock, op, _) = unknown_op("send_email").await;
+        let layer = Layer::new(store.clone());
+        let seen = Seen::default();
+        let options = WriteOptions::new().on_expired(policy);
+        let answer = seen.call(&layer, &op, &options, probe.clone()).await;
+        assert_eq!(answer.outcome, outcome, "{case}");
+        assert_eq!(seen.runs.load(Ordering::SeqCst), runs, "{case}");
+        assert_eq!(seen.probes.load(Ordering::SeqCst), probes, "{case}");
+        let entry = store.get(&op.key).await.unwrap().unwrap();
+        match outcome {
+            Outcome::Unknown => assert_eq!(entry.state(), State::Unknown, "{case}"),
+            Outcome::Executed => {
+                assert_eq!(
+                    seen.may_have_run_before.lock().unwrap().as_slice(),
+                    [true],
+                    "{case}"
+                );
+                assert_eq!(entry.state(), State::Done, "{case}");
+                assert_eq!(entry.attempts, 2, "{case}: a takeover");
+            }
+            Outcome::Replayed => {
+                assert_eq!(answer.result, Ok(found.clone()), "{case}");
+                // Recorded: the next duplicate replays it without asking again.
+                assert_eq!(entry.attempts, 1, "{case}: nothing was run again");
+                let next = seen.call(&layer, &op, &options, Verified::NotDone).await;
+                assert_eq!(next.outcome, Outcome::Replayed, "{case}");
+                assert_eq!(next.result, Ok(found.clone()), "{case}");
+                assert_eq!(seen.probes.load(Ordering::SeqCst), 1, "{case}");
+            }
+            other => panic!("{case}: unexpected {other}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn verify_without_a_probe_holds() {
+    let (store, _clock, op, _) = unknown_op("send_email").await;
+    let layer = Layer::new(store);
+    let answer = layer
+        .run(
+            "send_email",
+            &op,
+            &WriteOptions::new().on_expired(OnExpired::Verify),
+            |_| async { Ok(json!("ran")) },
+        )
+        .await;
+    assert_eq!(answer.outcome, Outcome::Unknown);
+}
+
+#[tokio::test]
+async fn a_probe_that_finds_it_done_never_overwrites_an_entry_settled_meanwhile() {
+    let (store, _clock, op, crashed) = unknown_op("send_email").await;
+    let layer = Layer::new(store.clone());
+    let about = toolonce::About::new("unknown", "send_email");
+    let late_owner = store.clone();
+    let key = op.key.clone();
+    let answer = layer
+        .run_with_verify(
+            "send_email",
+            &op,
+            &about,
+            &WriteOptions::new().on_expired(OnExpired::Verify),
+            move |_| async move {
+                // While the probe asks downstream, the late owner records its own result.
+                let applied = late_owner
+                    .complete(
+                        &key,
+                        crashed,
+                        &json!("the owner's"),
+                        Duration::from_secs(60),
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(applied, Fenced::Applied);
+                toolonce::Verified::Done(json!("the probe's"))
+            },
+            |_| async { Ok(json!("ran")) },
+        )
+        .await;
+    assert_eq!(answer.outcome, Outcome::Replayed);
+    assert_eq!(answer.result, Ok(json!("the owner's")));
+    match store.get(&op.key).await.unwrap().unwrap().state {
+        toolonce::EntryState::Done { result, .. } => assert_eq!(result, json!("the owner's")),
+        other => panic!("expected done, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_waiting_duplicate_whose_owner_vanishes_holds_under_the_default_policy() {
+    let clock = ManualClock::new(SystemTime::now());
+    let store = Arc::new(MemoryStore::with_clock(clock.clone()));
+    let layer = Layer::new(store.clone());
+    let op = key::derive("wait", "send_email", &json!({"n": 1}), None).unwrap();
+    let vanished = OwnerToken::generate();
+    let lease = Duration::from_secs(60);
+    let request = ClaimRequest::new(&op.key, &op.fingerprint, &vanished, lease);
+    assert!(matches!(store.claim(&request).await.unwrap(), Claim::Won));
+    let ran = Arc::new(AtomicU32::new(0));
+    let waiter = {
+        let (layer, op, ran) = (layer.clone(), op.clone(), ran.clone());
+        tokio::spawn(async move {
+            let options = WriteOptions::new().in_flight(InFlight::Wait(Duration::from_secs(30)));
+            layer
+                .run("send_email", &op, &options, move |_| async move {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    Ok(json!("sent twice"))
+                })
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    clock.advance(lease + Duration::from_secs(1));
+    let answer = waiter.await.unwrap();
+    assert_eq!(answer.outcome, Outcome::Unknown);
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+}
+
+/// A write tool declaring its downstream's behaviour, for the toolbox's wiring.
+#[derive(Clone, Default)]
+struct Declared {
+    name: &'static str,
+    honours_key: bool,
+    probe: Option<toolonce::Verified>,
+    runs: Arc<AtomicU32>,
+    probed_with: Arc<std::sync::Mutex<Vec<(String, String)>>>,
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct EmailArgs {
+    to: String,
+}
+
+impl WriteTool for Declared {
+    type Args = EmailArgs;
+    type Output = Value;
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn description(&self) -> &str {
+        "A tool with a declared downstream."
+    }
+    fn honours_key(&self) -> bool {
+        self.honours_key
+    }
+    fn on_expired(&self) -> OnExpired {
+        match (&self.probe, self.honours_key) {
+            (Some(_), _) => OnExpired::Verify,
+            (None, true) => OnExpired::Rerun,
+            (None, false) => OnExpired::Hold,
+        }
+    }
+    async fn verify(&self, ctx: &WriteContext, args: &EmailArgs) -> toolonce::Verified {
+        self.probed_with
+            .lock()
+            .unwrap()
+            .push((ctx.key().as_str().to_owned(), args.to.clone()));
+        self.probe.clone().unwrap_or(toolonce::Verified::CannotTell)
+    }
+    async fn call(&self, _: WriteContext, args: EmailArgs) -> Result<Value, ToolError> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        Ok(json!({"to": args.to}))
+    }
+}
+
+/// Makes the toolbox call of `tool` with `to` unknown in `store`: claimed, lease expired.
+async fn crash_through_the_toolbox(
+    store: &Arc<MemoryStore>,
+    clock: &ManualClock,
+    tool: &str,
+    to: &str,
+) {
+    let op = key::derive("run-1", tool, &json!({"to": to}), None).unwrap();
+    let owner = OwnerToken::generate();
+    let about = toolonce::About::new("run-1", tool);
+    let request =
+        ClaimRequest::new(&op.key, &op.fingerprint, &owner, Duration::from_secs(60)).about(&about);
+    assert!(matches!(store.claim(&request).await.unwrap(), Claim::Won));
+    clock.advance(Duration::from_secs(61));
+}
+
+#[tokio::test]
+async fn the_toolbox_takes_each_tools_declared_policy_unless_its_options_say_otherwise() {
+    let clock = ManualClock::new(SystemTime::now());
+    let store = Arc::new(MemoryStore::with_clock(clock.clone()));
+    let charge = Declared {
+        name: "charge",
+        honours_key: true,
+        ..Declared::default()
+    };
+    let email = Declared {
+        name: "email",
+        ..Declared::default()
+    };
+    let checked = Declared {
+        name: "checked_email",
+        probe: Some(toolonce::Verified::Done(json!({"to": "found"}))),
+        ..Declared::default()
+    };
+    let overridden = Declared {
+        name: "overridden",
+        honours_key: true,
+        ..Declared::default()
+    };
+    let tb = Toolbox::builder(store.clone())
+        .scope("run-1")
+        .write(charge.clone())
+        .write(email.clone())
+        .write(checked.clone())
+        .write_with(
+            overridden.clone(),
+            WriteOptions::new().on_expired(OnExpired::Hold),
+        )
+        .build()
+        .unwrap();
+    for tool in ["charge", "email", "checked_email", "overridden"] {
+        crash_through_the_toolbox(&store, &clock, tool, "ada").await;
+    }
+    let answer = tb.call("charge", json!({"to": "ada"})).await;
+    assert_eq!(answer.outcome, Outcome::Executed, "honours the key: rerun");
+    assert_eq!(charge.runs.load(Ordering::SeqCst), 1);
+
+    let answer = tb.call("email", json!({"to": "ada"})).await;
+    assert_eq!(answer.outcome, Outcome::Unknown, "no downstream key: hold");
+    assert!(answer.is_error);
+    assert!(
+        answer.content.contains("must not retry"),
+        "{}",
+        answer.content
+    );
+    assert_eq!(email.runs.load(Ordering::SeqCst), 0);
+
+    let answer = tb.call("checked_email", json!({"to": "ada"})).await;
+    assert_eq!(answer.outcome, Outcome::Replayed, "verified done");
+    assert_eq!(answer.value, Some(json!({"to": "found"})));
+    assert_eq!(checked.runs.load(Ordering::SeqCst), 0);
+    let probed = checked.probed_with.lock().unwrap().clone();
+    let key = answer.key.unwrap();
+    assert_eq!(probed, vec![(key.as_str().to_owned(), "ada".to_owned())]);
+
+    let answer = tb.call("overridden", json!({"to": "ada"})).await;
+    assert_eq!(
+        answer.outcome,
+        Outcome::Unknown,
+        "the options win over the tool"
+    );
+    assert_eq!(overridden.runs.load(Ordering::SeqCst), 0);
+
+    // The entries the toolbox writes say what they are.
+    let entry = store
+        .list(&ListQuery::new().tool("charge"))
+        .await
+        .unwrap()
+        .entries;
+    assert_eq!(entry.len(), 1);
+    let fresh = tb.call("email", json!({"to": "bob"})).await;
+    let entry = store.get(&fresh.key.unwrap()).await.unwrap().unwrap();
+    assert_eq!(entry.about, toolonce::About::new("run-1", "email"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_duplicates_of_an_unknown_operation_under_rerun_take_it_over_once() {
+    for round in 0..20 {
+        let (store, _clock, op, _) = unknown_op("send_email").await;
+        let layer = Layer::new(store.clone());
+        let runs = Arc::new(AtomicU32::new(0));
+        let release = Arc::new(tokio::sync::Notify::new());
+        let barrier = Arc::new(tokio::sync::Barrier::new(8));
+        let options = WriteOptions::new().on_expired(OnExpired::Rerun);
+        let calls: Vec<_> = (0..8)
+            .map(|_| {
+                let (layer, op, runs, release, barrier, options) = (
+                    layer.clone(),
+                    op.clone(),
+                    runs.clone(),
+                    release.clone(),
+                    barrier.clone(),
+                    options.clone(),
+                );
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    layer
+                        .run("send_email", &op, &options, move |_| async move {
+                            runs.fetch_add(1, Ordering::SeqCst);
+                            release.notified().await;
+                            Ok(json!("sent"))
+                        })
+                        .await
+                })
+            })
+            .collect();
+        // Let every duplicate reach the store before the one that took over finishes.
+        while runs.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        release.notify_one();
+        let mut outcomes = Vec::new();
+        for call in calls {
+            outcomes.push(call.await.unwrap().outcome);
+        }
+        let executed = outcomes.iter().filter(|o| **o == Outcome::Executed).count();
+        assert_eq!(executed, 1, "round {round}: {outcomes:?}");
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "round {round}");
+        assert_eq!(
+            store.get(&op.key).await.unwrap().unwrap().attempts,
+            2,
+            "round {round}"
+        );
+    }
 }

@@ -231,7 +231,7 @@ impl Store for MemoryStore {
                 slot.entry.started_at = now;
                 slot.entry.attempts = slot.entry.attempts.saturating_add(1);
                 slot.lease(now, req.lease, req.retention);
-                return Ok(Claim::Won);
+                return Ok(Claim::TookOver);
             }
             return Ok(Claim::Existing(slot.view(now)));
         }

@@ -78,6 +78,7 @@ impl<S: Store + ?Sized> ClaimFresh for S {
                 .await?
             {
                 Claim::Won => Fresh::Won(owner),
+                Claim::TookOver => panic!("a claim without takeover took over"),
                 Claim::Existing(entry) => Fresh::Existing(entry),
             },
         )
@@ -92,7 +93,7 @@ impl<S: Store + ?Sized> ClaimFresh for S {
         let owner = OwnerToken::generate();
         let request = ClaimRequest::new(key, fp, &owner, lease).takeover(true);
         Ok(match self.claim(&request).await? {
-            Claim::Won => Fresh::Won(owner),
+            Claim::Won | Claim::TookOver => Fresh::Won(owner),
             Claim::Existing(entry) => Fresh::Existing(entry),
         })
     }
@@ -184,7 +185,9 @@ pub async fn a_claim_retried_with_its_own_token_wins_and_with_another_does_not(
             EntryState::Running { owner: Some(o) } => assert_eq!(o, owner.as_str()),
             other => panic!("expected the caller's running entry, got {other:?}"),
         },
-        Claim::Won => panic!("a claim with another token won over a running entry"),
+        Claim::Won | Claim::TookOver => {
+            panic!("a claim with another token won over a running entry")
+        }
     }
     tokio::time::sleep(PAST_SHORT).await;
     assert!(
@@ -206,7 +209,7 @@ pub async fn a_claim_retried_with_its_own_token_wins_and_with_another_does_not(
         .unwrap()
     {
         Claim::Existing(entry) => assert_eq!(entry.state(), State::Done),
-        Claim::Won => panic!("the owner's token won over its own settled entry"),
+        Claim::Won | Claim::TookOver => panic!("the owner's token won over its own settled entry"),
     }
 }
 
@@ -311,7 +314,9 @@ pub async fn a_stale_owner_can_neither_complete_renew_nor_fail_after_a_takeover(
         .unwrap()
     {
         Claim::Existing(entry) => assert_eq!(entry.state(), State::Running),
-        Claim::Won => panic!("the stale owner's claim won back an entry taken over"),
+        Claim::Won | Claim::TookOver => {
+            panic!("the stale owner's claim won back an entry taken over")
+        }
     }
     // The fresh owner's entry is untouched and still completes.
     assert_eq!(
@@ -652,7 +657,7 @@ pub async fn claim_about(
         .takeover(takeover)
         .about(about);
     match store.claim(&request).await.unwrap() {
-        Claim::Won => Fresh::Won(owner),
+        Claim::Won | Claim::TookOver => Fresh::Won(owner),
         Claim::Existing(entry) => Fresh::Existing(entry),
     }
 }
@@ -729,7 +734,16 @@ pub async fn a_takeover_wins_an_unknown_entry_counts_the_attempt_and_keeps_the_f
     tokio::time::sleep(PAST_SHORT).await;
 
     let other = About::new("another-scope", "another-tool");
-    let second = won(claim_about(&*store, &key, &fp, &other, LONG, LONG, true).await);
+    let second = OwnerToken::generate();
+    let request = ClaimRequest::new(&key, &fp, &second, LONG)
+        .takeover(true)
+        .about(&other);
+    match store.claim(&request).await.unwrap() {
+        Claim::TookOver => {}
+        other => panic!("expected the takeover to be reported as such, got {other:?}"),
+    }
+    // Its re-sent copy (the reply was lost) finds the caller's own entry: a plain win.
+    assert!(matches!(store.claim(&request).await.unwrap(), Claim::Won));
     let entry = store.get(&key).await.unwrap().unwrap();
     assert_eq!(entry.state(), State::Running);
     match &entry.state {
