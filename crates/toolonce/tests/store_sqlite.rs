@@ -1271,10 +1271,21 @@ fn a_migrated_file_has_exactly_the_schema_of_a_new_one() {
     drop(SqliteStore::open(&new).unwrap());
     let migrated = schema_of(&old);
     assert_eq!(migrated, schema_of(&new));
-    assert!(
-        migrated.iter().any(|(name, _)| name == "toolonce_entries"),
-        "{migrated:?}"
+    assert_eq!(
+        migrated
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .collect::<Vec<_>>(),
+        ["toolonce_entries", "toolonce_entries_kept_until"],
+        "the version-1 table and its index are gone"
     );
+    assert_eq!(user_version(&old), 2);
+}
+
+fn user_version(path: &Path) -> i64 {
+    raw(path)
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap()
 }
 
 /// A process of the older version that opened the file before another process migrated it
@@ -1345,6 +1356,7 @@ fn processes_opening_a_version_1_file_at_once_migrate_it_once() {
         .enable_all()
         .build()
         .unwrap();
+    assert_eq!(user_version(&path), 2);
     let store = SqliteStore::open(&path).unwrap();
     match rt.block_on(store.get(&key)).unwrap().expect("kept").state {
         EntryState::Done { result, .. } => assert_eq!(result, json!("kept")),
@@ -1444,4 +1456,107 @@ async fn a_takeover_with_other_arguments_under_the_same_key_is_not_granted() {
         }
     );
     assert_eq!(entry.attempts, 2);
+}
+
+/// Takeovers race for one `unknown` entry from two handles on the file (as two processes
+/// would), inline and on the connection threads: exactly one wins, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_takeovers_of_one_unknown_entry_have_one_winner() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("takeovers.db");
+    let stores = [
+        Arc::new(SqliteStore::open(&path).unwrap()),
+        Arc::new(SqliteStore::open(&path).unwrap()),
+    ];
+    let mut keys = Vec::new();
+    for round in 0..10 {
+        let (key, fp) = conformance::op(&format!("takeover{round}"));
+        let first = OwnerToken::generate();
+        let req = ClaimRequest::new(&key, &fp, &first, Duration::from_millis(100));
+        assert!(matches!(stores[0].claim(&req).await.unwrap(), Claim::Won));
+        keys.push((key, fp));
+    }
+    tokio::time::sleep(conformance::PAST_SHORT).await;
+    for (round, (key, fp)) in keys.into_iter().enumerate() {
+        let barrier = Arc::new(tokio::sync::Barrier::new(16));
+        let tasks: Vec<_> = (0..16)
+            .map(|i| {
+                let (store, key, fp, barrier) = (
+                    stores[i % 2].clone(),
+                    key.clone(),
+                    fp.clone(),
+                    barrier.clone(),
+                );
+                tokio::spawn(async move {
+                    let owner = OwnerToken::generate();
+                    barrier.wait().await;
+                    let req =
+                        ClaimRequest::new(&key, &fp, &owner, conformance::LONG).takeover(true);
+                    matches!(store.claim(&req).await.unwrap(), Claim::Won)
+                })
+            })
+            .collect();
+        let mut won = 0;
+        for task in tasks {
+            won += usize::from(task.await.unwrap());
+        }
+        assert_eq!(won, 1, "round {round}");
+        let entry = stores[0].get(&key).await.unwrap().unwrap();
+        assert_eq!((entry.state(), entry.attempts), (State::Running, 2));
+    }
+}
+
+/// An operator's resolve and the late owner's complete race for one `unknown` entry: exactly
+/// one of them applies, and the entry holds what that one wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_resolve_racing_the_late_owner_lets_exactly_one_settle() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("resolve-race.db");
+    let owner_side = Arc::new(SqliteStore::open(&path).unwrap());
+    let operator = Arc::new(SqliteStore::open(&path).unwrap());
+    for round in 0..20 {
+        let (key, fp) = conformance::op(&format!("race{round}"));
+        let owner = OwnerToken::generate();
+        let req = ClaimRequest::new(&key, &fp, &owner, Duration::from_millis(50));
+        assert!(matches!(owner_side.claim(&req).await.unwrap(), Claim::Won));
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        let barrier = Arc::new(tokio::sync::Barrier::new(2));
+        let late = {
+            let (store, key, barrier) = (owner_side.clone(), key.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                store
+                    .complete(&key, owner, &json!("by the owner"), conformance::LONG)
+                    .await
+                    .unwrap()
+            })
+        };
+        let resolve = {
+            let (store, key) = (operator.clone(), key.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                store
+                    .resolve(
+                        &key,
+                        &Resolution::Done(json!("by the operator")),
+                        conformance::LONG,
+                    )
+                    .await
+                    .unwrap()
+            })
+        };
+        let (late, resolve) = (late.await.unwrap(), resolve.await.unwrap());
+        let stored = match operator.get(&key).await.unwrap().unwrap().state {
+            EntryState::Done { result, .. } => result,
+            other => panic!("expected done, got {other:?}"),
+        };
+        match (late, resolve) {
+            (Fenced::Applied, Resolved::Settled(entry)) => {
+                assert_eq!(stored, json!("by the owner"));
+                assert_eq!(entry.state(), State::Done);
+            }
+            (Fenced::NotOwner, Resolved::Applied) => assert_eq!(stored, json!("by the operator")),
+            other => panic!("round {round}: both or neither applied: {other:?}"),
+        }
+    }
 }

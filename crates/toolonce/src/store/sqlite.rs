@@ -112,9 +112,11 @@ impl SqliteOptions {
     ///
     /// With `NORMAL` (the default) every commit is durable across a crash of the process
     /// (SIGKILL included) and the database never corrupts, but the last commits before a power
-    /// loss or an OS crash may be lost, so an operation completed just before could run again
-    /// (with the same key, which the downstream system deduplicates). `FULL` closes that gap at
-    /// the price of a disk flush per claim and per completion.
+    /// loss or an OS crash may be lost: an operation completed just before is then found
+    /// `unknown` (its claim survived, its result did not), held for a person to check, or run
+    /// again with the same key by a tool whose policy reruns; a claim made just before may be
+    /// lost altogether, so its operation runs again with the same key. `FULL` closes that gap
+    /// at the price of a disk flush per claim and per completion.
     pub fn full_sync(mut self, full: bool) -> Self {
         self.full_sync = full;
         self
