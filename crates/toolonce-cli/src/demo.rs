@@ -269,7 +269,11 @@ impl WriteTool for ChargeCard {
         "Charge a card."
     }
 
-    // TEMP(until the core's honours_key lands): see Tools::toolonce.
+    /// The provider deduplicates by the Idempotency-Key it is handed: running the operation
+    /// again after an unknown outcome is safe (policy `rerun`).
+    fn honours_key(&self) -> bool {
+        true
+    }
 
     async fn call(&self, ctx: WriteContext, args: ChargeArgs) -> Result<Value, ToolError> {
         if ctx.may_have_run_before() {
@@ -333,7 +337,7 @@ impl Tools {
         let tool = ChargeCard { charger, reclaimed };
         let toolbox = Toolbox::builder(store)
             .scope(scope)
-            .write_with(tool, options.clone().on_expired(toolonce::OnExpired::Rerun))
+            .write_with(tool, options.clone())
             .write_with(email, options)
             .build()?;
         Ok(Tools::Toolonce(toolbox))

@@ -132,8 +132,9 @@ fn a_server_killed_mid_call_leaves_it_unknown_and_hold_never_forwards_it_again()
         assert_eq!(held["result"]["_meta"]["toolonce/outcome"], "unknown");
         assert_eq!(held["result"]["_meta"]["toolonce/key"], key.as_str());
         let words = text(&held);
-        assert!(words.contains("may have taken effect"), "{words}");
-        assert!(words.contains("not retry"), "{words}");
+        assert!(words.contains("may already have taken effect"), "{words}");
+        assert!(words.contains("must not retry"), "{words}");
+        assert!(words.contains("A person must check"), "{words}");
     }
     assert_eq!(second.count("slow"), 0, "a held call reached the server");
     // Another operation of the same tool is not held.

@@ -385,7 +385,7 @@ fn give_up_answer(
 ) -> Option<Vec<u8>> {
     let lease = policy.options.lease;
     let (tool, key) = (&call.tool, &derived.key);
-    let after_lease = match policy.options.on_expired {
+    let after_lease = match policy.options.expired_policy() {
         OnExpired::Rerun => "after that an identical call runs it again with the same \
                              idempotency key."
             .to_owned(),

@@ -408,7 +408,7 @@ mod tests {
         assert_eq!(policy.on_error, OnError::Keep);
         assert_eq!(policy.on_tool_error, OnError::Keep);
         assert_eq!(policy.failure_retention, Duration::from_secs(60));
-        assert_eq!(policy.options.on_expired, OnExpired::Hold);
+        assert_eq!(policy.options.expired_policy(), OnExpired::Hold);
     }
 
     #[test]
@@ -418,10 +418,16 @@ mod tests {
              [tools.charge]\nlease = \"5s\"",
         )
         .unwrap();
-        assert_eq!(config.policy("other").options.on_expired, OnExpired::Rerun);
-        assert_eq!(config.policy("charge").options.on_expired, OnExpired::Rerun);
         assert_eq!(
-            config.policy("send_email").options.on_expired,
+            config.policy("other").options.expired_policy(),
+            OnExpired::Rerun
+        );
+        assert_eq!(
+            config.policy("charge").options.expired_policy(),
+            OnExpired::Rerun
+        );
+        assert_eq!(
+            config.policy("send_email").options.expired_policy(),
             OnExpired::Hold
         );
         let e = format!(
