@@ -1218,7 +1218,7 @@ async fn a_version_1_file_is_migrated_and_its_entries_keep_their_meaning() {
     );
     let taker = OwnerToken::generate();
     let req = ClaimRequest::new(&crashed, &crashed_fp, &taker, conformance::LONG).takeover(true);
-    assert!(matches!(store.claim(&req).await.unwrap(), Claim::Won));
+    assert!(matches!(store.claim(&req).await.unwrap(), Claim::TookOver));
     let entry = store.get(&crashed).await.unwrap().unwrap();
     assert_eq!(entry.state(), State::Running);
     assert_eq!(
@@ -1443,10 +1443,12 @@ async fn a_takeover_with_other_arguments_under_the_same_key_is_not_granted() {
             assert_eq!(entry.state(), State::Unknown);
             assert!(!entry.matches(&other_fp));
         }
-        Claim::Won => panic!("took over another operation's unknown entry"),
+        other => panic!("took over another operation's unknown entry: {other:?}"),
     }
     let taker = OwnerToken::generate();
     let req = ClaimRequest::new(&key, &fp, &taker, conformance::LONG).takeover(true);
+    assert!(matches!(store.claim(&req).await.unwrap(), Claim::TookOver));
+    // Re-sent after a lost reply: the caller's own entry now, so a plain win.
     assert!(matches!(store.claim(&req).await.unwrap(), Claim::Won));
     let entry = store.get(&key).await.unwrap().unwrap();
     assert_eq!(
@@ -1492,7 +1494,12 @@ async fn concurrent_takeovers_of_one_unknown_entry_have_one_winner() {
                     barrier.wait().await;
                     let req =
                         ClaimRequest::new(&key, &fp, &owner, conformance::LONG).takeover(true);
-                    matches!(store.claim(&req).await.unwrap(), Claim::Won)
+                    match store.claim(&req).await.unwrap() {
+                        Claim::TookOver => true,
+                        Claim::Existing(_) => false,
+                        Claim::Won => panic!("a takeover of another's entry answered Won"),
+                        _ => panic!("an answer this test does not know"),
+                    }
                 })
             })
             .collect();

@@ -429,6 +429,7 @@ fn read_live(conn: &Connection, key: &OperationKey, now: i64) -> JobResult<Optio
 /// The outcome of [`claim_locked`]: won, or the live row that stopped the claim.
 enum Claimed {
     Won,
+    TookOver,
     Existing(Box<Entry>),
 }
 
@@ -473,8 +474,9 @@ fn takes_over(entry: &Entry, takeover: bool, fingerprint: &Fingerprint) -> bool 
 /// exactly the row that stopped the claim (no window in which that row could expire, be
 /// settled, deleted or claimed by another process, and a vanished row is never taken for a
 /// win), and the rules for that row apply under the same lock: the caller's own entry, live or
-/// `unknown`, is renewed and won ([`sql::RECLAIM_OWN`]); an `unknown` entry is taken over if the
-/// caller asks ([`sql::TAKEOVER`]); anything else is the answer.
+/// `unknown`, is renewed and won ([`sql::RECLAIM_OWN`]); an `unknown` entry of the same
+/// fingerprint is taken over if the caller asks ([`sql::TAKEOVER`]); anything else is the
+/// answer.
 fn claim_locked(conn: &Connection, req: &OwnedClaim) -> JobResult<Claimed> {
     let tx = Immediate::begin(conn)?;
     let now = now_ms();
@@ -512,7 +514,7 @@ fn claim_locked(conn: &Connection, req: &OwnedClaim) -> JobResult<Claimed> {
                     lease_until,
                     kept_until
                 ])?;
-                Claimed::Won
+                Claimed::TookOver
             }
             Some(entry) => Claimed::Existing(Box::new(entry)),
             // Unreachable while the lock is held: the claim saw a kept row a moment ago.
@@ -911,6 +913,7 @@ impl Store for SqliteStore {
             .await?;
         Ok(match claimed {
             Claimed::Won => Claim::Won,
+            Claimed::TookOver => Claim::TookOver,
             Claimed::Existing(entry) => Claim::Existing(*entry),
         })
     }
