@@ -87,7 +87,7 @@ fn a_missing_key_is_exit_66_for_show_rm_and_resolve() {
         &["resolve", KEY, "--release"],
         &["resolve", KEY, "--done", "{}"],
     ] {
-        let out = run(&args, &store, dir.path());
+        let out = run(args, &store, dir.path());
         assert_eq!(code(&out), 66, "{args:?}: {}", stderr(&out));
         assert!(stderr(&out).contains("no live entry"), "{}", stderr(&out));
     }
