@@ -41,7 +41,7 @@ enum Command {
     Exec(exec::ExecArgs),
     /// Print the operation key, canonical arguments and fingerprint of a call.
     Key(keycmd::KeyArgs),
-    /// List the entries of a store.
+    /// List the entries of a store, newest first (filter by state, scope, tool).
     Ls(inspect::LsArgs),
     /// Show one entry: what it is, its attempts and times, its result.
     Show(inspect::ShowArgs),

@@ -189,12 +189,11 @@ fn a_killed_run_is_held_with_exit_73_until_released_then_runs_once_with_the_same
     assert!(!shown["first_started_at"].is_null(), "{shown}");
     assert!(!shown["lease_expired_at"].is_null(), "{shown}");
 
-    let released = run(dir.path(), &["resolve", &key, "--release"]);
+    let released = run(dir.path(), &["resolve", &key, "--release", "--json"]);
     assert_eq!(code(&released), 0, "{}", stderr(&released));
-    assert!(
-        stdout(&released).contains("released"),
-        "{}",
-        stdout(&released)
+    assert_eq!(
+        json(&released),
+        serde_json::json!({"key": key, "resolved": "released"})
     );
     assert_eq!(code(&run(dir.path(), &["show", &key])), 66);
 
@@ -324,9 +323,17 @@ fn resolve_refuses_an_entry_that_settled_meanwhile_and_changes_nothing() {
         assert!(text.contains("already done"), "{text}");
         assert!(text.contains("nothing was changed"), "{text}");
     }
+    // Scripts get the same answer as one JSON document.
+    let refused = run(dir.path(), &["resolve", &key, "--release", "--json"]);
+    assert_eq!(code(&refused), 67);
+    assert_eq!(
+        json(&refused),
+        serde_json::json!({"key": key, "resolved": false, "state": "done"})
+    );
     let shown = json(&run(dir.path(), &["show", &key, "--json"]));
     assert_eq!(shown["state"], "done");
     assert_eq!(shown["result"], serde_json::json!({"checked_by": "ada"}));
+    assert!(!shown["settled_at"].is_null(), "{shown}");
     // And an entry that is not there at all is "not found".
     let absent = run(
         dir.path(),
