@@ -135,6 +135,19 @@ pub(crate) async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
         }
         let page = store.list(&query).await?;
         for entry in page.entries {
+            // The store filters; checked again here so that a store of another implementation
+            // (or an older version) that ignores a filter cannot show an operator the wrong
+            // entries.
+            if state.is_some_and(|s| entry.state() != s)
+                || a.scope
+                    .as_ref()
+                    .is_some_and(|s| entry.about.scope.as_ref() != Some(s))
+                || a.tool
+                    .as_ref()
+                    .is_some_and(|t| entry.about.tool.as_ref() != Some(t))
+            {
+                continue;
+            }
             matched += 1;
             newest.push(Reverse(Newest(entry)));
             if newest.len() > a.limit {
