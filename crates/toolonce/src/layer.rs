@@ -43,7 +43,7 @@ pub enum Outcome {
     /// An earlier attempt of this operation was interrupted (its lease expired without a
     /// result), so whether it took effect is unknown, and the tool's [`OnExpired`] policy said
     /// not to run it again: nothing ran. A person must check and settle it
-    /// (`toolonce resolve`, [`Store::resolve`](crate::Store::resolve)).
+    /// (`toolonce resolve`, [`Store::resolve`]).
     Unknown,
 }
 
@@ -684,7 +684,7 @@ impl Layer {
                     target: "toolonce",
                     tool,
                     key = %key,
-                    "the tool panicked; its entry stays running until the lease expires"
+                    "the tool panicked; its entry stays running until the lease expires, then unknown"
                 );
                 return WriteAnswer {
                     outcome: Outcome::Executed,
@@ -717,7 +717,7 @@ impl Layer {
 
     /// Records the outcome with a fenced complete or fail, retrying a few times while the
     /// store is unreachable. `None` means it could not be recorded at all: the entry then
-    /// expires with its lease.
+    /// becomes `unknown` when its lease expires.
     ///
     /// A write whose reply was lost may have applied: the layer's own retry (after an error),
     /// or the driver's (redis-rs re-sends a script on a cluster by itself, unseen), then finds
@@ -765,7 +765,7 @@ impl Layer {
                         tool,
                         key = %key,
                         error = %e.report(),
-                        "could not record the outcome; the entry expires with its lease"
+                        "could not record the outcome; the entry becomes unknown when its lease expires"
                     );
                     return None;
                 }

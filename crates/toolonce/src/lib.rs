@@ -15,6 +15,14 @@
 //! 4. The key is handed to the tool ([`WriteContext`]) to pass downstream as an
 //!    `Idempotency-Key`, which covers a crash between the downstream success and the record.
 //!
+//! If the caller crashes between the claim and the record, the operation becomes **unknown**
+//! when its lease expires: it may or may not have taken effect. A duplicate then does what the
+//! tool's [`OnExpired`] policy says: `hold` (the default) answers outcome `unknown` and runs
+//! nothing until a person settles it ([`Store::resolve`], `toolonce resolve`); `rerun` (the
+//! default for a tool whose downstream [honours the key](WriteTool::honours_key)) runs it again
+//! with the same key; `verify` asks the tool's [probe](WriteTool::verify) whether it took
+//! effect.
+//!
 //! If the store cannot be reached, a write tool is not run (fail closed). Every answer, including
 //! duplicates, conflicts, invalid input and outages, is a well-formed [`ToolResult`] rather than
 //! an error of the agent loop.
@@ -38,6 +46,29 @@
 //! - [`layer`]: the protocol of a write call, [`Layer`].
 //! - [`toolbox`]: [`Toolbox`], which registers tools, describes them to the model in the
 //!   Anthropic and OpenAI formats, and dispatches calls.
+//!
+//! # Metrics
+//!
+//! The layer counts every write call in `toolonce_calls_total{tool, outcome}` (the outcome as
+//! [`Outcome::as_str`] spells it: `executed`, `replayed`, `in_flight`, `conflict`, `unknown`,
+//! `store_unavailable`, …) and every takeover of an `unknown` operation in
+//! `toolonce_takeovers_total{tool}`, through the [`metrics`](https://docs.rs/metrics) facade.
+//! Nothing is recorded until the program installs a recorder; any exporter works. With the
+//! Prometheus one (`metrics-exporter-prometheus`, a dependency of your program, not of this
+//! crate; shown as text, since this crate does not depend on it):
+//!
+//! ```text
+//! // Serves the counters on http://0.0.0.0:9000/metrics; call once at start-up, inside the
+//! // Tokio runtime.
+//! metrics_exporter_prometheus::PrometheusBuilder::new()
+//!     .with_http_listener(([0, 0, 0, 0], 9000))
+//!     .install()?;
+//! // ... build the Toolbox and run the agent as usual:
+//! // toolonce_calls_total{tool="charge_card",outcome="replayed"} 3
+//! ```
+//!
+//! `unknown` outcomes are also logged at warn level (target `toolonce`) with the scope, the
+//! tool and the key, since a person must act on them.
 //!
 //! # Example
 //!

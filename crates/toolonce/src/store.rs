@@ -33,8 +33,8 @@ pub use url::redact_url;
 /// entry holds, a retry of the claim with it answers [`Claim::Won`], and the caller can release
 /// it with a fenced [`Store::fail`]. [`Store::complete`] and [`Store::fail`] consume it, so an
 /// owner cannot settle an operation twice by mistake. Stores compare it before every write
-/// (fencing): after a lease expired and somebody else reclaimed the key, the old owner's token no
-/// longer matches and its writes are refused.
+/// (fencing): after a lease expired and somebody else took the key over, the old owner's token
+/// no longer matches and its writes are refused.
 ///
 /// The token is the caller's secret: it is never shown to a duplicate or to the model (its
 /// `Debug` hides it), since anyone holding it could settle the operation.
@@ -125,10 +125,10 @@ pub enum Claim {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[must_use]
 pub enum Fenced {
-    /// The caller still owned the running entry and the write took effect.
+    /// The caller still owned the running (or unknown) entry and the write took effect.
     Applied,
-    /// The caller no longer owns the entry (its lease expired and it was reclaimed, or the entry
-    /// was deleted): nothing was written.
+    /// The caller no longer owns the entry (it was taken over, resolved, settled or deleted):
+    /// nothing was written.
     NotOwner,
 }
 
@@ -567,20 +567,28 @@ impl Page {
 ///   it won without the entry being written (a "set if absent, then read" that treats a vanished
 ///   entry as a win has exactly that bug).
 /// - **Claims are idempotent for their caller.** The caller makes its [`OwnerToken`] before it
-///   claims. A claim that finds a live `running` entry holding that same token answers
-///   [`Claim::Won`] and renews the lease to the length given, in the same atomic step; any other
-///   live entry (another token, or settled) is [`Claim::Existing`]. So a claim whose reply was
-///   lost can be retried, by the caller or by a driver that re-sends it, without the caller
-///   being told that its own claim is somebody else's running operation.
-/// - **Fencing.** [`renew`](Store::renew), [`complete`](Store::complete) and
-///   [`fail`](Store::fail) take effect only while the entry is `running` with the caller's
-///   [`OwnerToken`]. A caller that lost its claim gets [`Fenced::NotOwner`] (or `false`), never a
-///   silent overwrite. They are not idempotent: a settle repeated after its first attempt
-///   applied finds the entry settled and answers [`Fenced::NotOwner`] (the layer then reads the
-///   entry to tell the two apart).
-/// - **Expiry.** A `running` entry lives for its lease, a settled one for its retention. An
-///   expired entry counts as absent for every operation, whether or not it has been purged. The
-///   **store's** clock decides expiry (the database's or Redis's own, or the injected clock of
+///   claims. A claim that finds a live `running` (or `unknown`) entry holding that same token
+///   answers [`Claim::Won`] and renews the lease to the length given, in the same atomic step;
+///   any other live entry is [`Claim::Existing`], except an `unknown` one the request takes over
+///   ([`Claim::TookOver`]). So a claim whose reply was lost can be retried, by the caller or by
+///   a driver that re-sends it, without the caller being told that its own claim is somebody
+///   else's running operation.
+/// - **Unknown.** A `running` entry whose lease passed without a complete or fail is `unknown`
+///   ([`EntryState::Unknown`]): kept for the claim's [`retention`](ClaimRequest::retention)
+///   after its lease deadline, taken over only by a claim that asks
+///   ([`ClaimRequest::takeover`]) with a matching fingerprint, and settled by an operator with
+///   [`resolve`](Store::resolve).
+/// - **Owner fencing.** [`renew`](Store::renew), [`complete`](Store::complete) and
+///   [`fail`](Store::fail) take effect only while the entry is `running` or `unknown` with the
+///   caller's [`OwnerToken`]. A caller whose entry was taken over, resolved or deleted gets
+///   [`Fenced::NotOwner`] (or `false`), never a silent overwrite; a late owner whose lease
+///   passed but whose entry nobody took over still records its outcome. They are not
+///   idempotent: a settle repeated after its first attempt applied finds the entry settled and
+///   answers [`Fenced::NotOwner`] (the layer then reads the entry to tell the two apart).
+/// - **Expiry.** A `running` or `unknown` entry lives for its lease plus its retention, a
+///   settled one for its retention. An expired entry counts as absent for every operation,
+///   whether or not it has been purged. The **store's** clock decides expiry and whether a
+///   lease has passed (the database's or Redis's own, or the injected clock of
 ///   [`MemoryStore`](memory::MemoryStore)), never the caller's, so callers on machines with
 ///   skewed clocks agree.
 ///
@@ -601,10 +609,14 @@ impl Page {
 /// expires, after which the key can be claimed again.
 #[async_trait]
 pub trait Store: Send + Sync + fmt::Debug + 'static {
-    /// Claims `key` for `lease` on behalf of `owner`: wins if the key is absent or expired, or
-    /// if its live entry is `running` with `owner` (then only the lease is renewed, to `lease`
-    /// from now); the entry is then `running`, held by `owner`. Otherwise returns the live entry
-    /// as it was at the moment of the claim.
+    /// Claims `req.key` for `req.lease` on behalf of `req.owner`: wins if the key is absent or
+    /// expired (a new entry: one attempt, first started now, `req.about` recorded), or if its
+    /// live entry is `running` or `unknown` with `req.owner` (then only the lease is renewed, to
+    /// `lease` from now); takes over an `unknown` entry if `req.takeover` is set and the
+    /// fingerprint matches (a new owner and lease, one more attempt, the first start and about
+    /// kept). The entry is then `running`, held by the caller, and kept as `unknown` for
+    /// `req.retention` after its lease if nobody settles it. Otherwise returns the live entry as
+    /// it was at the moment of the claim.
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim>;
 
     /// Extends the lease of a running entry the caller owns to `lease` from now. Returns

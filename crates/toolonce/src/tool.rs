@@ -119,7 +119,7 @@ pub trait WriteTool: Send + Sync + 'static {
 }
 
 /// What a verify probe learned about an operation whose earlier attempt was interrupted (see
-/// [`OnExpired::Verify`](crate::layer::OnExpired::Verify)).
+/// [`OnExpired::Verify`]).
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum Verified {
@@ -128,7 +128,7 @@ pub enum Verified {
     /// It did not take effect: run it again (with the same key).
     NotDone,
     /// The downstream system cannot say: held, as under
-    /// [`OnExpired::Hold`](crate::layer::OnExpired::Hold).
+    /// [`OnExpired::Hold`].
     CannotTell,
 }
 

@@ -234,3 +234,34 @@ fn a_tools_own_error_and_a_panic_are_logged_without_the_models_text() {
     assert!(log.contains("tool_error=\"card declined\""), "{log}");
     assert!(log.contains("the tool panicked"), "{log}");
 }
+
+#[test]
+fn an_unknown_outcome_is_logged_at_warn_with_scope_tool_and_key() {
+    let (answer, log) = logged(|| async {
+        let clock = toolonce::ManualClock::new(std::time::SystemTime::now());
+        let store = Arc::new(MemoryStore::with_clock(clock.clone()));
+        let op = key::derive("run-7", "send_email", &json!({"to": "ada"}), None).unwrap();
+        let crashed = OwnerToken::generate();
+        let lease = Duration::from_secs(60);
+        let request = ClaimRequest::new(&op.key, &op.fingerprint, &crashed, lease);
+        assert!(matches!(store.claim(&request).await.unwrap(), Claim::Won));
+        clock.advance(lease * 2);
+        let about = toolonce::About::new("run-7", "send_email");
+        Layer::new(store)
+            .run_with_about("send_email", &op, &about, &WriteOptions::new(), |_| async {
+                Ok(json!("sent twice"))
+            })
+            .await
+    });
+    assert_eq!(answer.outcome, Outcome::Unknown);
+    assert_operator_wording(&log);
+    let line = log
+        .lines()
+        .find(|l| l.contains("outcome=\"unknown\""))
+        .unwrap_or_else(|| panic!("no unknown event in {log}"));
+    assert!(line.contains("WARN"), "{line}");
+    assert!(line.contains("scope=\"run-7\""), "{line}");
+    assert!(line.contains("tool=\"send_email\""), "{line}");
+    assert!(line.contains(&format!("key={}", answer.key)), "{line}");
+    assert!(line.contains("toolonce resolve"), "{line}");
+}
