@@ -77,8 +77,9 @@ pub enum InFlight {
     /// Answer at once with an `in_flight` result telling the model not to retry (the default).
     Reject,
     /// Wait up to this long for the running call to settle, then answer as a duplicate of it.
-    /// If the owner fails transiently (or its lease expires), the waiter takes the operation
-    /// over and runs it itself.
+    /// If the owner fails transiently, the waiter claims the operation and runs it itself; if
+    /// the owner's lease expires, the operation is `unknown` and the waiter does what the
+    /// [`OnExpired`] policy says.
     Wait(Duration),
 }
 

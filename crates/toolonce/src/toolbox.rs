@@ -438,10 +438,16 @@ impl Toolbox {
                 };
                 let about = About::new(scope, name);
                 let answer = if options.expired_policy() == OnExpired::Verify {
-                    // Parsed already above, so this cannot fail.
-                    let probe = match tool.clone().probe(&args) {
-                        Ok(p) => p,
-                        Err(e) => return self.invalid(name, &e),
+                    // The arguments are parsed for the probe only when it is asked (they parsed
+                    // above, so this cannot fail; if it did, holding is the safe answer).
+                    let probe = |ctx| {
+                        let probe = tool.clone().probe(&args);
+                        async move {
+                            match probe {
+                                Ok(probe) => probe(ctx).await,
+                                Err(_) => Verified::CannotTell,
+                            }
+                        }
                     };
                     self.layer
                         .run_with_verify(name, &op, &about, options, probe, prepared)

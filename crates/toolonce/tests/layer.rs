@@ -1662,6 +1662,11 @@ async fn the_toolbox_takes_each_tools_declared_policy_unless_its_options_say_oth
     let probed = checked.probed_with.lock().unwrap().clone();
     let key = answer.key.unwrap();
     assert_eq!(probed, vec![(key.as_str().to_owned(), "ada".to_owned())]);
+    // A first call of another operation runs it and never asks the probe.
+    let answer = tb.call("checked_email", json!({"to": "bob"})).await;
+    assert_eq!(answer.outcome, Outcome::Executed);
+    assert_eq!(checked.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(checked.probed_with.lock().unwrap().len(), 1);
 
     let answer = tb.call("overridden", json!({"to": "ada"})).await;
     assert_eq!(

@@ -153,7 +153,8 @@ impl Slot {
 /// with no `.await` inside, which is what makes each one atomic, and a std mutex is cheaper
 /// than an async one when nothing awaits while holding it. Expiry is checked on every access
 /// (an expired slot counts as absent) and [`purge_expired`](Store::purge_expired) reclaims the
-/// memory.
+/// memory. A running entry past its lease is read as `unknown` and kept for its claim's
+/// retention after the lease; like every entry here, it is lost with the process.
 ///
 /// A `BTreeMap` keeps keys ordered so listings can page by key with a stable cursor.
 pub struct MemoryStore {

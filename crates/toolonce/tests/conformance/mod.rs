@@ -1167,6 +1167,41 @@ pub async fn list_filters_by_state_scope_and_tool(store: Arc<dyn Store>) {
     );
 }
 
+pub async fn concurrent_takeovers_of_an_unknown_entry_have_exactly_one_winner(
+    store: Arc<dyn Store>,
+) {
+    for round in 0..5 {
+        let (key, fp, _crashed) = unknown_entry(&*store, "race").await;
+        let barrier = Arc::new(tokio::sync::Barrier::new(32));
+        let tasks: Vec<_> = (0..32)
+            .map(|_| {
+                let (store, key, fp, barrier) =
+                    (store.clone(), key.clone(), fp.clone(), barrier.clone());
+                tokio::spawn(async move {
+                    let owner = OwnerToken::generate();
+                    let request = ClaimRequest::new(&key, &fp, &owner, LONG).takeover(true);
+                    barrier.wait().await;
+                    store.claim(&request).await.unwrap()
+                })
+            })
+            .collect();
+        let mut took_over = 0;
+        for t in tasks {
+            match t.await.unwrap() {
+                Claim::TookOver => took_over += 1,
+                Claim::Won => panic!("round {round}: a fresh win over an unknown entry"),
+                Claim::Existing(e) => assert_eq!(e.state(), State::Running, "round {round}"),
+            }
+        }
+        assert_eq!(took_over, 1, "round {round}: {took_over} takeovers");
+        assert_eq!(
+            store.get(&key).await.unwrap().unwrap().attempts,
+            2,
+            "round {round}"
+        );
+    }
+}
+
 /// Runs the whole suite against a backend. `$make` is an async expression that gives a fresh,
 /// isolated `Arc<dyn Store>` each time it is evaluated.
 #[macro_export]
@@ -1205,6 +1240,7 @@ macro_rules! store_conformance {
             resolve_of_an_absent_key_is_absent,
             an_entry_records_what_it_is_how_often_it_started_and_when_it_settled,
             list_filters_by_state_scope_and_tool,
+            concurrent_takeovers_of_an_unknown_entry_have_exactly_one_winner,
         );
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
