@@ -55,24 +55,28 @@ fn alive(pid: u32) -> bool {
 }
 
 /// Starts `exec --lease 1 --name <name> -- sh -c SCRIPT` in a process group of its own, waits
-/// until the command runs, SIGKILLs the whole group (toolonce and the shim: a machine losing
-/// power, an OOM kill of the job), and waits until the command is gone too.
+/// until the command runs, SIGKILLs that group (as an OOM kill of the job or a `kill -9` of
+/// its group would; the command, in a group of its own, follows toolonce by the parent-death
+/// signal), and waits until the command is gone too.
 fn crash_mid_run(dir: &Path, name: &str, extra: &[&str]) {
-    let mut running = Command::new(env!("CARGO_BIN_EXE_toolonce"))
-        .current_dir(dir)
-        .env_remove("TOOLONCE_STORE")
-        .env_remove("RUST_LOG")
-        .args(["exec", "--store", &sqlite_url(dir), "--scope", "s"])
-        .args(["--name", name])
-        .args(LEASE)
-        .args(extra)
-        .args(["--", "sh", "-c", SCRIPT])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .spawn()
-        .unwrap();
+    let mut guard = KillOnDrop(None);
+    let running = guard.0.insert(
+        Command::new(env!("CARGO_BIN_EXE_toolonce"))
+            .current_dir(dir)
+            .env_remove("TOOLONCE_STORE")
+            .env_remove("RUST_LOG")
+            .args(["exec", "--store", &sqlite_url(dir), "--scope", "s"])
+            .args(["--name", name])
+            .args(LEASE)
+            .args(extra)
+            .args(["--", "sh", "-c", SCRIPT])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap(),
+    );
     let deadline = Instant::now() + Duration::from_secs(60);
     let pid: u32 = loop {
         if let Ok(text) = std::fs::read_to_string(dir.join("pid"))
@@ -351,6 +355,19 @@ fn resolve_refuses_an_entry_that_settled_meanwhile_and_changes_nothing() {
     );
 }
 
+/// A running `exec` that a failed assertion must not leave behind: SIGKILLed on drop (its
+/// command's group follows it, by the parent-death signal).
+struct KillOnDrop(Option<std::process::Child>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 #[test]
 fn resolve_settles_a_stuck_running_entry_and_its_late_owner_cannot_overwrite_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -358,18 +375,20 @@ fn resolve_settles_a_stuck_running_entry_and_its_late_owner_cannot_overwrite_it(
     // A run that is still alive (a long lease) but that the operator knows is stuck.
     let script = "echo \"$TOOLONCE_KEY\" >> keys; echo $$ > pid; \
                   while [ ! -e go ]; do sleep 0.05; done; echo late";
-    let running = Command::new(env!("CARGO_BIN_EXE_toolonce"))
-        .current_dir(dir.path())
-        .env_remove("TOOLONCE_STORE")
-        .env_remove("RUST_LOG")
-        .args(["exec", "--store", &sqlite_url(dir.path()), "--scope", "s"])
-        .args(["--name", "stuck", "--lease", "60", "--", "sh", "-c", script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .unwrap();
+    let mut running = KillOnDrop(Some(
+        Command::new(env!("CARGO_BIN_EXE_toolonce"))
+            .current_dir(dir.path())
+            .env_remove("TOOLONCE_STORE")
+            .env_remove("RUST_LOG")
+            .args(["exec", "--store", &sqlite_url(dir.path()), "--scope", "s"])
+            .args(["--name", "stuck", "--lease", "60", "--", "sh", "-c", script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap(),
+    ));
     let deadline = Instant::now() + Duration::from_secs(60);
     while !dir.path().join("pid").exists() {
         assert!(Instant::now() < deadline, "the command never started");
@@ -380,7 +399,7 @@ fn resolve_settles_a_stuck_running_entry_and_its_late_owner_cannot_overwrite_it(
     let resolved = run(dir.path(), &["resolve", &key, "--failed", "stuck, killed"]);
     assert_eq!(code(&resolved), 0, "{}", stderr(&resolved));
     std::fs::write(dir.path().join("go"), "").unwrap();
-    let late = running.wait_with_output().unwrap();
+    let late = running.0.take().unwrap().wait_with_output().unwrap();
     // The command's own output and code still reach whoever started it...
     assert_eq!(code(&late), 0, "{}", stderr(&late));
     // ...but the operator's outcome stands.
