@@ -97,18 +97,24 @@ pub(crate) fn wait(text: &str) -> Result<Duration, String> {
 /// Reads `--args`: JSON text, or `-` for standard input. The error names the line and column of
 /// a syntax error.
 pub(crate) fn read_args(text: &str) -> anyhow::Result<Value> {
+    read_value(text, "--args")
+}
+
+/// Reads the JSON value of option `option` (`--args`, `--done`): JSON text, or `-` for
+/// standard input. The error names the option, and the line and column of a syntax error.
+pub(crate) fn read_value(text: &str, option: &str) -> anyhow::Result<Value> {
     let stdin;
     let text = if text == "-" {
         let mut buf = String::new();
         std::io::stdin()
             .read_to_string(&mut buf)
-            .context("cannot read --args from standard input")?;
+            .with_context(|| format!("cannot read {option} from standard input"))?;
         stdin = buf;
         &stdin
     } else {
         text
     };
-    canonical::parse_args(text, &Limits::default()).context("invalid --args")
+    canonical::parse_args(text, &Limits::default()).with_context(|| format!("invalid {option}"))
 }
 
 /// The key fields given with `--key-field`, if any.

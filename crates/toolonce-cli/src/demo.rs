@@ -1,12 +1,17 @@
 //! `toolonce demo`: a scripted agent loop pays through a fake payment provider in each of the
-//! four ways an agent runs a write tool twice (see the README and `docs/contract.md`), plus a control that must
+//! four ways an agent runs a write tool twice (see the README and `docs/contract.md`), sends an
+//! email through a fake mail server that knows no idempotency key, plus a control that must
 //! charge twice. Every scenario runs once without toolonce and once with it; the command prints
 //! a table and exits non-zero if a figure with toolonce is wrong.
 //!
-//! Nothing touches the network. The provider keeps its charges in a ledger file, so a child
-//! process killed after a charge and the run that resumes it count the same charges. Like real
-//! payment APIs it honours an `Idempotency-Key`: that is what saves the charge when an agent dies
-//! between the provider's success and toolonce's record of it.
+//! Nothing touches the network. The provider keeps its charges in a ledger file (the mail
+//! server its emails in an outbox file), so a child process killed after the effect and the run
+//! that resumes it count the same effects. Like real payment APIs the provider honours an
+//! `Idempotency-Key`, and `charge_card` declares it: when an agent dies between the provider's
+//! success and toolonce's record of it, the operation's outcome is unknown, and toolonce runs it
+//! again with the same key, which the provider answers with the original charge. The mail
+//! server has no such key, so `send_email` keeps the default policy: an unknown outcome is
+//! held, not sent again, until a person checks.
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -43,6 +48,12 @@ pub(crate) struct ChildArgs {
     /// The fake provider's ledger file.
     #[arg(long)]
     ledger: PathBuf,
+    /// The fake mail server's outbox file.
+    #[arg(long)]
+    outbox: PathBuf,
+    /// The scenario whose agent this is (`crash` or `email-crash`).
+    #[arg(long)]
+    scenario: String,
     /// The agent's checkpoint file.
     #[arg(long)]
     checkpoint: PathBuf,
@@ -61,8 +72,9 @@ const PROVIDER_LATENCY: Duration = Duration::from_millis(20);
 const CRASH_LEASE: Duration = Duration::from_secs(1);
 /// The width the explanations are wrapped at.
 const WIDTH: usize = 96;
-/// What the crashing child prints once the provider has charged, so the parent kills it then.
-const CHARGED: &str = "charged";
+/// What the crashing child prints once the effect (a charge, an email) happened, so the parent
+/// kills it then.
+const DONE_IT: &str = "done it";
 
 // ---------------------------------------------------------------------------------------------
 // The fake payment provider.
@@ -155,14 +167,54 @@ impl Provider {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// The tool, without and with toolonce.
+/// The arguments of `send_email`.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+struct EmailArgs {
+    to: String,
+    subject: String,
+}
 
-/// Calls the provider; in the crashing child, stops right after the charge.
+/// A mail server that sends by appending to an outbox file. Like SMTP it knows no idempotency
+/// key: every request it gets is one more email.
+struct Mailer {
+    outbox: PathBuf,
+}
+
+impl Mailer {
+    fn new(outbox: PathBuf) -> Arc<Self> {
+        Arc::new(Mailer { outbox })
+    }
+
+    async fn send(&self, email: &EmailArgs) -> anyhow::Result<usize> {
+        tokio::time::sleep(PROVIDER_LATENCY).await;
+        let line = format!("{}\n", serde_json::to_string(email)?);
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.outbox)?
+            .write_all(line.as_bytes())?;
+        self.sent()
+    }
+
+    fn sent(&self) -> anyhow::Result<usize> {
+        match std::fs::read_to_string(&self.outbox) {
+            Ok(text) => Ok(text.lines().count()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tools, without and with toolonce.
+
+/// Calls the provider and the mail server; in the crashing child, stops right after the
+/// effect.
 #[derive(Clone)]
 struct Charger {
     provider: Arc<Provider>,
-    crash_after_charge: bool,
+    mailer: Arc<Mailer>,
+    crash_after_effect: bool,
 }
 
 impl Charger {
@@ -172,20 +224,28 @@ impl Charger {
         idempotency_key: Option<&str>,
     ) -> anyhow::Result<String> {
         let receipt = self.provider.charge(&args.payment, idempotency_key).await?;
-        if self.crash_after_charge {
+        if self.crash_after_effect {
             match crash_here().await {}
         }
         Ok(receipt)
     }
+
+    async fn send(&self, email: &EmailArgs) -> anyhow::Result<usize> {
+        let number = self.mailer.send(email).await?;
+        if self.crash_after_effect {
+            match crash_here().await {}
+        }
+        Ok(number)
+    }
 }
 
-/// Where the crashing child stops: it tells the parent that the provider has charged, then
-/// waits to be killed before it can record anything (toolonce's result, the agent's checkpoint).
+/// Where the crashing child stops: it tells the parent that the effect happened, then waits to
+/// be killed before it can record anything (toolonce's result, the agent's checkpoint).
 async fn crash_here() -> std::convert::Infallible {
     {
         let mut stdout = std::io::stdout().lock();
         // If the parent is gone there is nobody to kill us; waiting forever is still right.
-        let _ = writeln!(stdout, "{CHARGED}").and_then(|()| stdout.flush());
+        let _ = writeln!(stdout, "{DONE_IT}").and_then(|()| stdout.flush());
     }
     std::future::pending().await
 }
@@ -209,6 +269,12 @@ impl WriteTool for ChargeCard {
         "Charge a card."
     }
 
+    /// The provider deduplicates by the Idempotency-Key it is handed: running the operation
+    /// again after an unknown outcome is safe (policy `rerun`).
+    fn honours_key(&self) -> bool {
+        true
+    }
+
     async fn call(&self, ctx: WriteContext, args: ChargeArgs) -> Result<Value, ToolError> {
         if ctx.may_have_run_before() {
             self.reclaimed.store(true, Ordering::SeqCst);
@@ -220,6 +286,34 @@ impl WriteTool for ChargeCard {
             .await
             .map_err(|e| ToolError::transient(format!("the payment provider failed: {e:#}")))?;
         Ok(json!({"receipt": receipt, "card": args.payment.card, "cents": args.payment.cents}))
+    }
+}
+
+/// `send_email` as a toolonce write tool. Its mail server takes no key, so it declares nothing:
+/// an unknown outcome is held (policy `hold`, the default).
+struct SendEmail {
+    charger: Charger,
+}
+
+impl WriteTool for SendEmail {
+    type Args = EmailArgs;
+    type Output = Value;
+
+    fn name(&self) -> &str {
+        "send_email"
+    }
+
+    fn description(&self) -> &str {
+        "Send an email."
+    }
+
+    async fn call(&self, _ctx: WriteContext, args: EmailArgs) -> Result<Value, ToolError> {
+        let number = self
+            .charger
+            .send(&args)
+            .await
+            .map_err(|e| ToolError::transient(format!("the mail server failed: {e:#}")))?;
+        Ok(json!({"sent": number, "to": args.to}))
     }
 }
 
@@ -237,10 +331,14 @@ impl Tools {
         options: WriteOptions,
         reclaimed: Arc<AtomicBool>,
     ) -> anyhow::Result<Tools> {
+        let email = SendEmail {
+            charger: charger.clone(),
+        };
         let tool = ChargeCard { charger, reclaimed };
         let toolbox = Toolbox::builder(store)
             .scope(scope)
-            .write_with(tool, options)
+            .write_with(tool, options.clone())
+            .write_with(email, options)
             .build()?;
         Ok(Tools::Toolonce(toolbox))
     }
@@ -251,14 +349,20 @@ impl Tools {
         call: &ToolCall,
     ) -> anyhow::Result<Option<(Outcome, Option<OperationKey>)>> {
         match self {
+            // No key: a direct call cannot tell a duplicate from a new charge.
+            Tools::Direct(charger) if call.tool == "send_email" => {
+                charger
+                    .send(&serde_json::from_value(call.args.clone())?)
+                    .await?;
+                Ok(None)
+            }
             Tools::Direct(charger) => {
-                // No key: a direct call cannot tell a duplicate from a new charge.
                 let args: ChargeArgs = serde_json::from_value(call.args.clone())?;
                 charger.charge(&args, None).await?;
                 Ok(None)
             }
             Tools::Toolonce(toolbox) => {
-                let result = toolbox.call("charge_card", call.args.clone()).await;
+                let result = toolbox.call(call.tool, call.args.clone()).await;
                 Ok(Some((result.outcome, result.key)))
             }
         }
@@ -272,6 +376,7 @@ impl Tools {
 struct ToolCall {
     /// A new one for every attempt: the operation key deliberately ignores it.
     id: &'static str,
+    tool: &'static str,
     args: Value,
 }
 
@@ -292,7 +397,16 @@ fn turn(calls: Vec<ToolCall>) -> Turn {
 fn charge(id: &'static str, card: &str) -> ToolCall {
     ToolCall {
         id,
+        tool: "charge_card",
         args: json!({"payment": {"card": card, "cents": 4200}}),
+    }
+}
+
+fn email(id: &'static str) -> ToolCall {
+    ToolCall {
+        id,
+        tool: "send_email",
+        args: json!({"to": "ada@example.com", "subject": "Your receipt"}),
     }
 }
 
@@ -354,15 +468,17 @@ enum Scenario {
     AskAgain,
     Crash,
     Parallel,
+    EmailCrash,
     NestedControl,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 5] = [
+    const ALL: [Scenario; 6] = [
         Scenario::Retry,
         Scenario::AskAgain,
         Scenario::Crash,
         Scenario::Parallel,
+        Scenario::EmailCrash,
         Scenario::NestedControl,
     ];
 
@@ -372,6 +488,7 @@ impl Scenario {
             Scenario::AskAgain => "2. model asks again, new tool_use id",
             Scenario::Crash => "3. crash after the charge, resume",
             Scenario::Parallel => "4. two parallel duplicate calls",
+            Scenario::EmailCrash => "5. crash after an email (no key), resume",
             Scenario::NestedControl => "control: cards A and B (nested)",
         }
     }
@@ -382,11 +499,21 @@ impl Scenario {
             Scenario::AskAgain => "ask-again",
             Scenario::Crash => "crash",
             Scenario::Parallel => "parallel",
+            Scenario::EmailCrash => "email-crash",
             Scenario::NestedControl => "nested-control",
         }
     }
 
-    /// How many charges the scenario should make.
+    fn from_slug(slug: &str) -> Option<Scenario> {
+        Scenario::ALL.into_iter().find(|s| s.slug() == slug)
+    }
+
+    /// Whether an agent process is killed after the effect and a run resumes it.
+    fn crashes(self) -> bool {
+        matches!(self, Scenario::Crash | Scenario::EmailCrash)
+    }
+
+    /// How many charges (emails) the scenario should make.
     fn expected(self) -> usize {
         match self {
             Scenario::NestedControl => 2,
@@ -405,6 +532,7 @@ impl Scenario {
                 turn(vec![charge("toolu_02", "A")]),
             ],
             Scenario::Crash => vec![turn(vec![charge("toolu_01", "A")])],
+            Scenario::EmailCrash => vec![turn(vec![email("toolu_01")])],
             Scenario::Parallel => {
                 vec![turn(vec![charge("toolu_01", "A"), charge("toolu_02", "A")])]
             }
@@ -421,6 +549,9 @@ struct Guard {
     store: Arc<dyn Store>,
     url: String,
     run_id: String,
+    /// Whether other processes see the store's entries (not `memory://`): a run resumed after
+    /// a crash then finds the dead run's claim.
+    shared: bool,
 }
 
 impl Guard {
@@ -431,7 +562,8 @@ impl Guard {
 
 /// What one run of a scenario did.
 struct Figures {
-    charges: usize,
+    /// Charges made, or emails sent.
+    effects: usize,
     /// Outcome and key of each call made through toolonce (by this process).
     calls: Vec<(Outcome, Option<OperationKey>)>,
     answered_from_key: u32,
@@ -451,15 +583,17 @@ async fn run_scenario(
         if guard.is_some() { "with" } else { "without" }
     );
     let provider = Provider::new(dir.join(format!("{name}.ledger")));
+    let mailer = Mailer::new(dir.join(format!("{name}.outbox")));
     let reclaimed = Arc::new(AtomicBool::new(false));
     let charger = Charger {
         provider: provider.clone(),
-        crash_after_charge: false,
+        mailer: mailer.clone(),
+        crash_after_effect: false,
     };
-    let crash = scenario == Scenario::Crash;
+    let crash = scenario.crashes();
     let options = if crash {
         // The resumed run finds the dead run's claim still `running`: it waits for its lease
-        // to expire, then takes the operation over.
+        // to expire; the outcome is then unknown, and the tool's policy decides.
         WriteOptions::new()
             .lease(CRASH_LEASE)
             .in_flight(InFlight::Wait(Duration::from_secs(10)))
@@ -478,7 +612,14 @@ async fn run_scenario(
     };
     let (calls, resumed_in) = if crash {
         let checkpoint = dir.join(format!("{name}.checkpoint"));
-        crash_and_kill(&provider.ledger, &checkpoint, guard).await?;
+        crash_and_kill(
+            scenario,
+            &provider.ledger,
+            &mailer.outbox,
+            &checkpoint,
+            guard,
+        )
+        .await?;
         // Resume from the checkpoint, which is before the tool call.
         let started = Instant::now();
         let from = load_checkpoint(&checkpoint)?;
@@ -487,8 +628,13 @@ async fn run_scenario(
     } else {
         (run_agent(&scenario.script(), &tools, 0, None).await?, None)
     };
+    let effects = if scenario == Scenario::EmailCrash {
+        mailer.sent()?
+    } else {
+        provider.charges()?.len()
+    };
     Ok(Figures {
-        charges: provider.charges()?.len(),
+        effects,
         calls,
         answered_from_key: provider.answered_from_key.load(Ordering::SeqCst),
         reclaimed: reclaimed.load(Ordering::SeqCst),
@@ -499,7 +645,9 @@ async fn run_scenario(
 /// Starts the crash scenario's agent as a child process and kills it with SIGKILL as soon as
 /// the provider has charged, before it records anything.
 async fn crash_and_kill(
+    scenario: Scenario,
     ledger: &Path,
+    outbox: &Path,
     checkpoint: &Path,
     guard: Option<&Guard>,
 ) -> anyhow::Result<()> {
@@ -509,6 +657,9 @@ async fn crash_and_kill(
         .arg("__demo-child")
         .arg("--ledger")
         .arg(ledger)
+        .arg("--outbox")
+        .arg(outbox)
+        .args(["--scenario", scenario.slug()])
         .arg("--checkpoint")
         .arg(checkpoint)
         .args(["--lease", &CRASH_LEASE.as_secs_f64().to_string()])
@@ -517,19 +668,19 @@ async fn crash_and_kill(
         .stderr(Stdio::piped())
         .kill_on_drop(true);
     match guard {
-        Some(g) => command.args(["--store", &g.url, "--scope", &g.scope(Scenario::Crash)]),
+        Some(g) => command.args(["--store", &g.url, "--scope", &g.scope(scenario)]),
         None => command.args(["--scope", "unused"]),
     };
     let mut child = command.spawn().context("cannot start the agent process")?;
     let mut lines = BufReader::new(child.stdout.take().expect("stdout is piped")).lines();
     let said = tokio::time::timeout(Duration::from_secs(20), lines.next_line()).await;
-    if !matches!(&said, Ok(Ok(Some(line))) if line == CHARGED) {
+    if !matches!(&said, Ok(Ok(Some(line))) if line == DONE_IT) {
         let _ = child.kill().await;
         let mut stderr = String::new();
         if let Some(mut pipe) = child.stderr.take() {
             let _ = pipe.read_to_string(&mut stderr).await;
         }
-        bail!("the agent process did not reach the charge: {said:?}\n{stderr}");
+        bail!("the agent process did not reach the effect: {said:?}\n{stderr}");
     }
     // SIGKILL: no destructor, no `complete`, no checkpoint.
     child
@@ -541,9 +692,13 @@ async fn crash_and_kill(
 
 /// `toolonce __demo-child`: the agent of the crash scenario, killed by its parent mid-turn.
 pub(crate) async fn child(a: ChildArgs) -> anyhow::Result<ExitCode> {
+    let scenario = Scenario::from_slug(&a.scenario)
+        .filter(|s| s.crashes())
+        .with_context(|| format!("no crash scenario {:?}", a.scenario))?;
     let charger = Charger {
         provider: Provider::new(a.ledger),
-        crash_after_charge: true,
+        mailer: Mailer::new(a.outbox),
+        crash_after_effect: true,
     };
     let tools = match a.store {
         None => Tools::Direct(charger),
@@ -553,8 +708,8 @@ pub(crate) async fn child(a: ChildArgs) -> anyhow::Result<ExitCode> {
             Tools::toolonce(store, &a.scope, charger, options, Arc::default())?
         }
     };
-    run_agent(&Scenario::Crash.script(), &tools, 0, Some(&a.checkpoint)).await?;
-    bail!("the agent was meant to be killed after the charge")
+    run_agent(&scenario.script(), &tools, 0, Some(&a.checkpoint)).await?;
+    bail!("the agent was meant to be killed after the effect")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -567,7 +722,7 @@ fn outcomes(figures: &Figures) -> String {
 
 /// What happened: the scenario, then what toolonce did about it.
 fn explain(scenario: Scenario, without: &Figures, with: &Figures) -> (String, String) {
-    let (w, t) = (without.charges, with.charges);
+    let (w, t) = (without.effects, with.effects);
     let did = outcomes(with);
     let first_key = with.calls.iter().find_map(|(_, k)| k.as_ref());
     match scenario {
@@ -596,8 +751,9 @@ fn explain(scenario: Scenario, without: &Figures, with: &Figures) -> (String, St
                 let resumed = with.resumed_in.map_or_else(String::new, output::duration);
                 text += &format!(
                     "the resumed run found the dead run's claim still running, waited for its \
-                     {} lease to expire (resumed in {resumed}), and ran charge_card again with \
-                     {key}; ",
+                     {} lease to expire (resumed in {resumed}), found the outcome unknown, and, \
+                     since charge_card declares that its provider honours the key (policy \
+                     rerun), ran charge_card again with {key}; ",
                     output::duration(CRASH_LEASE)
                 );
             } else {
@@ -616,6 +772,27 @@ fn explain(scenario: Scenario, without: &Figures, with: &Figures) -> (String, St
                     .into(),
                 text,
             )
+        }
+        Scenario::EmailCrash => {
+            let setup = "The agent process was killed with SIGKILL right after send_email, whose \
+                         mail server takes no idempotency key; a run resumed from its checkpoint \
+                         and replayed the call."
+                .to_owned();
+            let result = if with.calls.iter().any(|(o, _)| *o == Outcome::Unknown) {
+                let key = first_key.map_or_else(|| "KEY".to_owned(), ToString::to_string);
+                format!(
+                    "Without toolonce: {w} emails. With it ({did}): the resumed run waited for \
+                     the dead run's {} lease to expire and found the outcome unknown; \
+                     send_email keeps the default policy (hold), so it was not sent again \
+                     ({t} email): the model was told the email may have been sent, not to \
+                     retry, and that a person must check, who then settles it with `toolonce \
+                     resolve {key} --done JSON | --failed MESSAGE | --release`.",
+                    output::duration(CRASH_LEASE)
+                )
+            } else {
+                format!("Without toolonce: {w} emails. With it ({did}): {t} email(s).")
+            };
+            (setup, result)
         }
         Scenario::Parallel => {
             let other = match with
@@ -677,14 +854,17 @@ pub(crate) async fn run(a: DemoArgs) -> anyhow::Result<ExitCode> {
     let millis = output::millis_since_epoch(std::time::SystemTime::now());
     let guard = Guard {
         store,
+        shared: !url.starts_with("memory:"),
         url,
         run_id: format!("demo-{millis}-{}", std::process::id()),
     };
 
     outln!(
         "toolonce demo: a scripted agent pays with the write tool charge_card, through a fake\n\
-         payment provider that counts charges and honours an Idempotency-Key. Each scenario\n\
-         runs without toolonce (calling the provider directly, no key), then with it."
+         payment provider that counts charges and honours an Idempotency-Key, and sends an\n\
+         email with send_email, through a fake mail server that takes no key. Each scenario\n\
+         runs without toolonce (calling the provider directly, no key), then with it; the\n\
+         effects are the charges made (emails sent in scenario 5)."
     );
     outln!(
         "store: {} ({})\n",
@@ -701,36 +881,60 @@ pub(crate) async fn run(a: DemoArgs) -> anyhow::Result<ExitCode> {
         let without = run_scenario(scenario, None, dir.path())
             .await
             .with_context(|| format!("scenario {:?} without toolonce", scenario.slug()))?;
-        let with = run_scenario(scenario, Some(&guard), dir.path())
-            .await
-            .with_context(|| format!("scenario {:?} with toolonce", scenario.slug()))?;
+        // Without a key downstream, only a claim other processes see can stop the second email:
+        // a memory store dies with the agent process.
+        let with = if scenario == Scenario::EmailCrash && !guard.shared {
+            None
+        } else {
+            Some(
+                run_scenario(scenario, Some(&guard), dir.path())
+                    .await
+                    .with_context(|| format!("scenario {:?} with toolonce", scenario.slug()))?,
+            )
+        };
         rows.push((scenario, without, with));
     }
 
     let mut table = Table::new(
         &[
             ("scenario", Align::Left),
-            ("charges without", Align::Right),
-            ("charges with", Align::Right),
+            ("effects without", Align::Right),
+            ("effects with", Align::Right),
             ("expected", Align::Right),
             ("ok", Align::Left),
         ],
         " | ",
     );
     for (scenario, without, with) in &rows {
-        let ok = with.charges == scenario.expected();
+        let (with, ok) = match with {
+            Some(with) if with.effects == scenario.expected() => (with.effects.to_string(), "yes"),
+            Some(with) => (with.effects.to_string(), "NO"),
+            None => ("-".to_owned(), "skipped"),
+        };
         table.row(vec![
             scenario.label().into(),
-            without.charges.to_string(),
-            with.charges.to_string(),
+            without.effects.to_string(),
+            with,
             scenario.expected().to_string(),
-            if ok { "yes" } else { "NO" }.into(),
+            ok.into(),
         ]);
     }
     out!("{}", table.render());
     outln!();
     for (scenario, without, with) in &rows {
-        let (setup, result) = explain(*scenario, without, with);
+        let (setup, result) = match with {
+            Some(with) => explain(*scenario, without, with),
+            None => (
+                explain(*scenario, without, without).0,
+                format!(
+                    "Without toolonce: {} emails. Skipped with toolonce: a memory:// store lives \
+                     in one process, so the resumed run cannot see the dead run's claim, and \
+                     with no key downstream nothing else can stop the second email. Run the \
+                     demo on a store that outlives the process (the default SQLite file).",
+                    without.effects
+                ),
+            ),
+        };
         let number = match scenario.label().split_once(' ') {
             Some((number, _)) => format!("{number} "),
             None => String::new(),
@@ -743,28 +947,39 @@ pub(crate) async fn run(a: DemoArgs) -> anyhow::Result<ExitCode> {
     }
     outln!();
 
-    let wrong = rows
+    // The rows run with toolonce (a skipped one is not counted either way).
+    let ran: Vec<(Scenario, &Figures, &Figures)> = rows
         .iter()
-        .filter(|(s, _, w)| w.charges != s.expected())
+        .filter_map(|(s, without, with)| with.as_ref().map(|with| (*s, without, with)))
+        .collect();
+    let skipped = rows.len() - ran.len();
+    let wrong = ran
+        .iter()
+        .filter(|(s, _, w)| w.effects != s.expected())
         .count();
-    let extra = |pick: fn(&(Scenario, Figures, Figures)) -> usize| -> usize {
-        rows.iter()
+    let extra = |pick: fn(&(Scenario, &Figures, &Figures)) -> usize| -> usize {
+        ran.iter()
             .map(|r| pick(r).saturating_sub(r.0.expected()))
             .sum()
     };
-    let (extra_without, extra_with) = (extra(|r| r.1.charges), extra(|r| r.2.charges));
+    let (extra_without, extra_with) = (extra(|r| r.1.effects), extra(|r| r.2.effects));
     let took = output::duration(started.elapsed());
+    let skipped = if skipped > 0 {
+        format!(" {skipped} skipped (see above).")
+    } else {
+        String::new()
+    };
     let summary = if wrong == 0 {
         format!(
-            "All {} \"with\" figures are right: without toolonce the provider made \
-             {extra_without} duplicate charge(s), with it {extra_with}. ({took})",
-            rows.len()
+            "All {} \"with\" figures are right: without toolonce {extra_without} duplicate \
+             effect(s) (charges, emails), with it {extra_with}.{skipped} ({took})",
+            ran.len()
         )
     } else {
         format!(
-            "{wrong} of {} \"with\" figures are WRONG: duplicate charges without toolonce \
-             {extra_without}, with it {extra_with}. ({took})",
-            rows.len()
+            "{wrong} of {} \"with\" figures are WRONG: duplicate effects without toolonce \
+             {extra_without}, with it {extra_with}.{skipped} ({took})",
+            ran.len()
         )
     };
     out!("{}", output::wrap("", &summary, WIDTH));

@@ -17,7 +17,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use rustix::process::Signal;
-use toolonce::{InFlight, Layer, OperationKey, Outcome, ToolError, WriteOptions, key};
+use toolonce::{
+    About, InFlight, Layer, OnExpired, OperationKey, Outcome, ToolError, WriteOptions, key,
+};
 
 use crate::args::{self, StoreArg};
 use crate::exit;
@@ -49,6 +51,14 @@ Output: streamed live in full; the stored copy keeps the first and last halves o
 --max-output bytes of each stream, with a line saying how many bytes were dropped between
 them. exec returns once the command exits; a background process it started is not waited for
 (its output is read for one more second).
+
+A run that ends without recording an outcome (toolonce SIGKILLed with its command, the
+machine lost, the store unreachable when it finished) leaves the operation `unknown` once its
+lease has expired: the command may or may not have taken effect. What a duplicate then does is
+--on-expired: `hold` (the default) does not run the command and exits 73, until a person checks
+and settles it with `toolonce resolve KEY --done JSON | --failed MESSAGE | --release`
+(`toolonce ls --state unknown` lists such operations); `rerun` runs the command again with the
+same TOOLONCE_KEY, which is safe when whatever it calls deduplicates by that key.
 
 The operation is identified by --scope, --name and --args, never by the command line.
 The command gets the operation key in TOOLONCE_KEY and IDEMPOTENCY_KEY: hand it to any
@@ -85,9 +95,16 @@ pub(crate) struct ExecArgs {
     #[arg(long)]
     transient_exit: bool,
     /// How long the claim lives without a heartbeat; renewed every third of it while the
-    /// command runs. After a crash of toolonce, a duplicate can run again once it has passed.
+    /// command runs. After a crash of toolonce, the run's outcome is unknown once it has
+    /// passed (see --on-expired).
     #[arg(long, value_name = "SECONDS", value_parser = args::lease, default_value = "60")]
     lease: Duration,
+    /// What to do when an earlier run of the operation ended without recording an outcome
+    /// (its lease expired): `hold` runs nothing and exits 73 until `toolonce resolve` settles
+    /// it; `rerun` runs the command again with the same TOOLONCE_KEY (safe only when what it
+    /// calls deduplicates by that key).
+    #[arg(long, value_name = "POLICY", value_enum, default_value_t = OnExpiredArg::Hold)]
+    on_expired: OnExpiredArg,
     /// How long the outcome is kept and replayed.
     #[arg(long, value_name = "SECONDS", value_parser = args::retention, default_value = "86400")]
     retention: Duration,
@@ -103,6 +120,43 @@ pub(crate) struct ExecArgs {
     /// The command and its arguments, best after `--`.
     #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     command: Vec<OsString>,
+}
+
+/// `--on-expired`: the policies a shell command can choose (it has no probe to verify with).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum OnExpiredArg {
+    Hold,
+    Rerun,
+}
+
+impl From<OnExpiredArg> for OnExpired {
+    fn from(arg: OnExpiredArg) -> OnExpired {
+        match arg {
+            OnExpiredArg::Hold => OnExpired::Hold,
+            OnExpiredArg::Rerun => OnExpired::Rerun,
+        }
+    }
+}
+
+/// The command line as a person would type it (POSIX shell quoting where needed), for the
+/// entry's description: `toolonce ls` and `show` display it.
+fn command_line(command: &[OsString]) -> String {
+    let words: Vec<String> = command
+        .iter()
+        .map(|word| {
+            let word = word.to_string_lossy();
+            let plain = !word.is_empty()
+                && word
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "_-./=:,+@%^".contains(c));
+            if plain {
+                word.into_owned()
+            } else {
+                format!("'{}'", word.replace('\'', r"'\''"))
+            }
+        })
+        .collect();
+    words.join(" ")
 }
 
 /// Parses a size in bytes: `1000`, `64K`, `1M` (binary units).
@@ -158,7 +212,9 @@ pub(crate) async fn run(a: ExecArgs) -> anyhow::Result<ExitCode> {
     let options = WriteOptions::new()
         .lease(a.lease)
         .retention(a.retention)
-        .in_flight(a.wait.map_or(InFlight::Reject, InFlight::Wait));
+        .in_flight(a.wait.map_or(InFlight::Reject, InFlight::Wait))
+        .on_expired(a.on_expired.into());
+    let about = About::new(a.scope.clone(), a.name.clone()).detail(command_line(&a.command));
 
     // Set only if the command ran here (its output has then been streamed already).
     let mut ran: Option<Result<Record, NotStarted>> = None;
@@ -172,7 +228,7 @@ pub(crate) async fn run(a: ExecArgs) -> anyhow::Result<ExitCode> {
         };
         let command_signals = signals.clone();
         let layer = Layer::new(store);
-        let call = layer.run(&a.name, &op, &options, |_ctx| async move {
+        let call = layer.run_with_about(&a.name, &op, &about, &options, |_ctx| async move {
             started.store(true, Ordering::SeqCst);
             let outcome = child::run(run, command_signals).await;
             let result = match &outcome {
@@ -205,7 +261,7 @@ pub(crate) async fn run(a: ExecArgs) -> anyhow::Result<ExitCode> {
         None => {}
     }
     match (answer.outcome, answer.result) {
-        (Outcome::Replayed, Ok(value)) => replay(&op.key, &value),
+        (Outcome::Replayed, Ok(value)) => replay_done(&value),
         (Outcome::ReplayedFailure, Err(error)) => match &error.detail {
             Some(value) => replay(&op.key, value),
             // A permanent failure recorded by something other than exec (same scope and name).
@@ -217,6 +273,23 @@ pub(crate) async fn run(a: ExecArgs) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::FAILURE)
             }
         },
+        (Outcome::Unknown, _) => {
+            let mut resolve = format!("toolonce resolve {}", op.key);
+            if a.store.url != crate::DEFAULT_STORE {
+                resolve += &format!(" --store {}", toolonce::store::redact_url(&a.store.url));
+            }
+            eprintln!(
+                "toolonce: operation {} (scope {:?}, name {:?}) is unknown: an earlier run \
+                 ended without recording an outcome (toolonce was killed or lost its store \
+                 before the lease expired), so it may have taken effect. The command was not \
+                 run (--on-expired hold). Check whether it took effect, then settle it: \
+                 `{resolve} --done JSON` or `--failed MESSAGE` records what happened (and \
+                 duplicates replay it), `--release` lets the next call run it again with the \
+                 same TOOLONCE_KEY.",
+                op.key, a.scope, a.name
+            );
+            Ok(ExitCode::from(exit::UNKNOWN))
+        }
         (Outcome::InFlight, _) => {
             eprintln!(
                 "toolonce: operation {} (scope {:?}, name {:?}) is already running elsewhere, or \
@@ -307,6 +380,23 @@ fn replay(key: &OperationKey, value: &serde_json::Value) -> anyhow::Result<ExitC
             "the stored outcome of {key} is not an exec record: {e}"
         ))
     })?;
+    replay_record(&record)
+}
+
+/// A done result: an exec record replays as the run it records; any other value (an operator
+/// recorded it with `toolonce resolve --done JSON`) is printed as one line of JSON, exit 0.
+fn replay_done(value: &serde_json::Value) -> anyhow::Result<ExitCode> {
+    match Record::from_json(value) {
+        Ok(record) => replay_record(&record),
+        Err(_) => {
+            let mut stdout = std::io::stdout().lock();
+            let _ = writeln!(stdout, "{value}").and_then(|()| stdout.flush());
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn replay_record(record: &Record) -> anyhow::Result<ExitCode> {
     let mut stdout = std::io::stdout().lock();
     let _ = stdout
         .write_all(&record.stdout)
@@ -336,6 +426,20 @@ mod tests {
         for bad in ["65M", "-1", "lots", "1G", "", "K", "99999999999999999999"] {
             assert!(bytes(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_command_line_is_described_as_a_shell_would_take_it() {
+        let line =
+            |words: &[&str]| command_line(&words.iter().map(OsString::from).collect::<Vec<_>>());
+        assert_eq!(
+            line(&["./deploy.sh", "--env=prod"]),
+            "./deploy.sh --env=prod"
+        );
+        assert_eq!(
+            line(&["sh", "-c", "echo it's $HOME", ""]),
+            r"sh -c 'echo it'\''s $HOME' ''"
+        );
     }
 
     #[test]

@@ -16,10 +16,16 @@ pub(crate) const USAGE: u8 = 2;
 pub(crate) const CONFLICT: u8 = 65;
 /// No live entry for the key (`EX_NOINPUT`).
 pub(crate) const NOT_FOUND: u8 = 66;
+/// `resolve`: the entry is settled (done or failed) already, perhaps since it was last looked
+/// at: nothing was changed.
+pub(crate) const SETTLED: u8 = 67;
 /// The store cannot be used right now: nothing was done (`EX_UNAVAILABLE`).
 pub(crate) const UNAVAILABLE: u8 = 69;
 /// A bug or an answer toolonce does not understand (`EX_SOFTWARE`).
 pub(crate) const INTERNAL: u8 = 70;
+/// `exec`: an earlier run of the operation ended without a recorded outcome (its lease
+/// expired), and the policy is to hold: not run here, a person must check.
+pub(crate) const UNKNOWN: u8 = 73;
 /// The operation is running elsewhere: not run here (`EX_TEMPFAIL`).
 pub(crate) const IN_FLIGHT: u8 = 75;
 /// The program exists but could not be executed, as shells report it.
@@ -36,9 +42,13 @@ Exit codes (the same for every subcommand):
   1        demo: a figure came out wrong
   2        bad input or configuration: nothing was done
   65       conflict: the key fields match an earlier operation with other arguments; not run
-  66       not found: no live entry for the key (show, rm)
+  66       not found: no live entry for the key (show, rm, resolve)
+  67       resolve: the entry is already done or failed (perhaps settled meanwhile); nothing
+           was changed
   69       the store is unavailable: nothing was done; try again later
   70       internal error: a bug or an answer toolonce does not understand
+  73       exec: unknown: an earlier run ended without a recorded outcome and may have taken
+           effect; not run (--on-expired hold). Check, then `toolonce resolve KEY`
   75       in flight: the same operation is running elsewhere; not run (exec without --wait,
            or the wait ran out)
   126      exec: the command could not be executed (nothing recorded)

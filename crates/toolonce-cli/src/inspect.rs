@@ -1,13 +1,18 @@
-//! `toolonce ls | show | rm | purge`: look into a store and tidy it. Human tables by default,
-//! one JSON document with `--json`.
+//! `toolonce ls | show | resolve | rm | purge`: look into a store, settle what nobody knows the
+//! outcome of, and tidy it. Human tables by default, one JSON document with `--json`.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
+use anyhow::bail;
 use serde_json::{Value, json};
-use toolonce::{Entry, EntryState, ListQuery, OperationKey, State};
+use toolonce::{
+    Entry, EntryState, ListQuery, OperationKey, Resolution, Resolved, State, ToolError,
+};
 
-use crate::args::StoreArg;
+use crate::args::{self, StoreArg};
 use crate::exit;
 use crate::output::{self, Align, Table, out, outln};
 
@@ -15,10 +20,17 @@ use crate::output::{self, Align, Table, out, outln};
 pub(crate) struct LsArgs {
     #[command(flatten)]
     store: StoreArg,
-    /// Only entries in this state.
-    #[arg(long, value_parser = ["running", "done", "failed"])]
+    /// Only entries in this state. `unknown`: a run whose lease expired before it recorded an
+    /// outcome (it may or may not have taken effect; settle it with `toolonce resolve`).
+    #[arg(long, value_parser = ["running", "done", "failed", "unknown"])]
     state: Option<String>,
-    /// Show at most N entries (in key order).
+    /// Only entries of this scope (as recorded by the call that created them).
+    #[arg(long, value_name = "SCOPE")]
+    scope: Option<String>,
+    /// Only entries of this tool (exec: the --name; MCP proxy: the server's tool name).
+    #[arg(long, value_name = "TOOL")]
+    tool: Option<String>,
+    /// Show at most the N newest entries.
     #[arg(long, value_name = "N", default_value_t = 100)]
     limit: usize,
     /// Print one JSON document instead of a table.
@@ -48,6 +60,48 @@ pub(crate) struct RmArgs {
     json: bool,
 }
 
+const RESOLVE_NOTES: &str = "\
+resolve settles an operation whose outcome nobody recorded: an `unknown` entry (its run ended
+without recording how, so a duplicate under the hold policy is not run), or a `running` one
+that is stuck. Check the downstream system first (was the email sent, the deploy done?), then:
+
+  --done JSON      it took effect: duplicates replay JSON as its result. For `exec`, a record
+                   {\"exit_code\": 0, \"stdout\": \"...\", \"stderr\": \"\"} replays as if the
+                   command had run; any other value is printed on stdout, exit 0.
+  --failed MESSAGE it failed: duplicates replay the failure (exec: MESSAGE on stderr, exit 1).
+  --release        it did not take effect: the entry is forgotten and the next call runs the
+                   operation again, with the same key.
+
+resolve never overwrites an outcome: an entry that is done or failed already (perhaps settled
+by its own run or another operator since you looked) is left as it is, with exit code 67.";
+
+#[derive(clap::Args)]
+#[command(
+    after_long_help = RESOLVE_NOTES,
+    group(clap::ArgGroup::new("resolution").required(true).args(["done", "failed", "release"]))
+)]
+pub(crate) struct ResolveArgs {
+    #[command(flatten)]
+    store: StoreArg,
+    /// The operation key (`toolonce ls --state unknown` lists them).
+    key: String,
+    /// It took effect: record it as done with this result (JSON).
+    #[arg(long, value_name = "JSON")]
+    done: Option<String>,
+    /// It failed: record it as failed with this message.
+    #[arg(long, value_name = "MESSAGE")]
+    failed: Option<String>,
+    /// It did not take effect: forget it, so the next call runs the operation again.
+    #[arg(long)]
+    release: bool,
+    /// How long a recorded outcome is kept and replayed.
+    #[arg(long, value_name = "SECONDS", value_parser = args::retention, default_value = "86400")]
+    retention: Duration,
+    /// Print one JSON document.
+    #[arg(long)]
+    json: bool,
+}
+
 #[derive(clap::Args)]
 pub(crate) struct PurgeArgs {
     #[command(flatten)]
@@ -60,29 +114,58 @@ pub(crate) struct PurgeArgs {
 pub(crate) async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
     let state: Option<State> = a.state.as_deref().map(str::parse).transpose()?;
     let store = a.store.open().await?;
-    let mut entries = Vec::new();
+    // Stores list in key order: every matching entry is read, and the newest `limit` kept, so
+    // memory stays bounded by the limit whatever the size of the store.
+    let mut newest: BinaryHeap<Reverse<Newest>> = BinaryHeap::new();
+    let mut matched = 0usize;
     let mut cursor = None;
-    let mut more = false;
-    // Page through until the limit; one extra entry tells whether there are more.
-    while entries.len() <= a.limit {
-        let mut query = ListQuery::new().limit((a.limit + 1 - entries.len()).min(500));
+    loop {
+        let mut query = ListQuery::new().limit(500);
         if let Some(state) = state {
             query = query.state(state);
+        }
+        if let Some(scope) = &a.scope {
+            query = query.scope(scope.clone());
+        }
+        if let Some(tool) = &a.tool {
+            query = query.tool(tool.clone());
         }
         if let Some(c) = cursor.take() {
             query = query.cursor(c);
         }
         let page = store.list(&query).await?;
-        entries.extend(page.entries);
+        for entry in page.entries {
+            // The store filters; checked again here so that a store of another implementation
+            // (or an older version) that ignores a filter cannot show an operator the wrong
+            // entries.
+            if state.is_some_and(|s| entry.state() != s)
+                || a.scope
+                    .as_ref()
+                    .is_some_and(|s| entry.about.scope.as_ref() != Some(s))
+                || a.tool
+                    .as_ref()
+                    .is_some_and(|t| entry.about.tool.as_ref() != Some(t))
+            {
+                continue;
+            }
+            matched += 1;
+            newest.push(Reverse(Newest(entry)));
+            if newest.len() > a.limit {
+                newest.pop();
+            }
+        }
         match page.next {
             Some(next) => cursor = Some(next),
             None => break,
         }
     }
-    if entries.len() > a.limit {
-        entries.truncate(a.limit);
-        more = true;
-    }
+    let more = matched > a.limit;
+    // Newest first.
+    let entries: Vec<Entry> = newest
+        .into_sorted_vec()
+        .into_iter()
+        .map(|Reverse(Newest(e))| e)
+        .collect();
     let now = SystemTime::now();
     if a.json {
         let list: Vec<Value> = entries.iter().map(|e| summary(e, now)).collect();
@@ -97,6 +180,9 @@ pub(crate) async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
         &[
             ("KEY", Align::Left),
             ("STATE", Align::Left),
+            ("SCOPE", Align::Left),
+            ("TOOL", Align::Left),
+            ("ATTEMPTS", Align::Right),
             ("AGE", Align::Right),
             ("EXPIRES IN", Align::Right),
             ("SIZE", Align::Right),
@@ -107,17 +193,66 @@ pub(crate) async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
         table.row(vec![
             e.key.to_string(),
             e.state().to_string(),
+            cell(e.about.scope.as_deref()),
+            cell(e.about.tool.as_deref()),
+            if e.attempts == 0 {
+                "-".into()
+            } else {
+                e.attempts.to_string()
+            },
             output::duration(since(e.started_at, now)),
-            e.expires_at
-                .map_or("-".into(), |t| output::duration(until(t, now))),
+            match (e.state(), e.expires_at) {
+                // Its lease is over; it stays until resolved or its retention ends.
+                (State::Unknown, _) | (_, None) => "-".into(),
+                (_, Some(t)) => output::duration(until(t, now)),
+            },
             payload(e).map_or("-".into(), |p| format!("{} B", p.to_string().len())),
         ]);
     }
     out!("{}", table.render());
     if more {
-        outln!("(more entries: raise --limit to see them)");
+        outln!(
+            "({} more matching entries: raise --limit to see them)",
+            matched - entries.len()
+        );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// An entry ordered by the start of its latest attempt (then by key, so the order is total).
+struct Newest(Entry);
+
+impl Newest {
+    fn rank(&self) -> (SystemTime, &str) {
+        (self.0.started_at, self.0.key.as_str())
+    }
+}
+
+impl PartialEq for Newest {
+    fn eq(&self, other: &Self) -> bool {
+        self.rank() == other.rank()
+    }
+}
+
+impl Eq for Newest {}
+
+impl PartialOrd for Newest {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Newest {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.rank().cmp(&other.rank())
+    }
+}
+
+fn cell(text: Option<&str>) -> String {
+    match text {
+        Some(t) if !t.is_empty() => t.to_owned(),
+        _ => "-".into(),
+    }
 }
 
 pub(crate) async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
@@ -142,26 +277,66 @@ pub(crate) async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
         outln!("{doc}");
         return Ok(ExitCode::SUCCESS);
     }
-    outln!("key          {}", entry.key);
-    outln!("state        {}", entry.state());
-    if let Some(fp) = &entry.fingerprint {
-        outln!("fingerprint  {fp}");
+    let at = |t: SystemTime| {
+        if t <= now {
+            format!(
+                "{} ({} ago)",
+                output::timestamp(t),
+                output::duration(since(t, now))
+            )
+        } else {
+            format!(
+                "{} (in {})",
+                output::timestamp(t),
+                output::duration(until(t, now))
+            )
+        }
+    };
+    outln!("key            {}", entry.key);
+    outln!("state          {}", entry.state());
+    outln!("scope          {}", cell(entry.about.scope.as_deref()));
+    outln!("tool           {}", cell(entry.about.tool.as_deref()));
+    if let Some(detail) = &entry.about.detail {
+        outln!("detail         {detail}");
     }
-    outln!(
-        "started      {} ({} ago)",
-        output::timestamp(entry.started_at),
-        output::duration(since(entry.started_at, now))
-    );
-    if let Some(t) = entry.expires_at {
-        outln!(
-            "expires      {} (in {})",
-            output::timestamp(t),
-            output::duration(until(t, now))
-        );
+    if let Some(fp) = &entry.fingerprint {
+        outln!("fingerprint    {fp}");
+    }
+    if entry.attempts > 0 {
+        outln!("attempts       {}", entry.attempts);
+    }
+    if let Some(t) = entry.first_started_at {
+        outln!("first started  {}", at(t));
+    }
+    outln!("started        {}", at(entry.started_at));
+    match (entry.state(), entry.expires_at) {
+        (State::Running, Some(t)) => outln!("lease until    {}", at(t)),
+        (State::Unknown, Some(t)) => outln!("lease ended    {}", at(t)),
+        (_, Some(t)) => outln!("expires        {}", at(t)),
+        (_, None) => {}
+    }
+    if let Some(t) = entry.settled_at {
+        outln!("settled        {}", at(t));
     }
     match &entry.state {
-        EntryState::Running { owner } | EntryState::Unknown { owner } => {
-            outln!("owner        {}", owner.as_deref().unwrap_or("-"));
+        EntryState::Running { owner } => {
+            outln!("owner          {}", owner.as_deref().unwrap_or("-"));
+        }
+        EntryState::Unknown { owner } => {
+            outln!("owner          {}", owner.as_deref().unwrap_or("-"));
+            out!(
+                "{}",
+                output::wrap(
+                    "",
+                    &format!(
+                        "Its run ended without recording an outcome: it may or may not have \
+                         taken effect. Check, then `toolonce resolve {} --done JSON | --failed \
+                         MESSAGE | --release`.",
+                        entry.key
+                    ),
+                    96
+                )
+            );
         }
         EntryState::Done { result, .. } => {
             outln!(
@@ -171,7 +346,7 @@ pub(crate) async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
         }
         EntryState::Failed { error, .. } => {
             outln!(
-                "error        {} ({})",
+                "error          {} ({})",
                 error.message,
                 if error.is_transient() {
                     "transient"
@@ -189,6 +364,66 @@ pub(crate) async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
         _ => {}
     }
     Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) async fn resolve(a: ResolveArgs) -> anyhow::Result<ExitCode> {
+    // All input is checked before the store is opened.
+    let key: OperationKey = a.key.parse()?;
+    let resolution = match (&a.done, &a.failed) {
+        (Some(text), _) => Resolution::Done(args::read_value(text, "--done")?),
+        (_, Some(message)) if message.trim().is_empty() => {
+            bail!("--failed needs a message saying what happened")
+        }
+        (_, Some(message)) => Resolution::Failed(ToolError::permanent(message.clone())),
+        (None, None) => Resolution::Release,
+    };
+    let store = a.store.open().await?;
+    match store.resolve(&key, &resolution, a.retention).await? {
+        Resolved::Applied => {
+            let (word, what) = match &resolution {
+                Resolution::Done(_) => ("done", "recorded as done: duplicates replay it"),
+                Resolution::Failed(_) => ("failed", "recorded as failed: duplicates replay it"),
+                _ => (
+                    "released",
+                    "released: the next call runs the operation again",
+                ),
+            };
+            if a.json {
+                outln!("{}", json!({"key": key, "resolved": word}));
+            } else {
+                outln!("{key} {what}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Resolved::Absent => absent(&key, a.json),
+        Resolved::Settled(entry) => {
+            let state = entry.state();
+            if a.json {
+                outln!(
+                    "{}",
+                    json!({"key": key, "resolved": false, "state": state.as_str()})
+                );
+            }
+            let when = entry
+                .settled_at
+                .map(|t| {
+                    format!(
+                        " (settled {} ago)",
+                        output::duration(since(t, SystemTime::now()))
+                    )
+                })
+                .unwrap_or_default();
+            eprintln!(
+                "toolonce: {key} is already {state}{when}, perhaps since you last looked; \
+                 nothing was changed. `toolonce show {key}` shows its outcome; `toolonce rm \
+                 {key}` forgets it."
+            );
+            Ok(ExitCode::from(exit::SETTLED))
+        }
+        _ => Err(exit::internal(anyhow::anyhow!(
+            "unexpected answer from the store to resolve {key}"
+        ))),
+    }
 }
 
 pub(crate) async fn rm(a: RmArgs) -> anyhow::Result<ExitCode> {
@@ -236,16 +471,27 @@ fn payload(entry: &Entry) -> Option<Value> {
     }
 }
 
-/// The fields `ls --json` gives for each entry (and `show --json` starts from).
+/// The fields `ls --json` gives for each entry (and `show --json` starts from). A field the
+/// writer did not record (an older version, another implementation) is `null`.
 fn summary(entry: &Entry, now: SystemTime) -> Value {
+    let unknown = entry.state() == State::Unknown;
     json!({
         "key": entry.key,
         "state": entry.state().as_str(),
+        "scope": entry.about.scope,
+        "tool": entry.about.tool,
+        "detail": entry.about.detail,
+        "attempts": (entry.attempts > 0).then_some(entry.attempts),
         "fingerprint": entry.fingerprint,
+        "first_started_at": entry.first_started_at.map(output::timestamp),
         "started_at": output::timestamp(entry.started_at),
         "age_ms": millis(since(entry.started_at, now)),
-        "expires_at": entry.expires_at.map(output::timestamp),
-        "expires_in_ms": entry.expires_at.map(|t| millis(until(t, now))),
+        "settled_at": entry.settled_at.map(output::timestamp),
+        // An unknown entry's deadline is its lease's, which has passed: it is kept until
+        // resolved or its retention ends, which the store does not report.
+        "lease_expired_at": entry.expires_at.filter(|_| unknown).map(output::timestamp),
+        "expires_at": entry.expires_at.filter(|_| !unknown).map(output::timestamp),
+        "expires_in_ms": entry.expires_at.filter(|_| !unknown).map(|t| millis(until(t, now))),
         "size": payload(entry).map(|p| p.to_string().len()),
     })
 }

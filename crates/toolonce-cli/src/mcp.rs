@@ -34,7 +34,10 @@
 //!   model what happened and whether to retry; reads never touch the store.
 //! - **Nothing blocks forever.** A forwarded call waits at most `call_timeout`; a cancelled
 //!   one at most `cancel_grace`. Then the proxy stops renewing the claim, which expires with
-//!   its lease (the outcome is unknown, so it is neither recorded nor released).
+//!   its lease: the outcome is unknown, so it is neither recorded nor released, and the entry
+//!   becomes `unknown`. An identical call then is held (`on_expired = "hold"`, the default:
+//!   answered `unknown` until a person runs `toolonce resolve`) or forwarded again with the
+//!   same key (`"rerun"`).
 //! - **Batches** (JSON arrays, protocol 2025-03-26 only) pass through untouched unless they
 //!   hold a write call; then they are split so the write calls go through the layer too, and
 //!   answered as one array (see [`batch`]).
@@ -101,7 +104,7 @@ pub(crate) struct McpArgs {
     #[arg(long, value_name = "NAME: VALUE")]
     header: Vec<String>,
     /// A TOML file of per-tool settings (kind, key_fields, in_flight, lease, retention,
-    /// call_timeout, on_error, on_tool_error, failure_retention).
+    /// call_timeout, on_error, on_tool_error, failure_retention, on_expired).
     #[arg(long, value_name = "FILE", env = "TOOLONCE_MCP_CONFIG")]
     config: Option<PathBuf>,
     /// The MCP server to start, after `--` (or --upstream).

@@ -25,6 +25,7 @@ fn store_commands() -> Vec<Vec<&'static str>> {
         vec!["ls", "--json"],
         vec!["show", KEY],
         vec!["rm", KEY],
+        vec!["resolve", KEY, "--release"],
         vec!["purge"],
         vec!["exec", "--scope", "s", "--name", "n", "--", "touch", "ran"],
     ]
@@ -77,11 +78,16 @@ fn a_bad_store_url_is_exit_2_for_every_subcommand() {
 }
 
 #[test]
-fn a_missing_key_is_exit_66_for_show_and_rm() {
+fn a_missing_key_is_exit_66_for_show_rm_and_resolve() {
     let dir = tempfile::tempdir().unwrap();
     let store = sqlite_url(dir.path());
-    for args in [["show", KEY], ["rm", KEY]] {
-        let out = run(&args, &store, dir.path());
+    for args in [
+        &["show", KEY][..],
+        &["rm", KEY],
+        &["resolve", KEY, "--release"],
+        &["resolve", KEY, "--done", "{}"],
+    ] {
+        let out = run(args, &store, dir.path());
         assert_eq!(code(&out), 66, "{args:?}: {}", stderr(&out));
         assert!(stderr(&out).contains("no live entry"), "{}", stderr(&out));
     }
@@ -97,6 +103,22 @@ fn bad_input_is_exit_2_for_every_subcommand() {
     for args in [
         vec!["show", "idem:XYZ"],
         vec!["rm", "not-a-key"],
+        vec!["resolve", "not-a-key", "--release"],
+        vec!["resolve", KEY],
+        vec!["resolve", KEY, "--done", "{", "--release"],
+        vec!["ls", "--state", "lost"],
+        vec![
+            "exec",
+            "--scope",
+            "s",
+            "--name",
+            "n",
+            "--on-expired",
+            "verify",
+            "--",
+            "touch",
+            "ran",
+        ],
         vec!["ls", "--state", "sleeping"],
         vec!["ls", "--limit", "many"],
         vec!["key", "--scope", "s", "--tool", "t", "--args", "{"],
@@ -166,12 +188,13 @@ fn the_exit_code_table_is_in_the_help_of_every_subcommand() {
         vec!["show", "--help"],
         vec!["rm", "--help"],
         vec!["purge", "--help"],
+        vec!["resolve", "--help"],
         vec!["key", "--help"],
     ] {
         let out = toolonce().args(&sub).output().unwrap();
         assert_eq!(code(&out), 0);
         let text = cli_support::stdout(&out);
-        for line in ["Exit codes", "69", "75", "65", "66", "70"] {
+        for line in ["Exit codes", "69", "75", "65", "66", "67", "70", "73"] {
             assert!(text.contains(line), "{sub:?} lacks {line}: {text}");
         }
     }

@@ -78,7 +78,12 @@ fn ls_show_rm_work_on_a_store_filled_by_exec() {
     assert_eq!(shown["error"]["detail"]["exit_code"], 5);
     assert_eq!(shown["error"]["detail"]["stderr"], "oops\n");
     let human = stdout(&run(dir.path(), &["show", &ok]));
-    assert!(human.contains("state        done"), "{human}");
+    assert!(human.contains("state          done"), "{human}");
+    assert!(human.contains("tool           greet"), "{human}");
+    assert!(
+        human.contains("detail         sh -c 'echo hello'"),
+        "{human}"
+    );
     assert!(human.contains("\"stdout\": \"hello\\n\""), "{human}");
 
     let removed = run(dir.path(), &["rm", &ok]);
@@ -96,6 +101,105 @@ fn ls_show_rm_work_on_a_store_filled_by_exec() {
     let removed = json(&run(dir.path(), &["rm", &failed, "--json"]));
     assert_eq!(removed, serde_json::json!({"key": failed, "removed": true}));
     assert_eq!(stdout(&run(dir.path(), &["ls"])), "no entries\n");
+}
+
+/// `toolonce exec --scope <scope> --name <name> -- true` on the dir's store.
+fn exec_in(dir: &Path, scope: &str, name: &str) {
+    let out = toolonce()
+        .current_dir(dir)
+        .args(["exec", "--store", &sqlite_url(dir), "--scope", scope])
+        .args(["--name", name, "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}
+
+#[test]
+fn ls_filters_by_scope_and_tool_and_lists_the_newest_first() {
+    let dir = tempfile::tempdir().unwrap();
+    // Started in this order; keys are random-looking, so key order is not start order.
+    let made = [
+        ("nightly", "backup"),
+        ("nightly", "report"),
+        ("deploy-7", "backup"),
+        ("deploy-7", "migrate"),
+        ("nightly", "vacuum"),
+    ];
+    for (scope, name) in made {
+        exec_in(dir.path(), scope, name);
+        // Distinct start times even on a coarse clock.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let listed = |args: &[&str]| -> Vec<(String, String)> {
+        let out = run(dir.path(), &[&["ls", "--json"], args].concat());
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        json(&out)["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                assert_eq!(e["attempts"], 1, "{e}");
+                assert_eq!(e["state"], "done", "{e}");
+                (
+                    e["scope"].as_str().unwrap().to_owned(),
+                    e["tool"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let pairs = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+        list.iter()
+            .map(|(s, t)| ((*s).to_owned(), (*t).to_owned()))
+            .collect()
+    };
+    let mut newest_first = made.to_vec();
+    newest_first.reverse();
+    assert_eq!(listed(&[]), pairs(&newest_first));
+    assert_eq!(
+        listed(&["--scope", "nightly"]),
+        pairs(&[
+            ("nightly", "vacuum"),
+            ("nightly", "report"),
+            ("nightly", "backup")
+        ])
+    );
+    assert_eq!(
+        listed(&["--tool", "backup"]),
+        pairs(&[("deploy-7", "backup"), ("nightly", "backup")])
+    );
+    assert_eq!(
+        listed(&["--scope", "deploy-7", "--tool", "backup", "--state", "done"]),
+        pairs(&[("deploy-7", "backup")])
+    );
+    assert_eq!(listed(&["--scope", "deploy-7", "--state", "unknown"]), []);
+    assert_eq!(listed(&["--scope", "nowhere"]), []);
+    // The limit keeps the newest, and says how many more there are.
+    let limited = json(&run(dir.path(), &["ls", "--json", "--limit", "2"]));
+    assert_eq!(limited["more"], true);
+    assert_eq!(limited["entries"][0]["tool"], "vacuum");
+    assert_eq!(limited["entries"][1]["tool"], "migrate");
+    let table = stdout(&run(dir.path(), &["ls", "--limit", "2"]));
+    assert!(table.contains("(3 more matching entries"), "{table}");
+
+    // The table has the columns an operator needs.
+    let table = stdout(&run(dir.path(), &["ls", "--tool", "migrate"]));
+    let mut rows = table.lines();
+    let header = rows.next().unwrap();
+    for column in [
+        "KEY",
+        "STATE",
+        "SCOPE",
+        "TOOL",
+        "ATTEMPTS",
+        "AGE",
+        "EXPIRES IN",
+        "SIZE",
+    ] {
+        assert!(header.contains(column), "{header}");
+    }
+    let row = rows.nth(1).unwrap();
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(&cells[1..5], ["done", "deploy-7", "migrate", "1"], "{row}");
 }
 
 #[test]

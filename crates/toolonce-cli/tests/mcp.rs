@@ -301,9 +301,11 @@ fn batch_without_write_calls_passes_through_byte_for_byte() {
 
 #[test]
 fn cancelled_call_is_forwarded_and_its_entry_expires_with_the_lease() {
-    let mut peer = ready(
-        Spawn::proxy().config("[proxy]\ncancel_grace = \"100ms\"\n[defaults]\nlease = \"1s\""),
-    );
+    // `rerun`: the lease's end makes the outcome unknown, and this policy runs it again (the
+    // default, `hold`, is tested in mcp_unknown.rs).
+    let mut peer = ready(Spawn::proxy().config(
+        "[proxy]\ncancel_grace = \"100ms\"\n[defaults]\nlease = \"1s\"\non_expired = \"rerun\"",
+    ));
     let args = json!({"ms": 5000});
     let id = peer.call_async("slow", args.clone());
     peer.eventually("the slow call to start", |p| p.count("slow") == 1);
@@ -333,8 +335,12 @@ fn cancelled_call_is_forwarded_and_its_entry_expires_with_the_lease() {
 
 #[test]
 fn server_that_never_answers_times_out_and_does_not_block_the_key_forever() {
+    // Under `rerun`; under the default `hold` the key stays blocked until a person resolves it
+    // (mcp_unknown.rs).
     let mut peer =
-        ready(Spawn::proxy().config("[defaults]\nlease = \"600ms\"\ncall_timeout = \"300ms\""));
+        ready(Spawn::proxy().config(
+            "[defaults]\nlease = \"600ms\"\ncall_timeout = \"300ms\"\non_expired = \"rerun\"",
+        ));
     let started = Instant::now();
     let answer = peer.call("hang", json!({"x": 1}));
     assert!(started.elapsed() >= Duration::from_millis(300));

@@ -47,7 +47,7 @@
 //! | JSON-RPC `error` -32700, -32600, -32601, -32602 (refused before the tool ran: parse error, invalid request, method not found, invalid params or unknown tool), and 2026-07-28's -32020, -32021, -32022 (header mismatch, missing client capability, unsupported protocol version) | never recorded | a fresh run |
 //! | any other JSON-RPC `error` (such as -32603, an exception that may follow the effect) | `on_error = "keep"` (default): failed, for the failure retention; `"release"`: forgotten | the same `error`; or a fresh run |
 //! | `result` with `resultType: "input_required"` (2026-07-28: the server asks for input first) | never recorded: nothing took effect | a fresh run (see *What names the operation* above) |
-//! | none: timeout, cancel, server exit | left running until its lease expires (the outcome is unknown) | `in_flight`, then a fresh run with the same key |
+//! | none: timeout, cancel, server exit | left running until its lease expires, then `unknown` (it may or may not have taken effect) | `in_flight`; after the lease, `on_expired = "hold"` (default): `unknown`, not forwarded, until a person runs `toolonce resolve`; `"rerun"`: a fresh run with the same key |
 //!
 //! An answer the proxy gives from the store (a replay, or its own explanation: in flight,
 //! conflict, store unavailable) carries `_meta["toolonce/outcome"]` and `_meta["toolonce/key"]`
@@ -61,7 +61,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
 use toolonce::key::{self, Derived, Fingerprint, OperationKey};
-use toolonce::{Outcome, ToolError, WriteAnswer};
+use toolonce::{About, OnExpired, Outcome, ToolError, WriteAnswer};
 
 use super::batch::Batch;
 use super::config::{OnError, Policy};
@@ -199,9 +199,13 @@ async fn answer(
         response: &response,
         unsent,
     };
+    // What the entry says it is: an operator reading `toolonce ls` sees the scope, the tool and
+    // the server, which the key alone hides.
+    let about =
+        About::new(shared.scope.clone(), call.tool.clone()).detail(shared.server_id.clone());
     let run = shared
         .layer
-        .run(&call.tool, &derived, &policy.options, |_ctx| {
+        .run_with_about(&call.tool, &derived, &about, &policy.options, |_ctx| {
             forward.run(cancel, give_up_tx)
         });
     let answer = tokio::select! {
@@ -381,14 +385,22 @@ fn give_up_answer(
 ) -> Option<Vec<u8>> {
     let lease = policy.options.lease;
     let (tool, key) = (&call.tool, &derived.key);
+    let after_lease = match policy.options.expired_policy() {
+        OnExpired::Rerun => "after that an identical call runs it again with the same \
+                             idempotency key."
+            .to_owned(),
+        _ => format!(
+            "after that it stays unknown: an identical call is not run but answered that a \
+             person must check whether it took effect and settle it (toolonce resolve {key})."
+        ),
+    };
     match reason {
         GiveUp::Cancelled => None,
         GiveUp::TimedOut(after) => error_line(
             &format!(
                 "Timed out: the MCP server did not answer this call of `{tool}` within \
-                 {after:?}, so whether it took effect is unknown. Do not retry it at once: the \
-                 operation ({key}) stays locked for up to {lease:?}; after that an identical \
-                 call runs it again with the same idempotency key."
+                 {after:?}, so whether it took effect is unknown. Do not retry it: the \
+                 operation ({key}) stays locked for up to {lease:?}; {after_lease}"
             ),
             "timed_out",
             Some(key.as_str()),
@@ -396,9 +408,8 @@ fn give_up_answer(
         GiveUp::ServerGone => error_line(
             &format!(
                 "The MCP server exited (or the connection to it broke) before answering this \
-                 call of `{tool}`, so whether it took effect is unknown. The operation ({key}) stays locked for up to \
-                 {lease:?}; after that an identical call runs it again with the same \
-                 idempotency key."
+                 call of `{tool}`, so whether it took effect is unknown. Do not retry it: the \
+                 operation ({key}) stays locked for up to {lease:?}; {after_lease}"
             ),
             "server_gone",
             Some(key.as_str()),

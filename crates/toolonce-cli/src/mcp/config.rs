@@ -15,6 +15,7 @@
 //! on_error = "keep"         # a JSON-RPC error answer: "keep" (replay it) or "release"
 //! on_tool_error = "keep"    # an `isError: true` result: "keep" or "release"
 //! failure_retention = "1m"  # how long a kept failure is replayed
+//! on_expired = "hold"       # a call whose earlier run ended unanswered: "hold" or "rerun"
 //!
 //! [tools.read_graph]
 //! kind = "read"             # the server did not mark it readOnlyHint
@@ -27,6 +28,7 @@
 //! key_fields = ["/order_id"]   # JSON Pointers into the arguments
 //! in_flight = "wait"
 //! wait_timeout = "20s"
+//! on_expired = "rerun"      # its server passes the key on to a provider that deduplicates
 //! ```
 
 use std::collections::HashMap;
@@ -39,7 +41,7 @@ use anyhow::{Context, bail};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 use toolonce::layer::MAX_DURATION;
-use toolonce::{InFlight, KeyFields, WriteOptions};
+use toolonce::{InFlight, KeyFields, OnExpired, WriteOptions};
 
 /// The kind a configuration forces on a tool, whatever the server's annotations say.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -203,6 +205,7 @@ struct PolicySection {
     on_error: Option<OnError>,
     on_tool_error: Option<OnError>,
     failure_retention: Option<Dur>,
+    on_expired: Option<OnExpiredName>,
 }
 
 // Written out rather than `#[serde(flatten)]`: flatten and `deny_unknown_fields` do not mix,
@@ -220,6 +223,7 @@ struct ToolSection {
     on_error: Option<OnError>,
     on_tool_error: Option<OnError>,
     failure_retention: Option<Dur>,
+    on_expired: Option<OnExpiredName>,
 }
 
 impl ToolSection {
@@ -233,8 +237,21 @@ impl ToolSection {
             on_error: self.on_error,
             on_tool_error: self.on_tool_error,
             failure_retention: self.failure_retention,
+            on_expired: self.on_expired,
         }
     }
+}
+
+/// `on_expired`: what a duplicate of a call whose earlier run ended without an answer (the
+/// server died or hung, the proxy was killed) does once that run's lease has expired. No
+/// `verify`: the proxy has no way to ask a server whether a call took effect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum OnExpiredName {
+    /// Not forwarded: answered with outcome `unknown` until a person settles it.
+    Hold,
+    /// Forwarded again with the same key (for servers that deduplicate by it).
+    Rerun,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -292,6 +309,15 @@ impl PolicySection {
                 bail!("call_timeout must be more than 0");
             }
             policy.call_timeout = timeout.forever_capped();
+        }
+        match self.on_expired {
+            Some(OnExpiredName::Hold) => {
+                policy.options = policy.options.on_expired(OnExpired::Hold)
+            }
+            Some(OnExpiredName::Rerun) => {
+                policy.options = policy.options.on_expired(OnExpired::Rerun);
+            }
+            None => {}
         }
         policy.on_error = self.on_error.unwrap_or(policy.on_error);
         policy.on_tool_error = self.on_tool_error.unwrap_or(policy.on_tool_error);
@@ -382,6 +408,33 @@ mod tests {
         assert_eq!(policy.on_error, OnError::Keep);
         assert_eq!(policy.on_tool_error, OnError::Keep);
         assert_eq!(policy.failure_retention, Duration::from_secs(60));
+        assert_eq!(policy.options.expired_policy(), OnExpired::Hold);
+    }
+
+    #[test]
+    fn on_expired_is_set_in_defaults_and_per_tool() {
+        let config = Config::from_toml(
+            "[defaults]\non_expired = \"rerun\"\n[tools.send_email]\non_expired = \"hold\"\n\
+             [tools.charge]\nlease = \"5s\"",
+        )
+        .unwrap();
+        assert_eq!(
+            config.policy("other").options.expired_policy(),
+            OnExpired::Rerun
+        );
+        assert_eq!(
+            config.policy("charge").options.expired_policy(),
+            OnExpired::Rerun
+        );
+        assert_eq!(
+            config.policy("send_email").options.expired_policy(),
+            OnExpired::Hold
+        );
+        let e = format!(
+            "{:#}",
+            Config::from_toml("[tools.x]\non_expired = \"verify\"").unwrap_err()
+        );
+        assert!(e.contains("unknown variant") && e.contains("rerun"), "{e}");
     }
 
     #[test]

@@ -390,6 +390,11 @@ impl Peer {
         std::fs::read_to_string(self.dir.path().join("stderr")).unwrap_or_default()
     }
 
+    /// The peer's process id (the proxy's, or the server's when started directly).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The peer's temporary directory.
     pub fn dir(&self) -> &Path {
         self.dir.path()
