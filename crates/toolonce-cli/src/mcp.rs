@@ -56,6 +56,8 @@
 //!   (a store that can never work fails the proxy at start).
 //! - [`stdio`]: the client's side: the proxy's stdin and stdout.
 //! - [`http`]: the server's side when it is a Streamable HTTP server.
+//! - [`listen`]: `--listen`, the client's side as a Streamable HTTP server (a gateway): one
+//!   proxy and server process per client session, all sharing the store and the scope.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -69,6 +71,7 @@ mod call;
 mod config;
 mod http;
 mod jsonrpc;
+mod listen;
 mod proxy;
 mod stdio;
 mod store;
@@ -103,6 +106,15 @@ pub(crate) struct McpArgs {
     /// `Authorization: Bearer TOKEN`); repeatable. Values are never logged.
     #[arg(long, value_name = "NAME: VALUE")]
     header: Vec<String>,
+    /// Serve Streamable HTTP at `/mcp` on this address instead of stdio, as `PORT` (on
+    /// 127.0.0.1) or `IP:PORT`: each client session gets its own server process and every
+    /// session shares the store and the scope. Only loopback unless another address is given.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// With --listen: the name of an environment variable holding the bearer token clients
+    /// must send (`Authorization: Bearer TOKEN`); others get 401. The token is never logged.
+    #[arg(long, value_name = "VAR", requires = "listen")]
+    require_token: Option<String>,
     /// A TOML file of per-tool settings (kind, key_fields, in_flight, lease, retention,
     /// call_timeout, on_error, on_tool_error, failure_retention, on_expired).
     #[arg(long, value_name = "FILE", env = "TOOLONCE_MCP_CONFIG")]
@@ -121,6 +133,28 @@ pub(crate) async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
     let config = match &args.config {
         Some(path) => config::Config::load(path)?,
         None => config::Config::default(),
+    };
+    let listen = match &args.listen {
+        Some(addr) => {
+            if args.upstream.is_some() {
+                anyhow::bail!(
+                    "--listen serves a server command (after --); an --upstream server behind \
+                     --listen is not supported yet"
+                );
+            }
+            Some(listen_addr(addr)?)
+        }
+        None => None,
+    };
+    let token = match &args.require_token {
+        Some(var) => match std::env::var(var) {
+            Ok(token) if !token.trim().is_empty() && token.trim() == token => Some(token),
+            Ok(_) => anyhow::bail!(
+                "--require-token {var}: the variable is empty or has surrounding whitespace"
+            ),
+            Err(_) => anyhow::bail!("--require-token {var}: the environment variable is not set"),
+        },
+        None => None,
     };
     // The server first: a bad URL or header stops the proxy before anything is logged.
     let server = match &args.upstream {
@@ -168,6 +202,37 @@ pub(crate) async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
         },
     };
     tracing::info!(target: "toolonce::mcp", %server_id, "server id");
+    if let Some(addr) = listen {
+        if !addr.ip().is_loopback() && token.is_none() {
+            tracing::warn!(
+                target: "toolonce::mcp",
+                %addr,
+                "listening beyond loopback without --require-token: anyone who reaches this \
+                 address can call the server's tools"
+            );
+        }
+        let proxy::Server::Command(command) = server else {
+            unreachable!("--listen with --upstream is refused above")
+        };
+        let program = command.as_std().get_program().to_owned();
+        let server_args = command.as_std().get_args().map(ToOwned::to_owned).collect();
+        let url = args.store;
+        let gateway = move |store| listen::Gateway {
+            addr,
+            token,
+            program,
+            args: server_args,
+            scope,
+            server_id,
+            config: Arc::new(config),
+            store,
+        };
+        return on_own_thread(async move {
+            let store = open_store(&url).await?;
+            listen::serve(gateway(Arc::new(store))).await
+        })
+        .await;
+    }
     let settings = Settings {
         url: args.store,
         scope,
@@ -175,7 +240,23 @@ pub(crate) async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
         config: Arc::new(config),
         server,
     };
+    on_own_thread(serve(settings)).await
+}
 
+/// `--listen` as an address: a bare port is on 127.0.0.1.
+fn listen_addr(text: &str) -> anyhow::Result<std::net::SocketAddr> {
+    if let Ok(port) = text.parse::<u16>() {
+        return Ok(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    text.parse().map_err(|_| {
+        anyhow::anyhow!("--listen {text}: expected PORT or IP:PORT (such as 127.0.0.1:8931)")
+    })
+}
+
+/// Runs `work` on a single-threaded runtime of its own and returns the exit code.
+async fn on_own_thread(
+    work: impl std::future::Future<Output = anyhow::Result<std::process::ExitStatus>> + Send + 'static,
+) -> anyhow::Result<ExitCode> {
     // The proxy runs on a single-threaded runtime of its own. A relay gains nothing from more
     // threads and pays for every wake-up that crosses them: on one thread, the only wake-ups
     // per message are those between the client, the proxy and the server.
@@ -188,7 +269,7 @@ pub(crate) async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
                 .build()
                 .map_err(anyhow::Error::from)
                 .map(|runtime| {
-                    let status = runtime.block_on(serve(settings));
+                    let status = runtime.block_on(work);
                     // Not waiting for blocking tasks: a fallback blocking read of stdin may
                     // never return.
                     runtime.shutdown_background();
@@ -213,16 +294,20 @@ struct Settings {
     server: proxy::Server,
 }
 
-async fn serve(settings: Settings) -> anyhow::Result<std::process::ExitStatus> {
-    // A store that can never work stops the proxy before the server starts (exit code 2);
-    // one that is down is retried by every write call.
-    let store = store::LazyStore::open(&settings.url).await.map_err(|e| {
+/// Opens the store. One that can never work stops the proxy before the server starts (exit
+/// code 2); one that is down is retried by every write call.
+async fn open_store(url: &str) -> anyhow::Result<store::LazyStore> {
+    store::LazyStore::open(url).await.map_err(|e| {
         anyhow::anyhow!(
             "cannot use the store {}: {}",
-            toolonce::store::redact_url(&settings.url),
+            toolonce::store::redact_url(url),
             e.report()
         )
-    })?;
+    })
+}
+
+async fn serve(settings: Settings) -> anyhow::Result<std::process::ExitStatus> {
+    let store = open_store(&settings.url).await?;
     let client_in = stdio::spawn_reader(stdio::stdin());
     let (client_out, out_rx) = stdio::ClientOut::channel();
     let writer = stdio::spawn_writer(stdio::stdout(), out_rx);
