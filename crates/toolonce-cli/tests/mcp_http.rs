@@ -7,68 +7,28 @@
 
 #[path = "support/mcp_peer.rs"]
 mod mcp_peer;
+#[path = "support/mcp_sdk.rs"]
+mod mcp_sdk;
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use mcp_peer::{PATIENCE, Peer, Spawn, is_error, text, without_outcome};
 use serde_json::{Value, json};
 
-/// The version the tests were written against; bump it deliberately.
-const SDK: &str = "@modelcontextprotocol/sdk@1.32.2";
-
 const SERVER_SCRIPT: &str = include_str!("support/mcp_http_server.mjs");
 const CLIENT_SCRIPT: &str = include_str!("support/mcp_sdk_client.mjs");
 const BRIDGE_SCRIPT: &str = include_str!("support/mcp_http_bridge.mjs");
 
-fn require(program: &str) {
-    let found = Command::new(program).arg("--version").output();
-    assert!(
-        found.is_ok_and(|o| o.status.success()),
-        "`{program}` is required by this test (it runs an MCP server from npm) but cannot be \
-         run: install Node.js and npm (e.g. `apt-get install nodejs npm`)"
-    );
-}
-
-/// A folder of the target directory with the SDK installed and the test scripts beside it
-/// (Node resolves a script's imports from where the script is).
+/// The SDK's folder, with this file's scripts in it.
 fn sdk_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        require("node");
-        require("npm");
-        let version = SDK.rsplit_once('@').unwrap().1;
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("npm-sdk-{version}"));
-        let entry = dir.join("node_modules/@modelcontextprotocol/sdk/package.json");
-        if !entry.exists() {
-            let status = Command::new("npm")
-                .args(["install", "--no-audit", "--no-fund", "--prefix"])
-                .arg(&dir)
-                .arg(SDK)
-                .status()
-                .expect("run npm");
-            assert!(status.success(), "npm install {SDK} failed");
-        }
-        assert!(
-            entry.exists(),
-            "{} is missing after npm install",
-            entry.display()
-        );
-        for (name, script) in [
-            ("mcp_http_server.mjs", SERVER_SCRIPT),
-            ("mcp_sdk_client.mjs", CLIENT_SCRIPT),
-            ("mcp_http_bridge.mjs", BRIDGE_SCRIPT),
-        ] {
-            // Another test binary may be reading it: write aside, then rename.
-            let aside = dir.join(format!("{name}.{}", std::process::id()));
-            std::fs::write(&aside, script).unwrap();
-            std::fs::rename(&aside, dir.join(name)).unwrap();
-        }
-        dir
-    })
+    mcp_sdk::sdk_dir(&[
+        ("mcp_http_server.mjs", SERVER_SCRIPT),
+        ("mcp_sdk_client.mjs", CLIENT_SCRIPT),
+        ("mcp_http_bridge.mjs", BRIDGE_SCRIPT),
+    ])
 }
 
 /// The SDK's Streamable HTTP server, running on a free loopback port.

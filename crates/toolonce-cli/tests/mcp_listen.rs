@@ -6,64 +6,26 @@
 
 #[path = "support/mcp_peer.rs"]
 mod mcp_peer;
+#[path = "support/mcp_sdk.rs"]
+mod mcp_sdk;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mcp_peer::{PATIENCE, is_error, test_server, text, toolonce, without_outcome};
 use serde_json::{Value, json};
-
-/// The version the tests were written against; bump it deliberately.
-const SDK: &str = "@modelcontextprotocol/sdk@1.32.2";
 
 const CLIENT_SCRIPT: &str = include_str!("support/mcp_sdk_http_client.mjs");
 
 /// A token no test would write by accident into a log.
 const TOKEN: &str = "tok-3f9a1c77e2b04d5e";
 
-fn require(program: &str) {
-    let found = Command::new(program).arg("--version").output();
-    assert!(
-        found.is_ok_and(|o| o.status.success()),
-        "`{program}` is required by this test (it runs the MCP SDK's client from npm) but \
-         cannot be run: install Node.js and npm (e.g. `apt-get install nodejs npm`)"
-    );
-}
-
-/// A folder of the target directory with the SDK installed and the client script beside it
-/// (Node resolves a script's imports from where the script is).
+/// The SDK's folder, with this file's scripts in it.
 fn sdk_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        require("node");
-        require("npm");
-        let version = SDK.rsplit_once('@').unwrap().1;
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("npm-sdk-{version}"));
-        let entry = dir.join("node_modules/@modelcontextprotocol/sdk/package.json");
-        if !entry.exists() {
-            let status = Command::new("npm")
-                .args(["install", "--no-audit", "--no-fund", "--prefix"])
-                .arg(&dir)
-                .arg(SDK)
-                .status()
-                .expect("run npm");
-            assert!(status.success(), "npm install {SDK} failed");
-        }
-        assert!(
-            entry.exists(),
-            "{} is missing after npm install",
-            entry.display()
-        );
-        let name = "mcp_sdk_http_client.mjs";
-        // Another test binary may be reading it: write aside, then rename.
-        let aside = dir.join(format!("{name}.{}", std::process::id()));
-        std::fs::write(&aside, CLIENT_SCRIPT).unwrap();
-        std::fs::rename(&aside, dir.join(name)).unwrap();
-        dir
-    })
+    mcp_sdk::sdk_dir(&[("mcp_sdk_http_client.mjs", CLIENT_SCRIPT)])
 }
 
 /// A `toolonce mcp --listen 127.0.0.1:0` process in front of the test server; stopped with
