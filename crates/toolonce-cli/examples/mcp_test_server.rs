@@ -82,7 +82,9 @@ impl Server {
                 .unwrap_or("-");
             let args = params.get("arguments").cloned().unwrap_or(Value::Null);
             let mut counter = counter.lock().unwrap();
-            let _ = writeln!(counter, "{tool}\t{args}\t{key}");
+            // One write per line: `writeln!` on a file issues a write per piece, so a reader (or
+            // a SIGKILL) between them would see half a line.
+            let _ = counter.write_all(format!("{tool}\t{args}\t{key}\n").as_bytes());
             let _ = counter.flush();
         }
         *n

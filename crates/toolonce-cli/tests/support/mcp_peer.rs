@@ -351,7 +351,10 @@ impl Peer {
     /// The lines of the server's execution counter: `(tool, arguments, key)`.
     pub fn executions(&self) -> Vec<(String, Value, String)> {
         let text = std::fs::read_to_string(&self.counter).unwrap_or_default();
-        text.lines()
+        // Only whole lines: the server may be writing the next one right now.
+        let whole = text.rfind('\n').map_or("", |end| &text[..end]);
+        whole
+            .lines()
             .map(|l| {
                 let mut parts = l.splitn(3, '\t');
                 let tool = parts.next().unwrap().to_owned();
