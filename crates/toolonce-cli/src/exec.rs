@@ -187,9 +187,6 @@ pub(crate) async fn run(a: ExecArgs) -> anyhow::Result<ExitCode> {
     let value = args::read_args(&a.args)?;
     let fields = args::key_fields(&a.key_fields)?;
     let op = key::derive(&a.scope, &a.name, &value, fields.as_ref())?;
-    if a.lease.is_zero() {
-        bail!("--lease must be more than 0 seconds");
-    }
     // From here on, SIGINT, SIGTERM and SIGHUP are toolonce's to handle.
     let mut signals = child::listen()
         .context("cannot handle signals")

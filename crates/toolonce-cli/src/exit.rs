@@ -138,6 +138,17 @@ pub(crate) fn report(error: &anyhow::Error) -> ExitCode {
     ExitCode::from(code)
 }
 
+/// A child's exit status as an exit code: its own code, or `128 + N` for a child killed by
+/// signal N, as shells report it.
+pub(crate) fn of_status(status: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(1),
+        (None, Some(signal)) => u8::try_from(128 + (signal & 0x7f)).unwrap_or(1),
+        (None, None) => 1,
+    }
+}
+
 /// Ends the process for what clap has to say (help, version, a usage error), quietly when
 /// stdout is closed.
 pub(crate) fn clap(error: &clap::Error) -> ExitCode {

@@ -283,7 +283,7 @@ async fn on_own_thread(
         .await
         .context("the proxy's thread failed")
         .map_err(crate::exit::internal)??;
-    Ok(exit_code(status))
+    Ok(ExitCode::from(crate::exit::of_status(status)))
 }
 
 struct Settings {
@@ -356,15 +356,4 @@ fn random_scope() -> anyhow::Result<String> {
     let mut bytes = [0u8; 8];
     getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("no randomness for a scope: {e}"))?;
     Ok(format!("mcp-{:016x}", u64::from_le_bytes(bytes)))
-}
-
-/// The server's exit status as the proxy's exit code; a signal `n` becomes `128 + n`, as
-/// shells report it.
-fn exit_code(status: std::process::ExitStatus) -> ExitCode {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1)),
-        (None, Some(signal)) => ExitCode::from(u8::try_from(128 + (signal & 0x7f)).unwrap_or(1)),
-        (None, None) => ExitCode::FAILURE,
-    }
 }

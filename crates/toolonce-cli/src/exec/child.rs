@@ -16,7 +16,6 @@ use toolonce::OperationKey;
 
 use super::capture::{self, Capture};
 use super::record::Record;
-use super::shim;
 use crate::exit;
 
 /// How long the pipes are still read after the command exited (see the module doc).
@@ -188,7 +187,7 @@ pub(crate) async fn run(run: Run<'_>, mut signals: Signals) -> Result<Record, No
     let ((stdout, stdout_dropped), (stderr, stderr_dropped)) = (finish(out), finish(err));
 
     let status = status.map_err(|e| cannot("wait for the command", e))?;
-    let code = shim::code(status);
+    let code = exit::of_status(status);
     // The shim writes this file only when the command could not be started.
     if let Ok(message) = std::fs::read_to_string(status_file.path())
         && !message.is_empty()

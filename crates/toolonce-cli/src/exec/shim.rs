@@ -98,7 +98,7 @@ async fn supervise(a: &ShimArgs) -> ExitCode {
         tokio::select! {
             status = child.wait() => {
                 return match status {
-                    Ok(status) => ExitCode::from(code(status)),
+                    Ok(status) => ExitCode::from(crate::exit::of_status(status)),
                     Err(_) => ExitCode::from(exit::INTERNAL),
                 };
             }
@@ -123,14 +123,4 @@ fn parent_gone(parent: u32) -> bool {
 fn not_started(a: &ShimArgs, message: String, code: u8) -> ExitCode {
     let _ = std::fs::write(&a.status_file, message);
     ExitCode::from(code)
-}
-
-/// The exit code, or `128 + N` for a command killed by signal N, as shells report it.
-pub(crate) fn code(status: std::process::ExitStatus) -> u8 {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(1),
-        (None, Some(signal)) => u8::try_from(128 + (signal & 0x7f)).unwrap_or(1),
-        (None, None) => 1,
-    }
 }
