@@ -99,7 +99,11 @@ async function main(argv: string[]): Promise<void> {
   }
 }
 
-main(process.argv.slice(2)).catch((e: unknown) => {
-  process.stderr.write(`reference worker: ${e instanceof Error ? e.message : String(e)}\n`);
-  process.exit(1);
-});
+// Run as a program; imported (the Node package's benchmark uses its `idempotent`), it only
+// exports.
+if (require.main === module) {
+  main(process.argv.slice(2)).catch((e: unknown) => {
+    process.stderr.write(`reference worker: ${e instanceof Error ? e.message : String(e)}\n`);
+    process.exit(1);
+  });
+}
