@@ -13,18 +13,20 @@ const { MockLanguageModelV3 } = require("ai/test");
 const { z } = require("zod");
 const { openStore, idempotent, ToolonceError } = require("..");
 
-// The tool as the reference design writes it: kind, name, schema, run(args, ctx).
-const sent = [];
-const sendInvoice = {
-  kind: "write",
-  name: "send_invoice",
-  schema: z.object({ customerId: z.string(), amountCents: z.number().int().positive() }),
-  async run(args, ctx) {
-    // Downstream, pass the key along: fetch(url, { headers: [ctx.idempotencyHeader] }).
-    sent.push({ ...args, idempotencyKey: ctx.idem });
-    return { invoiceId: `inv_${sent.length}`, status: "sent" };
-  },
-};
+// The tool as the reference design writes it: kind, name, schema, run(args, ctx). `sent`
+// stands for the invoicing service.
+function invoiceTool(sent) {
+  return {
+    kind: "write",
+    name: "send_invoice",
+    schema: z.object({ customerId: z.string(), amountCents: z.number().int().positive() }),
+    async run(args, ctx) {
+      // Downstream, pass the key along: fetch(url, { headers: [ctx.idempotencyHeader] }).
+      sent.push({ ...args, idempotencyKey: ctx.idem });
+      return { invoiceId: `inv_${sent.length}`, status: "sent" };
+    },
+  };
+}
 
 /** The AI SDK's tool() around a wrapped write tool; the agent run's id is the scope. */
 function aiTool(wrapped, description, runId) {
@@ -63,6 +65,7 @@ const callInvoice = (toolCallId) => ({
 
 async function main(url = "memory://") {
   const store = await openStore(url);
+  const sent = [];
   try {
     const model = new MockLanguageModelV3({
       doGenerate: [
@@ -79,7 +82,7 @@ async function main(url = "memory://") {
     const runId = `agent-run-${process.pid}-${Date.now()}`;
     const result = await generateText({
       model,
-      tools: { send_invoice: aiTool(idempotent(sendInvoice, store), "Send an invoice to a customer.", runId) },
+      tools: { send_invoice: aiTool(idempotent(invoiceTool(sent), store), "Send an invoice to a customer.", runId) },
       stopWhen: stepCountIs(5),
       prompt: "Invoice cus_42 for $49.",
     });
