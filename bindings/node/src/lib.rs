@@ -34,6 +34,23 @@ use toolonce::{
     WriteContext, WriteOptions,
 };
 
+/// Gives napi-rs a Tokio runtime of one worker thread before any call. Every task of a call (the
+/// call itself, the Redis connection's driver, the heartbeat) then runs on that one thread, so a
+/// call costs two thread crossings (JavaScript to the worker and back) instead of hops between
+/// workers as well. Nothing on it blocks: handlers run on the JavaScript thread and the SQLite
+/// store does its blocking work on Tokio's blocking pool, so one worker keeps every heartbeat on
+/// time.
+#[napi_derive::module_init]
+fn init() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("toolonce")
+        .enable_all()
+        .build()
+        .expect("toolonce: cannot start the Tokio runtime");
+    napi::bindgen_prelude::create_custom_tokio_runtime(runtime);
+}
+
 /// What the dispatcher is asked to do: run the handler, or ask the verify probe.
 const CALL_RUN: u32 = 0;
 const CALL_VERIFY: u32 = 1;
