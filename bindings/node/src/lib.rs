@@ -61,7 +61,8 @@ type DispatchArgs = FnArgs<(u32, u32, String, bool)>;
 
 /// The tool's dispatcher as Rust calls it: weak, so a wrapped tool does not keep Node's event
 /// loop alive (a pending `run` does, through its own promise); errors not handed to the callee.
-type Dispatcher = ThreadsafeFunction<DispatchArgs, Promise<String>, DispatchArgs, Status, false, true>;
+type Dispatcher =
+    ThreadsafeFunction<DispatchArgs, Promise<String>, DispatchArgs, Status, false, true>;
 
 /// A store opened by URL. Closing it drops the connection; a later call is refused.
 #[napi]
@@ -134,9 +135,17 @@ fn core_error(e: toolonce::Error) -> Error {
 
 /// `idemKey(runId, toolName, args)`: the operation key of a call, as the core derives it.
 #[napi]
-pub fn idem_key(run_id: String, tool: String, args_json: String, key_fields: Option<Vec<String>>) -> Result<String> {
+pub fn idem_key(
+    run_id: String,
+    tool: String,
+    args_json: String,
+    key_fields: Option<Vec<String>>,
+) -> Result<String> {
     let args = parse_json(&args_json, "arguments")?;
-    let fields = key_fields.map(KeyFields::new).transpose().map_err(core_error)?;
+    let fields = key_fields
+        .map(KeyFields::new)
+        .transpose()
+        .map_err(core_error)?;
     let derived = key::derive(&run_id, &tool, &args, fields.as_ref()).map_err(core_error)?;
     Ok(derived.key.as_str().to_owned())
 }
@@ -332,7 +341,9 @@ async fn execute(
 ) -> std::result::Result<Value, ToolError> {
     let envelope = dispatch(dispatcher, call_id, CALL_RUN, &ctx)
         .await
-        .map_err(|e| ToolError::transient(format!("the JavaScript handler could not be run: {e}")))?;
+        .map_err(|e| {
+            ToolError::transient(format!("the JavaScript handler could not be run: {e}"))
+        })?;
     Envelope::parse(&envelope).into_result()
 }
 
