@@ -200,13 +200,17 @@ function handlerContext(call, key, mayHaveRunBefore) {
 
 /**
  * Called from Rust (a threadsafe function) when the core runs the handler (kind 0) or asks the
- * verify probe (kind 1). Never rejects: it answers an envelope the core parses (see lib.rs).
+ * verify probe (kind 1); hands the outcome back with `settle` as an envelope the core parses
+ * (see src/lib.rs).
  */
-async function dispatch(callId, kind, key, mayHaveRunBefore) {
+function dispatch(callId, kind, key, mayHaveRunBefore) {
   const call = pending.get(callId);
-  if (call === undefined) {
-    return "t" + JSON.stringify({ message: `toolonce: no call ${callId} in progress` });
-  }
+  if (call === undefined) return; // Cannot happen: a call is pending until answered.
+  outcomeOf(call, kind, key, mayHaveRunBefore).then((envelope) => call.native.settle(callId, envelope));
+}
+
+/** Runs the handler or the probe; never rejects. */
+async function outcomeOf(call, kind, key, mayHaveRunBefore) {
   const ctx = handlerContext(call, key, mayHaveRunBefore);
   if (kind === 1) {
     try {
@@ -237,13 +241,23 @@ async function dispatch(callId, kind, key, mayHaveRunBefore) {
   }
 }
 
+/** Called from Rust (a threadsafe function) with the answer of a call. */
+function onAnswer(callId, answer) {
+  const call = pending.get(callId);
+  if (call === undefined) return;
+  pending.delete(callId);
+  call.native.answered();
+  call.resolve(answer);
+}
+
 function parseOrNull(json) {
   return json === undefined || json === null ? undefined : JSON.parse(json);
 }
 
 /** The answer as `{ outcome, key, result }` or `{ outcome, key, error }`. */
 function detailed(answer, call) {
-  const { outcome, key } = answer;
+  const outcome = answer.outcome;
+  const key = answer.key === "" ? undefined : answer.key;
   if (answer.errorMessage === undefined || answer.errorMessage === null) {
     return { outcome, key, result: parseOrNull(answer.result) };
   }
@@ -288,7 +302,7 @@ function idempotent(tool, store, options = {}) {
   const { native: nativeOptions, verify } = normalizeOptions({ ...store.defaults, ...options }, `idempotent(${tool.name})`);
   let nativeTool;
   try {
-    nativeTool = new native.NativeWriteTool(store[NATIVE], tool.name, nativeOptions, dispatch);
+    nativeTool = new native.NativeWriteTool(store[NATIVE], tool.name, nativeOptions, dispatch, onAnswer);
   } catch (e) {
     throw new TypeError(`idempotent(${tool.name}): ${e.message}`, { cause: e });
   }
@@ -313,17 +327,12 @@ function idempotent(tool, store, options = {}) {
       return invalid(`${tool.name}: the arguments are not JSON: ${e.message}`, e);
     }
     const callId = nextCallId();
-    const call = { tool, args: parsed, ctx, verify, thrown: undefined };
-    pending.set(callId, call);
-    let answer;
-    try {
-      answer = await nativeTool.run(callId, runId, argsJson);
-    } catch (e) {
-      const error = nativeError(e, undefined);
-      return { outcome: error.outcome, key: undefined, error };
-    } finally {
-      pending.delete(callId);
-    }
+    const call = { tool, args: parsed, ctx, verify, thrown: undefined, native: nativeTool, resolve: undefined };
+    const answer = await new Promise((resolve) => {
+      call.resolve = resolve;
+      pending.set(callId, call);
+      nativeTool.run(callId, runId, argsJson);
+    });
     return detailed(answer, call);
   }
 

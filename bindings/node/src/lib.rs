@@ -7,26 +7,40 @@
 //! parses the answer's. One string each way is cheaper than walking an object through N-API
 //! calls, and it is the form the core keys and stores anyway.
 //!
-//! # The handler crossing
+//! # The crossings
 //!
-//! A write call is one async native call, [`NativeWriteTool::run`], a future on napi-rs's Tokio
-//! runtime that runs the core's `Layer::run_with_verify`. When the layer decides to run the tool
-//! (or to ask its verify probe), it calls the tool's JavaScript dispatcher through a
-//! threadsafe function made once per tool: the call is queued onto the JavaScript thread, the
-//! dispatcher starts the handler and returns its promise, and the Rust future awaits that
-//! promise. Meanwhile the layer's heartbeat task renews the lease on the runtime's other
-//! threads, so a slow handler keeps its claim, and one that never settles keeps it only as long
-//! as the process lives: when the process ends, the lease runs out as after any crash. The
-//! dispatcher never rejects: it resolves with an envelope (see [`Envelope`]) saying whether the
-//! handler returned or threw, and whether the throw was permanent.
+//! A write call crosses from JavaScript to Rust once and back once, plus once each way when the
+//! handler runs, and creates no N-API object per call beyond its values:
+//!
+//! 1. `NativeWriteTool::run` (synchronous) spawns the call on the addon's Tokio runtime and
+//!    returns at once; the call runs the core's `Layer::run_with_verify`.
+//! 2. When the layer runs the tool (or asks its verify probe), Rust queues a call of the tool's
+//!    dispatcher, a JavaScript function held as a threadsafe function made once per tool. The
+//!    dispatcher runs the handler on the JavaScript thread and, once it settles, hands the
+//!    outcome back with `NativeWriteTool::settle` (synchronous), which wakes the Rust call
+//!    through a oneshot channel. The outcome is an envelope (see [`Envelope`]) saying whether the
+//!    handler returned or threw, and whether the throw was permanent.
+//! 3. The answer goes back through the tool's answer function, another threadsafe function made
+//!    once per tool; `index.js` resolves the caller's promise.
+//!
+//! Answers and dispatches queued while the JavaScript thread is busy are delivered in one wake,
+//! so concurrent calls share crossings. Both threadsafe functions are weak (a wrapped tool does
+//! not keep Node alive), except that the answer function holds the event loop open while calls
+//! are pending, as a pending promise would.
+//!
+//! While a handler runs, the layer's heartbeat task renews the lease on the Tokio thread, so a
+//! slow handler keeps its claim; one that never settles keeps it as long as the process lives,
+//! and when the process ends the lease runs out as after any crash.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use napi::bindgen_prelude::*;
-use napi::threadsafe_function::ThreadsafeFunction;
+use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi_derive::napi;
 use serde_json::Value;
+use tokio::sync::oneshot;
 use toolonce::key::{self, KeyFields};
 use toolonce::store::redact_url;
 use toolonce::{
@@ -59,10 +73,16 @@ const CALL_VERIFY: u32 = 1;
 /// earlier attempt may have run).
 type DispatchArgs = FnArgs<(u32, u32, String, bool)>;
 
-/// The tool's dispatcher as Rust calls it: weak, so a wrapped tool does not keep Node's event
-/// loop alive (a pending `run` does, through its own promise); errors not handed to the callee.
+/// The tool's dispatcher as Rust calls it: weak, errors not handed to the callee, its return
+/// value ignored (the handler's outcome comes back through `settle`).
 type Dispatcher =
-    ThreadsafeFunction<DispatchArgs, Promise<String>, DispatchArgs, Status, false, true>;
+    ThreadsafeFunction<DispatchArgs, Unknown<'static>, DispatchArgs, Status, false, true>;
+
+/// Arguments of one answer: (call id, answer).
+type AnswerArgs = FnArgs<(u32, NativeAnswer)>;
+
+/// The tool's answer function: weak, but referenced while calls are pending.
+type Answerer = ThreadsafeFunction<AnswerArgs, Unknown<'static>, AnswerArgs, Status, false, true>;
 
 /// A store opened by URL. Closing it drops the connection; a later call is refused.
 #[napi]
@@ -198,10 +218,15 @@ impl NativeOptions {
     }
 }
 
-/// A write tool bound to a store: its name, options and JavaScript dispatcher.
+/// A write tool bound to a store: its name, options and JavaScript functions.
 #[napi]
 pub struct NativeWriteTool {
     inner: Arc<ToolInner>,
+    /// Shared with the spawned calls; locked for `refer`/`unref`, which N-API types as `&mut`.
+    answerer: Arc<Mutex<Answerer>>,
+    /// Calls spawned and not yet answered; the answer function holds the event loop while
+    /// this is not zero. Only touched on the JavaScript thread.
+    pending: u32,
 }
 
 struct ToolInner {
@@ -210,6 +235,8 @@ struct ToolInner {
     options: WriteOptions,
     key_fields: Option<KeyFields>,
     dispatcher: Dispatcher,
+    /// The handler outcomes awaited, by call id (a call awaits one at a time).
+    waiting: Mutex<HashMap<u32, oneshot::Sender<String>>>,
 }
 
 /// How a write call ended, for `index.js` to turn into a value or a typed error.
@@ -217,6 +244,7 @@ struct ToolInner {
 pub struct NativeAnswer {
     /// The core's outcome word: `executed`, `replayed`, `replayed_failure`, `in_flight`, …
     pub outcome: String,
+    /// The operation key; empty when the call was refused before it was keyed.
     pub key: String,
     /// The result as JSON text, when the call has one.
     pub result: Option<String>,
@@ -257,19 +285,34 @@ impl NativeAnswer {
             },
         }
     }
+
+    /// A call refused before anything was claimed: arguments that cannot be keyed, a closed
+    /// store.
+    fn refused(outcome: &str, message: String) -> Self {
+        NativeAnswer {
+            outcome: outcome.to_owned(),
+            key: String::new(),
+            result: None,
+            error_message: Some(message),
+            error_class: Some("permanent".to_owned()),
+            error_detail: None,
+        }
+    }
 }
 
 #[napi]
 impl NativeWriteTool {
     /// Binds a tool named `name` to `store`. `dispatcher(callId, kind, key, mayHaveRunBefore)`
-    /// runs the handler (kind 0) or the verify probe (kind 1) of the call `callId` and resolves
-    /// with an envelope. Invalid options throw here, before any call.
+    /// runs the handler (kind 0) or the verify probe (kind 1) of the call `callId` and hands
+    /// its envelope to `settle`; `answer(callId, answer)` receives each call's answer. Invalid
+    /// options throw here, before any call.
     #[napi(constructor)]
     pub fn new(
         store: &NativeStore,
         name: String,
         options: NativeOptions,
-        dispatcher: Function<'_, DispatchArgs, Promise<String>>,
+        dispatcher: Function<'_, DispatchArgs, Unknown<'static>>,
+        answer: Function<'_, AnswerArgs, Unknown<'static>>,
     ) -> Result<Self> {
         if name.is_empty() || name.contains('\0') {
             return Err(Error::new(
@@ -288,6 +331,11 @@ impl NativeWriteTool {
             .callee_handled::<false>()
             .weak::<true>()
             .build()?;
+        let answerer = answer
+            .build_threadsafe_function::<AnswerArgs>()
+            .callee_handled::<false>()
+            .weak::<true>()
+            .build()?;
         Ok(NativeWriteTool {
             inner: Arc::new(ToolInner {
                 name,
@@ -295,80 +343,138 @@ impl NativeWriteTool {
                 options: write_options,
                 key_fields,
                 dispatcher,
+                waiting: Mutex::new(HashMap::new()),
             }),
+            answerer: Arc::new(Mutex::new(answerer)),
+            pending: 0,
         })
     }
 
-    /// Runs one call: `callId` names it to the dispatcher, `scope` is the run id, `argsJson`
-    /// the validated arguments. Resolves with the answer for every outcome; rejects only when
-    /// the arguments cannot be keyed (not JSON, too deep) or the store is closed, before any
-    /// claim.
+    /// Starts one call: `callId` names it to the dispatcher and in its answer, `scope` is the
+    /// run id, `argsJson` the validated arguments. Every call is answered exactly once, through
+    /// the answer function, whatever its outcome.
     #[napi]
-    pub fn run<'env>(
-        &self,
-        env: &'env Env,
-        call_id: u32,
-        scope: String,
-        args_json: String,
-    ) -> Result<PromiseRaw<'env, NativeAnswer>> {
+    pub fn run(&mut self, env: &Env, call_id: u32, scope: String, args_json: String) -> Result<()> {
+        if self.pending == 0 {
+            // Hold the event loop open until the answer, as a pending promise would. (napi-rs
+            // deprecates `refer` in favour of cloning, which counts references but does not
+            // hold the loop; napi_ref_threadsafe_function is what is meant here.)
+            #[allow(deprecated)]
+            lock(&self.answerer).refer(env)?;
+        }
         let tool = self.inner.clone();
-        env.spawn_future(async move {
-            let args = parse_json(&args_json, "arguments")?;
-            let op = key::derive(&scope, &tool.name, &args, tool.key_fields.as_ref())
-                .map_err(core_error)?;
-            let layer = Layer::new(tool.slot.get()?);
-            let about = About::new(scope, tool.name.clone());
-            let answer = layer
-                .run_with_verify(
-                    &tool.name,
-                    &op,
-                    &about,
-                    &tool.options,
-                    |ctx| verify(&tool.dispatcher, call_id, ctx),
-                    |ctx| execute(&tool.dispatcher, call_id, ctx),
-                )
-                .await;
-            Ok(NativeAnswer::from_core(answer))
-        })
+        let answerer = self.answerer.clone();
+        napi::bindgen_prelude::spawn(async move {
+            let answer = tool.call(call_id, scope, args_json).await;
+            // Queued for the JavaScript thread; fails only when Node is shutting down.
+            let _ = lock(&answerer).call(
+                (call_id, answer).into(),
+                ThreadsafeFunctionCallMode::NonBlocking,
+            );
+        });
+        self.pending += 1;
+        Ok(())
+    }
+
+    /// Tells the tool that the answer of a call was received (called by the answer function):
+    /// the last pending call lets the event loop go.
+    #[napi]
+    pub fn answered(&mut self, env: &Env) -> Result<()> {
+        self.pending = self.pending.saturating_sub(1);
+        if self.pending == 0 {
+            #[allow(deprecated)]
+            lock(&self.answerer).unref(env)?;
+        }
+        Ok(())
+    }
+
+    /// Hands the envelope of the handler (or the verify probe) of call `callId` to the Rust
+    /// call awaiting it. Returns false if no call awaits it.
+    #[napi]
+    pub fn settle(&self, call_id: u32, envelope: String) -> bool {
+        let sender = lock(&self.inner.waiting).remove(&call_id);
+        sender.is_some_and(|s| s.send(envelope).is_ok())
     }
 }
 
-/// Runs the JavaScript handler of call `call_id` and awaits its promise.
-async fn execute(
-    dispatcher: &Dispatcher,
-    call_id: u32,
-    ctx: WriteContext,
-) -> std::result::Result<Value, ToolError> {
-    let envelope = dispatch(dispatcher, call_id, CALL_RUN, &ctx)
-        .await
-        .map_err(|e| {
-            ToolError::transient(format!("the JavaScript handler could not be run: {e}"))
-        })?;
-    Envelope::parse(&envelope).into_result()
-}
-
-/// Asks the JavaScript verify probe of call `call_id`; any failure cannot tell (holds).
-async fn verify(dispatcher: &Dispatcher, call_id: u32, ctx: WriteContext) -> Verified {
-    match dispatch(dispatcher, call_id, CALL_VERIFY, &ctx).await {
-        Ok(envelope) => Envelope::parse(&envelope).into_verified(),
-        Err(_) => Verified::CannotTell,
+impl ToolInner {
+    /// One call, from the arguments' JSON text to its answer.
+    async fn call(&self, call_id: u32, scope: String, args_json: String) -> NativeAnswer {
+        let args = match parse_json(&args_json, "arguments") {
+            Ok(args) => args,
+            Err(e) => return NativeAnswer::refused("invalid_arguments", e.reason),
+        };
+        let op = match key::derive(&scope, &self.name, &args, self.key_fields.as_ref()) {
+            Ok(op) => op,
+            Err(e) => return NativeAnswer::refused("invalid_arguments", e.report().to_string()),
+        };
+        let store = match self.slot.get() {
+            Ok(store) => store,
+            Err(e) => return NativeAnswer::refused("store_unavailable", e.reason),
+        };
+        let about = About::new(scope, self.name.clone());
+        let answer = Layer::new(store)
+            .run_with_verify(
+                &self.name,
+                &op,
+                &about,
+                &self.options,
+                |ctx| self.verify(call_id, ctx),
+                |ctx| self.execute(call_id, ctx),
+            )
+            .await;
+        NativeAnswer::from_core(answer)
     }
-}
 
-async fn dispatch(
-    dispatcher: &Dispatcher,
-    call_id: u32,
-    kind: u32,
-    ctx: &WriteContext,
-) -> Result<String> {
-    let args = (
-        call_id,
-        kind,
-        ctx.key().as_str().to_owned(),
-        ctx.may_have_run_before(),
-    );
-    let promise = dispatcher.call_async(args.into()).await?;
-    promise.await
+    /// Runs the JavaScript handler of call `call_id` and awaits its envelope.
+    async fn execute(
+        &self,
+        call_id: u32,
+        ctx: WriteContext,
+    ) -> std::result::Result<Value, ToolError> {
+        let envelope = self
+            .dispatch(call_id, CALL_RUN, &ctx)
+            .await
+            .map_err(|reason| {
+                ToolError::transient(format!("the JavaScript handler could not be run: {reason}"))
+            })?;
+        Envelope::parse(&envelope).into_result()
+    }
+
+    /// Asks the JavaScript verify probe of call `call_id`; any failure cannot tell (holds).
+    async fn verify(&self, call_id: u32, ctx: WriteContext) -> Verified {
+        match self.dispatch(call_id, CALL_VERIFY, &ctx).await {
+            Ok(envelope) => Envelope::parse(&envelope).into_verified(),
+            Err(_) => Verified::CannotTell,
+        }
+    }
+
+    /// Queues a dispatcher call and awaits the envelope `settle` hands back.
+    async fn dispatch(
+        &self,
+        call_id: u32,
+        kind: u32,
+        ctx: &WriteContext,
+    ) -> std::result::Result<String, String> {
+        let (sender, receiver) = oneshot::channel();
+        lock(&self.waiting).insert(call_id, sender);
+        let args = (
+            call_id,
+            kind,
+            ctx.key().as_str().to_owned(),
+            ctx.may_have_run_before(),
+        );
+        let status = self
+            .dispatcher
+            .call(args.into(), ThreadsafeFunctionCallMode::NonBlocking);
+        if status != Status::Ok {
+            lock(&self.waiting).remove(&call_id);
+            return Err(format!("the dispatcher call failed ({status})"));
+        }
+        receiver
+            .await
+            .map_err(|_| "the dispatcher dropped the call".to_owned())
+    }
 }
 
 /// The dispatcher's answer, one letter then JSON: `r` + result, `t`/`p` + `{message, detail?}`
