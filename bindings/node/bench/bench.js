@@ -101,8 +101,22 @@ async function main() {
   console.log("|" + widths.map((w) => "-".repeat(w + 2)).join("|") + "|");
   for (const r of rows) console.log(line(r));
 
+  // The binding's own cost: the same calls on memory:// (no I/O), so what is left of a Redis
+  // call beyond it is the store's round trip and the thread that does it.
+  const memory = await openStore("memory://");
+  const onMemory = idempotent({ kind: "write", name: "create_ticket", run: handler }, memory);
+  designs.memory = (runId, args) => onMemory.run(args, { runId });
+  for (const s of scenarios) if (s.setup) await s.setup("memory", designs.memory);
+  console.log("\ntoolonce on memory:// (binding and layer, no store I/O):\n");
+  for (const s of scenarios) {
+    let best = 0;
+    for (let round = 0; round < ROUNDS; round++) best = Math.max(best, await measure(s, "memory"));
+    console.log(`  ${s.name.padEnd(22)} ${String(Math.round(best)).padStart(7)} ops/s  (${(s.callers * 1e6 / best).toFixed(1)} µs per call)`);
+  }
+
   redis.disconnect();
   await store.close();
+  await memory.close();
   process.exit(0);
 }
 
