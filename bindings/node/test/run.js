@@ -21,7 +21,8 @@ function startServers() {
     { cwd: repo, stdio: "inherit" },
   );
   if (build.status !== 0) throw new Error("cannot build toolonce-test-servers (is cargo on PATH?)");
-  const exe = path.join(repo, "target", "debug", "toolonce-test-servers");
+  const target = path.resolve(repo, process.env.CARGO_TARGET_DIR ?? "target");
+  const exe = path.join(target, "debug", "toolonce-test-servers");
   // stdin stays a pipe we hold: when this process ends, the servers end.
   const child = spawn(exe, [], { cwd: repo, stdio: ["pipe", "pipe", "inherit"] });
   return new Promise((resolve, reject) => {
