@@ -331,7 +331,13 @@ function idempotent(tool, store, options = {}) {
     const answer = await new Promise((resolve) => {
       call.resolve = resolve;
       pending.set(callId, call);
-      nativeTool.run(callId, runId, argsJson);
+      try {
+        nativeTool.run(callId, runId, argsJson);
+      } catch (e) {
+        // Not started (Node shutting down): answered here, as the native side never will.
+        pending.delete(callId);
+        resolve({ outcome: "store_unavailable", key: "", errorMessage: `toolonce: the call could not start: ${messageOf(e)}` });
+      }
     });
     return detailed(answer, call);
   }
