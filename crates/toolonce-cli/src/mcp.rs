@@ -134,18 +134,7 @@ pub(crate) async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
         Some(path) => config::Config::load(path)?,
         None => config::Config::default(),
     };
-    let listen = match &args.listen {
-        Some(addr) => {
-            if args.upstream.is_some() {
-                anyhow::bail!(
-                    "--listen serves a server command (after --); an --upstream server behind \
-                     --listen is not supported yet"
-                );
-            }
-            Some(listen_addr(addr)?)
-        }
-        None => None,
-    };
+    let listen = args.listen.as_deref().map(listen_addr).transpose()?;
     let token = match &args.require_token {
         Some(var) => match std::env::var(var) {
             Ok(token) if !token.trim().is_empty() && token.trim() == token => Some(token),
@@ -211,17 +200,23 @@ pub(crate) async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
                  address can call the server's tools"
             );
         }
-        let proxy::Server::Command(command) = server else {
-            unreachable!("--listen with --upstream is refused above")
+        let backend = match server {
+            proxy::Server::Command(command) => listen::Backend::Command {
+                program: command.as_std().get_program().to_owned(),
+                args: command.as_std().get_args().map(ToOwned::to_owned).collect(),
+            },
+            // Checked above; each session opens its own (see `listen`).
+            proxy::Server::Http(..) => listen::Backend::Http {
+                url: args.upstream.clone().expect("an HTTP server has a URL"),
+                headers: args.header.clone(),
+                forward_authorization: token.is_none(),
+            },
         };
-        let program = command.as_std().get_program().to_owned();
-        let server_args = command.as_std().get_args().map(ToOwned::to_owned).collect();
         let url = args.store;
         let gateway = move |store| listen::Gateway {
             addr,
             token,
-            program,
-            args: server_args,
+            backend,
             scope,
             server_id,
             config: Arc::new(config),

@@ -127,6 +127,9 @@ pub(crate) struct Upstream {
     /// The exchanges in progress of one request each, by request id, so that one whose request
     /// the proxy gave up is ended (a server may never answer a cancelled request).
     exchanges: Mutex<HashMap<IdKey, AbortHandle>>,
+    /// The `Authorization` of the gateway's client (`--listen`), sent unless `--header` sets
+    /// one.
+    client_authorization: Mutex<Option<HeaderValue>>,
 }
 
 impl Upstream {
@@ -178,6 +181,7 @@ impl Upstream {
             closed: watch::Sender::new(false),
             stream_opened: AtomicBool::new(false),
             exchanges: Mutex::new(HashMap::new()),
+            client_authorization: Mutex::new(None),
         };
         Ok((Arc::new(upstream), rx))
     }
@@ -276,6 +280,15 @@ impl Upstream {
             }
         }
         true
+    }
+
+    /// The `Authorization` the gateway's client sent with its latest request (`None`: it sent
+    /// none), for the requests sent from now on. Never logged.
+    pub(crate) fn set_client_authorization(&self, value: Option<HeaderValue>) {
+        *lock(&self.client_authorization) = value.map(|mut value| {
+            value.set_sensitive(true);
+            value
+        });
     }
 
     /// The proxy gave up the request `id`: its exchange, if still in progress, ends (closing
@@ -468,7 +481,10 @@ impl Upstream {
         if let Some(name) = mcp_name {
             headers.insert("mcp-name", name);
         }
-        // The user's headers replace the proxy's of the same name.
+        if let Some(authorization) = lock(&self.client_authorization).clone() {
+            headers.insert(header::AUTHORIZATION, authorization);
+        }
+        // The user's headers replace the proxy's (and the client's) of the same name.
         for name in self.headers.keys() {
             headers.remove(name);
         }
