@@ -580,3 +580,135 @@ fn two_gateways_on_one_redis_run_a_write_sent_to_both_at_once_or_in_turn_once() 
     a.stop();
     b.stop();
 }
+
+/// One tools/call as a raw POST on `session` headers; returns the answer.
+fn raw_call(port: u16, headers: &str, id: &str, tool: &str, arguments: &Value) -> Value {
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                      "params": {"name": tool, "arguments": arguments}});
+    raw(port, "POST", &format!("{BOTH}{headers}"), &body.to_string())
+        .messages()
+        .pop()
+        .unwrap()
+}
+
+#[test]
+fn a_store_that_is_down_gets_writes_through_the_gateway_answered_not_executed_and_reads_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let counter = dir.path().join("counter");
+    let store = format!("redis://127.0.0.1:{}", toolonce_testsupport::free_port());
+    let mut gateway = gateway_for_command(&store, &counter, &[]);
+    let session = open_session(gateway.port);
+    let answer = raw_call(gateway.port, &session, "w", "charge", &json!({"amount": 5}));
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert!(text(&answer).contains("Not executed"), "{answer}");
+    let read = raw_call(gateway.port, &session, "r", "lookup", &json!({}));
+    assert_ne!(read["result"]["isError"], true, "{read}");
+    let executed = std::fs::read_to_string(&counter).unwrap_or_default();
+    assert!(!executed.contains("charge"), "{executed}");
+    assert!(executed.contains("lookup"), "{executed}");
+    gateway.stop();
+}
+
+const MODERN: &str = "2026-07-28";
+
+/// A 2026-07-28 request as a raw POST without a session: `MCP-Protocol-Version` on the
+/// request and the version in its `_meta`, as that protocol has them.
+fn modern_post(port: u16, method: &str, id: &str, mut params: Value) -> Value {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+        "com.example/trace": "t-1",
+    });
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let answer = raw(
+        port,
+        "POST",
+        &format!("{BOTH}MCP-Protocol-Version: {MODERN}\r\n"),
+        &body.to_string(),
+    );
+    assert_eq!(answer.status(), 200, "{}", answer.body);
+    assert!(answer.header("mcp-session-id").is_none(), "{}", answer.head);
+    answer.messages().pop().unwrap()
+}
+
+#[test]
+fn the_2026_07_28_flow_works_through_the_gateway_without_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let counter = dir.path().join("counter");
+    let log = dir.path().join("server-log");
+    let mut command = Command::new(toolonce());
+    command
+        .args(["mcp", "--store", "memory://", "--scope", "gateway-test"])
+        .args(["--server-id", "mail", "--listen", "127.0.0.1:0", "--"])
+        .arg(mcp_peer::modern_server())
+        .env("MCP_TEST_COUNTER", &counter)
+        .env("MCP_TEST_LOG", &log);
+    let mut gateway = Gateway::spawn(command);
+    let port = gateway.port;
+    let sends = || {
+        std::fs::read_to_string(&counter)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with("send_mail\t"))
+            .count()
+    };
+
+    let discovered = modern_post(port, "server/discover", "d-1", json!({}));
+    assert_eq!(
+        discovered["result"]["supportedVersions"],
+        json!([MODERN]),
+        "{discovered}"
+    );
+    let unknown = modern_post(port, "com.example/frobnicate", "u-1", json!({"z": [1]}));
+    assert_eq!(unknown["error"]["code"], -32601, "{unknown}");
+
+    let args = json!({"to": "ops@example.com", "body": "deploy done"});
+    let call = |id: &str, extra: Value| {
+        let mut params = json!({"name": "send_mail", "arguments": args});
+        for (name, value) in extra.as_object().unwrap() {
+            params[name] = value.clone();
+        }
+        modern_post(port, "tools/call", id, params)
+    };
+    let first = call("c-1", json!({}));
+    assert_eq!(first["result"]["resultType"], "input_required", "{first}");
+    assert_eq!(sends(), 0);
+    let continuation = json!({
+        "requestState": first["result"]["requestState"],
+        "inputResponses": {"confirm": {"action": "accept", "content": {}}},
+    });
+    let done = call("c-2", continuation.clone());
+    assert_eq!(done["result"]["resultType"], "complete", "{done}");
+    assert_eq!(sends(), 1);
+    let duplicate = call("c-3", json!({}));
+    assert_eq!(
+        duplicate["result"]["_meta"]["toolonce/outcome"], "replayed",
+        "{duplicate}"
+    );
+    let resent = call("c-4", continuation);
+    assert_eq!(
+        resent["result"]["_meta"]["toolonce/outcome"], "replayed",
+        "{resent}"
+    );
+    assert_eq!(sends(), 1);
+    // The client's own `_meta` members reached the server untouched.
+    let received = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        received
+            .lines()
+            .filter(|l| l.starts_with('<'))
+            .filter(|l| l.contains("server/discover") || l.contains("com.example/frobnicate"))
+            .all(|l| l.contains("\"com.example/trace\":\"t-1\"")),
+        "{received}"
+    );
+    // A request of an earlier protocol without a session is still refused.
+    let old = raw(
+        port,
+        "POST",
+        BOTH,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#,
+    );
+    assert_eq!(old.status(), 400, "{}", old.body);
+    gateway.stop();
+}

@@ -46,6 +46,10 @@ const MAX_BODY: usize = 16 * 1024 * 1024;
 /// The session header of Streamable HTTP.
 const SESSION: &str = "mcp-session-id";
 
+/// The protocol version header, and the `_meta` member that says it per request (2026-07-28).
+const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+
 /// How many messages outside any answer wait for a client that has no `GET` stream open; older
 /// ones are dropped first.
 const QUEUE_LIMIT: usize = 1024;
@@ -215,6 +219,9 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 struct State {
     gateway: Gateway,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// Proxies for requests without a session (protocol 2026-07-28 has none). A request goes to
+    /// the first whose requests in progress do not use its id; another is started when all do.
+    sessionless: Mutex<Vec<Arc<Session>>>,
     proxies: Mutex<JoinSet<()>>,
 }
 
@@ -237,6 +244,7 @@ pub(crate) async fn serve(gateway: Gateway) -> anyhow::Result<std::process::Exit
     let state = Arc::new(State {
         gateway,
         sessions: Mutex::new(HashMap::new()),
+        sessionless: Mutex::new(Vec::new()),
         proxies: Mutex::new(JoinSet::new()),
     });
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -272,6 +280,7 @@ pub(crate) async fn serve(gateway: Gateway) -> anyhow::Result<std::process::Exit
     drop(listener);
     // Dropping a session's input is the client hanging up: its proxy closes the server's input.
     state.sessions().clear();
+    lock(&state.sessionless).clear();
     let mut proxies = std::mem::take(&mut *state.proxies.lock().unwrap_or_else(|p| p.into_inner()));
     let ended = async { while proxies.join_next().await.is_some() {} };
     // Each proxy waits up to three shutdown timeouts for its server (input closed, SIGTERM,
@@ -469,6 +478,11 @@ fn origin_allowed(request: &Request<Body>) -> bool {
 
 async fn post(state: &Arc<State>, session: Option<String>, request: Request<Body>) -> Answer {
     let streams = accepts_events(&request);
+    let version = request
+        .headers()
+        .get(PROTOCOL_VERSION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let authorization = request.headers().get(header::AUTHORIZATION).cloned();
     let body = match Limited::new(request.into_body(), MAX_BODY).collect().await {
         Ok(body) => body.to_bytes(),
@@ -508,6 +522,16 @@ async fn post(state: &Arc<State>, session: Option<String>, request: Request<Body
                 Ok((id, session)) => (Some(id), session),
                 Err(e) => {
                     tracing::error!(target: "toolonce::mcp", error = %e, "cannot open a session");
+                    return refuse(StatusCode::INTERNAL_SERVER_ERROR, "cannot start the server");
+                }
+            }
+        }
+        None if sessionless(version.as_deref(), &line) => {
+            match sessionless_proxy(state, peek.id.as_ref().map(IdKey::of)) {
+                Ok(Some(session)) => (None, session),
+                Ok(None) => return answer(StatusCode::ACCEPTED, Vec::new()),
+                Err(e) => {
+                    tracing::error!(target: "toolonce::mcp", error = %e, "cannot start a proxy");
                     return refuse(StatusCode::INTERNAL_SERVER_ERROR, "cannot start the server");
                 }
             }
@@ -623,6 +647,57 @@ async fn post(state: &Arc<State>, session: Option<String>, request: Request<Body
     response
 }
 
+/// Whether a message without a session is of protocol 2026-07-28 or later, which has no
+/// sessions: its `MCP-Protocol-Version` header, or its own `_meta` protocol version, says so.
+/// (Versions are dates, so they compare as text.) Earlier protocols need `initialize` first.
+fn sessionless(header: Option<&str>, line: &[u8]) -> bool {
+    const FIRST: &str = "2026-07-28";
+    if let Some(version) = header {
+        return version >= FIRST;
+    }
+    if !line
+        .windows(META_VERSION.len())
+        .any(|w| w == META_VERSION.as_bytes())
+    {
+        return false;
+    }
+    serde_json::from_slice::<Value>(line)
+        .ok()
+        .and_then(|m| {
+            m.pointer("/params/_meta/io.modelcontextprotocol~1protocolVersion")
+                .and_then(Value::as_str)
+                .map(|v| v >= FIRST)
+        })
+        .unwrap_or(false)
+}
+
+/// The proxy for a message without a session: for a request, the first proxy whose requests
+/// in progress do not use `id` (a new one if all do); a notification goes to the first one
+/// (`None` when there is none: nothing is in progress that it could be about).
+fn sessionless_proxy(
+    state: &Arc<State>,
+    id: Option<IdKey>,
+) -> anyhow::Result<Option<Arc<Session>>> {
+    let mut proxies = lock(&state.sessionless);
+    proxies.retain(|p| !p.routes().ended);
+    let found = proxies
+        .iter()
+        .find(|p| {
+            id.as_ref()
+                .is_none_or(|id| !p.routes().waiting.contains_key(id))
+        })
+        .cloned();
+    match (found, id) {
+        (Some(session), _) => Ok(Some(session)),
+        (None, None) => Ok(None),
+        (None, Some(_)) => {
+            let session = start_session(state, None)?;
+            proxies.push(session.clone());
+            Ok(Some(session))
+        }
+    }
+}
+
 /// The `_meta.progressToken` of a request, if it asks for progress.
 fn progress_token(line: &[u8]) -> Option<IdKey> {
     if !line.windows(13).any(|w| w == b"progressToken") {
@@ -713,11 +788,19 @@ impl Drop for Cancel {
     }
 }
 
-/// Starts a proxy, and the server command or a session with the HTTP server, for a new session.
+/// Opens a session: a new id, and its proxy.
 fn open_session(state: &Arc<State>) -> anyhow::Result<(String, Arc<Session>)> {
     let mut random = [0u8; 16];
     getrandom::fill(&mut random).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
     let id: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    let session = start_session(state, Some(id.clone()))?;
+    state.sessions().insert(id.clone(), session.clone());
+    Ok((id, session))
+}
+
+/// Starts a proxy, and the server command or a session with the HTTP server, for the session
+/// `id` (`None`: for requests without a session).
+fn start_session(state: &Arc<State>, id: Option<String>) -> anyhow::Result<Arc<Session>> {
     let gateway = &state.gateway;
     let (server, forward_to) = match &gateway.backend {
         Backend::Command { program, args } => {
@@ -747,7 +830,7 @@ fn open_session(state: &Arc<State>) -> anyhow::Result<(String, Arc<Session>)> {
     let shutdown_timeout = gateway.config.proxy.shutdown_timeout;
     let delivered = routes.clone();
     let state_for_end = Arc::downgrade(state);
-    let session_id = id.clone();
+    let session_id = id;
     lock(&state.proxies).spawn(async move {
         let routing = delivered.clone();
         let deliver = tokio::spawn(async move {
@@ -794,15 +877,15 @@ fn open_session(state: &Arc<State>) -> anyhow::Result<(String, Arc<Session>)> {
                 tracing::warn!(target: "toolonce::mcp", error = %e, "a session's proxy failed");
             }
         }
-        if let Some(state) = state_for_end.upgrade() {
-            state.sessions().remove(&session_id);
+        if let Some(state) = state_for_end.upgrade()
+            && let Some(id) = &session_id
+        {
+            state.sessions().remove(id);
         }
     });
-    let session = Arc::new(Session {
+    Ok(Arc::new(Session {
         to_proxy,
         routes,
         forward_to,
-    });
-    state.sessions().insert(id.clone(), session.clone());
-    Ok((id, session))
+    }))
 }
