@@ -57,7 +57,8 @@
 //! - [`stdio`]: the client's side: the proxy's stdin and stdout.
 //! - [`http`]: the server's side when it is a Streamable HTTP server.
 //! - [`listen`]: `--listen`, the client's side as a Streamable HTTP server (a gateway): one
-//!   proxy and server process per client session, all sharing the store and the scope.
+//!   proxy and server process (or HTTP server session) per client session, all sharing the
+//!   store and the scope.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -83,7 +84,10 @@ mod tools;
                   toolonce mcp --store sqlite:///var/lib/agent/toolonce.db --scope my-agent -- \
                   npx -y @modelcontextprotocol/server-memory\n  \
                   toolonce mcp --store sqlite:///var/lib/agent/toolonce.db --scope my-agent \
-                  --upstream https://mcp.example.com/mcp --header 'Authorization: Bearer TOKEN'")]
+                  --upstream https://mcp.example.com/mcp --header 'Authorization: Bearer TOKEN'\n\
+                  As a shared Streamable HTTP gateway:\n  \
+                  toolonce mcp --store redis://redis.internal --scope team --listen 127.0.0.1:8931 \
+                  --upstream https://mcp.example.com/mcp")]
 pub(crate) struct McpArgs {
     /// The store: memory://, sqlite://PATH, redis://HOST, postgres://HOST.
     #[arg(long, value_name = "URL", env = "TOOLONCE_STORE", default_value = crate::DEFAULT_STORE)]
@@ -103,16 +107,21 @@ pub(crate) struct McpArgs {
     #[arg(long, value_name = "URL", conflicts_with = "command")]
     upstream: Option<String>,
     /// A header sent with every request to the --upstream server, as `Name: value` (such as
-    /// `Authorization: Bearer TOKEN`); repeatable. Values are never logged.
+    /// `Authorization: Bearer TOKEN`); repeatable. Values are never logged. With --listen, it
+    /// replaces a client's header of the same name.
     #[arg(long, value_name = "NAME: VALUE")]
     header: Vec<String>,
     /// Serve Streamable HTTP at `/mcp` on this address instead of stdio, as `PORT` (on
-    /// 127.0.0.1) or `IP:PORT`: each client session gets its own server process and every
-    /// session shares the store and the scope. Only loopback unless another address is given.
+    /// 127.0.0.1) or `IP:PORT`, in front of the server command or the --upstream server: each
+    /// client session gets its own server process (or session on the --upstream server) and
+    /// every session shares the store and the scope. Answers are event streams for clients
+    /// that accept them. Only loopback unless another address is given.
     #[arg(long, value_name = "ADDR")]
     listen: Option<String>,
     /// With --listen: the name of an environment variable holding the bearer token clients
-    /// must send (`Authorization: Bearer TOKEN`); others get 401. The token is never logged.
+    /// must send (`Authorization: Bearer TOKEN`); others get 401. The token is never logged,
+    /// nor sent to an --upstream server (without this option, the client's Authorization goes
+    /// on to it; with it, give the server's credentials with --header).
     #[arg(long, value_name = "VAR", requires = "listen")]
     require_token: Option<String>,
     /// A TOML file of per-tool settings (kind, key_fields, in_flight, lease, retention,

@@ -1,20 +1,30 @@
-//! `toolonce mcp --listen ADDR -- <server command>`: the proxy as a Streamable HTTP gateway.
+//! `toolonce mcp --listen ADDR (-- <server command> | --upstream URL)`: the proxy as a
+//! Streamable HTTP gateway.
 //!
 //! Clients POST JSON-RPC messages to `/mcp`. An `initialize` request opens a session: the
-//! gateway starts the server command for it and runs a [`proxy`](super::proxy) between the
-//! session and the server, so every rule of the stdio proxy holds (write calls claimed through
-//! the layer, replays, fail-closed answers). Sessions share the store and the scope, so calls
-//! are deduplicated across sessions, and across gateway processes sharing a durable store.
+//! gateway starts the server command for it, or opens a session of its own on the HTTP server
+//! (each client session maps to one server session, ended with it), and runs a
+//! [`proxy`](super::proxy) between the two, so every rule of the stdio proxy holds (write
+//! calls claimed through the layer, replays, fail-closed answers, transparency). Sessions share
+//! the store, the scope and the server id, so calls are deduplicated across sessions, and
+//! across gateway processes sharing a durable store. Requests of protocol 2026-07-28, which
+//! has no sessions, go to a pool of sessionless proxies.
 //!
-//! What is served: a POSTed request is answered with its JSON-RPC response as
-//! `application/json`; a POSTed notification or response gets `202 Accepted`; the
-//! `Mcp-Session-Id` given with the `initialize` answer is required afterwards (404 once the
-//! session is gone); `DELETE` ends a session. Not served: event streams (a `GET` gets 405, and
-//! messages the server sends outside an answer, such as progress notifications or its own
-//! requests, are dropped), batches (400), sessionless requests (protocol 2026-07-28).
+//! What is served: a POSTed request is answered as an event stream when the client accepts
+//! `text/event-stream`: what the server sends while the request is in progress goes on the
+//! newest such stream (progress on the stream of the request that asked for it), then the
+//! answer ends it. A client that accepts only JSON gets the answer as `application/json`. A
+//! `GET` opens the session's stream for messages outside any request (kept until one is open).
+//! A POSTed notification or response gets `202 Accepted`; the `Mcp-Session-Id` given with the
+//! `initialize` answer is required afterwards (404 once the session is gone); `DELETE` ends a
+//! session. Not served: batches (400), resumption with `Last-Event-ID` (events carry no ids).
 //!
-//! A client closing its connection before the answer came cancels the request, as a
-//! `notifications/cancelled` would.
+//! Over HTTP, a client closing the stream or the connection before the answer came is the
+//! cancellation: the proxy gets a `notifications/cancelled`, as from a stdio client.
+//!
+//! Credentials: the client's `Authorization` goes on to an HTTP server (the latest one the
+//! session sent), unless the gateway checks a token of its own (`--require-token`): that token
+//! stays here, and `--header` gives the server's.
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
