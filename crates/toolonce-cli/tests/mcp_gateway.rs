@@ -712,3 +712,72 @@ fn the_2026_07_28_flow_works_through_the_gateway_without_sessions() {
     assert_eq!(old.status(), 400, "{}", old.body);
     gateway.stop();
 }
+
+/// Over HTTP, closing the answer's stream (or, for a JSON answer, the connection) is the
+/// cancellation: the gateway tells the proxy, which tells the server, and the write's claim
+/// follows the proxy's rules (it stays locked: whether it took effect is unknown).
+#[test]
+fn a_client_closing_a_writes_stream_cancels_it_on_the_http_server_and_it_never_runs_twice() {
+    for accept in [BOTH, JSON_ONLY] {
+        let server = HttpServer::start("sse", &[]);
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("toolonce-mcp.toml");
+        std::fs::write(
+            &config,
+            "[proxy]\ncancel_grace = \"500ms\"\n[defaults]\nlease = \"60s\"\n",
+        )
+        .unwrap();
+        let mut gateway = gateway_to(&server.url(), &["--config", config.to_str().unwrap()], &[]);
+        let session = open_session(gateway.port);
+        let body = r#"{"jsonrpc":"2.0","id":"slow-1","method":"tools/call","params":{"name":"slow","arguments":{}}}"#;
+        let stream = send_request(gateway.port, "POST", &format!("{accept}{session}"), body);
+        eventually("slow started on the server", || !server.slow().is_empty());
+        drop(stream);
+        eventually("the cancellation reached the server", || {
+            server.slow().len() == 2
+        });
+        assert_eq!(server.slow(), ["started", "cancelled"], "{accept}");
+        let duplicate = raw_call(gateway.port, &session, "slow-2", "slow", &json!({}));
+        assert_eq!(
+            duplicate["result"]["_meta"]["toolonce/outcome"], "in_flight",
+            "{accept}: {duplicate}"
+        );
+        assert_eq!(server.slow().len(), 2, "{accept}: slow ran again");
+        gateway.stop();
+    }
+}
+
+#[test]
+fn a_server_that_exits_mid_request_ends_the_event_stream_with_an_error_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let counter = dir.path().join("counter");
+    let mut gateway = gateway_for_command("memory://", &counter, &[]);
+    let session = open_session(gateway.port);
+    let answer = raw(
+        gateway.port,
+        "POST",
+        &format!("{BOTH}{session}"),
+        r#"{"jsonrpc":"2.0","id":"bye","method":"test/exit","params":{"code":3}}"#,
+    );
+    assert_eq!(answer.status(), 200);
+    let messages = answer.messages();
+    let last = messages.last().unwrap_or_else(|| panic!("{}", answer.body));
+    assert_eq!(last["id"], "bye", "{messages:?}");
+    assert_eq!(last["error"]["code"], -32603, "{messages:?}");
+    assert!(
+        last["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("exited before answering"),
+        "{last}"
+    );
+    // The session ended with its server.
+    let again = raw(
+        gateway.port,
+        "POST",
+        &format!("{BOTH}{session}"),
+        r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#,
+    );
+    assert_eq!(again.status(), 404, "{}", again.body);
+    gateway.stop();
+}
