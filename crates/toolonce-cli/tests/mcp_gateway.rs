@@ -28,6 +28,7 @@ use serde_json::{Value, json};
 use toolonce_testsupport::RedisServer;
 
 const SERVER_SCRIPT: &str = include_str!("support/mcp_http_server.mjs");
+const BRIDGE_SCRIPT: &str = include_str!("support/mcp_http_bridge.mjs");
 const CLIENT_SCRIPT: &str = include_str!("support/mcp_sdk_gateway_client.mjs");
 
 /// A token no test would write by accident into a log.
@@ -38,6 +39,7 @@ const GATEWAY_TOKEN: &str = "gw-52b8e0f1c9d74a36";
 fn sdk_dir() -> &'static Path {
     mcp_sdk::sdk_dir(&[
         ("mcp_http_server.mjs", SERVER_SCRIPT),
+        ("mcp_http_bridge.mjs", BRIDGE_SCRIPT),
         ("mcp_sdk_gateway_client.mjs", CLIENT_SCRIPT),
     ])
 }
@@ -613,7 +615,12 @@ const MODERN: &str = "2026-07-28";
 
 /// A 2026-07-28 request as a raw POST without a session: `MCP-Protocol-Version` on the
 /// request and the version in its `_meta`, as that protocol has them.
-fn modern_post(port: u16, method: &str, id: &str, mut params: Value) -> Value {
+fn modern_post(port: u16, method: &str, id: &str, params: Value) -> Value {
+    modern_post_with(port, "", method, id, params)
+}
+
+/// The same with more headers (`Name: value\r\n` each).
+fn modern_post_with(port: u16, headers: &str, method: &str, id: &str, mut params: Value) -> Value {
     params["_meta"] = json!({
         "io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
@@ -624,7 +631,7 @@ fn modern_post(port: u16, method: &str, id: &str, mut params: Value) -> Value {
     let answer = raw(
         port,
         "POST",
-        &format!("{BOTH}MCP-Protocol-Version: {MODERN}\r\n"),
+        &format!("{BOTH}{headers}MCP-Protocol-Version: {MODERN}\r\n"),
         &body.to_string(),
     );
     assert_eq!(answer.status(), 200, "{}", answer.body);
@@ -780,4 +787,54 @@ fn a_server_that_exits_mid_request_ends_the_event_stream_with_an_error_answer() 
     );
     assert_eq!(again.status(), 404, "{}", again.body);
     gateway.stop();
+}
+
+/// Requests without a session share proxies, but never across credentials: a request goes to
+/// the HTTP server with the `Authorization` it came with, whatever came in between.
+#[test]
+fn sessionless_requests_through_the_gateway_reach_the_http_server_with_their_own_authorization() {
+    let server = HttpServer::bridge(&mcp_peer::modern_server());
+    let mut gateway = gateway_to(&server.url(), &["--server-id", "mail"], &[]);
+    let port = gateway.port;
+    let tokens = ["alice-0a1b2c3d4e5f", "bob-9f8e7d6c5b4a"];
+    std::thread::scope(|scope| {
+        for token in tokens {
+            scope.spawn(move || {
+                for round in 0..5 {
+                    let headers = format!("Authorization: Bearer {token}\r\n");
+                    let id = format!("{token}-{round}");
+                    let answer = modern_post_with(port, &headers, "tools/list", &id, json!({}));
+                    assert!(answer["result"]["tools"].is_array(), "{answer}");
+                }
+            });
+        }
+    });
+    let requests = server.requests();
+    let mut checked = 0;
+    for request in &requests {
+        let Some(id) = request["id"].as_str() else {
+            continue;
+        };
+        for token in tokens {
+            if id.starts_with(token) {
+                assert_eq!(
+                    request["authorization"],
+                    format!("Bearer {token}"),
+                    "{requests:#?}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 10, "{requests:#?}");
+    // The proxy's own listings went with the credentials of the proxy's clients too.
+    assert!(
+        requests.iter().all(|r| r["authorization"] != Value::Null),
+        "{requests:#?}"
+    );
+    let log = gateway.stop();
+    assert!(
+        !log.contains(tokens[0]) && !log.contains(tokens[1]),
+        "{log}"
+    );
 }

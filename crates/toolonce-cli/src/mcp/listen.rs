@@ -102,6 +102,10 @@ struct Session {
     routes: Arc<Mutex<Routes>>,
     /// The HTTP server, when the client's `Authorization` is passed on to it.
     forward_to: Option<Arc<Upstream>>,
+    /// For a sessionless proxy whose server gets the client's `Authorization`: the one it was
+    /// started for. Only requests with that same header share it, so one client's credentials
+    /// never carry another's request.
+    bound: Option<HeaderValue>,
 }
 
 impl Session {
@@ -537,9 +541,15 @@ async fn post(state: &Arc<State>, session: Option<String>, request: Request<Body
             }
         }
         None if sessionless(version.as_deref(), &line) => {
-            match sessionless_proxy(state, peek.id.as_ref().map(IdKey::of)) {
+            match sessionless_proxy(state, peek.id.as_ref().map(IdKey::of), &authorization) {
                 Ok(Some(session)) => (None, session),
                 Ok(None) => return answer(StatusCode::ACCEPTED, Vec::new()),
+                Err(e) if e.is::<Busy>() => {
+                    return refuse(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "too many requests without a session in progress: try again later",
+                    );
+                }
                 Err(e) => {
                     tracing::error!(target: "toolonce::mcp", error = %e, "cannot start a proxy");
                     return refuse(StatusCode::INTERNAL_SERVER_ERROR, "cannot start the server");
@@ -681,17 +691,47 @@ fn sessionless(header: Option<&str>, line: &[u8]) -> bool {
         .unwrap_or(false)
 }
 
-/// The proxy for a message without a session: for a request, the first proxy whose requests
-/// in progress do not use `id` (a new one if all do); a notification goes to the first one
-/// (`None` when there is none: nothing is in progress that it could be about).
+/// How many sessionless proxies may run at once; beyond, an idle one is ended for a new one.
+const SESSIONLESS_LIMIT: usize = 64;
+
+/// Every sessionless proxy is busy and there may be no more.
+#[derive(Debug)]
+struct Busy;
+
+impl std::fmt::Display for Busy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("every proxy for requests without a session is busy")
+    }
+}
+
+impl std::error::Error for Busy {}
+
+/// The proxy for a message without a session: for a request, the first proxy (for the same
+/// `Authorization`, when that goes on to the server) whose requests in progress do not use
+/// `id`, or a new one; a notification goes to the first one (`None` when there is none:
+/// nothing is in progress that it could be about).
 fn sessionless_proxy(
     state: &Arc<State>,
     id: Option<IdKey>,
+    authorization: &Option<HeaderValue>,
 ) -> anyhow::Result<Option<Arc<Session>>> {
+    let forwards = matches!(
+        state.gateway.backend,
+        Backend::Http {
+            forward_authorization: true,
+            ..
+        }
+    );
+    let bound = if forwards {
+        authorization.clone()
+    } else {
+        None
+    };
     let mut proxies = lock(&state.sessionless);
     proxies.retain(|p| !p.routes().ended);
     let found = proxies
         .iter()
+        .filter(|p| p.bound == bound)
         .find(|p| {
             id.as_ref()
                 .is_none_or(|id| !p.routes().waiting.contains_key(id))
@@ -701,7 +741,15 @@ fn sessionless_proxy(
         (Some(session), _) => Ok(Some(session)),
         (None, None) => Ok(None),
         (None, Some(_)) => {
-            let session = start_session(state, None)?;
+            if proxies.len() >= SESSIONLESS_LIMIT {
+                // Dropping an idle proxy's input is a client hanging up: it ends.
+                let idle = proxies
+                    .iter()
+                    .position(|p| p.routes().waiting.is_empty())
+                    .ok_or(Busy)?;
+                proxies.remove(idle);
+            }
+            let session = start_session(state, None, bound)?;
             proxies.push(session.clone());
             Ok(Some(session))
         }
@@ -803,14 +851,18 @@ fn open_session(state: &Arc<State>) -> anyhow::Result<(String, Arc<Session>)> {
     let mut random = [0u8; 16];
     getrandom::fill(&mut random).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
     let id: String = random.iter().map(|b| format!("{b:02x}")).collect();
-    let session = start_session(state, Some(id.clone()))?;
+    let session = start_session(state, Some(id.clone()), None)?;
     state.sessions().insert(id.clone(), session.clone());
     Ok((id, session))
 }
 
 /// Starts a proxy, and the server command or a session with the HTTP server, for the session
-/// `id` (`None`: for requests without a session).
-fn start_session(state: &Arc<State>, id: Option<String>) -> anyhow::Result<Arc<Session>> {
+/// `id` (`None`: for requests without a session, with the `Authorization` it is `bound` to).
+fn start_session(
+    state: &Arc<State>,
+    id: Option<String>,
+    bound: Option<HeaderValue>,
+) -> anyhow::Result<Arc<Session>> {
     let gateway = &state.gateway;
     let (server, forward_to) = match &gateway.backend {
         Backend::Command { program, args } => {
@@ -897,5 +949,6 @@ fn start_session(state: &Arc<State>, id: Option<String>) -> anyhow::Result<Arc<S
         to_proxy,
         routes,
         forward_to,
+        bound,
     }))
 }
