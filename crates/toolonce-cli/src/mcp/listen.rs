@@ -169,6 +169,12 @@ impl Routes {
             }
             return;
         }
+        if peek.as_ref().is_some_and(Peek::is_response) {
+            // Its request is gone (the client closed its stream): no other request's stream
+            // may carry an answer its client never asked for.
+            tracing::debug!(target: "toolonce::mcp", "dropped an answer nobody waits for");
+            return;
+        }
         let frame = event(&line);
         // Progress goes to the stream of the request that asked for it.
         if peek.as_ref().and_then(|p| p.method.as_deref()) == Some("notifications/progress")
@@ -181,8 +187,8 @@ impl Routes {
         {
             return;
         }
-        // Anything else (the server's own requests, log messages, answers nobody waits for)
-        // goes on the newest request's stream: while a request is in progress, what the
+        // Anything else (the server's own requests, log messages) goes on the newest request's
+        // stream: while a request is in progress, what the
         // server sends most likely belongs to it (an elicitation, a sampling request), and the
         // client reads every stream alike. Otherwise on the GET stream, or it waits for one.
         let newest = self
