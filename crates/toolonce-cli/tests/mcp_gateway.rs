@@ -838,3 +838,42 @@ fn sessionless_requests_through_the_gateway_reach_the_http_server_with_their_own
         "{log}"
     );
 }
+
+/// Two gateways in front of two different HTTP servers, on one store and one scope: the same
+/// tool with the same arguments is a different operation on each server (the server id,
+/// derived from the URL, is part of the key), and the same one again on either.
+#[test]
+fn gateways_in_front_of_different_http_servers_on_one_store_keep_their_keys_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite://{}", dir.path().join("toolonce.db").display());
+    let (one, two) = (
+        HttpServer::start("json", &[]),
+        HttpServer::start("json", &[]),
+    );
+    let mut a = gateway_on(&store, &one.url(), &[], &[]);
+    let mut b = gateway_on(&store, &two.url(), &[], &[]);
+    let steps = json!([{"tool": "write", "args": {"item": "same"}}]);
+    let got = sdk_client(&a.url(), &steps, &[]);
+    assert_eq!(
+        result_text(&got["results"][0]),
+        "wrote same (execution 1)",
+        "{got}"
+    );
+    let got = sdk_client(&b.url(), &steps, &[]);
+    assert_eq!(
+        result_text(&got["results"][0]),
+        "wrote same (execution 1)",
+        "{got}"
+    );
+    assert_eq!(outcome(&got["results"][0]), None, "{got}");
+    // A third gateway in front of the first server, started later, replays its write.
+    let mut c = gateway_on(&store, &one.url(), &[], &[]);
+    let got = sdk_client(&c.url(), &steps, &[]);
+    assert_eq!(outcome(&got["results"][0]), Some("replayed"), "{got}");
+    assert_eq!((one.executions().len(), two.executions().len()), (1, 1));
+    let keys = [&one.executions()[0]["key"], &two.executions()[0]["key"]];
+    assert_ne!(keys[0], keys[1], "{keys:?}");
+    a.stop();
+    b.stop();
+    c.stop();
+}
