@@ -877,3 +877,35 @@ fn gateways_in_front_of_different_http_servers_on_one_store_keep_their_keys_apar
     b.stop();
     c.stop();
 }
+
+/// The HTTP server behind the gateway goes down: a write is answered "not executed" (it never
+/// left), a duplicate of one that ran still replays, and a read gets an error.
+#[test]
+fn an_http_server_that_is_down_behind_the_gateway_gets_writes_answered_not_executed() {
+    let mut server = HttpServer::start("json", &[]);
+    let mut gateway = gateway_to(&server.url(), &[], &[]);
+    let session = open_session(gateway.port);
+    let write = |id: &str, item: &str| {
+        raw_call(gateway.port, &session, id, "write", &json!({"item": item}))
+    };
+    let first = write("w-1", "before");
+    assert_eq!(text(&first), "wrote before (execution 1)", "{first}");
+    server.stop();
+
+    let down = write("w-2", "while down");
+    assert_eq!(down["result"]["isError"], true, "{down}");
+    assert_eq!(
+        down["result"]["_meta"]["toolonce/outcome"], "not_executed",
+        "{down}"
+    );
+    let again = write("w-3", "before");
+    assert_eq!(
+        again["result"]["_meta"]["toolonce/outcome"], "replayed",
+        "{again}"
+    );
+    let read = raw_call(gateway.port, &session, "r-1", "read", &json!({}));
+    let message = read["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("cannot be reached"), "{read}");
+    assert_eq!(server.executions().len(), 1);
+    gateway.stop();
+}
