@@ -400,7 +400,7 @@ async fn handle(state: &Arc<State>, request: Request<Body>) -> Answer {
     }
 }
 
-/// Whether the client takes an event stream (`Accept: text/event-stream`, or any type).
+/// Whether the client takes an event stream (`Accept` names `text/event-stream`).
 fn accepts_events(request: &Request<Body>) -> bool {
     request
         .headers()
