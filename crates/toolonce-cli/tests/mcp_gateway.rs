@@ -213,6 +213,30 @@ fn the_clients_authorization_reaches_the_http_server_unless_the_gateway_checks_i
     let got = sdk_client(&open.url(), &steps, &[]);
     let error = got["error"].as_str().unwrap_or_else(|| panic!("{got}"));
     assert!(error.contains("401"), "{error}");
+    // The server's refusal of the client's credentials is the gateway's answer too, so a
+    // client that can authenticate learns it must; no session is left open.
+    for headers in [
+        String::new(),
+        "Authorization: Bearer wrong-00000000\r\n".to_owned(),
+    ] {
+        let refused = raw(
+            open.port,
+            "POST",
+            &format!("{JSON_ONLY}{headers}"),
+            INITIALIZE,
+        );
+        assert_eq!(refused.status(), 401, "{}", refused.body);
+        assert_eq!(
+            refused.header("www-authenticate").as_deref(),
+            Some("Bearer")
+        );
+        assert!(
+            refused.header("mcp-session-id").is_none(),
+            "{}",
+            refused.head
+        );
+        assert!(!refused.body.contains(UPSTREAM_TOKEN), "{}", refused.body);
+    }
     let log = open.stop();
     assert!(!log.contains(UPSTREAM_TOKEN), "the token was logged: {log}");
 

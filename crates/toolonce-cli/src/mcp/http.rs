@@ -766,7 +766,14 @@ impl Exchange {
         let status = response.status();
         if !status.is_success() {
             let ended = status == StatusCode::NOT_FOUND && in_session;
-            return self.refused(status, ended, response.into_body()).await;
+            let challenge = response
+                .headers()
+                .get(header::WWW_AUTHENTICATE)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            return self
+                .refused(status, ended, challenge, response.into_body())
+                .await;
         }
         if is_event_stream(&response) {
             let mut events = Events::new(response.into_body());
@@ -857,7 +864,13 @@ impl Exchange {
     /// A status that is not success: a 4xx (or a redirect, which the proxy does not follow)
     /// refused the message before anything ran, so its requests are answered with an error
     /// saying so; after a 5xx nobody knows.
-    async fn refused(self, status: StatusCode, session_ended: bool, body: Body) {
+    async fn refused(
+        self,
+        status: StatusCode,
+        session_ended: bool,
+        challenge: Option<String>,
+        body: Body,
+    ) {
         let body = http_body_util::Limited::new(body, 64 * 1024)
             .collect()
             .await
@@ -886,11 +899,19 @@ impl Exchange {
                 "toolonce: the MCP server at {shown} refused this request with HTTP {status} \
                  ({said}); it was not processed.{session}"
             );
-            let _ = self.incoming.send(Incoming::Message(jsonrpc::error_line(
-                Some(id),
-                REFUSED,
-                &text,
-            )));
+            // The status (and an authentication challenge) go along, so that a gateway can
+            // answer its own client with them (see `listen`).
+            let mut data = serde_json::json!({"toolonce/httpStatus": status.as_u16()});
+            if let Some(challenge) = &challenge {
+                data["toolonce/wwwAuthenticate"] = Value::from(challenge.as_str());
+            }
+            let _ = self
+                .incoming
+                .send(Incoming::Message(jsonrpc::line(&serde_json::json!({
+                    "jsonrpc": "2.0",
+                    "id": id,
+                    "error": {"code": REFUSED, "message": text, "data": data},
+                }))));
         }
     }
 

@@ -24,7 +24,8 @@
 //!
 //! Credentials: the client's `Authorization` goes on to an HTTP server (the latest one the
 //! session sent), unless the gateway checks a token of its own (`--require-token`): that token
-//! stays here, and `--header` gives the server's.
+//! stays here, and `--header` gives the server's. `initialize` is answered as JSON, so that the
+//! server refusing the client's credentials (401, 403) becomes the gateway's HTTP answer.
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
@@ -580,6 +581,9 @@ async fn post(state: &Arc<State>, session: Option<String>, request: Request<Body
     let key = IdKey::of(id);
     // Cancelling `initialize` is not allowed (the specification forbids it).
     let cancel = method != "initialize";
+    // `initialize` is answered as JSON: an HTTP server behind the gateway refusing the client's
+    // credentials is then answered with its status (see `refused_for_credentials`).
+    let streams = streams && method != "initialize";
     let mut response = if streams {
         let progress = progress_token(&line);
         let (tx, rx) = mpsc::unbounded_channel();
@@ -658,6 +662,24 @@ async fn post(state: &Arc<State>, session: Option<String>, request: Request<Body
             );
         };
         pending.cancel = false;
+        if session_id.is_some()
+            && let Some((status, challenge)) = refused_for_credentials(&reply)
+        {
+            // No session was opened on the server: none is left open here either.
+            if let Some(id) = &session_id {
+                state.sessions().remove(id);
+            }
+            let mut response = answer(status, reply);
+            let headers = response.headers_mut();
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            if let Some(challenge) = challenge {
+                headers.insert(header::WWW_AUTHENTICATE, challenge);
+            }
+            return response;
+        }
         let mut response = answer(StatusCode::OK, reply);
         response.headers_mut().insert(
             header::CONTENT_TYPE,
@@ -760,6 +782,31 @@ fn sessionless_proxy(
             Ok(Some(session))
         }
     }
+}
+
+/// Whether an answer is the HTTP server refusing the client's credentials (401 or 403, said by
+/// the proxy's HTTP client in `data`): the status for the client, and the server's challenge,
+/// so that a client that can authenticate (OAuth) learns it must, as it would without the
+/// gateway.
+fn refused_for_credentials(reply: &[u8]) -> Option<(StatusCode, Option<HeaderValue>)> {
+    if !reply.windows(19).any(|w| w == b"toolonce/httpStatus") {
+        return None;
+    }
+    let reply: Value = serde_json::from_slice(reply).ok()?;
+    let data = reply.pointer("/error/data")?;
+    let status = match data.get("toolonce/httpStatus")?.as_u64()? {
+        401 => StatusCode::UNAUTHORIZED,
+        403 => StatusCode::FORBIDDEN,
+        _ => return None,
+    };
+    let challenge = data
+        .get("toolonce/wwwAuthenticate")
+        .and_then(Value::as_str)
+        .and_then(|v| HeaderValue::from_str(v).ok())
+        .or_else(|| {
+            (status == StatusCode::UNAUTHORIZED).then(|| HeaderValue::from_static("Bearer"))
+        });
+    Some((status, challenge))
 }
 
 /// The `_meta.progressToken` of a request, if it asks for progress.
