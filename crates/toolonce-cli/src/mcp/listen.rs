@@ -611,7 +611,15 @@ async fn post(state: &Arc<State>, session: Option<String>, request: Request<Body
             );
             drop(routes);
             if session.to_proxy.send(line).is_err() {
-                session.routes().waiting.remove(&key);
+                let mut routes = session.routes();
+                if let Some(Waiter::Events {
+                    progress: Some(token),
+                    ..
+                }) = routes.waiting.remove(&key)
+                {
+                    routes.progress.remove(&token);
+                }
+                drop(routes);
                 return refuse(
                     StatusCode::NOT_FOUND,
                     "the session has ended: initialize again",
