@@ -57,7 +57,8 @@
 //! - [`stdio`]: the client's side: the proxy's stdin and stdout.
 //! - [`http`]: the server's side when it is a Streamable HTTP server.
 //! - [`listen`]: `--listen`, the client's side as a Streamable HTTP server (a gateway): one
-//!   proxy and server process per client session, all sharing the store and the scope.
+//!   proxy and server process (or HTTP server session) per client session, all sharing the
+//!   store and the scope.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -83,7 +84,10 @@ mod tools;
                   toolonce mcp --store sqlite:///var/lib/agent/toolonce.db --scope my-agent -- \
                   npx -y @modelcontextprotocol/server-memory\n  \
                   toolonce mcp --store sqlite:///var/lib/agent/toolonce.db --scope my-agent \
-                  --upstream https://mcp.example.com/mcp --header 'Authorization: Bearer TOKEN'")]
+                  --upstream https://mcp.example.com/mcp --header 'Authorization: Bearer TOKEN'\n\
+                  As a shared Streamable HTTP gateway:\n  \
+                  toolonce mcp --store redis://redis.internal --scope team --listen 127.0.0.1:8931 \
+                  --upstream https://mcp.example.com/mcp")]
 pub(crate) struct McpArgs {
     /// The store: memory://, sqlite://PATH, redis://HOST, postgres://HOST.
     #[arg(long, value_name = "URL", env = "TOOLONCE_STORE", default_value = crate::DEFAULT_STORE)]
@@ -103,16 +107,21 @@ pub(crate) struct McpArgs {
     #[arg(long, value_name = "URL", conflicts_with = "command")]
     upstream: Option<String>,
     /// A header sent with every request to the --upstream server, as `Name: value` (such as
-    /// `Authorization: Bearer TOKEN`); repeatable. Values are never logged.
+    /// `Authorization: Bearer TOKEN`); repeatable. Values are never logged. With --listen, it
+    /// replaces a client's header of the same name.
     #[arg(long, value_name = "NAME: VALUE")]
     header: Vec<String>,
     /// Serve Streamable HTTP at `/mcp` on this address instead of stdio, as `PORT` (on
-    /// 127.0.0.1) or `IP:PORT`: each client session gets its own server process and every
-    /// session shares the store and the scope. Only loopback unless another address is given.
+    /// 127.0.0.1) or `IP:PORT`, in front of the server command or the --upstream server: each
+    /// client session gets its own server process (or session on the --upstream server) and
+    /// every session shares the store and the scope. Answers are event streams for clients
+    /// that accept them. Only loopback unless another address is given.
     #[arg(long, value_name = "ADDR")]
     listen: Option<String>,
     /// With --listen: the name of an environment variable holding the bearer token clients
-    /// must send (`Authorization: Bearer TOKEN`); others get 401. The token is never logged.
+    /// must send (`Authorization: Bearer TOKEN`); others get 401. The token is never logged,
+    /// nor sent to an --upstream server (without this option, the client's Authorization goes
+    /// on to it; with it, give the server's credentials with --header).
     #[arg(long, value_name = "VAR", requires = "listen")]
     require_token: Option<String>,
     /// A TOML file of per-tool settings (kind, key_fields, in_flight, lease, retention,
@@ -134,18 +143,7 @@ pub(crate) async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
         Some(path) => config::Config::load(path)?,
         None => config::Config::default(),
     };
-    let listen = match &args.listen {
-        Some(addr) => {
-            if args.upstream.is_some() {
-                anyhow::bail!(
-                    "--listen serves a server command (after --); an --upstream server behind \
-                     --listen is not supported yet"
-                );
-            }
-            Some(listen_addr(addr)?)
-        }
-        None => None,
-    };
+    let listen = args.listen.as_deref().map(listen_addr).transpose()?;
     let token = match &args.require_token {
         Some(var) => match std::env::var(var) {
             Ok(token) if !token.trim().is_empty() && token.trim() == token => Some(token),
@@ -211,17 +209,23 @@ pub(crate) async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
                  address can call the server's tools"
             );
         }
-        let proxy::Server::Command(command) = server else {
-            unreachable!("--listen with --upstream is refused above")
+        let backend = match server {
+            proxy::Server::Command(command) => listen::Backend::Command {
+                program: command.as_std().get_program().to_owned(),
+                args: command.as_std().get_args().map(ToOwned::to_owned).collect(),
+            },
+            // Checked above; each session opens its own (see `listen`).
+            proxy::Server::Http(..) => listen::Backend::Http {
+                url: args.upstream.clone().expect("an HTTP server has a URL"),
+                headers: args.header.clone(),
+                forward_authorization: token.is_none(),
+            },
         };
-        let program = command.as_std().get_program().to_owned();
-        let server_args = command.as_std().get_args().map(ToOwned::to_owned).collect();
         let url = args.store;
         let gateway = move |store| listen::Gateway {
             addr,
             token,
-            program,
-            args: server_args,
+            backend,
             scope,
             server_id,
             config: Arc::new(config),

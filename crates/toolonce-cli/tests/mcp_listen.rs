@@ -4,17 +4,20 @@
 //! directory). Node.js and npm must be installed: without them these tests fail (they are never
 //! skipped), naming what is missing.
 
+#[path = "support/mcp_gateway.rs"]
+mod mcp_gateway;
 #[path = "support/mcp_peer.rs"]
 mod mcp_peer;
 #[path = "support/mcp_sdk.rs"]
 mod mcp_sdk;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+
 use std::time::{Duration, Instant};
 
+use mcp_gateway::Gateway;
 use mcp_peer::{PATIENCE, is_error, test_server, text, toolonce, without_outcome};
 use serde_json::{Value, json};
 
@@ -28,96 +31,21 @@ fn sdk_dir() -> &'static Path {
     mcp_sdk::sdk_dir(&[("mcp_sdk_http_client.mjs", CLIENT_SCRIPT)])
 }
 
-/// A `toolonce mcp --listen 127.0.0.1:0` process in front of the test server; stopped with
-/// SIGTERM when dropped.
-struct Gateway {
-    child: Child,
-    port: u16,
-    stderr: Arc<Mutex<String>>,
-}
-
-impl Gateway {
-    /// `store` is the store URL; `extra` adds options; `env` sets variables of the gateway
-    /// (and of its servers, which inherit them).
-    fn start(store: &str, counter: &Path, extra: &[&str], env: &[(&str, &str)]) -> Gateway {
-        let mut child = Command::new(toolonce())
-            .args(["mcp", "--store", store, "--scope", "listen-test"])
-            .args(["--listen", "127.0.0.1:0"])
-            .args(extra)
-            .arg("--")
-            .arg(test_server())
-            .env("MCP_TEST_COUNTER", counter)
-            .env_remove("MCP_TEST_LOG")
-            .env_remove("RUST_LOG")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start toolonce mcp --listen");
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let mut lines = BufReader::new(child.stderr.take().unwrap());
-        let kept = stderr.clone();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            while lines.read_line(&mut line).is_ok_and(|n| n > 0) {
-                if let Some(port) = line
-                    .trim()
-                    .strip_prefix("toolonce mcp: listening on http://127.0.0.1:")
-                    .and_then(|rest| rest.strip_suffix("/mcp"))
-                    .and_then(|port| port.parse::<u16>().ok())
-                {
-                    let _ = tx.send(port);
-                }
-                kept.lock().unwrap().push_str(&line);
-                line.clear();
-            }
-        });
-        let port = rx.recv_timeout(PATIENCE).unwrap_or_else(|_| {
-            let _ = child.kill();
-            panic!(
-                "the gateway never said its port: {}",
-                stderr.lock().unwrap()
-            )
-        });
-        Gateway {
-            child,
-            port,
-            stderr,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/mcp", self.port)
-    }
-
-    /// Stops the gateway with SIGTERM and returns everything it logged.
-    fn stop(&mut self) -> String {
-        let _ = Command::new("kill")
-            .args(["-s", "TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + PATIENCE;
-        let status = loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                break status;
-            }
-            assert!(Instant::now() < deadline, "the gateway ignored SIGTERM");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        // The reader thread ends with the pipe.
-        std::thread::sleep(Duration::from_millis(100));
-        let log = self.stderr.lock().unwrap().clone();
-        assert_eq!(status.code(), Some(0), "{log}");
-        log
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A `toolonce mcp --listen 127.0.0.1:0` process in front of the test server. `store` is the
+/// store URL; `extra` adds options; `env` sets variables of the gateway (and of its servers,
+/// which inherit them).
+fn start_gateway(store: &str, counter: &Path, extra: &[&str], env: &[(&str, &str)]) -> Gateway {
+    let mut command = Command::new(toolonce());
+    command
+        .args(["mcp", "--store", store, "--scope", "listen-test"])
+        .args(["--listen", "127.0.0.1:0"])
+        .args(extra)
+        .arg("--")
+        .arg(test_server())
+        .env("MCP_TEST_COUNTER", counter)
+        .env_remove("MCP_TEST_LOG")
+        .envs(env.iter().copied());
+    Gateway::spawn(command)
 }
 
 /// Starts the SDK's client against `url`; `env` sets CALLS, TOKEN, AMOUNT.
@@ -183,7 +111,7 @@ const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","param
 fn the_sdk_client_over_http_gets_a_write_run_once_and_its_duplicate_replayed() {
     let dir = tempfile::tempdir().unwrap();
     let counter = dir.path().join("counter");
-    let mut gateway = Gateway::start("memory://", &counter, &[], &[]);
+    let mut gateway = start_gateway("memory://", &counter, &[], &[]);
     let got = finish(sdk_client(&gateway.url(), &[]));
     assert!(got.get("error").is_none(), "{got}");
     assert_eq!(got["server"]["name"], "mcp_test_server", "{got}");
@@ -215,7 +143,7 @@ fn the_sdk_client_over_http_gets_a_write_run_once_and_its_duplicate_replayed() {
 fn a_missing_or_wrong_bearer_token_gets_401_and_runs_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let counter = dir.path().join("counter");
-    let mut gateway = Gateway::start(
+    let mut gateway = start_gateway(
         "memory://",
         &counter,
         &["--require-token", "LISTEN_TEST_TOKEN"],
@@ -272,8 +200,8 @@ fn two_gateways_on_one_sqlite_file_run_a_write_sent_to_both_at_once_once() {
     let dir = tempfile::tempdir().unwrap();
     let counter = dir.path().join("counter");
     let store = format!("sqlite://{}", dir.path().join("toolonce.db").display());
-    let mut a = Gateway::start(&store, &counter, &[], &[]);
-    let mut b = Gateway::start(&store, &counter, &[], &[]);
+    let mut a = start_gateway(&store, &counter, &[], &[]);
+    let mut b = start_gateway(&store, &counter, &[], &[]);
     for round in ["11", "12", "13"] {
         let env = [("CALLS", "once"), ("AMOUNT", round)];
         let (first, second) = (sdk_client(&a.url(), &env), sdk_client(&b.url(), &env));
@@ -303,7 +231,7 @@ fn two_gateways_on_one_sqlite_file_run_a_write_sent_to_both_at_once_once() {
 fn a_request_without_a_session_gets_400_and_an_unknown_session_404() {
     let dir = tempfile::tempdir().unwrap();
     let counter = dir.path().join("counter");
-    let mut gateway = Gateway::start("memory://", &counter, &[], &[]);
+    let mut gateway = start_gateway("memory://", &counter, &[], &[]);
     let call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge","arguments":{}}}"#;
     let answer = raw_post(gateway.port, "", call);
     assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
@@ -332,7 +260,7 @@ fn a_client_closing_its_connection_cancels_the_request_on_the_server() {
     let dir = tempfile::tempdir().unwrap();
     let counter = dir.path().join("counter");
     let log = dir.path().join("server-log");
-    let mut gateway = Gateway::start(
+    let mut gateway = start_gateway(
         "memory://",
         &counter,
         &[],
@@ -380,16 +308,4 @@ fn a_client_closing_its_connection_cancels_the_request_on_the_server() {
     }
     assert_eq!(count(&counter, "slow"), 1);
     gateway.stop();
-}
-
-#[test]
-fn listen_in_front_of_an_upstream_is_refused_at_start_with_exit_code_2() {
-    let output = Command::new(toolonce())
-        .args(["mcp", "--store", "memory://", "--listen", "127.0.0.1:0"])
-        .args(["--upstream", "http://127.0.0.1:9/mcp"])
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("not supported yet"), "{stderr}");
 }

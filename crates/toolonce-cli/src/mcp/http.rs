@@ -127,6 +127,9 @@ pub(crate) struct Upstream {
     /// The exchanges in progress of one request each, by request id, so that one whose request
     /// the proxy gave up is ended (a server may never answer a cancelled request).
     exchanges: Mutex<HashMap<IdKey, AbortHandle>>,
+    /// The `Authorization` of the gateway's client (`--listen`), sent unless `--header` sets
+    /// one.
+    client_authorization: Mutex<Option<HeaderValue>>,
 }
 
 impl Upstream {
@@ -178,6 +181,7 @@ impl Upstream {
             closed: watch::Sender::new(false),
             stream_opened: AtomicBool::new(false),
             exchanges: Mutex::new(HashMap::new()),
+            client_authorization: Mutex::new(None),
         };
         Ok((Arc::new(upstream), rx))
     }
@@ -276,6 +280,15 @@ impl Upstream {
             }
         }
         true
+    }
+
+    /// The `Authorization` the gateway's client sent with its latest request (`None`: it sent
+    /// none), for the requests sent from now on. Never logged.
+    pub(crate) fn set_client_authorization(&self, value: Option<HeaderValue>) {
+        *lock(&self.client_authorization) = value.map(|mut value| {
+            value.set_sensitive(true);
+            value
+        });
     }
 
     /// The proxy gave up the request `id`: its exchange, if still in progress, ends (closing
@@ -468,7 +481,10 @@ impl Upstream {
         if let Some(name) = mcp_name {
             headers.insert("mcp-name", name);
         }
-        // The user's headers replace the proxy's of the same name.
+        if let Some(authorization) = lock(&self.client_authorization).clone() {
+            headers.insert(header::AUTHORIZATION, authorization);
+        }
+        // The user's headers replace the proxy's (and the client's) of the same name.
         for name in self.headers.keys() {
             headers.remove(name);
         }
@@ -750,7 +766,14 @@ impl Exchange {
         let status = response.status();
         if !status.is_success() {
             let ended = status == StatusCode::NOT_FOUND && in_session;
-            return self.refused(status, ended, response.into_body()).await;
+            let challenge = response
+                .headers()
+                .get(header::WWW_AUTHENTICATE)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            return self
+                .refused(status, ended, challenge, response.into_body())
+                .await;
         }
         if is_event_stream(&response) {
             let mut events = Events::new(response.into_body());
@@ -841,7 +864,13 @@ impl Exchange {
     /// A status that is not success: a 4xx (or a redirect, which the proxy does not follow)
     /// refused the message before anything ran, so its requests are answered with an error
     /// saying so; after a 5xx nobody knows.
-    async fn refused(self, status: StatusCode, session_ended: bool, body: Body) {
+    async fn refused(
+        self,
+        status: StatusCode,
+        session_ended: bool,
+        challenge: Option<String>,
+        body: Body,
+    ) {
         let body = http_body_util::Limited::new(body, 64 * 1024)
             .collect()
             .await
@@ -870,11 +899,19 @@ impl Exchange {
                 "toolonce: the MCP server at {shown} refused this request with HTTP {status} \
                  ({said}); it was not processed.{session}"
             );
-            let _ = self.incoming.send(Incoming::Message(jsonrpc::error_line(
-                Some(id),
-                REFUSED,
-                &text,
-            )));
+            // The status (and an authentication challenge) go along, so that a gateway can
+            // answer its own client with them (see `listen`).
+            let mut data = serde_json::json!({"toolonce/httpStatus": status.as_u16()});
+            if let Some(challenge) = &challenge {
+                data["toolonce/wwwAuthenticate"] = Value::from(challenge.as_str());
+            }
+            let _ = self
+                .incoming
+                .send(Incoming::Message(jsonrpc::line(&serde_json::json!({
+                    "jsonrpc": "2.0",
+                    "id": id,
+                    "error": {"code": REFUSED, "message": text, "data": data},
+                }))));
         }
     }
 

@@ -1,31 +1,44 @@
-//! `toolonce mcp --listen ADDR -- <server command>`: the proxy as a Streamable HTTP gateway.
+//! `toolonce mcp --listen ADDR (-- <server command> | --upstream URL)`: the proxy as a
+//! Streamable HTTP gateway.
 //!
 //! Clients POST JSON-RPC messages to `/mcp`. An `initialize` request opens a session: the
-//! gateway starts the server command for it and runs a [`proxy`](super::proxy) between the
-//! session and the server, so every rule of the stdio proxy holds (write calls claimed through
-//! the layer, replays, fail-closed answers). Sessions share the store and the scope, so calls
-//! are deduplicated across sessions, and across gateway processes sharing a durable store.
+//! gateway starts the server command for it, or opens a session of its own on the HTTP server
+//! (each client session maps to one server session, ended with it), and runs a
+//! [`proxy`](super::proxy) between the two, so every rule of the stdio proxy holds (write
+//! calls claimed through the layer, replays, fail-closed answers, transparency). Sessions share
+//! the store, the scope and the server id, so calls are deduplicated across sessions, and
+//! across gateway processes sharing a durable store. Requests of protocol 2026-07-28, which
+//! has no sessions, go to a pool of sessionless proxies.
 //!
-//! What is served: a POSTed request is answered with its JSON-RPC response as
-//! `application/json`; a POSTed notification or response gets `202 Accepted`; the
-//! `Mcp-Session-Id` given with the `initialize` answer is required afterwards (404 once the
-//! session is gone); `DELETE` ends a session. Not served: event streams (a `GET` gets 405, and
-//! messages the server sends outside an answer, such as progress notifications or its own
-//! requests, are dropped), batches (400), sessionless requests (protocol 2026-07-28).
+//! What is served: a POSTed request is answered as an event stream when the client accepts
+//! `text/event-stream`: what the server sends while the request is in progress goes on the
+//! newest such stream (progress on the stream of the request that asked for it), then the
+//! answer ends it. A client that accepts only JSON gets the answer as `application/json`. A
+//! `GET` opens the session's stream for messages outside any request (kept until one is open).
+//! A POSTed notification or response gets `202 Accepted`; the `Mcp-Session-Id` given with the
+//! `initialize` answer is required afterwards (404 once the session is gone); `DELETE` ends a
+//! session. Not served: batches (400), resumption with `Last-Event-ID` (events carry no ids).
 //!
-//! A client closing its connection before the answer came cancels the request, as a
-//! `notifications/cancelled` would.
+//! Over HTTP, a client closing the stream or the connection before the answer came is the
+//! cancellation: the proxy gets a `notifications/cancelled`, as from a stdio client.
+//!
+//! Credentials: the client's `Authorization` goes on to an HTTP server (the latest one the
+//! session sent), unless the gateway checks a token of its own (`--require-token`): that token
+//! stays here, and `--header` gives the server's. `initialize` is answered as JSON, so that the
+//! server refusing the client's credentials (401, 403) becomes the gateway's HTTP answer.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::ffi::OsString;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming as Body;
+use http_body_util::{BodyExt, Either, Full, Limited};
+use hyper::body::{Frame, Incoming as Body};
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -33,6 +46,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
+use super::http::Upstream;
 use super::jsonrpc::{self, IdKey, Peek};
 use super::proxy;
 use super::stdio::ClientOut;
@@ -43,40 +57,198 @@ const MAX_BODY: usize = 16 * 1024 * 1024;
 /// The session header of Streamable HTTP.
 const SESSION: &str = "mcp-session-id";
 
+/// The protocol version header, and the `_meta` member that says it per request (2026-07-28).
+const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+
+/// How many messages outside any answer wait for a client that has no `GET` stream open; older
+/// ones are dropped first.
+const QUEUE_LIMIT: usize = 1024;
+
+/// The JSON-RPC code of an answer the server never gave.
+const INTERNAL_ERROR: i64 = -32603;
+
 /// What the gateway needs to start a proxy for each session.
 pub(crate) struct Gateway {
     pub(crate) addr: SocketAddr,
     /// The bearer token clients must present, if one is required.
     pub(crate) token: Option<String>,
-    pub(crate) program: OsString,
-    pub(crate) args: Vec<OsString>,
+    pub(crate) backend: Backend,
     pub(crate) scope: String,
     pub(crate) server_id: String,
     pub(crate) config: Arc<super::config::Config>,
     pub(crate) store: Arc<super::store::LazyStore>,
 }
 
-/// One client session: the input of its proxy and the requests waiting for answers.
+/// The server behind the gateway.
+pub(crate) enum Backend {
+    /// A command started for each session.
+    Command {
+        program: OsString,
+        args: Vec<OsString>,
+    },
+    /// A Streamable HTTP server: each client session of the gateway has its own session there.
+    Http {
+        url: String,
+        headers: Vec<String>,
+        /// Whether the client's `Authorization` goes on to the server (not when the gateway
+        /// checks a token of its own: that one is the gateway's, and stays there).
+        forward_authorization: bool,
+    },
+}
+
+/// One client session: the input of its proxy and where the server's messages go.
 struct Session {
     to_proxy: mpsc::UnboundedSender<Vec<u8>>,
-    waiting: Arc<Mutex<HashMap<IdKey, oneshot::Sender<Vec<u8>>>>>,
+    routes: Arc<Mutex<Routes>>,
+    /// The HTTP server, when the client's `Authorization` is passed on to it.
+    forward_to: Option<Arc<Upstream>>,
+    /// For a sessionless proxy whose server gets the client's `Authorization`: the one it was
+    /// started for. Only requests with that same header share it, so one client's credentials
+    /// never carry another's request.
+    bound: Option<HeaderValue>,
 }
 
 impl Session {
-    fn waiting(&self) -> MutexGuard<'_, HashMap<IdKey, oneshot::Sender<Vec<u8>>>> {
-        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    fn routes(&self) -> MutexGuard<'_, Routes> {
+        lock(&self.routes)
     }
+}
+
+/// Where the messages of one session's server go.
+#[derive(Default)]
+struct Routes {
+    /// Requests waiting for their answers, by request id.
+    waiting: HashMap<IdKey, Waiter>,
+    /// The progress tokens of requests answered on an event stream, and the requests.
+    progress: HashMap<IdKey, IdKey>,
+    /// The client's `GET` stream, for messages outside any request.
+    stream: Option<mpsc::UnboundedSender<Bytes>>,
+    /// Messages outside any answer, kept until the client opens a `GET` stream.
+    queued: VecDeque<Bytes>,
+    /// Numbers the event streams, so that the newest one is known and a stream that ends
+    /// removes only its own waiter.
+    next: u64,
+    /// The session's proxy has ended: nothing more will come.
+    ended: bool,
+}
+
+/// How a request waits for its answer.
+enum Waiter {
+    /// As one JSON body.
+    Json(oneshot::Sender<Vec<u8>>),
+    /// On an event stream, which also carries what the server sends while handling it.
+    Events {
+        tx: mpsc::UnboundedSender<Bytes>,
+        seq: u64,
+        progress: Option<IdKey>,
+        /// The request's id, to answer it if the server never does.
+        id: Value,
+    },
+}
+
+impl Routes {
+    /// Routes one message from the session's proxy.
+    fn deliver(&mut self, line: Vec<u8>) {
+        let peek = Peek::of(&line);
+        if let Some(peek) = &peek
+            && peek.is_response()
+            && let Some(id) = &peek.id
+            && let Some(waiter) = self.waiting.remove(&IdKey::of(id))
+        {
+            match waiter {
+                Waiter::Json(tx) => {
+                    let _ = tx.send(line);
+                }
+                // The stream ends with its answer: the sender is dropped here.
+                Waiter::Events { tx, progress, .. } => {
+                    let _ = tx.send(event(&line));
+                    if let Some(token) = progress {
+                        self.progress.remove(&token);
+                    }
+                }
+            }
+            return;
+        }
+        if peek.as_ref().is_some_and(Peek::is_response) {
+            // Its request is gone (the client closed its stream): no other request's stream
+            // may carry an answer its client never asked for.
+            tracing::debug!(target: "toolonce::mcp", "dropped an answer nobody waits for");
+            return;
+        }
+        let frame = event(&line);
+        // Progress goes to the stream of the request that asked for it.
+        if peek.as_ref().and_then(|p| p.method.as_deref()) == Some("notifications/progress")
+            && let Some(token) = serde_json::from_slice::<Value>(&line)
+                .ok()
+                .and_then(|m| m.pointer("/params/progressToken").map(IdKey::of))
+            && let Some(request) = self.progress.get(&token)
+            && let Some(Waiter::Events { tx, .. }) = self.waiting.get(request)
+            && tx.send(frame.clone()).is_ok()
+        {
+            return;
+        }
+        // Anything else (the server's own requests, log messages) goes on the newest request's
+        // stream: while a request is in progress, what the
+        // server sends most likely belongs to it (an elicitation, a sampling request), and the
+        // client reads every stream alike. Otherwise on the GET stream, or it waits for one.
+        let newest = self
+            .waiting
+            .values()
+            .filter_map(|w| match w {
+                Waiter::Events { tx, seq, .. } => Some((*seq, tx)),
+                Waiter::Json(_) => None,
+            })
+            .max_by_key(|(seq, _)| *seq);
+        if let Some((_, tx)) = newest
+            && tx.send(frame.clone()).is_ok()
+        {
+            return;
+        }
+        if let Some(stream) = &self.stream {
+            if stream.send(frame.clone()).is_ok() {
+                return;
+            }
+            self.stream = None;
+        }
+        if self.queued.len() == QUEUE_LIMIT {
+            self.queued.pop_front();
+            tracing::debug!(
+                target: "toolonce::mcp",
+                "dropped a message outside an answer: the client opened no GET stream"
+            );
+        }
+        self.queued.push_back(frame);
+    }
+}
+
+/// One message as a server-sent event.
+fn event(line: &[u8]) -> Bytes {
+    let message = line.trim_ascii_end();
+    let mut frame = Vec::with_capacity(message.len() + 24);
+    frame.extend_from_slice(b"event: message\ndata: ");
+    // A message is one line (the proxy's framing), so it is one `data` field.
+    frame.extend_from_slice(message);
+    frame.extend_from_slice(b"\n\n");
+    Bytes::from(frame)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 struct State {
     gateway: Gateway,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// Proxies for requests without a session (protocol 2026-07-28 has none). A request goes to
+    /// the first whose requests in progress do not use its id; another is started when all do.
+    sessionless: Mutex<Vec<Arc<Session>>>,
     proxies: Mutex<JoinSet<()>>,
 }
 
 impl State {
     fn sessions(&self) -> MutexGuard<'_, HashMap<String, Arc<Session>>> {
-        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.sessions)
     }
 }
 
@@ -93,6 +265,7 @@ pub(crate) async fn serve(gateway: Gateway) -> anyhow::Result<std::process::Exit
     let state = Arc::new(State {
         gateway,
         sessions: Mutex::new(HashMap::new()),
+        sessionless: Mutex::new(Vec::new()),
         proxies: Mutex::new(JoinSet::new()),
     });
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -128,6 +301,7 @@ pub(crate) async fn serve(gateway: Gateway) -> anyhow::Result<std::process::Exit
     drop(listener);
     // Dropping a session's input is the client hanging up: its proxy closes the server's input.
     state.sessions().clear();
+    lock(&state.sessionless).clear();
     let mut proxies = std::mem::take(&mut *state.proxies.lock().unwrap_or_else(|p| p.into_inner()));
     let ended = async { while proxies.join_next().await.is_some() {} };
     // Each proxy waits up to three shutdown timeouts for its server (input closed, SIGTERM,
@@ -141,11 +315,23 @@ pub(crate) async fn serve(gateway: Gateway) -> anyhow::Result<std::process::Exit
     Ok(std::os::unix::process::ExitStatusExt::from_raw(0))
 }
 
-type Answer = Response<Full<Bytes>>;
+type Answer = Response<Either<Full<Bytes>, EventBody>>;
 
 fn answer(status: StatusCode, body: Vec<u8>) -> Answer {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
+    let mut response = Response::new(Either::Left(Full::new(Bytes::from(body))));
     *response.status_mut() = status;
+    response
+}
+
+/// A `200` whose body is an event stream.
+fn events(body: EventBody) -> Answer {
+    let mut response = Response::new(Either::Right(body));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     response
 }
 
@@ -194,6 +380,7 @@ async fn handle(state: &Arc<State>, request: Request<Body>) -> Answer {
         .map(|v| v.to_str().unwrap_or("").to_owned());
     match *request.method() {
         Method::POST => post(state, session, request).await,
+        Method::GET => get(state, session, &request),
         Method::DELETE => match session {
             Some(id) if state.sessions().remove(&id).is_some() => {
                 answer(StatusCode::OK, Vec::new())
@@ -204,13 +391,66 @@ async fn handle(state: &Arc<State>, request: Request<Body>) -> Answer {
         _ => {
             let mut response = refuse(
                 StatusCode::METHOD_NOT_ALLOWED,
-                "only POST and DELETE are served (no event stream)",
+                "only POST, GET and DELETE are served",
             );
             response
                 .headers_mut()
-                .insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
+                .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
             response
         }
+    }
+}
+
+/// Whether the client takes an event stream (`Accept` names `text/event-stream`).
+fn accepts_events(request: &Request<Body>) -> bool {
+    request
+        .headers()
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|v| v.split(';').next().unwrap_or("").trim())
+        .any(|v| v.eq_ignore_ascii_case("text/event-stream"))
+}
+
+/// `GET /mcp`: the session's stream for messages outside any request. A newer one replaces
+/// an older one (a client reconnecting may not have closed the old one yet).
+fn get(state: &Arc<State>, session: Option<String>, request: &Request<Body>) -> Answer {
+    if !accepts_events(request) {
+        return refuse(
+            StatusCode::NOT_ACCEPTABLE,
+            "the GET stream is an event stream: accept text/event-stream",
+        );
+    }
+    let Some(id) = session else {
+        return refuse(StatusCode::BAD_REQUEST, "no Mcp-Session-Id");
+    };
+    let Some(session) = state.sessions().get(&id).cloned() else {
+        return refuse(StatusCode::NOT_FOUND, "no such session: initialize again");
+    };
+    pass_authorization(&session, request);
+    let (tx, rx) = mpsc::unbounded_channel();
+    {
+        let mut routes = session.routes();
+        if routes.ended {
+            return refuse(
+                StatusCode::NOT_FOUND,
+                "the session has ended: initialize again",
+            );
+        }
+        for frame in routes.queued.drain(..) {
+            let _ = tx.send(frame);
+        }
+        routes.stream = Some(tx);
+    }
+    events(EventBody { rx, _cancel: None })
+}
+
+/// Gives the HTTP server the client's `Authorization` for the session's next requests, when it
+/// is passed on (see [`Backend::Http`]).
+fn pass_authorization(session: &Session, request: &Request<Body>) {
+    if let Some(upstream) = &session.forward_to {
+        upstream.set_client_authorization(request.headers().get(header::AUTHORIZATION).cloned());
     }
 }
 
@@ -258,6 +498,13 @@ fn origin_allowed(request: &Request<Body>) -> bool {
 }
 
 async fn post(state: &Arc<State>, session: Option<String>, request: Request<Body>) -> Answer {
+    let streams = accepts_events(&request);
+    let version = request
+        .headers()
+        .get(PROTOCOL_VERSION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let authorization = request.headers().get(header::AUTHORIZATION).cloned();
     let body = match Limited::new(request.into_body(), MAX_BODY).collect().await {
         Ok(body) => body.to_bytes(),
         Err(_) => {
@@ -300,6 +547,22 @@ async fn post(state: &Arc<State>, session: Option<String>, request: Request<Body
                 }
             }
         }
+        None if sessionless(version.as_deref(), &line) => {
+            match sessionless_proxy(state, peek.id.as_ref().map(IdKey::of), &authorization) {
+                Ok(Some(session)) => (None, session),
+                Ok(None) => return answer(StatusCode::ACCEPTED, Vec::new()),
+                Err(e) if e.is::<Busy>() => {
+                    return refuse(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "too many requests without a session in progress: try again later",
+                    );
+                }
+                Err(e) => {
+                    tracing::error!(target: "toolonce::mcp", error = %e, "cannot start a proxy");
+                    return refuse(StatusCode::INTERNAL_SERVER_ERROR, "cannot start the server");
+                }
+            }
+        }
         None => {
             return refuse(
                 StatusCode::BAD_REQUEST,
@@ -307,48 +570,131 @@ async fn post(state: &Arc<State>, session: Option<String>, request: Request<Body
             );
         }
     };
+    if let Some(upstream) = &session.forward_to {
+        upstream.set_client_authorization(authorization);
+    }
     let (Some(method), Some(id)) = (&peek.method, &peek.id) else {
         // A notification or a response: nothing comes back.
         let _ = session.to_proxy.send(line);
         return answer(StatusCode::ACCEPTED, Vec::new());
     };
     let key = IdKey::of(id);
-    let (tx, rx) = oneshot::channel();
-    {
-        let mut waiting = session.waiting();
-        if waiting.contains_key(&key) {
+    // Cancelling `initialize` is not allowed (the specification forbids it).
+    let cancel = method != "initialize";
+    // `initialize` is answered as JSON: an HTTP server behind the gateway refusing the client's
+    // credentials is then answered with its status (see `refused_for_credentials`).
+    let streams = streams && method != "initialize";
+    let mut response = if streams {
+        let progress = progress_token(&line);
+        let (tx, rx) = mpsc::unbounded_channel();
+        {
+            let mut routes = session.routes();
+            if routes.waiting.contains_key(&key) {
+                return refuse(
+                    StatusCode::BAD_REQUEST,
+                    "the request id is used by a request still in progress",
+                );
+            }
+            routes.next += 1;
+            let seq = routes.next;
+            if let Some(token) = &progress {
+                routes.progress.insert(token.clone(), key.clone());
+            }
+            routes.waiting.insert(
+                key.clone(),
+                Waiter::Events {
+                    tx,
+                    seq,
+                    progress,
+                    id: id.clone(),
+                },
+            );
+            drop(routes);
+            if session.to_proxy.send(line).is_err() {
+                let mut routes = session.routes();
+                if let Some(Waiter::Events {
+                    progress: Some(token),
+                    ..
+                }) = routes.waiting.remove(&key)
+                {
+                    routes.progress.remove(&token);
+                }
+                drop(routes);
+                return refuse(
+                    StatusCode::NOT_FOUND,
+                    "the session has ended: initialize again",
+                );
+            }
+            let cancel = Cancel {
+                session: session.clone(),
+                key,
+                id: id.clone(),
+                seq,
+                cancel,
+            };
+            events(EventBody {
+                rx,
+                _cancel: Some(cancel),
+            })
+        }
+    } else {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut routes = session.routes();
+            if routes.waiting.contains_key(&key) {
+                return refuse(
+                    StatusCode::BAD_REQUEST,
+                    "the request id is used by a request still in progress",
+                );
+            }
+            routes.waiting.insert(key.clone(), Waiter::Json(tx));
+        }
+        let mut pending = Pending {
+            session: &session,
+            key,
+            id: id.clone(),
+            cancel,
+        };
+        if session.to_proxy.send(line).is_err() {
+            pending.cancel = false;
             return refuse(
-                StatusCode::BAD_REQUEST,
-                "the request id is used by a request still in progress",
+                StatusCode::NOT_FOUND,
+                "the session has ended: initialize again",
             );
         }
-        waiting.insert(key.clone(), tx);
-    }
-    let mut pending = Pending {
-        session: &session,
-        key,
-        id: id.clone(),
-        cancel: method != "initialize",
-    };
-    if session.to_proxy.send(line).is_err() {
-        return refuse(
-            StatusCode::NOT_FOUND,
-            "the session has ended: initialize again",
-        );
-    }
-    let Ok(reply) = rx.await else {
+        let Ok(reply) = rx.await else {
+            pending.cancel = false;
+            return refuse(
+                StatusCode::BAD_GATEWAY,
+                "the server exited before answering the request",
+            );
+        };
         pending.cancel = false;
-        return refuse(
-            StatusCode::BAD_GATEWAY,
-            "the server exited before answering the request",
+        if session_id.is_some()
+            && let Some((status, challenge)) = refused_for_credentials(&reply)
+        {
+            // No session was opened on the server: none is left open here either.
+            if let Some(id) = &session_id {
+                state.sessions().remove(id);
+            }
+            let mut response = answer(status, reply);
+            let headers = response.headers_mut();
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            if let Some(challenge) = challenge {
+                headers.insert(header::WWW_AUTHENTICATE, challenge);
+            }
+            return response;
+        }
+        let mut response = answer(StatusCode::OK, reply);
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
         );
+        response
     };
-    pending.cancel = false;
-    let mut response = answer(StatusCode::OK, reply);
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
     if let Some(id) = session_id
         && let Ok(value) = HeaderValue::from_str(&id)
     {
@@ -357,8 +703,133 @@ async fn post(state: &Arc<State>, session: Option<String>, request: Request<Body
     response
 }
 
-/// A request waiting for its answer. Dropped before the answer came (the client closed the
-/// connection), it cancels the request.
+/// Whether a message without a session is of protocol 2026-07-28 or later, which has no
+/// sessions: its `MCP-Protocol-Version` header, or its own `_meta` protocol version, says so.
+/// (Versions are dates, so they compare as text.) Earlier protocols need `initialize` first.
+fn sessionless(header: Option<&str>, line: &[u8]) -> bool {
+    const FIRST: &str = "2026-07-28";
+    if let Some(version) = header {
+        return version >= FIRST;
+    }
+    if !line
+        .windows(META_VERSION.len())
+        .any(|w| w == META_VERSION.as_bytes())
+    {
+        return false;
+    }
+    serde_json::from_slice::<Value>(line)
+        .ok()
+        .and_then(|m| {
+            m.pointer("/params/_meta/io.modelcontextprotocol~1protocolVersion")
+                .and_then(Value::as_str)
+                .map(|v| v >= FIRST)
+        })
+        .unwrap_or(false)
+}
+
+/// How many sessionless proxies may run at once; beyond, an idle one is ended for a new one.
+const SESSIONLESS_LIMIT: usize = 64;
+
+/// Every sessionless proxy is busy and there may be no more.
+#[derive(Debug)]
+struct Busy;
+
+impl std::fmt::Display for Busy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("every proxy for requests without a session is busy")
+    }
+}
+
+impl std::error::Error for Busy {}
+
+/// The proxy for a message without a session: for a request, the first proxy (for the same
+/// `Authorization`, when that goes on to the server) whose requests in progress do not use
+/// `id`, or a new one; a notification goes to the first one (`None` when there is none:
+/// nothing is in progress that it could be about).
+fn sessionless_proxy(
+    state: &Arc<State>,
+    id: Option<IdKey>,
+    authorization: &Option<HeaderValue>,
+) -> anyhow::Result<Option<Arc<Session>>> {
+    let forwards = matches!(
+        state.gateway.backend,
+        Backend::Http {
+            forward_authorization: true,
+            ..
+        }
+    );
+    let bound = if forwards {
+        authorization.clone()
+    } else {
+        None
+    };
+    let mut proxies = lock(&state.sessionless);
+    proxies.retain(|p| !p.routes().ended);
+    let found = proxies
+        .iter()
+        .filter(|p| p.bound == bound)
+        .find(|p| {
+            id.as_ref()
+                .is_none_or(|id| !p.routes().waiting.contains_key(id))
+        })
+        .cloned();
+    match (found, id) {
+        (Some(session), _) => Ok(Some(session)),
+        (None, None) => Ok(None),
+        (None, Some(_)) => {
+            if proxies.len() >= SESSIONLESS_LIMIT {
+                // Dropping an idle proxy's input is a client hanging up: it ends.
+                let idle = proxies
+                    .iter()
+                    .position(|p| p.routes().waiting.is_empty())
+                    .ok_or(Busy)?;
+                proxies.remove(idle);
+            }
+            let session = start_session(state, None, bound)?;
+            proxies.push(session.clone());
+            Ok(Some(session))
+        }
+    }
+}
+
+/// Whether an answer is the HTTP server refusing the client's credentials (401 or 403, said by
+/// the proxy's HTTP client in `data`): the status for the client, and the server's challenge,
+/// so that a client that can authenticate (OAuth) learns it must, as it would without the
+/// gateway.
+fn refused_for_credentials(reply: &[u8]) -> Option<(StatusCode, Option<HeaderValue>)> {
+    if !reply.windows(19).any(|w| w == b"toolonce/httpStatus") {
+        return None;
+    }
+    let reply: Value = serde_json::from_slice(reply).ok()?;
+    let data = reply.pointer("/error/data")?;
+    let status = match data.get("toolonce/httpStatus")?.as_u64()? {
+        401 => StatusCode::UNAUTHORIZED,
+        403 => StatusCode::FORBIDDEN,
+        _ => return None,
+    };
+    let challenge = data
+        .get("toolonce/wwwAuthenticate")
+        .and_then(Value::as_str)
+        .and_then(|v| HeaderValue::from_str(v).ok())
+        .or_else(|| {
+            (status == StatusCode::UNAUTHORIZED).then(|| HeaderValue::from_static("Bearer"))
+        });
+    Some((status, challenge))
+}
+
+/// The `_meta.progressToken` of a request, if it asks for progress.
+fn progress_token(line: &[u8]) -> Option<IdKey> {
+    if !line.windows(13).any(|w| w == b"progressToken") {
+        return None;
+    }
+    serde_json::from_slice::<Value>(line)
+        .ok()?
+        .pointer("/params/_meta/progressToken")
+        .map(IdKey::of)
+}
+
+/// A request waiting for its JSON answer. Dropped before the answer came (the client closed
+/// the connection), it cancels the request.
 struct Pending<'a> {
     session: &'a Session,
     key: IdKey,
@@ -368,7 +839,7 @@ struct Pending<'a> {
 
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
-        self.session.waiting().remove(&self.key);
+        self.session.routes().waiting.remove(&self.key);
         if self.cancel {
             let _ = self.session.to_proxy.send(jsonrpc::cancelled_line(
                 &self.id,
@@ -378,17 +849,101 @@ impl Drop for Pending<'_> {
     }
 }
 
-/// Starts the server command and a proxy for a new session.
+/// An event stream: the messages of one request and its answer, or the `GET` stream.
+pub(crate) struct EventBody {
+    rx: mpsc::UnboundedReceiver<Bytes>,
+    /// Held for its `Drop`: the stream closing early cancels the request.
+    _cancel: Option<Cancel>,
+}
+
+impl hyper::body::Body for EventBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.rx
+            .poll_recv(cx)
+            .map(|frame| frame.map(|frame| Ok(Frame::data(frame))))
+    }
+}
+
+/// A request answered on an event stream. Dropped while the request still waits for its answer
+/// (the client closed the stream: over HTTP, that is the cancellation), it cancels it.
+struct Cancel {
+    session: Arc<Session>,
+    key: IdKey,
+    id: Value,
+    seq: u64,
+    cancel: bool,
+}
+
+impl Drop for Cancel {
+    fn drop(&mut self) {
+        let waited = {
+            let mut routes = self.session.routes();
+            let ours = matches!(
+                routes.waiting.get(&self.key),
+                Some(Waiter::Events { seq, .. }) if *seq == self.seq
+            );
+            if ours
+                && let Some(Waiter::Events {
+                    progress: Some(token),
+                    ..
+                }) = routes.waiting.remove(&self.key)
+            {
+                routes.progress.remove(&token);
+            }
+            ours
+        };
+        if waited && self.cancel {
+            let _ = self.session.to_proxy.send(jsonrpc::cancelled_line(
+                &self.id,
+                "the client closed the HTTP stream",
+            ));
+        }
+    }
+}
+
+/// Opens a session: a new id, and its proxy.
 fn open_session(state: &Arc<State>) -> anyhow::Result<(String, Arc<Session>)> {
     let mut random = [0u8; 16];
     getrandom::fill(&mut random).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
     let id: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    let session = start_session(state, Some(id.clone()), None)?;
+    state.sessions().insert(id.clone(), session.clone());
+    Ok((id, session))
+}
+
+/// Starts a proxy, and the server command or a session with the HTTP server, for the session
+/// `id` (`None`: for requests without a session, with the `Authorization` it is `bound` to).
+fn start_session(
+    state: &Arc<State>,
+    id: Option<String>,
+    bound: Option<HeaderValue>,
+) -> anyhow::Result<Arc<Session>> {
     let gateway = &state.gateway;
-    let mut command = tokio::process::Command::new(&gateway.program);
-    command.args(&gateway.args);
+    let (server, forward_to) = match &gateway.backend {
+        Backend::Command { program, args } => {
+            let mut command = tokio::process::Command::new(program);
+            command.args(args);
+            (proxy::Server::Command(command), None)
+        }
+        Backend::Http {
+            url,
+            headers,
+            forward_authorization,
+        } => {
+            let (upstream, incoming) = Upstream::new(url, headers)?;
+            let forward_to = forward_authorization.then(|| upstream.clone());
+            (proxy::Server::Http(upstream, incoming), forward_to)
+        }
+    };
     let (to_proxy, client_in) = mpsc::unbounded_channel();
     let (client_out, mut out_rx) = ClientOut::channel();
-    let waiting: Arc<Mutex<HashMap<IdKey, oneshot::Sender<Vec<u8>>>>> = Arc::default();
+    let routes: Arc<Mutex<Routes>> = Arc::default();
     let settings = proxy::Settings {
         scope: gateway.scope.clone(),
         server_id: gateway.server_id.clone(),
@@ -396,67 +951,65 @@ fn open_session(state: &Arc<State>) -> anyhow::Result<(String, Arc<Session>)> {
         store: gateway.store.clone(),
     };
     let shutdown_timeout = gateway.config.proxy.shutdown_timeout;
-    let answers = waiting.clone();
-    let unanswered = waiting.clone();
+    let delivered = routes.clone();
     let state_for_end = Arc::downgrade(state);
-    let session_id = id.clone();
-    state
-        .proxies
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .spawn(async move {
-            // Answers go to the requests waiting for them; anything else the server sends
-            // would need an event stream, which the gateway does not serve.
-            let deliver = tokio::spawn(async move {
-                while let Some(line) = out_rx.recv().await {
-                    if line.is_empty() {
-                        break;
-                    }
-                    let waiter = Peek::of(&line)
-                        .filter(Peek::is_response)
-                        .and_then(|peek| peek.id)
-                        .and_then(|id| {
-                            answers
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .remove(&IdKey::of(&id))
-                        });
-                    match waiter {
-                        Some(tx) => {
-                            let _ = tx.send(line);
-                        }
-                        None => tracing::debug!(
-                            target: "toolonce::mcp",
-                            "dropped a message outside an answer (no event stream)"
-                        ),
-                    }
+    let session_id = id;
+    lock(&state.proxies).spawn(async move {
+        let routing = delivered.clone();
+        let deliver = tokio::spawn(async move {
+            while let Some(line) = out_rx.recv().await {
+                if line.is_empty() {
+                    break;
                 }
-            });
-            let status = proxy::run(
-                settings,
-                proxy::Server::Command(command),
-                client_in,
-                client_out.clone(),
-                shutdown_timeout,
-            )
-            .await;
-            client_out.close();
-            let _ = deliver.await;
-            // Requests the server never answered learn it from their senders being dropped.
-            unanswered.lock().unwrap_or_else(|p| p.into_inner()).clear();
-            match status {
-                Ok(status) => {
-                    tracing::info!(target: "toolonce::mcp", %status, "a session's server exited");
-                }
-                Err(e) => {
-                    tracing::warn!(target: "toolonce::mcp", error = %e, "a session's proxy failed");
-                }
-            }
-            if let Some(state) = state_for_end.upgrade() {
-                state.sessions().remove(&session_id);
+                lock(&routing).deliver(line);
             }
         });
-    let session = Arc::new(Session { to_proxy, waiting });
-    state.sessions().insert(id.clone(), session.clone());
-    Ok((id, session))
+        let status = proxy::run(
+            settings,
+            server,
+            client_in,
+            client_out.clone(),
+            shutdown_timeout,
+        )
+        .await;
+        client_out.close();
+        let _ = deliver.await;
+        // Requests the server never answered learn it: a JSON one from its sender being
+        // dropped (502), one on an event stream from an error answer. The GET stream ends.
+        {
+            let mut routes = lock(&delivered);
+            routes.ended = true;
+            for (_, waiter) in routes.waiting.drain() {
+                if let Waiter::Events { tx, id, .. } = waiter {
+                    let _ = tx.send(event(&jsonrpc::error_line(
+                        Some(&id),
+                        INTERNAL_ERROR,
+                        "toolonce: the server exited before answering this request",
+                    )));
+                }
+            }
+            routes.progress.clear();
+            routes.stream = None;
+            routes.queued.clear();
+        }
+        match status {
+            Ok(status) => {
+                tracing::info!(target: "toolonce::mcp", %status, "a session's server exited");
+            }
+            Err(e) => {
+                tracing::warn!(target: "toolonce::mcp", error = %e, "a session's proxy failed");
+            }
+        }
+        if let Some(state) = state_for_end.upgrade()
+            && let Some(id) = &session_id
+        {
+            state.sessions().remove(id);
+        }
+    });
+    Ok(Arc::new(Session {
+        to_proxy,
+        routes,
+        forward_to,
+        bound,
+    }))
 }

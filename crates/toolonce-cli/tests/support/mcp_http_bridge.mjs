@@ -4,7 +4,8 @@
 // refuses (400) a request whose Mcp-Method header is not its method, whose Mcp-Name is not the
 // tool it calls, or whose MCP-Protocol-Version is not the version in its `_meta`.
 //
-// Environment: REQUEST_LOG (one JSON line per POST: the three headers and the method).
+// Environment: REQUEST_LOG (one JSON line per POST: the three headers, the method, the request
+// id and the Authorization header).
 // Prints `PORT=<n>` once it listens.
 import fs from 'node:fs';
 import http from 'node:http';
@@ -51,6 +52,8 @@ const server = http.createServer(async (req, res) => {
     mcpMethod: req.headers['mcp-method'] ?? null,
     mcpName: req.headers['mcp-name'] ?? null,
     version: req.headers['mcp-protocol-version'] ?? null,
+    id: message.id ?? null,
+    authorization: req.headers.authorization ?? null,
   };
   if (process.env.REQUEST_LOG) fs.appendFileSync(process.env.REQUEST_LOG, JSON.stringify(seen) + '\n');
   const version = message.params?._meta?.['io.modelcontextprotocol/protocolVersion'];
