@@ -49,10 +49,13 @@ fn error_class<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> 
 /// A core error as the Python exception a user can catch.
 fn map_error(py: Python<'_>, e: &toolonce::Error) -> PyErr {
     let text = e.report().to_string();
-    let class = if e.is_store_error() {
-        "StoreUnavailableError"
-    } else {
-        "ConfigError"
+    let class = match e {
+        _ if e.is_store_error() => "StoreUnavailableError",
+        toolonce::Error::InvalidKeyPart { .. }
+        | toolonce::Error::InvalidArguments(_)
+        | toolonce::Error::ArgumentsTooLarge { .. }
+        | toolonce::Error::TooDeep { .. } => "InvalidArgumentsError",
+        _ => "ConfigError",
     };
     match error_class(py, class) {
         Ok(class) => match class.call1((text,)) {
@@ -126,11 +129,14 @@ struct Tool {
     key_fields: Option<KeyFields>,
 }
 
-fn duration(name: &str, seconds: f64) -> PyResult<Duration> {
+fn duration(py: Python<'_>, name: &str, seconds: f64) -> PyResult<Duration> {
     Duration::try_from_secs_f64(seconds).map_err(|_| {
-        PyValueError::new_err(format!(
-            "{name} must be a non-negative number of seconds, not {seconds}"
-        ))
+        map_error(
+            py,
+            &toolonce::Error::Config(format!(
+                "{name} must be a non-negative number of seconds, not {seconds}"
+            )),
+        )
     })
 }
 
@@ -151,12 +157,12 @@ impl Tool {
     ) -> PyResult<Tool> {
         let in_flight = match wait {
             None => InFlight::Reject,
-            Some(seconds) => InFlight::Wait(duration("Wait", seconds)?),
+            Some(seconds) => InFlight::Wait(duration(py, "Wait", seconds)?),
         };
         let on_expired: OnExpired = on_expired.parse().map_err(|e| map_error(py, &e))?;
         let options = WriteOptions::new()
-            .lease(duration("lease", lease)?)
-            .retention(duration("retention", retention)?)
+            .lease(duration(py, "lease", lease)?)
+            .retention(duration(py, "retention", retention)?)
             .in_flight(in_flight)
             .on_expired(on_expired);
         options.validate().map_err(|e| map_error(py, &e))?;

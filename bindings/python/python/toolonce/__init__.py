@@ -433,7 +433,10 @@ class _WriteTool:
                     raise
             finally:
                 _context.reset(token)
-            call.reply_ok(result)
+            try:
+                call.reply_ok(result)
+            except TypeError as e:
+                exc = e  # recorded as a permanent failure; raised once the layer is done
 
     # -- async -------------------------------------------------------------------------------
 
@@ -487,7 +490,10 @@ class _WriteTool:
             finally:
                 _context.reset(token)
             waiter.arm()
-            call.reply_ok(result)
+            try:
+                call.reply_ok(result)
+            except TypeError as e:
+                exc = e  # recorded as a permanent failure; raised once the layer is done
 
 
 class _Waiter:
