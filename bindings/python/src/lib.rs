@@ -7,6 +7,7 @@
 //! variables, while the lease heartbeat, a task of the core, keeps renewing on a runtime worker.
 //! The decorator and the mapping of outcomes to exceptions live in `python/toolonce/__init__.py`.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -272,16 +273,44 @@ impl Sink {
                 // A closed channel is a caller that is gone; nothing to tell.
                 let _ = tx.send(event);
             }
-            Sink::Callback(deliver) => Python::attach(|py| {
-                let result = event
-                    .into_py(py)
-                    .and_then(|event| deliver.call1(py, (event,)));
-                if let Err(e) = result {
-                    e.write_unraisable(py, None);
-                }
-            }),
+            Sink::Callback(deliver) => {
+                from_runtime_thread(|py| {
+                    let result = event
+                        .into_py(py)
+                        .and_then(|event| deliver.call1(py, (event,)));
+                    if let Err(e) = result {
+                        e.write_unraisable(py, None);
+                    }
+                });
+            }
         }
     }
+}
+
+/// Runtime threads inside Python right now, and whether the interpreter is shutting down.
+static IN_PYTHON: AtomicUsize = AtomicUsize::new(0);
+static CLOSING: AtomicBool = AtomicBool::new(false);
+
+/// Enters Python from a runtime thread, unless the interpreter is shutting down: a thread that
+/// takes or releases the GIL while the interpreter finalizes crashes the process.
+fn from_runtime_thread(f: impl FnOnce(Python<'_>)) {
+    IN_PYTHON.fetch_add(1, Ordering::SeqCst);
+    if !CLOSING.load(Ordering::SeqCst) {
+        Python::attach(f);
+    }
+    IN_PYTHON.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// Called at exit (`atexit`, before the interpreter finalizes): from now on runtime threads
+/// stay out of Python, and those inside are waited for.
+#[pyfunction]
+fn _shutdown(py: Python<'_>) {
+    CLOSING.store(true, Ordering::SeqCst);
+    py.detach(|| {
+        while IN_PYTHON.load(Ordering::SeqCst) > 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
 }
 
 /// One write call in progress (see the module docs).
@@ -371,6 +400,182 @@ fn start(
         verify_reply: Mutex::new(Some(verify_tx)),
         task: Mutex::new(Some(task)),
     })
+}
+
+/// What a sync runner callback answered: `(True, result)`, `(False, message, permanent,
+/// detail)`, or `None` when the function was interrupted (nothing is recorded).
+fn runner_reply(
+    py: Python<'_>,
+    reply: &Bound<'_, PyAny>,
+    pending: &Mutex<Option<PyErr>>,
+) -> Option<Result<Value, ToolError>> {
+    if reply.is_none() {
+        return None;
+    }
+    let parsed = (|| -> PyResult<Result<Value, ToolError>> {
+        let ok: bool = reply.get_item(0)?.extract()?;
+        if ok {
+            let result = reply.get_item(1)?;
+            return Ok(match to_json(&result, 0) {
+                Ok(value) => Ok(value),
+                Err(e) => {
+                    let message = format!(
+                        "the tool ran but its result cannot be stored: {}",
+                        e.value(py)
+                    );
+                    *pending.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some(PyTypeError::new_err(message.clone()));
+                    Err(ToolError::permanent(message))
+                }
+            });
+        }
+        let message: String = reply.get_item(1)?.extract()?;
+        let permanent: bool = reply.get_item(2)?.extract()?;
+        let detail = reply.get_item(3)?;
+        let mut error = if permanent {
+            ToolError::permanent(message)
+        } else {
+            ToolError::transient(message)
+        };
+        if !detail.is_none() {
+            if let Ok(detail) = to_json(&detail, 0) {
+                error = error.with_detail(detail);
+            }
+        }
+        Ok(Err(error))
+    })();
+    Some(parsed.unwrap_or_else(|e| {
+        // The runner itself failed (a bug in the Python layer): the function may have run.
+        let message = e.to_string();
+        *pending.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+        Err(ToolError::permanent(format!(
+            "toolonce could not read the tool's answer: {message}"
+        )))
+    }))
+}
+
+/// Runs a write call for a sync caller on the caller's own thread: the layer's future is driven
+/// here (`block_on`, GIL released) and calls `runner(key, may_have_run_before)` inline when the
+/// claim is won, so the function runs on this thread without a hand-off. The heartbeat is still
+/// a task on the runtime's workers. Returns the `done` event, or `None` when called from inside
+/// a running toolonce call on this thread (a write function calling another), where `block_on`
+/// cannot nest: the caller then uses [`start`].
+#[pyfunction]
+#[pyo3(signature = (store, tool, scope, args, runner, verifier=None))]
+fn run_inline(
+    py: Python<'_>,
+    store: &Store,
+    tool: &Tool,
+    scope: &str,
+    args: &Bound<'_, PyAny>,
+    runner: Py<PyAny>,
+    verifier: Option<Py<PyAny>>,
+) -> PyResult<Option<Py<PyAny>>> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Ok(None);
+    }
+    let layer = store.layer()?;
+    let args = to_json(args, 0)?;
+    let derived = toolonce::key::derive(scope, &tool.name, &args, tool.key_fields.as_ref())
+        .map_err(|e| map_error(py, &e))?;
+    let about = About::new(scope, tool.name.as_str());
+    let pending: Mutex<Option<PyErr>> = Mutex::new(None);
+    let interrupted = AtomicBool::new(false);
+    let abandoned = tokio::sync::Notify::new();
+    let (pending, interrupted, abandoned, runner, verifier) =
+        (&pending, &interrupted, &abandoned, &runner, &verifier);
+    let answer = py.detach(|| {
+        runtime().block_on(async {
+            let call = layer.run_with_verify(
+                &tool.name,
+                &derived,
+                &about,
+                &tool.options,
+                |ctx| async move {
+                    let Some(verifier) = &verifier else {
+                        return Verified::CannotTell;
+                    };
+                    Python::attach(|py| {
+                        let answer = verifier
+                            .call1(py, (ctx.key().as_str(),))
+                            .and_then(|v| verdict(v.bind(py)));
+                        answer.unwrap_or_else(|e| {
+                            *pending.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                            Verified::CannotTell
+                        })
+                    })
+                },
+                // The function is called when the future is first polled, which the layer
+                // does after it started the heartbeat.
+                |ctx| async move {
+                    let reply = if interrupted.load(Ordering::SeqCst) {
+                        Some(Err(ToolError::transient(
+                            "the caller was interrupted before the tool ran",
+                        )))
+                    } else {
+                        Python::attach(|py| {
+                            match runner.call1(py, (ctx.key().as_str(), ctx.may_have_run_before()))
+                            {
+                                Ok(reply) => runner_reply(py, reply.bind(py), &pending),
+                                Err(e) => {
+                                    *pending.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                                    None
+                                }
+                            }
+                        })
+                    };
+                    match reply {
+                        Some(result) => result,
+                        None => {
+                            // Interrupted mid-run: record nothing; the heartbeat stops when
+                            // the layer's future is dropped.
+                            abandoned.notify_one();
+                            std::future::pending().await
+                        }
+                    }
+                },
+            );
+            tokio::pin!(call);
+            let mut tick = tokio::time::interval(SIGNAL_CHECK);
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    answer = &mut call => break Some(answer),
+                    () = abandoned.notified() => break None,
+                    _ = tick.tick() => {
+                        // Ctrl-C while claiming or waiting: finish the call, but if the claim
+                        // is won, release it rather than run the function.
+                        if let Err(e) = Python::attach(|py| py.check_signals()) {
+                            interrupted.store(true, Ordering::SeqCst);
+                            pending.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
+                        }
+                    }
+                }
+            }
+        })
+    });
+    if let Some(e) = take(pending) {
+        return Err(e);
+    }
+    match answer {
+        Some(answer) => Event::Done(answer).into_py(py).map(Some),
+        None => Err(PyRuntimeError::new_err(
+            "the toolonce call was abandoned without an error",
+        )),
+    }
+}
+
+/// A verify function's answer as the core's [`Verified`]: the strings "not_done" and
+/// "cannot_tell", or `("done", result)`.
+fn verdict(v: &Bound<'_, PyAny>) -> PyResult<Verified> {
+    if let Ok(word) = v.extract::<String>() {
+        return match word.as_str() {
+            "not_done" => Ok(Verified::NotDone),
+            _ => Ok(Verified::CannotTell),
+        };
+    }
+    let result = v.get_item(1)?;
+    Ok(Verified::Done(to_json(&result, 0)?))
 }
 
 #[pymethods]
@@ -631,5 +836,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(open_store, m)?)?;
     m.add_function(wrap_pyfunction!(derive_key, m)?)?;
     m.add_function(wrap_pyfunction!(start, m)?)?;
+    m.add_function(wrap_pyfunction!(run_inline, m)?)?;
+    m.add_function(wrap_pyfunction!(_shutdown, m)?)?;
     Ok(())
 }

@@ -461,3 +461,26 @@ def test_a_verify_function_decides_what_an_unknown_operation_becomes(tmp_path, r
         assert ship(order="o1", scope=run_id) == {"shipped": True}
         assert seen == [toolonce.derive_key(run_id, "ship", {"order": "o1"})]
         assert ship(order="o1", scope=run_id) == {"shipped": True}
+
+
+def test_a_write_function_may_call_another_write_function(store, run_id):
+    runs = Counter()
+
+    @toolonce.write(store, name="inner")
+    def inner(x: int) -> dict:
+        runs.add(("inner", x))
+        return {"inner": toolonce.current_key()}
+
+    @toolonce.write(store, name="outer")
+    def outer(x: int) -> dict:
+        runs.add(("outer", x))
+        got = inner(x=x)
+        assert toolonce.current_key() == outer.key_for(run_id, x=x)  # restored after inner
+        return {"outer": toolonce.current_key(), **got}
+
+    with toolonce.scope(run_id):
+        first = outer(x=1)
+        assert outer(x=1) == first
+        assert inner(x=1) == {"inner": first["inner"]}
+    assert first["inner"] == inner.key_for(run_id, x=1)
+    assert len(runs.calls) == 2

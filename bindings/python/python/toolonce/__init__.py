@@ -14,6 +14,7 @@ the native module, with the GIL released.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import contextvars
 import functools
@@ -63,6 +64,9 @@ __all__ = [
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# Runtime threads must be out of Python before the interpreter finalizes.
+atexit.register(_native._shutdown)
 
 _scope: contextvars.ContextVar[str] = contextvars.ContextVar("toolonce_scope")
 _context: contextvars.ContextVar["Context"] = contextvars.ContextVar("toolonce_context")
@@ -330,14 +334,7 @@ class _WriteTool:
         return named
 
     def start(self, args: tuple, kwargs: dict, deliver: Any = None) -> Any:
-        scope = kwargs.pop("scope", None)
-        if scope is None:
-            scope = _scope.get(None)
-        if scope is None:
-            raise InvalidArgumentsError(
-                f"{self.name} needs a scope: pass scope=run_id or call it inside "
-                "`with toolonce.scope(run_id):`"
-            )
+        scope = self.scope_of(kwargs)
         key_args = self.key_args(args, kwargs)
         try:
             return _native.start(self.store._native, self.native, scope, key_args, deliver)
@@ -392,6 +389,74 @@ class _WriteTool:
     # -- sync --------------------------------------------------------------------------------
 
     def run_sync(self, args: tuple, kwargs: dict) -> Answer:
+        scope = self.scope_of(kwargs)
+        key_args = self.key_args(args, kwargs)
+        state: list = [None, False, None]  # result, ran, exception
+
+        def runner(key: str, may_have_run_before: bool) -> Optional[tuple]:
+            ctx = Context(key, may_have_run_before)
+            a, kw = self.call_args(args, kwargs, ctx)
+            token = _context.set(ctx)
+            state[1] = True
+            try:
+                state[0] = self.fn(*a, **kw)
+                return (True, state[0])
+            except Exception as e:
+                state[2] = e
+                permanent = _is_permanent(e)
+                detail = getattr(e, "detail", None) if permanent else None
+                return (False, str(e) or type(e).__name__, permanent, detail)
+            except BaseException as e:
+                # Interrupted mid-run: it may have taken effect, so nothing is recorded.
+                state[2] = e
+                return None
+            finally:
+                _context.reset(token)
+
+        verifier = None
+        if self.verify is not None:
+            verify = self.verify
+
+            def verifier(key: str) -> Any:
+                ctx = Context(key, True)
+                token = _context.set(ctx)
+                try:
+                    verdict = verify(ctx)
+                finally:
+                    _context.reset(token)
+                if isinstance(verdict, Done):
+                    return ("done", verdict.result)
+                return "not_done" if verdict is NOT_DONE else "cannot_tell"
+
+        try:
+            event = _native.run_inline(
+                self.store._native, self.native, scope, key_args, runner, verifier
+            )
+        except BaseException as e:
+            if state[2] is not None and not isinstance(state[2], Exception):
+                raise state[2] from None  # the interruption itself
+            if isinstance(e, (TypeError, ValueError)) and not isinstance(e, ToolonceError):
+                if not state[1]:
+                    raise InvalidArgumentsError(f"{self.name}: {e}") from None
+            raise
+        if event is None:
+            # A write function called from inside another one's run on this thread.
+            return self.run_sync_handoff(args, kwargs, scope)
+        return self.answer(event, state[0], state[1], state[2])
+
+    def scope_of(self, kwargs: dict) -> str:
+        scope = kwargs.pop("scope", None)
+        if scope is None:
+            scope = _scope.get(None)
+        if scope is None:
+            raise InvalidArgumentsError(
+                f"{self.name} needs a scope: pass scope=run_id or call it inside "
+                "`with toolonce.scope(run_id):`"
+            )
+        return scope
+
+    def run_sync_handoff(self, args: tuple, kwargs: dict, scope: str) -> Answer:
+        kwargs = dict(kwargs, scope=scope)
         call = self.start(args, kwargs)
         result: Any = None
         ran = False
