@@ -536,13 +536,16 @@ fn run_inline(
                 },
             );
             tokio::pin!(call);
-            let mut tick = tokio::time::interval(SIGNAL_CHECK);
-            tick.tick().await;
+            // A sleep, not an `interval`: an interval's first tick is due at once but still
+            // waits for the timer wheel (about 1 ms), which was most of a call's time.
+            let check = tokio::time::sleep(SIGNAL_CHECK);
+            tokio::pin!(check);
             loop {
                 tokio::select! {
                     answer = &mut call => break Some(answer),
                     () = abandoned.notified() => break None,
-                    _ = tick.tick() => {
+                    () = &mut check => {
+                        check.as_mut().reset(tokio::time::Instant::now() + SIGNAL_CHECK);
                         // Ctrl-C while claiming or waiting: finish the call, but if the claim
                         // is won, release it rather than run the function.
                         if let Err(e) = Python::attach(|py| py.check_signals()) {
