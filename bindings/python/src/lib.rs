@@ -437,10 +437,10 @@ fn runner_reply(
         } else {
             ToolError::transient(message)
         };
-        if !detail.is_none() {
-            if let Ok(detail) = to_json(&detail, 0) {
-                error = error.with_detail(detail);
-            }
+        if !detail.is_none()
+            && let Ok(detail) = to_json(&detail, 0)
+        {
+            error = error.with_detail(detail);
         }
         Ok(Err(error))
     })();
@@ -516,7 +516,7 @@ fn run_inline(
                         Python::attach(|py| {
                             match runner.call1(py, (ctx.key().as_str(), ctx.may_have_run_before()))
                             {
-                                Ok(reply) => runner_reply(py, reply.bind(py), &pending),
+                                Ok(reply) => runner_reply(py, reply.bind(py), pending),
                                 Err(e) => {
                                     *pending.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
                                     None
