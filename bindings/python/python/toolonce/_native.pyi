@@ -40,3 +40,12 @@ def start(
     args: Any,
     deliver: Optional[Callable[[tuple], None]] = None,
 ) -> Call: ...
+def run_inline(
+    store: Store,
+    tool: Tool,
+    scope: str,
+    args: Any,
+    runner: Callable[[str, bool], Optional[tuple]],
+    verifier: Optional[Callable[[str], Any]] = None,
+) -> Optional[tuple]: ...
+def _shutdown() -> None: ...
