@@ -484,3 +484,36 @@ def test_a_write_function_may_call_another_write_function(store, run_id):
         assert inner(x=1) == {"inner": first["inner"]}
     assert first["inner"] == inner.key_for(run_id, x=1)
     assert len(runs.calls) == 2
+
+
+def test_a_verify_function_that_raises_holds_the_operation_with_its_error_as_cause(tmp_path, run_id):
+    with toolonce.open_store(f"sqlite://{tmp_path / 'v2.db'}") as store:
+        started = threading.Event()
+
+        @toolonce.write(store, name="ship", lease=0.2)
+        async def ship_abandoned(order: str) -> str:
+            started.set()
+            await asyncio.sleep(30)
+            return "never"
+
+        async def abandon():
+            task = asyncio.ensure_future(ship_abandoned(order="o1", scope=run_id))
+            while not started.is_set():
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(abandon())
+        time.sleep(0.5)
+
+        def verify(ctx):
+            raise ConnectionError("the carrier's API is down")
+
+        @toolonce.write(store, name="ship", lease=0.2, on_expired=verify)
+        def ship(order: str) -> str:
+            raise AssertionError("cannot tell: must not run")
+
+        with pytest.raises(toolonce.UnknownOutcomeError) as err:
+            ship(order="o1", scope=run_id)
+        assert isinstance(err.value.__cause__, ConnectionError)

@@ -391,7 +391,7 @@ class _WriteTool:
     def run_sync(self, args: tuple, kwargs: dict) -> Answer:
         scope = self.scope_of(kwargs)
         key_args = self.key_args(args, kwargs)
-        state: list = [None, False, None]  # result, ran, exception
+        state: list = [None, False, None, None]  # result, ran, exception, verify error
 
         def runner(key: str, may_have_run_before: bool) -> Optional[tuple]:
             ctx = Context(key, may_have_run_before)
@@ -422,6 +422,10 @@ class _WriteTool:
                 token = _context.set(ctx)
                 try:
                     verdict = verify(ctx)
+                except Exception as e:
+                    # Cannot tell: held, and the probe's error is the `unknown` error's cause.
+                    state[3] = e
+                    return "cannot_tell"
                 finally:
                     _context.reset(token)
                 if isinstance(verdict, Done):
@@ -442,7 +446,10 @@ class _WriteTool:
         if event is None:
             # A write function called from inside another one's run on this thread.
             return self.run_sync_handoff(args, kwargs, scope)
-        return self.answer(event, state[0], state[1], state[2])
+        answer = self.answer(event, state[0], state[1], state[2])
+        if state[3] is not None and answer.outcome == "unknown":
+            answer.error.__cause__ = state[3]  # type: ignore[union-attr]
+        return answer
 
     def scope_of(self, kwargs: dict) -> str:
         scope = kwargs.pop("scope", None)
