@@ -5,6 +5,8 @@
                                                the results as JSON
     proc_worker.py hang URL SCOPE MARKER        claims `charge`, writes MARKER, then hangs (the
                                                test SIGKILLs it between claim and complete)
+    proc_worker.py interrupted URL SCOPE MARKER as hang, but the test sends SIGINT: the
+                                               KeyboardInterrupt reaches the caller
 """
 
 import json
@@ -46,6 +48,21 @@ def main() -> None:
             return "never"
 
         charge(order="o1", scope=scope)
+    elif mode == "interrupted":
+        marker = sys.argv[4]
+
+        @toolonce.write(store, name="charge", lease=0.5)
+        def charge(order: str) -> str:
+            with open(marker, "w") as f:
+                f.write(toolonce.current_key())
+            time.sleep(3600)  # Ctrl-C (SIGINT) lands here
+            return "never"
+
+        try:
+            charge(order="o1", scope=scope)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+            sys.exit(3)
 
 
 if __name__ == "__main__":

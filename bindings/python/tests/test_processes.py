@@ -125,3 +125,29 @@ def test_opening_a_store_that_is_down_raises_store_unavailable():
 
     with pytest.raises(toolonce.StoreUnavailableError):
         toolonce.open_store(f"redis://127.0.0.1:{free_port()}")
+
+
+def test_ctrl_c_while_the_function_runs_records_nothing_and_the_operation_becomes_unknown(tmp_path, run_id):
+    url = f"sqlite://{tmp_path / 'int.db'}"
+    marker = tmp_path / "claimed"
+    child = subprocess.Popen(
+        [sys.executable, WORKER, "interrupted", url, run_id, str(marker)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 30
+    while not marker.exists() or not marker.read_text():
+        assert child.poll() is None, child.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=30)
+    assert child.returncode == 3 and "interrupted" in out, (out, err)
+    time.sleep(1.0)  # the abandoned claim's lease expires
+    with toolonce.open_store(url) as store:
+
+        @toolonce.write(store, name="charge", lease=0.5)
+        def charge(order: str) -> str:
+            raise AssertionError("held: must not run")
+
+        with pytest.raises(toolonce.UnknownOutcomeError):
+            charge(order="o1", scope=run_id)
