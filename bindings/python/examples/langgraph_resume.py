@@ -31,6 +31,7 @@ class State(TypedDict, total=False):
     request: str
     tool_args: dict
     refund: dict
+    outcome: str
     report: str
 
 
@@ -50,10 +51,11 @@ def build_graph(store: toolonce.Store, workdir: Path, crash: bool):
 
     def send(state: State, config) -> State:
         thread = config["configurable"]["thread_id"]
-        refund = issue_refund(**state["tool_args"], scope=thread)
+        # call_detailed: the result plus toolonce's outcome (executed, replayed, ...).
+        answer = issue_refund.call_detailed(**state["tool_args"], scope=thread)
         if crash:
             os.kill(os.getpid(), signal.SIGKILL)  # after the tool, before the checkpoint
-        return {"refund": refund}
+        return {"refund": answer.unwrap(), "outcome": answer.outcome}
 
     def report(state: State) -> State:
         return {"report": f"Refunded {state['refund']['cents']} cents ({state['refund']['refund_id']})."}
@@ -75,10 +77,13 @@ def child(url: str, workdir: Path, mode: str) -> Optional[State]:
     with toolonce.open_store(url) as store:
         graph = build_graph(store, workdir, crash=(mode == "crash"))
         if mode == "crash":
-            graph.invoke({"request": "Refund order o-1042"}, config)
+            # durability="sync": each step's checkpoint is written before the next step runs
+            # (the default, "async", may still be writing `plan`'s when `send` kills us).
+            graph.invoke({"request": "Refund order o-1042"}, config, durability="sync")
             raise AssertionError("unreachable: the process kills itself in `send`")
         # Resume: no new input, continue the thread from its last checkpoint.
-        state = graph.invoke(None, config)
+        state = graph.invoke(None, config, durability="sync")
+        print(f"send on resume: {state['outcome']}")
         print(state["report"])
         return state
 
@@ -99,6 +104,7 @@ def main(url: str) -> None:
     print(f"refunds issued: {len(refunds)}")
     assert refunds == ["refund o-1042 2500"], refunds
     assert "Refunded 2500 cents (re_o-1042)." in resumed.stdout
+    assert "send on resume: replayed" in resumed.stdout  # the node ran again; the tool did not
 
 
 if __name__ == "__main__":
