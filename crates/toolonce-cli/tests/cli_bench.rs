@@ -188,7 +188,7 @@ fn bench_on_postgres_leaves_only_what_was_there() {
     let objects = |db: &str| {
         postgres.psql_in(
             db,
-            "SELECT string_agg(c.relname || ':' || c.relkind, ',' ORDER BY c.relname) FROM pg_class c \
+            "SELECT string_agg(c.relname || ':' || c.relkind::text, ',' ORDER BY c.relname) FROM pg_class c \
              JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public'; \
              SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'public';",
         )
