@@ -13,7 +13,8 @@ use deadpool_postgres::tokio_postgres::error::SqlState;
 use deadpool_postgres::tokio_postgres::types::ToSql;
 use deadpool_postgres::tokio_postgres::{self, NoTls, Row};
 use deadpool_postgres::{
-    ClientWrapper, Hook, Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime,
+    ClientWrapper, Hook, Manager, ManagerConfig, Object, Pool, PoolError, QueueMode,
+    RecyclingMethod, Runtime,
 };
 use serde_json::Value;
 
@@ -210,6 +211,11 @@ impl PostgresStoreBuilder {
         let prepare = Arc::clone(&sql);
         let pool = Pool::builder(manager)
             .max_size(self.pool_size)
+            // Last in, first out: a caller gets the connection it just returned, whose server
+            // process has the claim function and the pages hot. First in, first out rotates
+            // one caller through every connection the pool ever opened, and halves one
+            // caller's replay rate once the pool has grown to 8 (measured: 6.8k → 3.5k ops/s).
+            .queue_mode(QueueMode::Lifo)
             .runtime(Runtime::Tokio1)
             .wait_timeout(Some(self.wait_timeout))
             .create_timeout(Some(self.connect_timeout))
