@@ -541,6 +541,14 @@ struct Sql {
     ///   its lock. Of concurrent takers of one `unknown` entry the first installs its token
     ///   and a live lease, so the others' fences match nothing, and they loop to read the
     ///   winner's entry, live, as losers.
+    ///
+    /// The statement first reads a settled live row with a plain `SELECT` (`UNION ALL … LIMIT
+    /// 1`: the function is called only when that finds nothing). A settled row only ever goes
+    /// away (expiry, delete), so answering it from the statement's snapshot is what the
+    /// function would answer; it spares the common replay the PL/pgSQL call, which costs the
+    /// server about as much again as the read (measured with pgbench: 8.7–10.4k against
+    /// 15.1–16.5k statements/s on one connection). A first-time claim pays one more index
+    /// lookup.
     claim: String,
     renew: String,
     complete: String,
@@ -592,8 +600,13 @@ impl Sql {
         let retention = "now() + $4::bigint * interval '1 millisecond'";
         Sql {
             claim: format!(
-                "SELECT won, took_over, {CLAIM_COLUMNS} FROM {claim}(\
-                 $1, $2, $3, $4::bigint, $5::bigint, $6::boolean, $7, $8, $9)"
+                "(SELECT false, false, state, owner, fingerprint, started_at, expires_at, \
+                 settled_at, result::text, error::text, scope, tool, detail, first_started_at, \
+                 attempts FROM {t} WHERE key = $1 AND expires_at > now() AND state <> 'running') \
+                 UNION ALL \
+                 (SELECT won, took_over, {CLAIM_COLUMNS} FROM {claim}(\
+                 $1, $2, $3, $4::bigint, $5::bigint, $6::boolean, $7, $8, $9)) \
+                 LIMIT 1"
             ),
             // The lease moves, and the final expiry with it: `expires_at - lease_until` is the
             // retention the claim asked for (the `SET` reads the row's old values).
