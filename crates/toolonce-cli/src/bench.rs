@@ -986,9 +986,12 @@ mod postgres {
     }
 
     async fn connect(config: &tokio_postgres::Config) -> anyhow::Result<tokio_postgres::Client> {
-        let (client, connection) = config.connect(NoTls).await.context(
-            "the raw floor's connection (plain TCP: the bench's raw floor does not speak TLS)",
-        )?;
+        let (client, connection) = config.connect(NoTls).await.map_err(|e| {
+            crate::exit::with_code(
+                crate::exit::UNAVAILABLE,
+                anyhow::Error::new(e).context("cannot open the raw floor's connection"),
+            )
+        })?;
         tokio::spawn(connection);
         Ok(client)
     }
@@ -1005,6 +1008,16 @@ mod postgres {
         } else {
             format!("{base}?{}", kept.join("&"))
         };
+        if query.split('&').any(|kv| {
+            matches!(
+                kv,
+                "sslmode=require" | "sslmode=verify-ca" | "sslmode=verify-full"
+            )
+        }) {
+            anyhow::bail!(
+                "the bench's raw floor connects without TLS, and this URL requires TLS: run the bench against a server that accepts plain connections"
+            );
+        }
         let config: tokio_postgres::Config = conninfo.parse().context("invalid PostgreSQL URL")?;
         let admin = connect(&config).await?;
         let version_table_existed = admin

@@ -251,3 +251,43 @@ fn bench_on_an_unreachable_store_exits_unavailable() {
         .unwrap();
     assert_eq!(code(&out), 69, "{}", stderr(&out));
 }
+
+#[test]
+fn bench_on_an_unreachable_postgres_exits_unavailable() {
+    let port = toolonce_testsupport::free_port();
+    let out = toolonce()
+        .args([
+            "bench",
+            "--store",
+            &format!("postgres://postgres@127.0.0.1:{port}/db"),
+            "--ops",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+}
+
+#[test]
+fn bench_refuses_a_postgres_url_that_requires_tls_before_writing_anything() {
+    let postgres = shared_postgres();
+    let url = postgres.create_unique_database();
+    let out = toolonce()
+        .args([
+            "bench",
+            "--store",
+            &format!("{url}?sslmode=require"),
+            "--ops",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("requires TLS"), "{}", stderr(&out));
+    let database = url.rsplit('/').next().unwrap();
+    let tables = postgres.psql_in(
+        database,
+        "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public'",
+    );
+    assert_eq!(tables, "0");
+}
