@@ -365,7 +365,7 @@ enum Kind {
     #[cfg(feature = "redis")]
     Redis(redis_raw::Raw),
     #[cfg(feature = "postgres")]
-    Postgres(postgres::Raw),
+    Postgres(Box<postgres::Raw>),
 }
 
 impl Kind {
@@ -427,7 +427,7 @@ impl Bench {
             #[cfg(feature = "postgres")]
             "postgres" | "postgresql" => {
                 let (store, raw) = postgres::open(url, run_id).await.with_context(opening)?;
-                (store, Kind::Postgres(raw))
+                (store, Kind::Postgres(Box::new(raw)))
             }
             _ => {
                 // The library names the scheme it does not know, or the feature it lacks.
@@ -644,6 +644,15 @@ mod sqlite {
         let given = Path::new(rest);
         if rest.is_empty() || rest == ":memory:" {
             anyhow::bail!("the bench needs a SQLite file path (sqlite://PATH)");
+        }
+        if given.is_dir() {
+            return Err(crate::exit::with_code(
+                crate::exit::UNAVAILABLE,
+                anyhow::anyhow!(
+                    "{} is a directory: SQLite cannot open it as a database file",
+                    given.display()
+                ),
+            ));
         }
         let dir = given
             .parent()
