@@ -139,6 +139,9 @@ struct Row {
     raw_p99: Option<Duration>,
     ours_server_us: Option<f64>,
     raw_server_us: Option<f64>,
+    /// The median over rounds of each round's toolonce ÷ floor throughput: the two sides of a
+    /// round ran back to back, so a change in the machine's load between rounds cancels out.
+    ratio: Option<f64>,
 }
 
 fn us(d: Duration) -> f64 {
@@ -151,8 +154,7 @@ fn round2(x: f64) -> f64 {
 
 impl Row {
     fn ratio(&self) -> Option<f64> {
-        self.raw_ops_s
-            .map(|raw| (self.ours_ops_s / raw * 1000.0).round() / 1000.0)
+        self.ratio.map(|r| (r * 1000.0).round() / 1000.0)
     }
 
     fn to_json(&self) -> Value {
@@ -326,6 +328,17 @@ fn summarize(workload: Workload, concurrency: u64, ours: &[Sample], raw: &[Sampl
         raw_p99,
         ours_server_us: server(ours),
         raw_server_us: if raw.is_empty() { None } else { server(raw) },
+        ratio: (!raw.is_empty()).then(|| {
+            median(
+                ours.iter()
+                    .zip(raw)
+                    .map(|(o, r)| {
+                        let rate = |x: &Sample| x.latencies.len() as f64 / x.wall.as_secs_f64();
+                        rate(o) / rate(r)
+                    })
+                    .collect(),
+            )
+        }),
     }
 }
 

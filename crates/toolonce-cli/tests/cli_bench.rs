@@ -29,7 +29,7 @@ fn bench(url: &str) -> Value {
 }
 
 /// Checks the report: four rows (two workloads at two concurrencies), positive throughputs and
-/// latencies, p50 ≤ p99, a ratio that is toolonce over raw; `with_raw` says whether the store
+/// latencies, p50 ≤ p99, a ratio of toolonce over raw; `with_raw` says whether the store
 /// has a raw floor, `server` whether the rows carry Redis server CPU.
 fn check(report: &Value, url: &str, with_raw: bool, server: bool) {
     assert_eq!(report["store"], url, "{report}");
@@ -66,8 +66,11 @@ fn check(report: &Value, url: &str, with_raw: bool, server: bool) {
         if with_raw {
             let raw = row["raw_ops_s"].as_f64().expect("raw_ops_s");
             assert!(raw > 0.0, "{row}");
+            // The median of the rounds' own ratios: near the ratio of the medians, though not
+            // equal to it on a machine whose load changes between rounds.
             let ratio = row["ratio"].as_f64().expect("ratio");
-            assert!((ratio - ours / raw).abs() <= 0.01 * ratio.max(1.0), "{row}");
+            assert!(ratio > 0.0 && ratio < 100.0, "{row}");
+            assert!((ratio / (ours / raw)).ln().abs() < 5f64.ln(), "{row}");
             assert!(row["raw_p50_us"].as_f64().unwrap() > 0.0, "{row}");
         } else {
             assert!(
