@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, FromArgMatches, Subcommand};
 
 mod args;
+mod bench;
 mod demo;
 mod exec;
 mod exit;
@@ -53,6 +54,8 @@ enum Command {
     Purge(inspect::PurgeArgs),
     /// Put toolonce in front of an MCP server: its write tools become idempotent.
     Mcp(mcp::McpArgs),
+    /// Measure what safety costs on a store: toolonce beside the store's raw floor, same run.
+    Bench(bench::BenchArgs),
     /// The agent process of the demo's crash scenario (started by `demo`, killed by it).
     #[command(name = "__demo-child", hide = true)]
     DemoChild(demo::ChildArgs),
@@ -128,6 +131,7 @@ fn main() -> ExitCode {
             Command::Rm(args) => inspect::rm(args).await,
             Command::Purge(args) => inspect::purge(args).await,
             Command::Mcp(args) => mcp::run(args).await,
+            Command::Bench(args) => bench::run(args).await,
             Command::DemoChild(args) => demo::child(args).await,
             Command::ExecShim(_) => unreachable!("the shim returned above"),
         }

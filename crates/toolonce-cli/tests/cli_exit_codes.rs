@@ -28,6 +28,7 @@ fn store_commands() -> Vec<Vec<&'static str>> {
         vec!["resolve", KEY, "--release"],
         vec!["purge"],
         vec!["exec", "--scope", "s", "--name", "n", "--", "touch", "ran"],
+        vec!["bench", "--ops", "1"],
     ]
 }
 

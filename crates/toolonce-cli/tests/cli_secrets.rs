@@ -22,6 +22,7 @@ fn commands(url: &str) -> Vec<Vec<String>> {
         ]),
         strings(&["mcp", "--store", url, "--scope", "s", "--", "true"]),
         strings(&["demo", "--store", url]),
+        strings(&["bench", "--store", url, "--ops", "1"]),
     ]
 }
 

@@ -685,12 +685,9 @@ async fn a_first_time_write_costs_two_round_trips_and_a_replay_one() {
     assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
     let answer = run().await;
     assert_eq!(answer.outcome, Outcome::Replayed);
-    // One EVALSHA (claim: TIME, GET, and PTTL for the entry it answers with: the server's
-    // clock comes back with the entry, so the client tells running from unknown by it).
-    assert_eq!(
-        commands_run(&server),
-        ["evalsha=1", "get=1", "pttl=1", "time=1"]
-    );
+    // One EVALSHA (claim: GET, and PTTL for the entry it answers with). A settled entry has no
+    // lease to judge, so the server's clock is not read (a running one's comes back with it).
+    assert_eq!(commands_run(&server), ["evalsha=1", "get=1", "pttl=1"]);
 }
 
 #[tokio::test]
@@ -1152,4 +1149,81 @@ async fn huge_or_zero_timeouts_never_panic_and_huge_ones_work() {
             assert_eq!(answer.outcome, Outcome::Executed, "{timeout:?}: {answer:?}");
         }
     }
+}
+
+/// The calls of `command` the server has counted since the last `CONFIG RESETSTAT`.
+fn calls(server: &RedisServer, command: &str) -> u64 {
+    let info = server.command(&["INFO", "commandstats"]);
+    info.lines()
+        .find(|l| l.starts_with(&format!("cmdstat_{command}:")))
+        .and_then(|l| l.split("calls=").nth(1)?.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_of_a_settled_entry_reads_no_server_clock_while_an_in_flight_claim_does() {
+    // A server of its own: the counts are of this test's commands only.
+    let server = RedisServer::start();
+    let store: Arc<dyn Store> = Arc::new(store_on(&server.url()).await);
+    let layer = Layer::new(Arc::clone(&store));
+    let op = key::derive("s", "t", &json!({"n": 1}), None).unwrap();
+    let options = WriteOptions::new().lease(Duration::from_secs(60));
+    let first = layer
+        .run("t", &op, &options, |_| async { Ok(json!({"ok": true})) })
+        .await;
+    assert_eq!(first.outcome, Outcome::Executed);
+
+    assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
+    for _ in 0..5 {
+        let again = layer
+            .run("t", &op, &options, |_| async { Ok(json!({"ok": false})) })
+            .await;
+        assert_eq!(again.outcome, Outcome::Replayed);
+        assert_eq!(again.result.unwrap(), json!({"ok": true}));
+    }
+    assert_eq!(
+        calls(&server, "time"),
+        0,
+        "a replay read the server's clock"
+    );
+    assert_eq!(calls(&server, "evalsha"), 5, "one script per replay");
+
+    // A running entry of ours: a duplicate must judge its lease on the server's clock.
+    let running = key::derive("s", "t", &json!({"n": 2}), None).unwrap();
+    let owner = OwnerToken::generate();
+    let claim = store
+        .claim(&ClaimRequest::new(
+            &running.key,
+            &running.fingerprint,
+            &owner,
+            Duration::from_secs(60),
+        ))
+        .await
+        .unwrap();
+    assert!(matches!(claim, Claim::Won));
+    assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
+    let other = OwnerToken::generate();
+    let seen = store
+        .claim(&ClaimRequest::new(
+            &running.key,
+            &running.fingerprint,
+            &other,
+            Duration::from_secs(60),
+        ))
+        .await
+        .unwrap();
+    let Claim::Existing(entry) = seen else {
+        panic!("the duplicate won: {seen:?}");
+    };
+    assert!(
+        matches!(entry.state, EntryState::Running { .. }),
+        "{entry:?}"
+    );
+    assert_eq!(calls(&server, "time"), 1);
+    // And a plain read of it too.
+    assert!(matches!(
+        store.get(&running.key).await.unwrap().unwrap().state,
+        EntryState::Running { .. }
+    ));
+    assert_eq!(calls(&server, "time"), 2);
 }

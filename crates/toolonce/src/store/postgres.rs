@@ -13,7 +13,8 @@ use deadpool_postgres::tokio_postgres::error::SqlState;
 use deadpool_postgres::tokio_postgres::types::ToSql;
 use deadpool_postgres::tokio_postgres::{self, NoTls, Row};
 use deadpool_postgres::{
-    ClientWrapper, Hook, Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime,
+    ClientWrapper, Hook, Manager, ManagerConfig, Object, Pool, PoolError, QueueMode,
+    RecyclingMethod, Runtime,
 };
 use serde_json::Value;
 
@@ -210,6 +211,11 @@ impl PostgresStoreBuilder {
         let prepare = Arc::clone(&sql);
         let pool = Pool::builder(manager)
             .max_size(self.pool_size)
+            // Last in, first out: a caller gets the connection it just returned, whose server
+            // process has the claim function and the pages hot. First in, first out rotates
+            // one caller through every connection the pool ever opened, and halves one
+            // caller's replay rate once the pool has grown to 8 (measured: 6.8k → 3.5k ops/s).
+            .queue_mode(QueueMode::Lifo)
             .runtime(Runtime::Tokio1)
             .wait_timeout(Some(self.wait_timeout))
             .create_timeout(Some(self.connect_timeout))
@@ -535,6 +541,14 @@ struct Sql {
     ///   its lock. Of concurrent takers of one `unknown` entry the first installs its token
     ///   and a live lease, so the others' fences match nothing, and they loop to read the
     ///   winner's entry, live, as losers.
+    ///
+    /// The statement first reads a settled live row with a plain `SELECT` (`UNION ALL … LIMIT
+    /// 1`: the function is called only when that finds nothing). A settled row only ever goes
+    /// away (expiry, delete), so answering it from the statement's snapshot is what the
+    /// function would answer; it spares the common replay the PL/pgSQL call, which costs the
+    /// server about as much again as the read (measured with pgbench: 8.7–10.4k against
+    /// 15.1–16.5k statements/s on one connection). A first-time claim pays one more index
+    /// lookup.
     claim: String,
     renew: String,
     complete: String,
@@ -586,8 +600,13 @@ impl Sql {
         let retention = "now() + $4::bigint * interval '1 millisecond'";
         Sql {
             claim: format!(
-                "SELECT won, took_over, {CLAIM_COLUMNS} FROM {claim}(\
-                 $1, $2, $3, $4::bigint, $5::bigint, $6::boolean, $7, $8, $9)"
+                "(SELECT false, false, state, owner, fingerprint, started_at, expires_at, \
+                 settled_at, result::text, error::text, scope, tool, detail, first_started_at, \
+                 attempts FROM {t} WHERE key = $1 AND expires_at > now() AND state <> 'running') \
+                 UNION ALL \
+                 (SELECT won, took_over, {CLAIM_COLUMNS} FROM {claim}(\
+                 $1, $2, $3, $4::bigint, $5::bigint, $6::boolean, $7, $8, $9)) \
+                 LIMIT 1"
             ),
             // The lease moves, and the final expiry with it: `expires_at - lease_until` is the
             // retention the claim asked for (the `SET` reads the row's old values).

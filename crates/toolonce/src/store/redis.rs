@@ -786,15 +786,24 @@ fn decode_read(key: &OperationKey, reply: Value) -> Result<Entry> {
     let Value::Array(parts) = reply else {
         return Err(bad("not an array"));
     };
-    let [raw, pttl, now] = <[Value; 3]>::try_from(parts).map_err(|_| bad("not three elements"))?;
+    // The server's clock comes only with a value that has a `leaseUntil` (see `existing` in
+    // entry.lua).
+    let mut parts = parts.into_iter();
+    let (Some(raw), Some(pttl), now, None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(bad("not two or three elements"));
+    };
     let Value::BulkString(raw) = raw else {
         return Err(bad("value"));
     };
     let Value::Int(pttl) = pttl else {
         return Err(bad("PTTL"));
     };
-    let Value::Int(now) = now else {
-        return Err(bad("TIME"));
+    let now = match now {
+        None => None,
+        Some(Value::Int(now)) => Some(now),
+        Some(_) => return Err(bad("TIME")),
     };
     decode_entry(key, &raw, pttl, now, SystemTime::now())
 }
@@ -871,7 +880,7 @@ fn decode_entry(
     key: &OperationKey,
     raw: &[u8],
     pttl: i64,
-    server_now: i64,
+    server_now: Option<i64>,
     local_now: SystemTime,
 ) -> Result<Entry> {
     let wire: Wire = serde_json::from_slice(raw).map_err(|e| Error::corrupt(key, e))?;
@@ -890,6 +899,9 @@ fn decode_entry(
     let (state, expires_at) = match wire.status.as_str() {
         "running" => match wire.lease_until {
             Some(until) => {
+                let server_now = server_now.ok_or_else(|| {
+                    Error::store("unexpected reply from the script: a leaseUntil without TIME")
+                })?;
                 let left = until - server_now as f64;
                 let deadline = Some(shifted(local_now, left));
                 if left > 0.0 {
@@ -1197,14 +1209,14 @@ mod tests {
 
     /// Decodes `raw` read with a minute of `PTTL` left at [`SERVER_NOW`].
     fn decode(raw: &[u8]) -> Result<Entry> {
-        decode_entry(&key(), raw, 60_000, SERVER_NOW, SystemTime::now())
+        decode_entry(&key(), raw, 60_000, Some(SERVER_NOW), SystemTime::now())
     }
 
     #[test]
     fn a_running_entry_past_its_lease_deadline_on_the_server_clock_is_unknown() {
         let raw = br#"{"status":"running","startedAt":1764400000000,"leaseUntil":1764400010000,"owner":"ab","fingerprint":"0000000000000000000000000000000000000000000000000000000000000000","firstStartedAt":1764390000000,"attempts":2,"scope":"run-1","tool":"send_email","detail":"smtp \"x\""}"#;
         let local = UNIX_EPOCH + Duration::from_secs(2_000_000_000);
-        let e = decode_entry(&key(), raw, 86_400_000, SERVER_NOW, local).unwrap();
+        let e = decode_entry(&key(), raw, 86_400_000, Some(SERVER_NOW), local).unwrap();
         assert_eq!(
             e.state,
             EntryState::Unknown {
@@ -1225,7 +1237,7 @@ mod tests {
         assert_eq!(e.about.tool.as_deref(), Some("send_email"));
         assert_eq!(e.about.detail.as_deref(), Some("smtp \"x\""));
         // One millisecond earlier on the server's clock it was still running.
-        let e = decode_entry(&key(), raw, 86_400_000, SERVER_NOW - 1, local).unwrap();
+        let e = decode_entry(&key(), raw, 86_400_000, Some(SERVER_NOW - 1), local).unwrap();
         assert!(matches!(e.state, EntryState::Running { .. }), "{e:?}");
         assert_eq!(e.expires_at, Some(local + Duration::from_millis(1)));
     }
@@ -1235,7 +1247,7 @@ mod tests {
         // Today's version's shape: the key's PTTL is the lease.
         let raw = br#"{"status":"running","startedAt":1700000000000,"owner":"ab","fingerprint":"0000000000000000000000000000000000000000000000000000000000000000"}"#;
         let local = UNIX_EPOCH + Duration::from_secs(2_000_000_000);
-        let e = decode_entry(&key(), raw, 5_000, SERVER_NOW, local).unwrap();
+        let e = decode_entry(&key(), raw, 5_000, Some(SERVER_NOW), local).unwrap();
         assert_eq!(
             e.state,
             EntryState::Running {
@@ -1245,6 +1257,33 @@ mod tests {
         assert_eq!(e.expires_at, Some(local + Duration::from_secs(5)));
         assert_eq!((e.attempts, e.first_started_at), (0, None));
         assert!(e.about.is_empty());
+    }
+
+    #[test]
+    fn a_settled_entry_read_without_the_server_clock_decodes_and_a_lease_without_it_is_refused() {
+        let done = br#"{"status":"done","result":{"n":1},"startedAt":1764400000000,"completedAt":1764400000001,"settledAt":1764400000001,"fingerprint":"0000000000000000000000000000000000000000000000000000000000000000"}"#;
+        let two =
+            |raw: &[u8]| Value::Array(vec![Value::BulkString(raw.to_vec()), Value::Int(60_000)]);
+        let e = decode_read(&key(), two(done)).unwrap();
+        assert!(matches!(e.state, EntryState::Done { .. }), "{e:?}");
+        // A running entry of another writer (no lease deadline) needs no clock either.
+        let theirs = br#"{"status":"running","startedAt":1700000000000}"#;
+        let e = decode_read(&key(), two(theirs)).unwrap();
+        assert!(matches!(e.state, EntryState::Running { .. }), "{e:?}");
+        // Ours has a lease deadline: without the server's clock it cannot be judged.
+        let ours = br#"{"status":"running","startedAt":1764400000000,"leaseUntil":1764400010000,"owner":"ab","fingerprint":"0000000000000000000000000000000000000000000000000000000000000000","firstStartedAt":1764390000000,"attempts":1}"#;
+        assert!(decode_read(&key(), two(ours)).is_err());
+        let three = Value::Array(vec![
+            Value::BulkString(ours.to_vec()),
+            Value::Int(60_000),
+            Value::Int(SERVER_NOW),
+        ]);
+        assert!(matches!(
+            decode_read(&key(), three).unwrap().state,
+            EntryState::Unknown { .. }
+        ));
+        let four = Value::Array(vec![Value::Nil, Value::Nil, Value::Nil, Value::Nil]);
+        assert!(decode_read(&key(), four).is_err());
     }
 
     #[test]

@@ -153,7 +153,7 @@ type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 ///   instead. In WAL mode readers do not block on writers, so such a read is a few microseconds
 ///   of CPU on cached pages, less than the two thread switches it saves (with
 ///   [`SqliteOptions::readers`]`(0)`, which turns this off, a replay costs three to five times
-///   as much; see `benches/sqlite.rs`).
+///   as much).
 /// - **Inline writes when the lock is free.** The same idea for writes
 ///   ([`SqliteOptions::inline_writes`]): a second writer connection, behind a mutex taken with
 ///   `try_lock`, with busy timeout 0. A write runs on it, on the caller's task, if the mutex is

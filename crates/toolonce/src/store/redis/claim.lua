@@ -8,8 +8,8 @@
 -- attempt of this claim applied and its reply was lost, or the client re-sent the script):
 -- then only the lease is renewed. Returns 2 when it took over an unknown entry of the same
 -- fingerprint: new owner, start and lease, one more attempt, the first start and about kept.
--- Otherwise {value, PTTL, now}, read in this same script. Scripts run one at a time, so
--- deciding the winner and reading the existing entry are one atomic step: two callers can
+-- Otherwise {value, PTTL, now} (or {value, PTTL}: see `existing`), read in this same
+-- script. Scripts run one at a time, so deciding the winner and reading the existing entry are one atomic step: two callers can
 -- never both win, and a loser always sees the entry that beat it.
 --
 -- The key lives for the lease plus the retention, so an entry whose lease ran out without a
@@ -18,13 +18,14 @@
 -- long as their key lives, as before.
 local lease = tonumber(ARGV[1])
 local keep = lease + tonumber(ARGV[2])
-local now = now_ms()
 local value = redis.call('GET', KEYS[1])
 if value then
   local e = ours(value)
   if e == nil then
-    return existing(KEYS[1], value, now)
+    -- Not ours (settled, or another writer's): the clock only if the client needs it.
+    return existing(KEYS[1], value, nil)
   end
+  local now = now_ms()
   if e.owner == ARGV[3] then
     e.lease_until = now + lease
     redis.call('SET', KEYS[1], running_value(e), 'PX', keep)
@@ -40,6 +41,7 @@ if value then
   redis.call('SET', KEYS[1], running_value(e), 'PX', keep)
   return 2
 end
+local now = now_ms()
 redis.call('SET', KEYS[1], running_value({
   started = fmt(now),
   lease_until = now + lease,

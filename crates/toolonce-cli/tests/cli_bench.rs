@@ -1,0 +1,296 @@
+//! `toolonce bench` on every store, against real servers: the JSON report has the issue's shape
+//! and sane figures, what was in the store before survives, and nothing of the bench's is left.
+
+mod cli_support;
+
+use cli_support::{code, json, stderr, toolonce};
+use serde_json::Value;
+use toolonce_testsupport::{shared_postgres, shared_redis, shared_redis_cluster};
+
+/// Runs a small bench (`--ops 40 --concurrency 1,4 --rounds 3`) and returns its JSON report.
+fn bench(url: &str) -> Value {
+    let out = toolonce()
+        .args([
+            "bench",
+            "--store",
+            url,
+            "--ops",
+            "40",
+            "--concurrency",
+            "1,4",
+            "--rounds",
+            "3",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    json(&out)
+}
+
+/// Checks the report: four rows (two workloads at two concurrencies), positive throughputs and
+/// latencies, p50 ≤ p99, a ratio of toolonce over raw; `with_raw` says whether the store
+/// has a raw floor, `server` whether the rows carry Redis server CPU.
+fn check(report: &Value, url: &str, with_raw: bool, server: bool) {
+    assert_eq!(report["store"], url, "{report}");
+    let rows = report["results"].as_array().expect("results");
+    let seen: Vec<(String, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["workload"].as_str().unwrap().to_owned(),
+                r["concurrency"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("first_time".to_owned(), 1),
+            ("replay".to_owned(), 1),
+            ("first_time".to_owned(), 4),
+            ("replay".to_owned(), 4)
+        ],
+        "{report}"
+    );
+    for row in rows {
+        let ours = row["toolonce_ops_s"].as_f64().expect("toolonce_ops_s");
+        assert!(ours > 0.0, "{row}");
+        let (p50, p99) = (
+            row["p50_us"].as_f64().unwrap(),
+            row["p99_us"].as_f64().unwrap(),
+        );
+        assert!(0.0 < p50 && p50 <= p99, "{row}");
+        // Not slower than one operation per second on a loopback server.
+        assert!(p50 < 1e6, "{row}");
+        if with_raw {
+            let raw = row["raw_ops_s"].as_f64().expect("raw_ops_s");
+            assert!(raw > 0.0, "{row}");
+            // The median of the rounds' own ratios: near the ratio of the medians, though not
+            // equal to it on a machine whose load changes between rounds.
+            let ratio = row["ratio"].as_f64().expect("ratio");
+            assert!(ratio > 0.0 && ratio < 100.0, "{row}");
+            assert!((ratio / (ours / raw)).ln().abs() < 5f64.ln(), "{row}");
+            assert!(row["raw_p50_us"].as_f64().unwrap() > 0.0, "{row}");
+        } else {
+            assert!(
+                row["raw_ops_s"].is_null() && row["ratio"].is_null(),
+                "{row}"
+            );
+        }
+        if server {
+            let ours = row["toolonce_server_us_per_op"]
+                .as_f64()
+                .expect("server cpu");
+            let raw = row["raw_server_us_per_op"].as_f64().expect("server cpu");
+            // Every operation costs the server something, and less than a millisecond.
+            assert!(
+                ours > 0.0 && ours < 1000.0 && raw > 0.0 && raw < 1000.0,
+                "{row}"
+            );
+        } else {
+            assert!(row.get("toolonce_server_us_per_op").is_none(), "{row}");
+        }
+    }
+}
+
+#[test]
+fn bench_on_the_memory_store_reports_absolute_latencies_without_a_raw_floor() {
+    check(&bench("memory://"), "memory://", false, false);
+}
+
+#[test]
+fn bench_on_sqlite_leaves_the_users_file_alone_and_removes_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    // The user's store, with one entry of theirs.
+    let out = cli_support::exec(dir.path(), "keep", &[], "echo kept");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let url = cli_support::sqlite_url(dir.path());
+    let files = || {
+        let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    std::fs::read(e.path()).unwrap(),
+                )
+            })
+            .collect();
+        files.sort();
+        files
+    };
+    let before = files();
+    assert!(before.iter().any(|(name, _)| name == "store.db"));
+
+    check(&bench(&url), &url, true, false);
+
+    let after = files();
+    let names = |f: &[(String, Vec<u8>)]| f.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    assert_eq!(
+        names(&after),
+        names(&before),
+        "files left behind or removed"
+    );
+    assert!(after == before, "the user's files changed");
+}
+
+/// Every key of a Redis server (one node).
+fn redis_keys(server: &toolonce_testsupport::RedisServer) -> Vec<String> {
+    let all = server.command(&["KEYS", "*"]);
+    let mut keys: Vec<String> = all
+        .lines()
+        .map(str::to_owned)
+        .filter(|k| !k.is_empty())
+        .collect();
+    keys.sort();
+    keys
+}
+
+#[test]
+fn bench_on_redis_reports_server_cpu_and_leaves_only_what_was_there() {
+    let redis = shared_redis();
+    assert_eq!(redis.command(&["SET", "users:own-key", "precious"]), "OK");
+    let before = redis_keys(redis);
+    let url = redis.url();
+
+    check(&bench(&url), &url, true, true);
+
+    assert_eq!(redis_keys(redis), before);
+    assert_eq!(redis.command(&["GET", "users:own-key"]), "precious");
+}
+
+#[test]
+fn bench_on_redis_cluster_leaves_only_what_was_there() {
+    let cluster = shared_redis_cluster();
+    cluster.cli(&["SET", "users:own-key", "precious"]);
+    let before: Vec<Vec<String>> = cluster.nodes().iter().map(redis_keys).collect();
+    let seeds: Vec<String> = cluster
+        .ports()
+        .iter()
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect();
+    let url = format!("redis+cluster://{}", seeds.join(","));
+
+    check(&bench(&url), &url, true, false);
+
+    let after: Vec<Vec<String>> = cluster.nodes().iter().map(redis_keys).collect();
+    assert_eq!(after, before);
+    assert_eq!(cluster.cli(&["GET", "users:own-key"]), "precious");
+}
+
+#[test]
+fn bench_on_postgres_leaves_only_what_was_there() {
+    let postgres = shared_postgres();
+    let url = postgres.create_unique_database();
+    let database = url.rsplit('/').next().unwrap().to_owned();
+    postgres.psql_in(
+        &database,
+        "CREATE TABLE users_own (id int); INSERT INTO users_own VALUES (42);",
+    );
+    let objects = |db: &str| {
+        postgres.psql_in(
+            db,
+            "SELECT string_agg(c.relname || ':' || c.relkind::text, ',' ORDER BY c.relname) FROM pg_class c \
+             JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public'; \
+             SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'public';",
+        )
+    };
+    let before = objects(&database);
+
+    check(&bench(&url), &url, true, false);
+
+    assert_eq!(objects(&database), before);
+    assert_eq!(
+        postgres.psql_in(&database, "SELECT id FROM users_own"),
+        "42"
+    );
+}
+
+#[test]
+fn bench_on_postgres_keeps_the_schema_table_of_an_existing_store() {
+    let postgres = shared_postgres();
+    let url = postgres.create_unique_database();
+    let database = url.rsplit('/').next().unwrap().to_owned();
+    // A store in use: its table and its row in toolonce_schema.
+    let out = toolonce().args(["ls", "--store", &url]).output().unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let schema = |db: &str| {
+        postgres.psql_in(
+            db,
+            "SELECT table_name, version FROM toolonce_schema ORDER BY 1",
+        )
+    };
+    let before = schema(&database);
+    assert!(!before.is_empty());
+
+    check(&bench(&url), &url, true, false);
+
+    assert_eq!(schema(&database), before);
+}
+
+#[test]
+fn bench_refuses_a_url_without_a_scheme_as_bad_input() {
+    let out = toolonce()
+        .args(["bench", "--store", "localhost:6379", "--ops", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("no scheme"), "{}", stderr(&out));
+}
+
+#[test]
+fn bench_on_an_unreachable_store_exits_unavailable() {
+    let port = toolonce_testsupport::free_port();
+    let out = toolonce()
+        .args([
+            "bench",
+            "--store",
+            &format!("redis://127.0.0.1:{port}"),
+            "--ops",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+}
+
+#[test]
+fn bench_on_an_unreachable_postgres_exits_unavailable() {
+    let port = toolonce_testsupport::free_port();
+    let out = toolonce()
+        .args([
+            "bench",
+            "--store",
+            &format!("postgres://postgres@127.0.0.1:{port}/db"),
+            "--ops",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+}
+
+#[test]
+fn bench_refuses_a_postgres_url_that_requires_tls_before_writing_anything() {
+    let postgres = shared_postgres();
+    let url = postgres.create_unique_database();
+    let out = toolonce()
+        .args([
+            "bench",
+            "--store",
+            &format!("{url}?sslmode=require"),
+            "--ops",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("requires TLS"), "{}", stderr(&out));
+    let database = url.rsplit('/').next().unwrap();
+    let tables = postgres.psql_in(
+        database,
+        "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public'",
+    );
+    assert_eq!(tables, "0");
+}
