@@ -362,15 +362,17 @@ fn subjects(http_port: u16) -> Vec<Subject> {
 }
 
 /// Per-call latencies of `calls` calls per subject, taken in interleaved rounds so that drift
-/// (CPU frequency, other load) hits every subject alike.
+/// (CPU frequency, other load) hits every subject alike; each round starts with the next
+/// subject, so that none is always the one that follows another.
 fn interleaved(subjects: &mut [Subject], call: fn(&mut Subject), calls: usize) -> Vec<Stats> {
     const ROUNDS: usize = 20;
     let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(calls); subjects.len()];
-    for _ in 0..ROUNDS {
-        for (i, subject) in subjects.iter_mut().enumerate() {
+    for round in 0..ROUNDS {
+        for turn in 0..subjects.len() {
+            let i = (round + turn) % subjects.len();
             for _ in 0..calls / ROUNDS {
                 let started = Instant::now();
-                call(subject);
+                call(&mut subjects[i]);
                 samples[i].push(started.elapsed());
             }
         }
