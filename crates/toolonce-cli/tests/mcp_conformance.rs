@@ -253,11 +253,15 @@ fn reference_stdio_args() -> [PathBuf; 3] {
     ]
 }
 
-/// `toolonce mcp` with a scope of its own (memory store) and `extra` arguments.
+/// `toolonce mcp` on the memory store and `extra` arguments. Never the default store: it
+/// outlives the test, and a second run would replay the first run's calls (rightly) instead
+/// of running the tools whose notifications and requests the scenarios check.
 fn toolonce_mcp(extra: &[&std::ffi::OsStr]) -> Vec<PathBuf> {
     let mut args = vec![
         toolonce(),
         PathBuf::from("mcp"),
+        PathBuf::from("--store"),
+        PathBuf::from("memory://"),
         PathBuf::from("--scope"),
         PathBuf::from("conformance"),
     ];
