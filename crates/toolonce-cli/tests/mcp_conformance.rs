@@ -12,6 +12,7 @@
 //! | stdio → stdio                 | relay → `toolonce mcp -- <reference server, stdio>`      | relay                  |
 //! | stdio → HTTP (`--upstream`)   | relay → `toolonce mcp --upstream <reference server URL>` | relay                  |
 //! | HTTP → stdio (`--listen`)     | `toolonce mcp --listen … -- <reference server, stdio>`   | direct                 |
+//! | HTTP → HTTP (`--listen --upstream`) | `toolonce mcp --listen … --upstream <reference server URL>` | direct     |
 //!
 //! The reference server (`support/mcp_conformance_server.mjs`) and the relay
 //! (`support/mcp_conformance_relay.mjs`, the SDK's Streamable HTTP server transport in front of
@@ -43,17 +44,7 @@ const RELAY_SCRIPT: &str = include_str!("support/mcp_conformance_relay.mjs");
 
 /// Scenarios known to fail through one shape while they pass directly, each with why. The test
 /// fails when one of them passes (remove it then), as it does for any other difference.
-const KNOWN_GAPS: &[(Shape, &str, &str)] = &[
-    (Shape::Listen, "tools-call-with-logging", NO_STREAMS),
-    (Shape::Listen, "tools-call-with-progress", NO_STREAMS),
-    (Shape::Listen, "tools-call-sampling", NO_STREAMS),
-    (Shape::Listen, "tools-call-elicitation", NO_STREAMS),
-    (Shape::Listen, "elicitation-sep1034-defaults", NO_STREAMS),
-    (Shape::Listen, "elicitation-sep1330-enums", NO_STREAMS),
-];
-const NO_STREAMS: &str = "the gateway answers a POST with JSON only and serves no GET stream, so \
-     what the server sends during a call (log and progress notifications, its own sampling and \
-     elicitation requests) does not reach the client";
+const KNOWN_GAPS: &[(Shape, &str, &str)] = &[];
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Shape {
@@ -62,15 +53,17 @@ enum Shape {
     Stdio,
     Upstream,
     Listen,
+    ListenUpstream,
 }
 
 impl Shape {
-    const ALL: [Shape; 5] = [
+    const ALL: [Shape; 6] = [
         Shape::Direct,
         Shape::Relay,
         Shape::Stdio,
         Shape::Upstream,
         Shape::Listen,
+        Shape::ListenUpstream,
     ];
 
     fn name(self) -> &'static str {
@@ -80,6 +73,7 @@ impl Shape {
             Shape::Stdio => "toolonce stdio→stdio",
             Shape::Upstream => "toolonce --upstream",
             Shape::Listen => "toolonce --listen",
+            Shape::ListenUpstream => "toolonce --listen --upstream",
         }
     }
 
@@ -88,7 +82,7 @@ impl Shape {
         match self {
             Shape::Direct | Shape::Relay => None,
             Shape::Stdio | Shape::Upstream => Some(Shape::Relay),
-            Shape::Listen => Some(Shape::Direct),
+            Shape::Listen | Shape::ListenUpstream => Some(Shape::Direct),
         }
     }
 }
@@ -389,6 +383,21 @@ fn run_shape(shape: Shape, scenarios: &[String]) -> BTreeMap<String, Outcome> {
             let mut args =
                 toolonce_mcp(&["--listen".as_ref(), "127.0.0.1:0".as_ref(), "--".as_ref()]);
             args.extend(reference);
+            let mut gateway = Command::new(&args[0]);
+            gateway.args(&args[1..]);
+            run_suite(&Process::start(gateway).url(), scenarios)
+        }
+        Shape::ListenUpstream => {
+            let mut server = node_script("mcp_conformance_server.mjs");
+            server.arg("http");
+            let server = Process::start(server);
+            let url = server.url();
+            let args = toolonce_mcp(&[
+                "--listen".as_ref(),
+                "127.0.0.1:0".as_ref(),
+                "--upstream".as_ref(),
+                url.as_ref(),
+            ]);
             let mut gateway = Command::new(&args[0]);
             gateway.args(&args[1..]);
             run_suite(&Process::start(gateway).url(), scenarios)
