@@ -4,13 +4,12 @@
 //! beside the SDK.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
-use super::mcp_peer::PATIENCE;
+use super::mcp_peer::port_line;
 use crate::sdk_dir;
 
 /// The SDK's Streamable HTTP server, running on a free loopback port.
@@ -47,21 +46,7 @@ impl HttpServer {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start node");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx
-            .recv_timeout(PATIENCE)
-            .expect("the HTTP server says its port");
-        let port = line
-            .trim()
-            .strip_prefix("PORT=")
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("the HTTP server said {line:?}"));
+        let port = port_line(&mut child, "the HTTP server");
         HttpServer { child, port, dir }
     }
 

@@ -19,6 +19,25 @@ use serde_json::{Value, json};
 /// How long a test waits for any one message before failing.
 pub const PATIENCE: Duration = Duration::from_secs(15);
 
+/// Waits (up to [`PATIENCE`]) for a test HTTP server started as `child` to say its port as its
+/// first line of stdout (`PORT=<n>`), and returns it; `what` names the server in a failure.
+pub fn port_line(child: &mut Child, what: &str) -> u16 {
+    let stdout = child.stdout.take().expect("the server's stdout is piped");
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(PATIENCE)
+        .unwrap_or_else(|_| panic!("{what} says its port"));
+    line.trim()
+        .strip_prefix("PORT=")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{what} said {line:?}"))
+}
+
 /// The `toolonce` binary under test.
 pub fn toolonce() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_toolonce"))

@@ -5,14 +5,13 @@
 //! are never skipped.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 
 use serde_json::Value;
 
-use super::mcp_peer::PATIENCE;
+use super::mcp_peer::port_line;
 
 const SERVER_SCRIPT: &str = include_str!("mcp_python_server.py");
 
@@ -60,21 +59,7 @@ impl PythonServer {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start the Python MCP server");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx
-            .recv_timeout(PATIENCE)
-            .expect("the Python server says its port");
-        let port = line
-            .trim()
-            .strip_prefix("PORT=")
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("the Python server said {line:?}"));
+        let port = port_line(&mut child, "the Python server");
         PythonServer { child, port, dir }
     }
 
