@@ -44,7 +44,8 @@ impl Message {
     }
 }
 
-/// Reads one message with a `Content-Length` body (or none); `None` at the end of the stream.
+/// Reads one message with a `Content-Length` body, a chunked one, or none; `None` at the end
+/// of the stream.
 fn read_message(reader: &mut BufReader<TcpStream>) -> Option<Message> {
     let mut start = String::new();
     if reader.read_line(&mut start).ok()? == 0 {
@@ -66,17 +67,53 @@ fn read_message(reader: &mut BufReader<TcpStream>) -> Option<Message> {
         headers,
         body: Vec::new(),
     };
-    assert!(
-        message.header("transfer-encoding").is_none(),
-        "this bench reads Content-Length bodies only: {}",
-        message.start
-    );
+    if message
+        .header("transfer-encoding")
+        .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
+    {
+        // An event stream (the gateway's answer to a client that accepts one): read the chunks
+        // up to the last, which comes once the answer has been sent.
+        loop {
+            let mut size = String::new();
+            reader.read_line(&mut size).ok()?;
+            let size = usize::from_str_radix(size.trim().split(';').next()?, 16).ok()?;
+            let mut chunk = vec![0; size + 2];
+            reader.read_exact(&mut chunk).ok()?;
+            if size == 0 {
+                break;
+            }
+            message.body.extend_from_slice(&chunk[..size]);
+        }
+        return Some(message);
+    }
     let length: usize = message
         .header("content-length")
         .map_or(0, |v| v.parse().expect("a Content-Length"));
     message.body.resize(length, 0);
     reader.read_exact(&mut message.body).ok()?;
     Some(message)
+}
+
+/// The JSON-RPC answer in `message`: its body, or in an event stream the event that has an id.
+fn answer_of(message: &Message) -> Value {
+    if !message
+        .header("content-type")
+        .is_some_and(|t| t.starts_with("text/event-stream"))
+    {
+        return serde_json::from_slice(&message.body).expect("a JSON answer");
+    }
+    let text = String::from_utf8_lossy(&message.body);
+    text.split("\n\n")
+        .filter_map(|event| {
+            let data: Vec<&str> = event
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(str::trim_start)
+                .collect();
+            serde_json::from_str::<Value>(&data.join("\n")).ok()
+        })
+        .find(|m| m.get("id").is_some())
+        .expect("an event stream carrying the answer")
 }
 
 /// The bench's Streamable HTTP server: `charge` (a write) and `lookup` (a read), answered
@@ -191,7 +228,7 @@ impl HttpClient {
         if let Some(session) = answer.header("mcp-session-id") {
             self.session = Some(session.to_owned());
         }
-        serde_json::from_slice(&answer.body).expect("a JSON answer")
+        answer_of(&answer)
     }
 
     fn initialize(&mut self) {
