@@ -75,6 +75,11 @@ pub(crate) fn lease(text: &str) -> Result<Duration, String> {
     bounded(text, MIN_LEASE)
 }
 
+/// `--session-idle SECONDS` (mcp --listen): from a millisecond to 100 years.
+pub(crate) fn session_idle(text: &str) -> Result<Duration, String> {
+    bounded(text, Duration::from_millis(1))
+}
+
 /// `--retention SECONDS`: from a millisecond to 100 years.
 pub(crate) fn retention(text: &str) -> Result<Duration, String> {
     bounded(text, Duration::from_millis(1))

@@ -64,6 +64,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 
@@ -124,6 +125,27 @@ pub(crate) struct McpArgs {
     /// on to it; with it, give the server's credentials with --header).
     #[arg(long, value_name = "VAR", requires = "listen")]
     require_token: Option<String>,
+    /// With --listen: end a session (stop its server, or end its session on the --upstream
+    /// server, as DELETE does) once it has had no request in progress, no GET stream open and
+    /// no request for this many seconds; a later request on it gets 404 (initialize again).
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        value_parser = crate::args::session_idle,
+        default_value = "1800",
+        requires = "listen"
+    )]
+    session_idle: Duration,
+    /// With --listen: how many sessions may be open at once; an initialize beyond gets 503 and
+    /// starts no server.
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..),
+        default_value = "256",
+        requires = "listen"
+    )]
+    max_sessions: u32,
     /// A TOML file of per-tool settings (kind, key_fields, in_flight, lease, retention,
     /// call_timeout, on_error, on_tool_error, failure_retention, on_expired).
     #[arg(long, value_name = "FILE", env = "TOOLONCE_MCP_CONFIG")]
@@ -230,6 +252,8 @@ pub(crate) async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
             server_id,
             config: Arc::new(config),
             store,
+            session_idle: args.session_idle,
+            max_sessions: args.max_sessions as usize,
         };
         return on_own_thread(async move {
             let store = open_store(&url).await?;

@@ -19,6 +19,11 @@
 //! `initialize` answer is required afterwards (404 once the session is gone); `DELETE` ends a
 //! session. Not served: batches (400), resumption with `Last-Event-ID` (events carry no ids).
 //!
+//! Sessions are bounded, since each holds a server process (or a session on the HTTP server):
+//! one with no request in progress, no `GET` stream open and no request for `--session-idle`
+//! is ended as `DELETE` ends it (a client that crashed or forgot leaks nothing), and an
+//! `initialize` beyond `--max-sessions` open sessions gets `503` and starts no server.
+//!
 //! Over HTTP, a client closing the stream or the connection before the answer came is the
 //! cancellation: the proxy gets a `notifications/cancelled`, as from a stdio client.
 //!
@@ -34,7 +39,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Either, Full, Limited};
@@ -78,6 +83,10 @@ pub(crate) struct Gateway {
     pub(crate) server_id: String,
     pub(crate) config: Arc<super::config::Config>,
     pub(crate) store: Arc<super::store::LazyStore>,
+    /// A session with nothing in progress and no request for this long is ended.
+    pub(crate) session_idle: Duration,
+    /// How many sessions may be open at once.
+    pub(crate) max_sessions: usize,
 }
 
 /// The server behind the gateway.
@@ -107,11 +116,32 @@ struct Session {
     /// started for. Only requests with that same header share it, so one client's credentials
     /// never carry another's request.
     bound: Option<HeaderValue>,
+    /// When the client last sent a request, or was last seen with one in progress or its
+    /// `GET` stream open: idleness counts from there.
+    touched: Mutex<Instant>,
 }
 
 impl Session {
     fn routes(&self) -> MutexGuard<'_, Routes> {
         lock(&self.routes)
+    }
+
+    fn touch(&self) {
+        *lock(&self.touched) = Instant::now();
+    }
+
+    /// Whether the session is idle for `idle`: nothing in progress, no `GET` stream open, and
+    /// no request for that long. A busy session counts as just touched.
+    fn idle_for(&self, idle: Duration) -> bool {
+        let busy = {
+            let routes = self.routes();
+            !routes.waiting.is_empty() || routes.stream.as_ref().is_some_and(|s| !s.is_closed())
+        };
+        if busy {
+            self.touch();
+            return false;
+        }
+        lock(&self.touched).elapsed() >= idle
     }
 }
 
@@ -268,6 +298,7 @@ pub(crate) async fn serve(gateway: Gateway) -> anyhow::Result<std::process::Exit
         sessionless: Mutex::new(Vec::new()),
         proxies: Mutex::new(JoinSet::new()),
     });
+    let reaper = tokio::spawn(end_idle_sessions(Arc::downgrade(&state)));
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     loop {
         tokio::select! {
@@ -299,6 +330,7 @@ pub(crate) async fn serve(gateway: Gateway) -> anyhow::Result<std::process::Exit
         }
     }
     drop(listener);
+    reaper.abort();
     // Dropping a session's input is the client hanging up: its proxy closes the server's input.
     state.sessions().clear();
     lock(&state.sessionless).clear();
@@ -313,6 +345,37 @@ pub(crate) async fn serve(gateway: Gateway) -> anyhow::Result<std::process::Exit
         tracing::warn!(target: "toolonce::mcp", "stopping with servers still running");
     }
     Ok(std::os::unix::process::ExitStatusExt::from_raw(0))
+}
+
+/// Ends the sessions idle for `--session-idle`, as `DELETE` would: dropping a session's input
+/// is the client hanging up, so its proxy stops the server (or ends the HTTP server's session).
+/// Checked a few times per idle period, so a session lasts at most a quarter longer.
+async fn end_idle_sessions(state: std::sync::Weak<State>) {
+    let Some(idle) = state.upgrade().map(|s| s.gateway.session_idle) else {
+        return;
+    };
+    let period = (idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(30));
+    loop {
+        tokio::time::sleep(period).await;
+        let Some(state) = state.upgrade() else {
+            return;
+        };
+        let mut ended = Vec::new();
+        state.sessions().retain(|id, session| {
+            let idle = session.idle_for(idle);
+            if idle {
+                ended.push(id.clone());
+            }
+            !idle
+        });
+        for id in ended {
+            tracing::info!(
+                target: "toolonce::mcp",
+                session = %id,
+                "ended a session idle for --session-idle"
+            );
+        }
+    }
 }
 
 type Answer = Response<Either<Full<Bytes>, EventBody>>;
@@ -425,7 +488,7 @@ fn get(state: &Arc<State>, session: Option<String>, request: &Request<Body>) -> 
     let Some(id) = session else {
         return refuse(StatusCode::BAD_REQUEST, "no Mcp-Session-Id");
     };
-    let Some(session) = state.sessions().get(&id).cloned() else {
+    let Some(session) = state.sessions().get(&id).inspect(|s| s.touch()).cloned() else {
         return refuse(StatusCode::NOT_FOUND, "no such session: initialize again");
     };
     pass_authorization(&session, request);
@@ -534,13 +597,22 @@ async fn post(state: &Arc<State>, session: Option<String>, request: Request<Body
         );
     };
     let (session_id, session) = match session {
+        // Touched under the sessions' lock: an idle session is either ended before this
+        // request (404) or not ended for it.
         Some(id) => match state.sessions().get(&id) {
-            Some(session) => (None, session.clone()),
+            Some(session) => {
+                session.touch();
+                (None, session.clone())
+            }
             None => return refuse(StatusCode::NOT_FOUND, "no such session: initialize again"),
         },
         None if peek.method.as_deref() == Some("initialize") && peek.id.is_some() => {
             match open_session(state) {
                 Ok((id, session)) => (Some(id), session),
+                Err(e) if e.is::<AtLimit>() => {
+                    tracing::warn!(target: "toolonce::mcp", "refused a session: {e}");
+                    return refuse(StatusCode::SERVICE_UNAVAILABLE, &e.to_string());
+                }
                 Err(e) => {
                     tracing::error!(target: "toolonce::mcp", error = %e, "cannot open a session");
                     return refuse(StatusCode::INTERNAL_SERVER_ERROR, "cannot start the server");
@@ -907,13 +979,38 @@ impl Drop for Cancel {
     }
 }
 
-/// Opens a session: a new id, and its proxy.
+/// As many sessions are open as `--max-sessions` allows.
+#[derive(Debug)]
+struct AtLimit(usize);
+
+impl std::fmt::Display for AtLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the gateway has {} sessions open, its limit (--max-sessions): end one with DELETE \
+             or try again later",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for AtLimit {}
+
+/// Opens a session: a new id, and its proxy; [`AtLimit`] at `--max-sessions`, before any server
+/// is started.
 fn open_session(state: &Arc<State>) -> anyhow::Result<(String, Arc<Session>)> {
     let mut random = [0u8; 16];
     getrandom::fill(&mut random).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
     let id: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    // Counted and inserted under one lock, so concurrent `initialize`s never pass the limit.
+    // (Starting a session only prepares its server: the process starts in its proxy's task.)
+    let mut sessions = state.sessions();
+    let max = state.gateway.max_sessions;
+    if sessions.len() >= max {
+        return Err(AtLimit(max).into());
+    }
     let session = start_session(state, Some(id.clone()), None)?;
-    state.sessions().insert(id.clone(), session.clone());
+    sessions.insert(id.clone(), session.clone());
     Ok((id, session))
 }
 
@@ -1011,5 +1108,6 @@ fn start_session(
         routes,
         forward_to,
         bound,
+        touched: Mutex::new(Instant::now()),
     }))
 }

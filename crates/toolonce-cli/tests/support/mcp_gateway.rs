@@ -59,6 +59,11 @@ impl Gateway {
         }
     }
 
+    /// The gateway's process id, to find the servers it started.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}/mcp", self.port)
     }
