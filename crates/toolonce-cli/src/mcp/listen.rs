@@ -311,6 +311,10 @@ pub(crate) async fn serve(gateway: Gateway) -> anyhow::Result<std::process::Exit
                         continue;
                     }
                 };
+                // An event-stream answer goes out in several small writes (headers, events, the
+                // last chunk); with Nagle's algorithm each waited for the client's delayed ACK,
+                // about 40 ms per call.
+                let _ = stream.set_nodelay(true);
                 let state = state.clone();
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |request| {
