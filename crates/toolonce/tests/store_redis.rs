@@ -699,14 +699,7 @@ async fn holding_an_unknown_operation_costs_one_round_trip_and_a_rerun_two() {
     let gone = OwnerToken::generate();
     let req = ClaimRequest::new(&op.key, &op.fingerprint, &gone, Duration::from_millis(100));
     assert!(matches!(store.claim(&req).await.unwrap(), Claim::Won));
-    let start = Instant::now();
-    while store.get(&op.key).await.unwrap().unwrap().state() != State::Unknown {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "never became unknown"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    conformance::until_unknown(store.as_ref(), &op.key).await;
     let layer = Layer::new(store);
 
     assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
@@ -877,22 +870,7 @@ async fn a_process_killed_after_charging_leaves_an_unknown_entry_held_until_a_re
     }
 
     // The lease runs out on the server's clock without a settle: unknown, and kept.
-    let start = Instant::now();
-    loop {
-        let entry = store
-            .get(&op.key)
-            .await
-            .unwrap()
-            .expect("kept past its lease");
-        if entry.state() == State::Unknown {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "never became unknown"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    conformance::until_unknown(store.as_ref(), &op.key).await;
 
     // hold (the default): not run, answered unknown, the entry left as it was.
     let held = layer

@@ -17,6 +17,23 @@ use toolonce::{
     State, Store, ToolError,
 };
 
+/// Waits until the entry at `key` is `unknown` (its lease ran out unsettled, on the store's
+/// clock), failing after 30 s.
+pub async fn until_unknown(store: &dyn Store, key: &OperationKey) {
+    let start = std::time::Instant::now();
+    loop {
+        let entry = store.get(key).await.unwrap().expect("kept past its lease");
+        if entry.state() == State::Unknown {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "never became unknown"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A lease long enough never to expire during a test unless it means to wait for it.
 pub const LONG: Duration = Duration::from_secs(60);
 /// A lease short enough to wait out.
