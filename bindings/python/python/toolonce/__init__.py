@@ -365,6 +365,20 @@ class _WriteTool:
             call.reply_verify("cannot_tell")
 
     def answer(
+        self,
+        event: tuple,
+        result: Any,
+        ran: bool,
+        exc: Optional[BaseException],
+        verify_error: Optional[BaseException] = None,
+    ) -> Answer:
+        answer = self.answer_of(event, result, ran, exc)
+        if verify_error is not None and answer.outcome == "unknown":
+            # The probe failed, so the operation was held: say why.
+            answer.error.__cause__ = verify_error  # type: ignore[union-attr]
+        return answer
+
+    def answer_of(
         self, event: tuple, result: Any, ran: bool, exc: Optional[BaseException]
     ) -> Answer:
         _, outcome, key, ok, payload = event
@@ -446,10 +460,7 @@ class _WriteTool:
         if event is None:
             # A write function called from inside another one's run on this thread.
             return self.run_sync_handoff(args, kwargs, scope)
-        answer = self.answer(event, state[0], state[1], state[2])
-        if state[3] is not None and answer.outcome == "unknown":
-            answer.error.__cause__ = state[3]  # type: ignore[union-attr]
-        return answer
+        return self.answer(event, state[0], state[1], state[2], state[3])
 
     def scope_of(self, kwargs: dict) -> str:
         scope = kwargs.pop("scope", None)
@@ -477,10 +488,7 @@ class _WriteTool:
                 raise
             kind = event[0]
             if kind == "done":
-                answer = self.answer(event, result, ran, exc)
-                if verify_error is not None and answer.outcome == "unknown":
-                    answer.error.__cause__ = verify_error  # type: ignore[union-attr]
-                return answer
+                return self.answer(event, result, ran, exc, verify_error)
             ctx = Context(event[1], True if kind == "verify" else event[2])
             token = _context.set(ctx)
             try:
@@ -528,10 +536,7 @@ class _WriteTool:
                 raise
             kind = event[0]
             if kind == "done":
-                answer = self.answer(event, result, ran, exc)
-                if verify_error is not None and answer.outcome == "unknown":
-                    answer.error.__cause__ = verify_error  # type: ignore[union-attr]
-                return answer
+                return self.answer(event, result, ran, exc, verify_error)
             ctx = Context(event[1], True if kind == "verify" else event[2])
             token = _context.set(ctx)
             try:
