@@ -237,24 +237,35 @@ impl Beating {
     /// Deregisters, waiting out a renewal of this call in flight, so that none races the
     /// complete or fail that follows. Gives the owner token back.
     pub(crate) async fn stop(mut self) -> OwnerToken {
+        // Almost always no renewal is in flight: no waiter to register.
+        if let Some(owner) = self.try_stop() {
+            return owner;
+        }
+        let hub = Arc::clone(&self.hub);
         loop {
-            let renewed = self.hub.renewed.notified();
+            let renewed = hub.renewed.notified();
             tokio::pin!(renewed);
             // Registered before the check, so a renewal finishing in between is not missed.
             renewed.as_mut().enable();
-            {
-                let mut state = self.hub.lock();
-                let renewing = state.beats[self.slot].as_ref().is_some_and(|b| b.renewing);
-                if !renewing {
-                    self.stopped = true;
-                    let beat = Hub::free(&mut state, self.slot);
-                    return beat
-                        .expect("a registered call's slot is held until it stops")
-                        .owner;
-                }
+            if let Some(owner) = self.try_stop() {
+                return owner;
             }
             renewed.await;
         }
+    }
+
+    /// Deregisters unless a renewal of this call is in flight.
+    fn try_stop(&mut self) -> Option<OwnerToken> {
+        let mut state = self.hub.lock();
+        if state.beats[self.slot].as_ref().is_some_and(|b| b.renewing) {
+            return None;
+        }
+        self.stopped = true;
+        let beat = Hub::free(&mut state, self.slot);
+        Some(
+            beat.expect("a registered call's slot is held until it stops")
+                .owner,
+        )
     }
 }
 
