@@ -535,3 +535,30 @@ fn a_layer_used_on_one_runtime_after_another_renews_on_each() {
         assert_eq!(duplicate.outcome, Outcome::InFlight, "round {round}");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_last_clone_of_a_layer_ends_its_heartbeat_task_and_releases_the_store() {
+    let store = memory_on_tokio_clock();
+    let layer = Layer::new(store.clone());
+    let clone = layer.clone();
+    let options = WriteOptions::new().lease(Duration::from_secs(3));
+    let answer = layer
+        .run("charge", &op("dropped-layer", 0), &options, |_ctx| async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok(json!("done"))
+        })
+        .await;
+    assert_eq!(answer.outcome, Outcome::Executed);
+    drop(layer);
+    tokio::task::yield_now().await;
+    assert!(
+        Arc::strong_count(&store) > 1,
+        "a clone still holds the layer's store"
+    );
+    drop(clone);
+    // The task ends at its next poll, and drops its handle on the store with it.
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(Arc::strong_count(&store), 1);
+}
