@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use crate::heartbeat::Heartbeats;
 use crate::key::{Derived, OperationKey};
 use crate::store::{
     About, Claim, ClaimRequest, EntryState, Fenced, OwnerToken, Resolution, Resolved, Store,
@@ -287,6 +288,8 @@ pub struct WriteAnswer {
 #[derive(Clone, Debug)]
 pub struct Layer {
     store: Arc<dyn Store>,
+    /// The lease heartbeats of the calls running on this layer (and its clones).
+    heartbeats: Arc<Heartbeats>,
 }
 
 /// No verify probe (the type `run_inner` needs when there is none).
@@ -305,7 +308,10 @@ const RELEASE_FOR: Duration = Duration::from_secs(3);
 impl Layer {
     /// A layer on `store`.
     pub fn new(store: Arc<dyn Store>) -> Self {
-        Layer { store }
+        Layer {
+            store,
+            heartbeats: Arc::default(),
+        }
     }
 
     /// The store.
@@ -330,11 +336,12 @@ impl Layer {
     ///
     /// # Runtime
     ///
-    /// Must be called within a Tokio runtime: the lease heartbeat is a task spawned on it for
-    /// the duration of the tool, so it keeps renewing even while the tool's own task is not
-    /// polled. On a **multi-thread** runtime a tool that blocks its thread (a blocking HTTP
-    /// client, `std::thread::sleep`, heavy computation) keeps its lease, because the heartbeat
-    /// runs on another worker — though it still takes a worker away from every other task. On
+    /// Must be called within a Tokio runtime: the lease heartbeat is a task of the layer's on
+    /// that runtime (one for all the calls running there, spawned with the first), so it keeps
+    /// renewing even while the tool's own task is not polled. On a **multi-thread** runtime a
+    /// tool that blocks its thread (a blocking HTTP client, `std::thread::sleep`, heavy
+    /// computation) keeps its lease, because the heartbeat runs on another worker — though it
+    /// still takes a worker away from every other task. On
     /// a **current-thread** runtime there is no other worker: a tool that blocks for longer
     /// than the lease stops the heartbeat with everything else, the lease expires, and a
     /// duplicate may run the operation beside it. There, run blocking work with
@@ -660,24 +667,23 @@ impl Layer {
     where
         Fut: Future<Output = Result<Value, ToolError>> + Send,
     {
-        // The heartbeat is a task of its own, so a tool that blocks its thread (a blocking
-        // client, `std::thread::sleep`) does not stop it. The guard aborts it when the call
-        // ends, and when this future is dropped: no task renews a lease for a caller that is
-        // gone.
-        let heartbeat = Heartbeat::start(
-            Arc::clone(&self.store),
-            tool,
-            key,
-            owner.duplicate(),
-            options.lease,
-        );
-        // A task spawned from a worker thread waits in that worker's LIFO slot, which other
-        // workers never steal: if the tool blocked this thread before the heartbeat was first
-        // polled, it would never start. Yielding once lets it run (and arm its timer) first.
-        tokio::task::yield_now().await;
+        // The layer's heartbeat task renews the lease while the tool runs, so a tool that
+        // blocks its thread (a blocking client, `std::thread::sleep`) keeps it. The
+        // registration ends when the call does, and when this future is dropped: no lease is
+        // renewed for a caller that is gone.
+        let started = self
+            .heartbeats
+            .start(&self.store, tool, key, owner, options.lease);
+        if started.must_yield {
+            // The heartbeat task was just spawned or woken from this worker, into its LIFO
+            // slot, which other workers never steal: if the tool blocked this thread before
+            // the task was polled, it would not run. Yielding once lets it run first.
+            tokio::task::yield_now().await;
+        }
         let outcome = AssertUnwindSafe(work).catch_unwind().await;
-        // Stopped before the outcome is recorded: no renew races the complete or fail.
-        heartbeat.stop().await;
+        // Stopped before the outcome is recorded (waiting out a renewal in flight): no renew
+        // races the complete or fail.
+        let owner = started.beating.stop().await;
         let result = match outcome {
             Ok(result) => result,
             Err(_panic) => {
@@ -850,71 +856,6 @@ impl Layer {
             "could not release a claim whose reply was lost; if it was written, it stays running \
              until its lease expires"
         );
-    }
-}
-
-/// The lease heartbeat of one running call: a spawned task renewing the lease every third of
-/// its length, aborted when this guard is stopped or dropped.
-struct Heartbeat(tokio::task::JoinHandle<()>);
-
-impl Heartbeat {
-    fn start(
-        store: Arc<dyn Store>,
-        tool: &str,
-        key: &OperationKey,
-        owner: OwnerToken,
-        lease: Duration,
-    ) -> Self {
-        let (tool, key) = (tool.to_owned(), key.clone());
-        Heartbeat(tokio::spawn(async move {
-            heartbeat(&*store, &tool, &key, &owner, lease).await;
-        }))
-    }
-
-    /// Aborts the task and waits until it is gone.
-    async fn stop(mut self) {
-        self.0.abort();
-        // `self` is dropped after this await; the handle is borrowed, not moved out.
-        let _ = (&mut self.0).await;
-    }
-}
-
-impl Drop for Heartbeat {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// Renews the lease every third of its length until the lease is lost (or the task aborted).
-async fn heartbeat(
-    store: &dyn Store,
-    tool: &str,
-    key: &OperationKey,
-    owner: &OwnerToken,
-    lease: Duration,
-) {
-    let period = (lease / 3).max(Duration::from_millis(1));
-    loop {
-        tokio::time::sleep(period).await;
-        match store.renew(key, owner, lease).await {
-            Ok(true) => {}
-            Ok(false) => {
-                tracing::warn!(
-                    target: "toolonce",
-                    tool,
-                    key = %key,
-                    "lease lost while the tool runs: a duplicate may run the operation again"
-                );
-                return;
-            }
-            Err(e) => tracing::warn!(
-                target: "toolonce",
-                tool,
-                key = %key,
-                error = %e.report(),
-                "could not renew the lease; trying again at the next heartbeat"
-            ),
-        }
     }
 }
 

@@ -78,6 +78,7 @@
 
 pub mod canonical;
 mod error;
+mod heartbeat;
 pub mod key;
 pub mod layer;
 pub mod store;

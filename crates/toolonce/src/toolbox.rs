@@ -86,7 +86,9 @@ impl ToolResult {
 fn content_text(value: &Value) -> String {
     match value {
         Value::String(s) => s.clone(),
-        other => other.to_string(),
+        // Straight into a buffer: `Display` writes each token through a formatter, which cost
+        // about as much as the rest of a replay on the memory store.
+        other => serde_json::to_string(other).unwrap_or_else(|_| other.to_string()),
     }
 }
 
@@ -168,6 +170,9 @@ enum Kind {
         tool: Arc<dyn ErasedWrite>,
         options: WriteOptions,
         key_fields: Option<KeyFields>,
+        /// What the claim records for a call in the toolbox's own scope, made once (set by
+        /// [`ToolboxBuilder::build`]) rather than per call.
+        about: About,
     },
 }
 
@@ -305,6 +310,7 @@ impl ToolboxBuilder {
                     tool: Arc::new(tool),
                     options,
                     key_fields,
+                    about: About::empty(),
                 },
             })
         })();
@@ -325,7 +331,10 @@ impl ToolboxBuilder {
         let mut tools = HashMap::new();
         let mut order = Vec::new();
         for (name, registered) in self.tools {
-            let registered = registered?;
+            let mut registered = registered?;
+            if let Kind::Write { about, .. } = &mut registered.kind {
+                *about = About::new(scope.as_str(), name.as_str());
+            }
             key::OperationKey::derive("-", &name, "")?;
             if tools.insert(name.clone(), registered).is_some() {
                 return Err(Error::Config(format!("two tools are named {name:?}")));
@@ -426,6 +435,7 @@ impl Toolbox {
                 tool,
                 options,
                 key_fields,
+                about: own_about,
             } => {
                 // Validate before anything touches the store: bad input claims nothing.
                 let prepared = match tool.clone().prepare(&args) {
@@ -436,7 +446,12 @@ impl Toolbox {
                     Ok(op) => op,
                     Err(e) => return self.invalid(name, &e.to_string()),
                 };
-                let about = About::new(scope, name);
+                let about = if scope == self.scope {
+                    std::borrow::Cow::Borrowed(own_about)
+                } else {
+                    std::borrow::Cow::Owned(About::new(scope, name))
+                };
+                let about = &*about;
                 let answer = if options.expired_policy() == OnExpired::Verify {
                     // The arguments are parsed for the probe only when it is asked (they parsed
                     // above, so this cannot fail; if it did, holding is the safe answer).
@@ -450,11 +465,11 @@ impl Toolbox {
                         }
                     };
                     self.layer
-                        .run_with_verify(name, &op, &about, options, probe, prepared)
+                        .run_with_verify(name, &op, about, options, probe, prepared)
                         .await
                 } else {
                     self.layer
-                        .run_with_about(name, &op, &about, options, prepared)
+                        .run_with_about(name, &op, about, options, prepared)
                         .await
                 };
                 match answer.result {

@@ -204,3 +204,76 @@ fn conversions_keep_the_message_and_class_the_error_transient() {
     assert_eq!(io.class, ErrorClass::Transient);
     assert_eq!(io.message, "no answer");
 }
+
+/// Echoes a result it is given, to check how results read as text.
+struct Echo;
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct EchoArgs {
+    result: Value,
+}
+
+impl WriteTool for Echo {
+    type Args = EchoArgs;
+    type Output = Value;
+    fn name(&self) -> &str {
+        "echo"
+    }
+    fn description(&self) -> &str {
+        "Returns its argument."
+    }
+    async fn call(&self, _ctx: WriteContext, args: EchoArgs) -> Result<Value, ToolError> {
+        Ok(args.result)
+    }
+}
+
+#[tokio::test]
+async fn a_result_reads_as_compact_json_first_and_on_replay_and_a_string_as_itself() {
+    let store = Arc::new(MemoryStore::new());
+    let tb = Toolbox::builder(store)
+        .scope("run-1")
+        .write(Echo)
+        .build()
+        .unwrap();
+    let results = [
+        json!({"b": [1, 2.5, -0.0, 1e300, null, true], "a": "é \"q\" \\ \n \u{1}", "c": {}}),
+        json!([]),
+        json!(12345678901234567u64),
+        json!("plain text, not quoted"),
+    ];
+    for result in results {
+        let expected = match &result {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let first = tb.call("echo", json!({"result": result})).await;
+        let again = tb.call("echo", json!({"result": result})).await;
+        assert_eq!(first.outcome, Outcome::Executed);
+        assert_eq!(again.outcome, Outcome::Replayed);
+        assert_eq!(first.content, expected);
+        assert_eq!(again.content, expected);
+        assert_eq!(first.value.as_ref(), Some(&result));
+    }
+}
+
+#[tokio::test]
+async fn an_entry_records_the_scope_its_call_was_made_in() {
+    let store = Arc::new(MemoryStore::new());
+    let tb = Toolbox::builder(store.clone())
+        .scope("run-1")
+        .write(SendEmail::default())
+        .build()
+        .unwrap();
+    let own = tb
+        .call("send_email", json!({"to": "ada@example.com"}))
+        .await;
+    let other = tb
+        .call_in("session-9", "send_email", json!({"to": "ada@example.com"}))
+        .await;
+    for (answer, scope) in [(own, "run-1"), (other, "session-9")] {
+        let key = answer.key.expect("a write call has a key");
+        let entry = toolonce::Store::get(&*store, &key).await.unwrap().unwrap();
+        assert_eq!(entry.about.scope.as_deref(), Some(scope));
+        assert_eq!(entry.about.tool.as_deref(), Some("send_email"));
+    }
+}
