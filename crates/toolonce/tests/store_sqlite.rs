@@ -864,6 +864,69 @@ async fn a_claim_on_the_inline_writer_sees_what_another_process_wrote_after_the_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writes_from_many_tasks_at_once_all_settle_once_and_leave_the_lock_free() {
+    // Tasks on four workers contend for the inline writer: the losers' writes go to the
+    // connection thread, which runs them on the inline writer once it is free (or, when
+    // another process holds the lock, on its own connection).
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("many.db");
+    let store = Arc::new(SqliteStore::open(&path).unwrap());
+    let outsider = raw(&path);
+    let tasks: Vec<_> = (0..16)
+        .map(|task| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut keys = Vec::new();
+                for n in 0..40 {
+                    let (key, fp) = conformance::op(&format!("many{task}-{n}"));
+                    let owner = conformance::won(
+                        store
+                            .claim_fresh(&key, &fp, conformance::LONG)
+                            .await
+                            .unwrap(),
+                    );
+                    let recorded = store
+                        .complete(&key, owner, &json!([task, n]), conformance::LONG)
+                        .await
+                        .unwrap();
+                    assert_eq!(recorded, Fenced::Applied);
+                    keys.push((key, json!([task, n])));
+                }
+                keys
+            })
+        })
+        .collect();
+    // Meanwhile another process takes the lock now and then, so some writes wait for it.
+    for _ in 0..20 {
+        outsider.execute_batch("BEGIN IMMEDIATE").unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+        outsider.execute_batch("COMMIT").unwrap();
+        tokio::task::yield_now().await;
+    }
+    let mut settled = 0;
+    for task in tasks {
+        for (key, result) in task.await.unwrap() {
+            match store
+                .get(&key)
+                .await
+                .unwrap()
+                .expect("a settled entry")
+                .state
+            {
+                EntryState::Done { result: stored, .. } => assert_eq!(stored, result),
+                other => panic!("expected done, got {other:?}"),
+            }
+            settled += 1;
+        }
+    }
+    assert_eq!(settled, 16 * 40);
+    // No connection of the store holds the lock: one that does not wait gets it at once.
+    let other = raw(&path);
+    other.busy_timeout(Duration::ZERO).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE; ROLLBACK").unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_claims_of_one_key_inline_and_on_the_thread_have_one_winner() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(SqliteStore::open(dir.path().join("race.db")).unwrap());
