@@ -382,19 +382,21 @@ enum Kind {
 }
 
 impl Kind {
-    fn floor(&self) -> &'static str {
+    fn floor(&self) -> String {
         match self {
-            Kind::Memory => "no raw floor",
+            Kind::Memory => "no raw floor".into(),
             #[cfg(feature = "sqlite")]
             Kind::Sqlite(_) => {
                 "raw floor: INSERT … ON CONFLICT DO NOTHING + UPDATE, replay SELECT, own connection"
+                    .into()
             }
             #[cfg(feature = "redis")]
-            Kind::Redis(_) => "raw floor: SET NX PX + SET PX, replay GET",
+            Kind::Redis(_) => "raw floor: SET NX PX + SET PX, replay GET".into(),
             #[cfg(feature = "postgres")]
-            Kind::Postgres(_) => {
-                "raw floor: INSERT … ON CONFLICT DO NOTHING + UPDATE, replay SELECT, prepared, one connection per caller"
-            }
+            Kind::Postgres(raw) => format!(
+                "raw floor: INSERT … ON CONFLICT DO NOTHING + UPDATE, replay SELECT, prepared, one connection per caller, {}",
+                if raw.encrypted { "TLS" } else { "no TLS" }
+            ),
         }
     }
 }
@@ -986,13 +988,16 @@ mod redis_raw {
 #[cfg(feature = "postgres")]
 mod postgres {
     //! PostgreSQL: the store on a table of the run's own, the raw floor on a table of its own
-    //! too, through one prepared-statement connection per caller.
+    //! too, through one prepared-statement connection per caller. The floor's connections use
+    //! TLS where the store's do (the URL's `sslmode`; under the default `prefer`, whenever the
+    //! server offers it), so both sides pay the same encryption on every round trip.
 
     use std::sync::Arc;
     use std::time::Instant;
 
     use anyhow::Context;
     use tokio_postgres::NoTls;
+    use tokio_postgres::config::SslMode;
     use toolonce::Store;
     use toolonce::store::postgres::PostgresStore;
 
@@ -1000,6 +1005,9 @@ mod postgres {
 
     pub(super) struct Raw {
         config: tokio_postgres::Config,
+        tls: Tls,
+        /// Whether the floor's connections are encrypted (as the store's are then).
+        pub(super) encrypted: bool,
         table: String,
         raw_table: String,
         /// Whether the store's schema-version table existed before the run.
@@ -1007,41 +1015,171 @@ mod postgres {
         clients: tokio::sync::Mutex<Vec<Arc<tokio_postgres::Client>>>,
     }
 
-    async fn connect(config: &tokio_postgres::Config) -> anyhow::Result<tokio_postgres::Client> {
-        let (client, connection) = config.connect(NoTls).await.map_err(|e| {
+    /// How the floor connects: in plain text only where the store does too.
+    #[derive(Clone)]
+    enum Tls {
+        Plain,
+        #[cfg(feature = "postgres-tls")]
+        Rustls(tokio_postgres_rustls::MakeRustlsConnect),
+    }
+
+    async fn connect(
+        config: &tokio_postgres::Config,
+        tls: &Tls,
+    ) -> anyhow::Result<tokio_postgres::Client> {
+        let unavailable = |e: tokio_postgres::Error| {
+            // A refused TLS handshake (a server without TLS under a mode that requires it)
+            // is the URL's matter, not the server's availability.
+            let code = if e.to_string().contains("TLS") {
+                crate::exit::USAGE
+            } else {
+                crate::exit::UNAVAILABLE
+            };
             crate::exit::with_code(
-                crate::exit::UNAVAILABLE,
+                code,
                 anyhow::Error::new(e).context("cannot open the raw floor's connection"),
             )
-        })?;
-        tokio::spawn(connection);
+        };
+        let client = match tls {
+            Tls::Plain => {
+                let (client, connection) = config.connect(NoTls).await.map_err(unavailable)?;
+                tokio::spawn(connection);
+                client
+            }
+            #[cfg(feature = "postgres-tls")]
+            Tls::Rustls(tls) => {
+                let (client, connection) =
+                    config.connect(tls.clone()).await.map_err(unavailable)?;
+                tokio::spawn(connection);
+                client
+            }
+        };
         Ok(client)
     }
 
+    /// The floor's TLS for the URL's `sslmode` (libpq's names; `prefer` when absent), and the
+    /// driver's mode for it. The floor checks no certificate: the check is made once per
+    /// connection, at the handshake, which no round times; the store checks what its
+    /// `sslmode` says.
+    fn tls_for(sslmode: Option<&str>) -> anyhow::Result<(Tls, SslMode)> {
+        let mode = match sslmode.unwrap_or("prefer") {
+            "disable" => return Ok((Tls::Plain, SslMode::Disable)),
+            "prefer" => SslMode::Prefer,
+            "require" | "verify-ca" | "verify-full" => SslMode::Require,
+            other => anyhow::bail!("invalid sslmode {other:?}"),
+        };
+        #[cfg(feature = "postgres-tls")]
+        {
+            Ok((Tls::Rustls(any_certificate::connector()?), mode))
+        }
+        #[cfg(not(feature = "postgres-tls"))]
+        {
+            // The store of this build connects in plain text too, and refuses modes that
+            // require TLS.
+            anyhow::ensure!(
+                mode == SslMode::Prefer,
+                "this build has no PostgreSQL TLS (feature `postgres-tls`)"
+            );
+            Ok((Tls::Plain, SslMode::Disable))
+        }
+    }
+
+    #[cfg(feature = "postgres-tls")]
+    mod any_certificate {
+        //! A rustls client that accepts any server certificate but checks the handshake's
+        //! signatures: what libpq's `prefer` and `require` do, and what the store does
+        //! under them.
+
+        use std::sync::Arc;
+
+        use rustls::client::danger::{
+            HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,
+        };
+        use rustls::crypto::WebPkiSupportedAlgorithms;
+        use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+        use rustls::{ClientConfig, DigitallySignedStruct};
+
+        pub(super) fn connector() -> anyhow::Result<tokio_postgres_rustls::MakeRustlsConnect> {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let verifier = Arc::new(AnyCertificate(provider.signature_verification_algorithms));
+            let config = ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()?
+                .dangerous()
+                .with_custom_certificate_verifier(verifier)
+                .with_no_client_auth();
+            Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
+        }
+
+        #[derive(Debug)]
+        struct AnyCertificate(WebPkiSupportedAlgorithms);
+
+        impl ServerCertVerifier for AnyCertificate {
+            fn verify_server_cert(
+                &self,
+                _end_entity: &CertificateDer<'_>,
+                _intermediates: &[CertificateDer<'_>],
+                _server_name: &ServerName<'_>,
+                _ocsp_response: &[u8],
+                _now: UnixTime,
+            ) -> Result<ServerCertVerified, rustls::Error> {
+                Ok(ServerCertVerified::assertion())
+            }
+
+            fn verify_tls12_signature(
+                &self,
+                message: &[u8],
+                cert: &CertificateDer<'_>,
+                dss: &DigitallySignedStruct,
+            ) -> Result<HandshakeSignatureValid, rustls::Error> {
+                rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
+            }
+
+            fn verify_tls13_signature(
+                &self,
+                message: &[u8],
+                cert: &CertificateDer<'_>,
+                dss: &DigitallySignedStruct,
+            ) -> Result<HandshakeSignatureValid, rustls::Error> {
+                rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
+            }
+
+            fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+                self.0.supported_schemes()
+            }
+        }
+    }
+
     pub(super) async fn open(url: &str, run_id: &str) -> anyhow::Result<(Arc<dyn Store>, Raw)> {
-        // The driver knows libpq's `sslmode` but not the store's `sslrootcert`.
+        // The driver knows neither the store's `sslrootcert` nor libpq's `verify-*` modes:
+        // the floor takes `sslmode` out and sets the driver's mode itself.
         let (base, query) = url.split_once('?').unwrap_or((url, ""));
         let kept: Vec<&str> = query
             .split('&')
-            .filter(|kv| !kv.is_empty() && !kv.starts_with("sslrootcert="))
+            .filter(|kv| {
+                !kv.is_empty() && !kv.starts_with("sslrootcert=") && !kv.starts_with("sslmode=")
+            })
             .collect();
+        let sslmode = query
+            .split('&')
+            .filter_map(|kv| kv.strip_prefix("sslmode="))
+            .next_back();
         let conninfo = if kept.is_empty() {
             base.to_owned()
         } else {
             format!("{base}?{}", kept.join("&"))
         };
-        if query.split('&').any(|kv| {
-            matches!(
-                kv,
-                "sslmode=require" | "sslmode=verify-ca" | "sslmode=verify-full"
+        let (tls, mode) = tls_for(sslmode)?;
+        let mut config: tokio_postgres::Config =
+            conninfo.parse().context("invalid PostgreSQL URL")?;
+        config.ssl_mode(mode);
+        let admin = connect(&config, &tls).await?;
+        let encrypted: bool = admin
+            .query_one(
+                "SELECT coalesce((SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()), false)",
+                &[],
             )
-        }) {
-            anyhow::bail!(
-                "the bench's raw floor connects without TLS, and this URL requires TLS: run the bench against a server that accepts plain connections"
-            );
-        }
-        let config: tokio_postgres::Config = conninfo.parse().context("invalid PostgreSQL URL")?;
-        let admin = connect(&config).await?;
+            .await?
+            .get(0);
         let version_table_existed = admin
             .query_one("SELECT to_regclass('toolonce_schema') IS NOT NULL", &[])
             .await?
@@ -1050,6 +1188,8 @@ mod postgres {
         let raw_table = format!("toolonce_bench_raw_{run_id}");
         let raw = Raw {
             config,
+            tls,
+            encrypted,
             table: table.clone(),
             raw_table: raw_table.clone(),
             version_table_existed,
@@ -1076,7 +1216,7 @@ mod postgres {
         async fn clients(&self, n: usize) -> anyhow::Result<Vec<Arc<tokio_postgres::Client>>> {
             let mut clients = self.clients.lock().await;
             while clients.len() < n {
-                clients.push(Arc::new(connect(&self.config).await?));
+                clients.push(Arc::new(connect(&self.config, &self.tls).await?));
             }
             Ok(clients[..n].to_vec())
         }
@@ -1146,7 +1286,7 @@ mod postgres {
         /// store's schema-version table (the table too, if the run created it and it is empty).
         pub(super) async fn clean_up(&self) -> anyhow::Result<()> {
             self.clients.lock().await.clear();
-            let admin = connect(&self.config).await?;
+            let admin = connect(&self.config, &self.tls).await?;
             let t = &self.table;
             admin
                 .batch_execute(&format!(

@@ -56,3 +56,40 @@ fn exec_and_ls_work_with_verify_full_and_a_wrong_ca_is_refused_naming_the_certif
     let err = stderr(&out);
     assert!(err.contains("TLS") && err.contains("certificate"), "{err}");
 }
+
+/// `toolonce bench` with a small run (one caller, one round), its table on stdout.
+fn bench_table(url: &str) -> String {
+    let out = toolonce()
+        .args(["bench", "--store", url, "--ops", "20"])
+        .args(["--concurrency", "1", "--rounds", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    stdout(&out)
+}
+
+#[test]
+fn bench_times_the_raw_floor_over_tls_whenever_the_store_uses_it_and_in_plain_text_only_when_it_does_not()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = TestCertificates::make(dir.path());
+    let server = PostgresServer::start_with_tls(&certs.server_cert(), &certs.server_key());
+    let base = server.create_unique_database();
+    let verified = format!(
+        "{base}?sslmode=verify-full&sslrootcert={}",
+        certs.ca().display()
+    );
+    // The default `prefer` encrypts when the server offers TLS, as this one does.
+    for url in [base.clone(), format!("{base}?sslmode=require"), verified] {
+        let table = bench_table(&url);
+        assert!(
+            table.contains("one connection per caller, TLS)"),
+            "{url}: {table}"
+        );
+    }
+    let table = bench_table(&format!("{base}?sslmode=disable"));
+    assert!(
+        table.contains("one connection per caller, no TLS)"),
+        "{table}"
+    );
+}

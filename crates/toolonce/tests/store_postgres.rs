@@ -1374,3 +1374,73 @@ async fn a_replay_of_a_settled_entry_is_a_plain_read_without_the_claim_function(
         "a replay called the claim function"
     );
 }
+
+/// Calls of the claim function's statements in `database` whose text starts with `verb`.
+async fn claim_function_calls_of(pg: &'static PostgresServer, database: &str, verb: &str) -> u64 {
+    let sql = format!(
+        "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements \
+         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = '{database}') \
+         AND query LIKE '{verb}%p_key%' AND query NOT LIKE '%pg_stat_statements%'"
+    );
+    tokio::task::spawn_blocking(move || pg.psql(&sql))
+        .await
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_time_claim_calls_the_claim_function_exactly_once() {
+    let pg = tokio::task::spawn_blocking(shared_postgres).await.unwrap();
+    assert!(
+        pg.has_pg_stat_statements(),
+        "pg_stat_statements is needed (Debian: part of the postgresql package)"
+    );
+    let db_url = tokio::task::spawn_blocking(|| shared_postgres().create_unique_database())
+        .await
+        .unwrap();
+    let database = database_of(&db_url).to_owned();
+    let db = database.clone();
+    tokio::task::spawn_blocking(move || {
+        pg.psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
+        pg.psql(&format!(
+            "ALTER DATABASE \"{db}\" SET pg_stat_statements.track = 'all'"
+        ));
+    })
+    .await
+    .unwrap();
+    let store = PostgresStore::builder(db_url.as_str())
+        .table(unique_table())
+        .pool_size(1)
+        .connect()
+        .await
+        .unwrap();
+    let (reads, inserts) = (
+        claim_function_calls_of(pg, &database, "SELECT").await,
+        claim_function_calls_of(pg, &database, "INSERT").await,
+    );
+    // The function's row is read column by column: called once per column, a claim would
+    // read the key again and renew its own entry instead of inserting it once.
+    for n in 0..3 {
+        let (key, fp) = conformance::op(&format!("once{n}"));
+        let owner = conformance::won(
+            store
+                .claim_fresh(&key, &fp, conformance::LONG)
+                .await
+                .unwrap(),
+        );
+        let entry = store.get(&key).await.unwrap().expect("the claimed entry");
+        assert_eq!(entry.attempts, 1);
+        assert!(
+            matches!(entry.state, EntryState::Running { owner: Some(ref o) } if o == owner.as_str())
+        );
+    }
+    assert_eq!(
+        claim_function_calls_of(pg, &database, "SELECT").await - reads,
+        3
+    );
+    assert_eq!(
+        claim_function_calls_of(pg, &database, "INSERT").await - inserts,
+        3
+    );
+}

@@ -767,6 +767,165 @@ async fn a_write_that_finds_the_lock_taken_waits_on_the_thread_and_leaves_no_tra
     }
 }
 
+#[tokio::test]
+async fn a_duplicate_of_a_settled_entry_is_answered_while_another_process_holds_the_write_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("held.db");
+    let store = SqliteOptions::new()
+        .busy_timeout(Duration::from_millis(100))
+        .open(&path)
+        .unwrap();
+    let (key, fp) = conformance::op("held");
+    let owner = conformance::won(
+        store
+            .claim_fresh(&key, &fp, conformance::LONG)
+            .await
+            .unwrap(),
+    );
+    store
+        .complete(&key, owner, &json!("first"), conformance::LONG)
+        .await
+        .unwrap();
+    // The duplicate's read runs on the inline writer, which is free; it must not need the
+    // write lock (a claim that took it would wait out the busy timeout and be unavailable).
+    let blocker = raw(&path);
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    for _ in 0..3 {
+        match conformance::existing(
+            store
+                .claim_fresh(&key, &fp, conformance::LONG)
+                .await
+                .unwrap(),
+        )
+        .state
+        {
+            EntryState::Done { result, .. } => assert_eq!(result, json!("first")),
+            other => panic!("expected the result, got {other:?}"),
+        }
+    }
+    // A claim that must write still waits for the lock, and fails closed past the timeout.
+    let (fresh, fresh_fp) = conformance::op("held-fresh");
+    let err = store
+        .claim_fresh(&fresh, &fresh_fp, conformance::LONG)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
+    blocker.execute_batch("ROLLBACK").unwrap();
+}
+
+#[tokio::test]
+async fn a_claim_on_the_inline_writer_sees_what_another_process_wrote_after_the_writers_own_commit()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fresh.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let (key, fp) = conformance::op("other");
+    // The store's writer commits the running row and keeps its pages cached.
+    conformance::won(
+        store
+            .claim_fresh(&key, &fp, conformance::LONG)
+            .await
+            .unwrap(),
+    );
+    // Another process settles it behind the store's back.
+    let other = raw(&path);
+    let changed = other
+        .execute(
+            "UPDATE toolonce_entries SET state = 'done', owner = NULL, lease_until = NULL, \
+             payload = '\"theirs\"', settled_at = started_at WHERE key = ?1",
+            [key.as_str()],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    match conformance::existing(
+        store
+            .claim_fresh(&key, &fp, conformance::LONG)
+            .await
+            .unwrap(),
+    )
+    .state
+    {
+        EntryState::Done { result, .. } => assert_eq!(result, json!("theirs")),
+        other => panic!("expected the other process's result, got {other:?}"),
+    }
+    // And the other way round: it deletes the row, and the next claim wins again.
+    other
+        .execute(
+            "DELETE FROM toolonce_entries WHERE key = ?1",
+            [key.as_str()],
+        )
+        .unwrap();
+    conformance::won(
+        store
+            .claim_fresh(&key, &fp, conformance::LONG)
+            .await
+            .unwrap(),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writes_from_many_tasks_at_once_all_settle_once_and_leave_the_lock_free() {
+    // Tasks on four workers contend for the inline writer: the losers' writes go to the
+    // connection thread, which runs them on the inline writer once it is free (or, when
+    // another process holds the lock, on its own connection).
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("many.db");
+    let store = Arc::new(SqliteStore::open(&path).unwrap());
+    let outsider = raw(&path);
+    let tasks: Vec<_> = (0..16)
+        .map(|task| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut keys = Vec::new();
+                for n in 0..40 {
+                    let (key, fp) = conformance::op(&format!("many{task}-{n}"));
+                    let owner = conformance::won(
+                        store
+                            .claim_fresh(&key, &fp, conformance::LONG)
+                            .await
+                            .unwrap(),
+                    );
+                    let recorded = store
+                        .complete(&key, owner, &json!([task, n]), conformance::LONG)
+                        .await
+                        .unwrap();
+                    assert_eq!(recorded, Fenced::Applied);
+                    keys.push((key, json!([task, n])));
+                }
+                keys
+            })
+        })
+        .collect();
+    // Meanwhile another process takes the lock now and then, so some writes wait for it.
+    for _ in 0..20 {
+        outsider.execute_batch("BEGIN IMMEDIATE").unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+        outsider.execute_batch("COMMIT").unwrap();
+        tokio::task::yield_now().await;
+    }
+    let mut settled = 0;
+    for task in tasks {
+        for (key, result) in task.await.unwrap() {
+            match store
+                .get(&key)
+                .await
+                .unwrap()
+                .expect("a settled entry")
+                .state
+            {
+                EntryState::Done { result: stored, .. } => assert_eq!(stored, result),
+                other => panic!("expected done, got {other:?}"),
+            }
+            settled += 1;
+        }
+    }
+    assert_eq!(settled, 16 * 40);
+    // No connection of the store holds the lock: one that does not wait gets it at once.
+    let other = raw(&path);
+    other.busy_timeout(Duration::ZERO).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE; ROLLBACK").unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_claims_of_one_key_inline_and_on_the_thread_have_one_winner() {
     let dir = tempfile::tempdir().unwrap();

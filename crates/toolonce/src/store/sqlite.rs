@@ -10,7 +10,7 @@ use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, TryLockError, mpsc};
+use std::sync::{Arc, Mutex, PoisonError, TryLockError, mpsc};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -148,7 +148,9 @@ type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 ///   anyway, so one writer connection per process costs no concurrency.
 /// - **Inline point reads.** The read that answers a replay ([`claim`](Store::claim) of a key
 ///   that has a live entry) and [`get`](Store::get) run on the caller's task, on a small pool of
-///   reader connections that never wait: their busy timeout is 0, a reader that is in use is
+///   reader connections that never wait (a claim reads on the inline writer first, when it is
+///   free: a reader's page cache is dropped whenever another connection has committed since
+///   its last read, the writer's survives its own commits): their busy timeout is 0, a reader that is in use is
 ///   skipped, and a busy database or a busy pool sends the read to the connection thread
 ///   instead. In WAL mode readers do not block on writers, so such a read is a few microseconds
 ///   of CPU on cached pages, less than the two thread switches it saves (with
@@ -159,7 +161,10 @@ type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 ///   `try_lock`, with busy timeout 0. A write runs on it, on the caller's task, if the mutex is
 ///   free; if it is taken, or SQLite answers `SQLITE_BUSY`/`SQLITE_LOCKED` (another connection,
 ///   this store's thread included, or another process holds the write lock), the write goes to
-///   the connection thread, which waits for the lock. Falling back is safe because a busy
+///   the connection thread, which waits for the lock: for the inline writer's mutex first, and
+///   runs the write on it once it is free (a wait in microseconds, where SQLite's busy handler
+///   sleeps in steps of milliseconds), then, if another process holds the lock, on its own
+///   connection up to the busy timeout. Falling back is safe because a busy
 ///   answer means the transaction did not commit: at `BEGIN IMMEDIATE` nothing was done, and
 ///   after it (a busy `COMMIT`, possible without WAL) the transaction is rolled back before the
 ///   thread runs the operation again from its start, with the same owner token; the inline
@@ -196,9 +201,9 @@ pub struct SqliteStore {
     readers: Box<[Mutex<Connection>]>,
     /// The inline writer connection, if [`SqliteOptions::inline_writes`] is on (and the
     /// database is a file and has readers).
-    writer: Option<Mutex<Connection>>,
+    writer: Option<Arc<Mutex<Connection>>>,
     /// Commits on the inline writer, to schedule checkpoints on the connection thread.
-    inline_commits: AtomicU32,
+    inline_commits: Arc<AtomicU32>,
 }
 
 /// How many commits on the inline writer between two checkpoints asked of the connection
@@ -444,6 +449,30 @@ struct OwnedClaim {
     about: About,
 }
 
+impl OwnedClaim {
+    fn of(req: &ClaimRequest<'_>) -> OwnedClaim {
+        OwnedClaim {
+            key: req.key.clone(),
+            owner: req.owner.as_str().to_owned(),
+            fingerprint: req.fingerprint.clone(),
+            lease: req.lease,
+            retention: req.retention,
+            takeover: req.takeover,
+            about: req.about.clone(),
+        }
+    }
+}
+
+impl From<Claimed> for Claim {
+    fn from(claimed: Claimed) -> Claim {
+        match claimed {
+            Claimed::Won => Claim::Won,
+            Claimed::TookOver => Claim::TookOver,
+            Claimed::Existing(entry) => Claim::Existing(*entry),
+        }
+    }
+}
+
 /// Whether a claim that finds `entry` is answered by it without writing: a settled entry, a
 /// live one held by somebody else, an `unknown` one held by somebody else that the caller does
 /// not take over. Everything else (the caller's own entry, a takeover) needs the write lock.
@@ -655,8 +684,8 @@ impl SqliteStore {
             path: path_text,
             jobs,
             readers: readers.into_iter().map(Mutex::new).collect(),
-            writer: inline_writer.map(Mutex::new),
-            inline_commits: AtomicU32::new(0),
+            writer: inline_writer.map(|c| Arc::new(Mutex::new(c))),
+            inline_commits: Arc::new(AtomicU32::new(0)),
         })
     }
 
@@ -672,7 +701,41 @@ impl SqliteStore {
         if let Some(done) = self.write_inline(doing, &write) {
             return done;
         }
-        self.on_thread(doing, move |conn| write(conn)).await
+        let Some(inline) = self.writer.clone() else {
+            return self.on_thread(doing, move |conn| write(conn)).await;
+        };
+        let commits = Arc::clone(&self.inline_commits);
+        self.on_thread(doing, move |conn| {
+            // Most often the lock was held by this store's inline writer, for the microseconds
+            // of one transaction: wait for its mutex, which wakes the thread when released,
+            // rather than for SQLite's lock, whose handler sleeps 1, 2, 5, 10 … ms between
+            // attempts and lost the race to inline writers again and again (eight callers
+            // writing at once: p99 of 16-23 ms). Another process holding the lock answers
+            // busy on this connection at once; the thread's own connection then waits for it.
+            {
+                let guard = inline.lock().unwrap_or_else(PoisonError::into_inner);
+                if in_autocommit(&guard) {
+                    match write(&guard) {
+                        Err(Fault::Sql(e)) if is_busy(&e) && in_autocommit(&guard) => {}
+                        Ok(value) => {
+                            drop(guard);
+                            let n = commits.fetch_add(1, Ordering::Relaxed);
+                            if n % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1 {
+                                let _ = conn.query_row(
+                                    "PRAGMA wal_checkpoint(PASSIVE)",
+                                    [],
+                                    |_| Ok(()),
+                                );
+                            }
+                            return Ok(value);
+                        }
+                        Err(fault) => return Err(fault),
+                    }
+                }
+            }
+            write(conn)
+        })
+        .await
     }
 
     /// Runs `write` on the inline writer, on the caller's task. `None` when it cannot run at
@@ -680,6 +743,20 @@ impl SqliteStore {
     /// was committed and the connection holds no transaction, so the caller may run it on the
     /// connection thread.
     fn write_inline<T>(
+        &self,
+        doing: &'static str,
+        write: impl FnOnce(&Connection) -> JobResult<T>,
+    ) -> Option<Result<T>> {
+        let done = self.on_inline_writer(doing, write)?;
+        if done.is_ok() {
+            self.note_inline_commit();
+        }
+        Some(done)
+    }
+
+    /// [`write_inline`](Self::write_inline) without counting a commit: for work that may
+    /// only read.
+    fn on_inline_writer<T>(
         &self,
         doing: &'static str,
         write: impl FnOnce(&Connection) -> JobResult<T>,
@@ -701,10 +778,7 @@ impl SqliteStore {
         let settled = in_autocommit(&conn);
         drop(conn);
         match result {
-            Ok(value) => {
-                self.note_inline_commit();
-                Some(Ok(value))
-            }
+            Ok(value) => Some(Ok(value)),
             Err(Fault::Sql(e)) if is_busy(&e) && settled => None,
             Err(fault) => Some(Err(self.fault(doing, fault))),
         }
@@ -867,8 +941,9 @@ fn serve(mut conn: Connection, jobs: mpsc::Receiver<Job>) {
 impl Store for SqliteStore {
     /// Claims the request's key, in up to two steps:
     ///
-    /// 1. A read of the key's live row, on a reader connection (or at the start of step 2, on
-    ///    the same connection, if no reader can serve it at once). If the row answers the claim
+    /// 1. A read of the key's live row: on the inline writer when it is free (then step 2, if
+    ///    needed, follows on it at once), else on a reader connection, else at the start of
+    ///    step 2, on the same connection. If the row answers the claim
     ///    by itself (settled, or held by somebody else and not to be taken over), that is the
     ///    answer: the read is one statement on one consistent snapshot, so the row was live at a
     ///    moment during this call, which is all `Existing` promises. Replays end here, without
@@ -882,6 +957,28 @@ impl Store for SqliteStore {
     ///    again (same owner token), so the claim happens at most once.
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim> {
         let (owner, takeover) = (req.owner.as_str(), req.takeover);
+        // Steps 1 and 2 on the inline writer in one go when it is free: its page cache is
+        // current after its own commits, while in WAL mode a reader drops its whole cache
+        // whenever another connection has committed since its last read, so on a store that
+        // writes, a read on a reader first re-reads the pages it needs.
+        let inline = self.on_inline_writer("claim", |conn| {
+            if let Some(entry) = read_live(conn, req.key, now_ms())?
+                && answers_claim(&entry, owner, takeover, req.fingerprint)
+            {
+                return Ok(Claimed::Existing(Box::new(entry)));
+            }
+            claim_locked(conn, &OwnedClaim::of(req))
+        });
+        match inline {
+            Some(Ok(claimed)) => {
+                if !matches!(claimed, Claimed::Existing(_)) {
+                    self.note_inline_commit();
+                }
+                return Ok(claimed.into());
+            }
+            Some(Err(e)) => return Err(e),
+            None => {}
+        }
         let inline = self.read_inline("claim", |conn| read_live(conn, req.key, now_ms()));
         let read_first = match inline {
             Some(Ok(Some(entry))) if answers_claim(&entry, owner, takeover, req.fingerprint) => {
@@ -891,15 +988,7 @@ impl Store for SqliteStore {
             Some(Err(e)) => return Err(e),
             None => true,
         };
-        let owned = OwnedClaim {
-            key: req.key.clone(),
-            owner: owner.to_owned(),
-            fingerprint: req.fingerprint.clone(),
-            lease: req.lease,
-            retention: req.retention,
-            takeover,
-            about: req.about.clone(),
-        };
+        let owned = OwnedClaim::of(req);
         let claimed = self
             .write("claim", move |conn| {
                 if read_first
@@ -911,11 +1000,7 @@ impl Store for SqliteStore {
                 claim_locked(conn, &owned)
             })
             .await?;
-        Ok(match claimed {
-            Claimed::Won => Claim::Won,
-            Claimed::TookOver => Claim::TookOver,
-            Claimed::Existing(entry) => Claim::Existing(*entry),
-        })
+        Ok(claimed.into())
     }
 
     async fn renew(&self, key: &OperationKey, owner: &OwnerToken, lease: Duration) -> Result<bool> {
