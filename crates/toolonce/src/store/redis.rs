@@ -5,6 +5,7 @@
 //! script sent by hash. Works on a single server and on Redis Cluster (every operation touches
 //! one key).
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
@@ -866,8 +867,15 @@ fn cluster_masters(reply: Value) -> Result<Vec<(String, u16)>> {
 
 /// The about members of a new entry as the claim script splices them in: `}` when nothing is
 /// recorded, else `,"scope":…,"tool":…,"detail":…}` with the members that are set, JSON-encoded.
+#[cfg(test)]
 fn about_members(about: &About) -> Result<String> {
     let mut out = String::new();
+    about_members_into(about, &mut out)?;
+    Ok(out)
+}
+
+/// Appends [`about_members`] to `out`.
+fn about_members_into(about: &About, out: &mut String) -> Result<()> {
     for (name, value) in [
         ("scope", &about.scope),
         ("tool", &about.tool),
@@ -881,31 +889,43 @@ fn about_members(about: &About) -> Result<String> {
         }
     }
     out.push('}');
-    Ok(out)
+    Ok(())
 }
 
 /// The SHA-1 of an owner token as 40 lowercase hex digits, as the scripts compute it with
 /// `redis.sha1hex`: what a running entry stores instead of the token, so that whoever reads the
 /// entry cannot settle it.
-fn owner_digest(owner: &OwnerToken) -> String {
-    sha1_smol::Sha1::from(owner.as_str()).digest().to_string()
+fn owner_digest(owner: &OwnerToken) -> [u8; 40] {
+    let mut hex = [0u8; 40];
+    crate::key::hex_into(
+        &sha1_smol::Sha1::from(owner.as_str()).digest().bytes(),
+        &mut hex,
+    );
+    hex
 }
 
 /// The running entry a claim writes for `req` (in the shape `ours` in entry.lua and `owned` in
-/// owned.lua read):
-/// started at `started_ms` on this machine's clock, first attempt, kept `retention_ms` after its
-/// lease.
+/// owned.lua read): started at `started_ms` on this machine's clock, first attempt, kept
+/// `retention_ms` after its lease. Built by hand, not with `format!`: it is made for every
+/// claim, replays included, since the native claim sends it before it knows.
 fn running_value(req: &ClaimRequest<'_>, started_ms: u64, retention_ms: u64) -> Result<String> {
-    use std::fmt::Write as _;
-    let about = about_members(req.about)?;
-    let mut out = String::with_capacity(240 + about.len());
-    let _ = write!(
-        out,
-        r#"{{"status":"running","startedAt":{started_ms},"owner":"{}","retention":{retention_ms},"fingerprint":"{}","firstStartedAt":{started_ms},"attempts":1"#,
-        owner_digest(req.owner),
-        req.fingerprint.as_str(),
-    );
-    out.push_str(&about);
+    let digest = owner_digest(req.owner);
+    let mut started = itoa::Buffer::new();
+    let started = started.format(started_ms);
+    let mut retention = itoa::Buffer::new();
+    let mut out = String::with_capacity(256);
+    out.push_str(r#"{"status":"running","startedAt":"#);
+    out.push_str(started);
+    out.push_str(r#","owner":""#);
+    out.push_str(std::str::from_utf8(&digest).expect("hex is ASCII"));
+    out.push_str(r#"","retention":"#);
+    out.push_str(retention.format(retention_ms));
+    out.push_str(r#","fingerprint":""#);
+    out.push_str(req.fingerprint.as_str());
+    out.push_str(r#"","firstStartedAt":"#);
+    out.push_str(started);
+    out.push_str(r#","attempts":1"#);
+    about_members_into(req.about, &mut out)?;
     Ok(out)
 }
 
@@ -959,8 +979,11 @@ fn decode_read(key: &OperationKey, reply: Value) -> Result<Entry> {
 /// `leaseUntil` and none of what an entry says it is, and fields we do not know are ignored.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Wire {
-    status: String,
+struct Wire<'a> {
+    /// Borrowed from the value unless it has escapes (then owned), like `fingerprint`: one
+    /// allocation less each on every replay.
+    #[serde(borrow)]
+    status: Cow<'a, str>,
     #[serde(default)]
     started_at: Option<f64>,
     /// The lease deadline of a running entry of the previous version, on the server's clock.
@@ -982,8 +1005,8 @@ struct Wire {
     attempts: Option<f64>,
     #[serde(default)]
     owner: Option<String>,
-    #[serde(default)]
-    fingerprint: Option<String>,
+    #[serde(default, borrow)]
+    fingerprint: Option<Cow<'a, str>>,
     #[serde(default)]
     scope: Option<String>,
     #[serde(default)]
@@ -1042,12 +1065,12 @@ fn decode_entry(
 /// The entry of a decoded value: see [`decode_entry`].
 fn entry_of(
     key: &OperationKey,
-    wire: Wire,
+    wire: Wire<'_>,
     pttl: Option<i64>,
     server_now: Option<i64>,
     local_now: SystemTime,
 ) -> Result<Entry> {
-    let fingerprint = match wire.fingerprint {
+    let fingerprint = match &wire.fingerprint {
         Some(f) => Some(
             f.parse::<Fingerprint>()
                 .map_err(|e| Error::corrupt(key, e))?,
@@ -1059,7 +1082,7 @@ fn entry_of(
         .map(|ms| shifted(local_now, ms as f64));
     let completed_at = wire.completed_at.map(epoch_ms);
     let failed_at = wire.failed_at.map(epoch_ms);
-    let (state, expires_at) = match wire.status.as_str() {
+    let (state, expires_at) = match &*wire.status {
         "running" => match (wire.retention, wire.lease_until) {
             (Some(retention), _) => {
                 let pttl = pttl
@@ -1465,9 +1488,36 @@ mod tests {
         // redis-cli EVAL "return redis.sha1hex(ARGV[1])" 0 0123456789abcdef0123456789abcdef
         let owner = OwnerToken::from_stored("0123456789abcdef0123456789abcdef");
         assert_eq!(
-            owner_digest(&owner),
-            "b1775a785f09a6ebaf2dc33d6eaeb98974d9cdb8"
+            &owner_digest(&owner),
+            b"b1775a785f09a6ebaf2dc33d6eaeb98974d9cdb8"
         );
+    }
+
+    #[test]
+    fn the_running_value_built_by_hand_is_the_shape_the_scripts_read() {
+        let owner = OwnerToken::from_stored("0123456789abcdef0123456789abcdef");
+        let fp: Fingerprint = "ab".repeat(32).parse().unwrap();
+        let about = About::new("run \"1\"", "charge");
+        let k = key();
+        let req = ClaimRequest::new(&k, &fp, &owner, Duration::from_secs(60)).about(&about);
+        let value = running_value(&req, 1_764_400_000_123, 86_400_000).unwrap();
+        assert_eq!(
+            value,
+            format!(
+                r#"{{"status":"running","startedAt":1764400000123,"owner":"b1775a785f09a6ebaf2dc33d6eaeb98974d9cdb8","retention":86400000,"fingerprint":"{}","firstStartedAt":1764400000123,"attempts":1,"scope":"run \"1\"","tool":"charge"}}"#,
+                fp.as_str()
+            )
+        );
+        let e = decode_entry(
+            &key(),
+            value.as_bytes(),
+            Some(86_400_001),
+            None,
+            SystemTime::now(),
+        )
+        .unwrap();
+        assert_eq!(e.about, about);
+        assert_eq!((e.attempts, e.fingerprint), (1, Some(fp)));
     }
 
     #[test]
