@@ -1504,3 +1504,60 @@ fn the_native_claim_is_used_from_redis_7_on() {
     });
     assert!(!forced);
 }
+
+#[tokio::test]
+async fn the_settling_fence_matches_only_todays_shape_even_with_the_right_digest() {
+    let redis = shared_redis();
+    let store = store_on(&redis.url()).await;
+    let (key, fp) = conformance::op("fence-shape");
+    let owner = OwnerToken::generate();
+    let digest = owner_digest(&owner);
+    let fp = fp.as_str();
+    for value in [
+        // The shape before `leaseUntil`, and the previous version's, with the digest as owner.
+        format!(r#"{{"status":"running","startedAt":1,"owner":"{digest}","fingerprint":"{fp}"}}"#),
+        format!(
+            r#"{{"status":"running","startedAt":1,"leaseUntil":9999999999999,"owner":"{digest}","fingerprint":"{fp}","firstStartedAt":1,"attempts":1}}"#
+        ),
+        // Today's, cut short, or without its start, or with the members in another order.
+        format!(
+            r#"{{"status":"running","startedAt":1,"owner":"{digest}","retention":5,"fingerprint":"{fp}""#
+        ),
+        format!(
+            r#"{{"status":"running","startedAt":,"owner":"{digest}","retention":5,"fingerprint":"{fp}"}}"#
+        ),
+        format!(
+            r#"{{"status":"running","startedAt":1,"retention":5,"owner":"{digest}","fingerprint":"{fp}"}}"#
+        ),
+        format!(
+            r#"{{"status":"done","startedAt":1,"owner":"{digest}","retention":5,"fingerprint":"{fp}"}}"#
+        ),
+    ] {
+        put(redis, &store, &key, &value, 60_000);
+        assert_eq!(
+            store
+                .complete(&key, owner.duplicate(), &json!(1), conformance::LONG)
+                .await
+                .unwrap(),
+            Fenced::NotOwner,
+            "{value}"
+        );
+        assert_eq!(
+            store
+                .fail(&key, owner.duplicate(), &ToolError::transient("x"), None)
+                .await
+                .unwrap(),
+            Fenced::NotOwner,
+            "{value}"
+        );
+        assert!(
+            !store.renew(&key, &owner, conformance::LONG).await.unwrap(),
+            "{value}"
+        );
+        assert_eq!(
+            redis.command(&["GET", &raw_key(&store, &key)]),
+            value,
+            "left alone"
+        );
+    }
+}
