@@ -4,8 +4,8 @@
 -- `rest`, the value from `,"fingerprint":` to its end, or nil.
 --
 -- Only the members that fence are checked, at fixed places and as plain text, because this
--- runs on every settle (a pattern over the whole entry cost about twice the rest of the
--- script): the value must start with `{"status":"running","startedAt":<digits>`, followed at
+-- runs on every settle and needs no more (the whole-entry pattern of entry.lua, with its seven
+-- captures, is kept for the rare claim paths): the value must start with `{"status":"running","startedAt":<digits>`, followed at
 -- once by `,"owner":"<digest of token>","retention":<digits>,"fingerprint":"`, which only a
 -- claim with this token writes (see entry.lua). What follows the fingerprint is kept as the
 -- claim wrote it: the fingerprint, first start, attempts and the JSON-encoded about members,
