@@ -7,8 +7,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -235,16 +234,14 @@ impl RedisStoreBuilder {
                     .map_err(to_error)?,
             )
         };
-        let store = RedisStore {
+        let mut store = RedisStore {
             conn,
             prefix,
             display: target.display,
-            native_claim: Arc::new(AtomicBool::new(false)),
+            native_claim: false,
         };
         store.check_eviction(allow_eviction).await?;
-        if self.native_claim && store.every_master_claims_natively().await? {
-            store.native_claim.store(true, Ordering::Relaxed);
-        }
+        store.native_claim = self.native_claim && store.every_master_claims_natively().await?;
         let scripts = &*SCRIPTS;
         for script in [
             &scripts.claim,
@@ -350,9 +347,9 @@ pub struct RedisStore {
     conn: Conn,
     prefix: String,
     display: String,
-    /// Whether claims start with the native `SET … NX GET PX` (every master is Redis 7 or
-    /// later, and it was not refused since).
-    native_claim: Arc<AtomicBool>,
+    /// Whether claims start with the native `SET … NX GET PX` (every master was Redis 7 or
+    /// later on connect).
+    native_claim: bool,
 }
 
 impl fmt::Debug for RedisStore {
@@ -360,7 +357,7 @@ impl fmt::Debug for RedisStore {
         f.debug_struct("RedisStore")
             .field("url", &self.display)
             .field("prefix", &self.prefix)
-            .field("native_claim", &self.native_claim.load(Ordering::Relaxed))
+            .field("native_claim", &self.native_claim)
             .finish()
     }
 }
@@ -504,7 +501,7 @@ impl Store for RedisStore {
                 .unwrap_or_default(),
         );
         let value = running_value(req, started, retention)?;
-        if self.native_claim.load(Ordering::Relaxed) {
+        if self.native_claim {
             // One native command decides and answers atomically: nil when the key was absent
             // (now ours), else the value that was there (and stays: NX wrote nothing). A
             // settled or foreign-shaped entry is the answer; a running one needs its PTTL and
@@ -529,17 +526,8 @@ impl Store for RedisStore {
                     }
                 }
                 Ok(_) => return Err(Error::store("unexpected reply to SET … NX GET")),
-                Err(e) if is_syntax_error(&e) => {
-                    // A server that reported 7 without the NX GET combination (a failover to
-                    // an older replica, a look-alike): nothing was written; claim with the
-                    // script from now on.
-                    tracing::warn!(
-                        target: "toolonce",
-                        store = %self.display,
-                        "Redis refused SET … NX GET; claiming with the script from now on"
-                    );
-                    self.native_claim.store(false, Ordering::Relaxed);
-                }
+                // A server that reported 7 and refuses the form (a look-alike) fails the claim
+                // closed; `native_claim(false)` is the way round it.
                 Err(e) => return Err(to_error(e)),
             }
         }
@@ -935,11 +923,6 @@ fn has_native_claim(info: &str) -> bool {
         .find_map(|line| line.strip_prefix("redis_version:"))
         .and_then(|version| version.trim().split('.').next()?.parse::<u32>().ok())
         .is_some_and(|major| major >= 7)
-}
-
-/// Whether Redis refused a command as a syntax error (a server without `SET … NX GET`).
-fn is_syntax_error(e: &RedisError) -> bool {
-    e.code() == Some("ERR") && e.detail().is_some_and(|d| d.contains("syntax error"))
 }
 
 /// Decodes `{value, PTTL, now}` from the claim, read and resolve scripts.
