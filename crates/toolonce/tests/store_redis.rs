@@ -48,6 +48,11 @@ fn raw_key(store: &RedisStore, key: &toolonce::OperationKey) -> String {
     store.redis_key(key)
 }
 
+/// What a running entry stores instead of its owner token: the token's SHA-1, in hex.
+fn owner_digest(owner: &OwnerToken) -> String {
+    sha1_smol::Sha1::from(owner.as_str()).digest().to_string()
+}
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -92,7 +97,9 @@ async fn a_done_entry_written_by_a_typescript_worker_is_replayed_by_the_layer() 
         EntryState::Done { result, .. } => assert_eq!(result, &expected),
         other => panic!("expected done, got {other:?}"),
     }
-    assert!(entry.expires_at.unwrap() > SystemTime::now());
+    // The native claim answers a settled entry without its key's TTL; a read has it.
+    let read = store.get(&op.key).await.unwrap().unwrap();
+    assert!(read.expires_at.unwrap() > SystemTime::now());
 
     let ran = Arc::new(AtomicU32::new(0));
     let counter = ran.clone();
@@ -142,7 +149,8 @@ async fn a_running_entry_written_by_a_typescript_worker_is_in_flight_for_us() {
 }
 
 #[tokio::test]
-async fn our_running_entry_carries_its_lease_deadline_and_lives_for_lease_plus_retention() {
+async fn our_running_entry_holds_the_owner_digest_and_its_retention_and_lives_for_lease_plus_retention()
+ {
     let redis = shared_redis();
     let store = store_on(&redis.url()).await;
     let op = key::derive("run-ts-3", "charge", &json!({"amount": 1}), None).unwrap();
@@ -158,15 +166,20 @@ async fn our_running_entry_carries_its_lease_deadline_and_lives_for_lease_plus_r
     let value: Value = serde_json::from_str(&raw).unwrap();
     assert_eq!(value["status"], "running");
     let started = value["startedAt"].as_u64().expect("startedAt in ms");
-    // The server's clock, which is this machine's: within the claim's window.
+    // The claiming machine's clock: within the claim's window.
     assert!(
-        started + 50 >= before && started <= after + 50,
+        started >= before && started <= after,
         "{started} not in {before}..{after}"
     );
-    assert_eq!(value["leaseUntil"].as_u64(), Some(started + 30_000));
+    assert_eq!(value.get("leaseUntil"), None, "the lease is the key's TTL");
+    assert_eq!(value["retention"], 3_600_000);
     assert_eq!(value["firstStartedAt"].as_u64(), Some(started));
     assert_eq!(value["attempts"], 1);
-    assert_eq!(value["owner"], owner.as_str());
+    assert_eq!(value["owner"], owner_digest(&owner));
+    assert!(
+        !raw.contains(owner.as_str()),
+        "the token itself is not stored"
+    );
     assert_eq!(value["fingerprint"], op.fingerprint.as_str());
     assert_eq!(
         (&value["scope"], &value["tool"], &value["detail"]),
@@ -250,16 +263,15 @@ async fn renew_moves_the_lease_deadline_and_keeps_the_retention_after_it() {
             .await
             .unwrap()
     );
-    let raw: Value =
-        serde_json::from_str(&redis.command(&["GET", &raw_key(&store, &key)])).unwrap();
     let pttl: i64 = redis
         .command(&["PTTL", &raw_key(&store, &key)])
         .parse()
         .unwrap();
-    let lease_left = raw["leaseUntil"].as_i64().unwrap() - now_ms() as i64;
+    let deadline = store.get(&key).await.unwrap().unwrap().expires_at.unwrap();
+    let lease_left = deadline.duration_since(SystemTime::now()).unwrap();
     assert!(
-        (15_000..=20_100).contains(&lease_left),
-        "lease deadline {lease_left} ms away"
+        (Duration::from_secs(15)..=Duration::from_millis(20_100)).contains(&lease_left),
+        "lease deadline {lease_left:?} away"
     );
     assert!(
         (115_000..=120_000).contains(&pttl),
@@ -674,24 +686,50 @@ async fn a_first_time_write_costs_two_round_trips_and_a_replay_one() {
 
     assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
     assert_eq!(run().await.outcome, Outcome::Executed);
-    // Two EVALSHA (claim, complete) and nothing else from the client: the other counts are the
-    // scripts' own commands (claim: GET, TIME, SET; complete: GET, TIME, SET). No script had to
-    // be loaded, since `connect` loaded them all.
+    // The claim is one native `SET … NX GET PX`, the complete one EVALSHA (its own GET, TIME
+    // and SET): two round trips. No script had to be loaded, since `connect` loaded them all.
     assert_eq!(
         commands_run(&server),
-        ["evalsha=2", "get=2", "set=2", "time=2"]
+        ["evalsha=1", "get=1", "set=2", "time=1"]
     );
 
     assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
     let answer = run().await;
     assert_eq!(answer.outcome, Outcome::Replayed);
-    // One EVALSHA (claim: GET, and PTTL for the entry it answers with). A settled entry has no
-    // lease to judge, so the server's clock is not read (a running one's comes back with it).
+    // One native `SET … NX GET`, which wrote nothing and answered the settled entry.
+    assert_eq!(commands_run(&server), ["set=1"]);
+}
+
+#[tokio::test]
+async fn on_the_script_path_a_first_time_write_and_a_replay_cost_the_same_round_trips() {
+    let server = RedisServer::start();
+    let store = RedisStore::builder(server.url())
+        .native_claim(false)
+        .connect()
+        .await
+        .unwrap();
+    let layer = Layer::new(Arc::new(store));
+    let op = key::derive("run-rt-script", "charge", &json!({"amount": 9}), None).unwrap();
+    let options = WriteOptions::new();
+    let run = || {
+        layer.run("charge", &op, &options, |_| async {
+            Ok(json!({"receipt": "r_9"}))
+        })
+    };
+    assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
+    assert_eq!(run().await.outcome, Outcome::Executed);
+    // Two EVALSHA: the claim (GET, SET) and the complete (GET, TIME, SET).
+    assert_eq!(
+        commands_run(&server),
+        ["evalsha=2", "get=2", "set=2", "time=1"]
+    );
+    assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
+    assert_eq!(run().await.outcome, Outcome::Replayed);
     assert_eq!(commands_run(&server), ["evalsha=1", "get=1", "pttl=1"]);
 }
 
 #[tokio::test]
-async fn holding_an_unknown_operation_costs_one_round_trip_and_a_rerun_two() {
+async fn holding_an_unknown_operation_costs_two_round_trips_and_a_rerun_three() {
     let server = RedisServer::start();
     let store = Arc::new(RedisStore::connect(&server.url()).await.unwrap());
     let op = key::derive("run-rt-unknown", "charge", &json!({"amount": 9}), None).unwrap();
@@ -709,10 +747,11 @@ async fn holding_an_unknown_operation_costs_one_round_trip_and_a_rerun_two() {
         })
         .await;
     assert_eq!(held.outcome, Outcome::Unknown);
-    // One EVALSHA: the claim that found it unknown (TIME, GET, PTTL).
+    // The native claim found a running value, which only the claim script can judge (GET,
+    // PTTL: its lease is over when the key's TTL is down to its retention). No clock is read.
     assert_eq!(
         commands_run(&server),
-        ["evalsha=1", "get=1", "pttl=1", "time=1"]
+        ["evalsha=1", "get=1", "pttl=1", "set=1"]
     );
 
     assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
@@ -721,10 +760,11 @@ async fn holding_an_unknown_operation_costs_one_round_trip_and_a_rerun_two() {
         .run("charge", &op, &rerun, |_| async { Ok(json!("ch_2")) })
         .await;
     assert_eq!(answer.outcome, Outcome::Executed);
-    // Two EVALSHA, as a first-time call: the claim took it over in the same script.
+    // The native claim, then the claim script that took it over (GET, PTTL, SET), then the
+    // complete (GET, TIME, SET).
     assert_eq!(
         commands_run(&server),
-        ["evalsha=2", "get=2", "set=2", "time=2"]
+        ["evalsha=2", "get=2", "pttl=1", "set=3", "time=1"]
     );
 }
 
@@ -1139,7 +1179,7 @@ fn calls(server: &RedisServer, command: &str) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replay_of_a_settled_entry_reads_no_server_clock_while_an_in_flight_claim_does() {
+async fn a_replay_is_one_native_command_and_a_running_entry_is_judged_by_its_ttl_not_a_clock() {
     // A server of its own: the counts are of this test's commands only.
     let server = RedisServer::start();
     let store: Arc<dyn Store> = Arc::new(store_on(&server.url()).await);
@@ -1159,14 +1199,11 @@ async fn a_replay_of_a_settled_entry_reads_no_server_clock_while_an_in_flight_cl
         assert_eq!(again.outcome, Outcome::Replayed);
         assert_eq!(again.result.unwrap(), json!({"ok": true}));
     }
-    assert_eq!(
-        calls(&server, "time"),
-        0,
-        "a replay read the server's clock"
-    );
-    assert_eq!(calls(&server, "evalsha"), 5, "one script per replay");
+    assert_eq!(calls(&server, "set"), 5, "one SET … NX GET per replay");
+    assert_eq!(calls(&server, "evalsha"), 0, "a replay ran a script");
 
-    // A running entry of ours: a duplicate must judge its lease on the server's clock.
+    // A running entry of ours: a duplicate judges its lease by the key's TTL, in the claim
+    // script, and no clock is read anywhere.
     let running = key::derive("s", "t", &json!({"n": 2}), None).unwrap();
     let owner = OwnerToken::generate();
     let claim = store
@@ -1197,11 +1234,330 @@ async fn a_replay_of_a_settled_entry_reads_no_server_clock_while_an_in_flight_cl
         matches!(entry.state, EntryState::Running { .. }),
         "{entry:?}"
     );
-    assert_eq!(calls(&server, "time"), 1);
+    assert_eq!((calls(&server, "evalsha"), calls(&server, "pttl")), (1, 1));
     // And a plain read of it too.
     assert!(matches!(
         store.get(&running.key).await.unwrap().unwrap().state,
         EntryState::Running { .. }
     ));
-    assert_eq!(calls(&server, "time"), 2);
+    assert_eq!(calls(&server, "time"), 0, "a clock was read");
+}
+
+/// Writes `value` under `key`'s raw key with `px` ms to live.
+fn put(
+    redis: &RedisServer,
+    store: &RedisStore,
+    key: &toolonce::OperationKey,
+    value: &str,
+    px: u64,
+) {
+    assert_eq!(
+        redis.command(&["SET", &raw_key(store, key), value, "PX", &px.to_string()]),
+        "OK"
+    );
+}
+
+#[tokio::test]
+async fn the_lease_is_live_while_the_key_outlives_its_retention_whatever_the_start_says() {
+    let redis = shared_redis();
+    let store = store_on(&redis.url()).await;
+    let (key, fp) = conformance::op("ttl-lease");
+    let holder = OwnerToken::generate();
+    // Started "in 1970" and "in 2100" by clocks far off: only the TTL against the retention
+    // (an hour) counts.
+    for started in [1u64, 4_102_444_800_000] {
+        let value = format!(
+            r#"{{"status":"running","startedAt":{started},"owner":"{}","retention":3600000,"fingerprint":"{}","firstStartedAt":{started},"attempts":1}}"#,
+            owner_digest(&holder),
+            fp.as_str()
+        );
+        // A minute of lease left: running, even to a claim that asks to take over.
+        put(redis, &store, &key, &value, 3_660_000);
+        let taker = OwnerToken::generate();
+        let req = ClaimRequest::new(&key, &fp, &taker, conformance::LONG).takeover(true);
+        match store.claim(&req).await.unwrap() {
+            Claim::Existing(e) => {
+                assert_eq!(e.state(), State::Running, "{started}");
+                let left = e
+                    .expires_at
+                    .unwrap()
+                    .duration_since(SystemTime::now())
+                    .unwrap();
+                assert!(left > Duration::from_secs(50), "{left:?}");
+            }
+            other => panic!("{started}: a live lease was taken: {other:?}"),
+        }
+        // The TTL below the retention: the lease is over, the entry unknown, and taken over.
+        put(redis, &store, &key, &value, 3_000_000);
+        assert_eq!(
+            store.get(&key).await.unwrap().unwrap().state(),
+            State::Unknown
+        );
+        assert!(matches!(store.claim(&req).await.unwrap(), Claim::TookOver));
+        assert_eq!(
+            store
+                .complete(&key, holder.duplicate(), &json!(1), conformance::LONG)
+                .await
+                .unwrap(),
+            Fenced::NotOwner,
+            "the first holder lost it to the takeover"
+        );
+        assert_eq!(
+            store
+                .complete(&key, taker, &json!(2), conformance::LONG)
+                .await
+                .unwrap(),
+            Fenced::Applied
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_duplicate_reads_only_the_owner_digest_which_settles_nothing() {
+    let redis = shared_redis();
+    let store = store_on(&redis.url()).await;
+    let (key, fp) = conformance::op("digest");
+    let owner = OwnerToken::generate();
+    let req = ClaimRequest::new(&key, &fp, &owner, conformance::LONG);
+    assert!(matches!(store.claim(&req).await.unwrap(), Claim::Won));
+    let raw = redis.command(&["GET", &raw_key(&store, &key)]);
+    assert!(
+        !raw.contains(owner.as_str()),
+        "the token is readable: {raw}"
+    );
+    // What a duplicate's claim hands back names the holder by digest...
+    let seen = match store
+        .claim(&ClaimRequest::new(
+            &key,
+            &fp,
+            &OwnerToken::generate(),
+            conformance::LONG,
+        ))
+        .await
+        .unwrap()
+    {
+        Claim::Existing(entry) => entry,
+        other => panic!("the duplicate won: {other:?}"),
+    };
+    let Some(EntryState::Running { owner: Some(shown) }) = Some(seen.state) else {
+        panic!("expected a running entry with its holder");
+    };
+    assert_eq!(shown, owner_digest(&owner));
+    // ... and the digest used as a token renews, settles, claims and releases nothing.
+    let forged = || OwnerToken::from_stored(shown.clone());
+    assert!(
+        !store
+            .renew(&key, &forged(), conformance::LONG)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store
+            .complete(&key, forged(), &json!("forged"), conformance::LONG)
+            .await
+            .unwrap(),
+        Fenced::NotOwner
+    );
+    assert_eq!(
+        store
+            .fail(
+                &key,
+                forged(),
+                &ToolError::permanent("forged"),
+                Some(conformance::LONG)
+            )
+            .await
+            .unwrap(),
+        Fenced::NotOwner
+    );
+    assert_eq!(
+        store
+            .fail(&key, forged(), &ToolError::transient("forged"), None)
+            .await
+            .unwrap(),
+        Fenced::NotOwner
+    );
+    let forged_token = forged();
+    let again = ClaimRequest::new(&key, &fp, &forged_token, conformance::LONG).takeover(true);
+    assert!(matches!(
+        store.claim(&again).await.unwrap(),
+        Claim::Existing(_)
+    ));
+    // The token itself still does.
+    assert_eq!(
+        store
+            .complete(&key, owner, &json!("mine"), conformance::LONG)
+            .await
+            .unwrap(),
+        Fenced::Applied
+    );
+}
+
+#[tokio::test]
+async fn a_claim_applied_whose_reply_was_lost_wins_again_and_keeps_one_attempt() {
+    // The native SET … NX GET applied and its reply never arrived: the caller's retry finds its
+    // own running entry, which the script recognises by the digest of the caller's token.
+    let redis = shared_redis();
+    let store = store_on(&redis.url()).await;
+    let (key, fp) = conformance::op("lost-reply");
+    let owner = OwnerToken::generate();
+    let short = ClaimRequest::new(&key, &fp, &owner, Duration::from_millis(300))
+        .retention(Duration::from_secs(60));
+    assert!(matches!(store.claim(&short).await.unwrap(), Claim::Won));
+    // The lease runs out before the retry: still the caller's own, and renewed, never a takeover.
+    conformance::until_unknown(&store, &key).await;
+    let retry = ClaimRequest::new(&key, &fp, &owner, conformance::LONG).takeover(true);
+    assert!(matches!(store.claim(&retry).await.unwrap(), Claim::Won));
+    let entry = store.get(&key).await.unwrap().unwrap();
+    assert_eq!((entry.state(), entry.attempts), (State::Running, 1));
+    let pttl: i64 = redis
+        .command(&["PTTL", &raw_key(&store, &key)])
+        .parse()
+        .unwrap();
+    assert!(pttl > 60_000, "the lease was renewed: PTTL {pttl}");
+}
+
+#[tokio::test]
+async fn a_running_entry_of_the_previous_version_is_judged_by_its_deadline_and_can_be_taken_over() {
+    // The version before this one stored the server's lease deadline and the token itself.
+    let redis = shared_redis();
+    let store = store_on(&redis.url()).await;
+    let (key, fp) = conformance::op("prev-lease");
+    let old_owner = OwnerToken::generate();
+    let old = |lease_until: u64| {
+        format!(
+            r#"{{"status":"running","startedAt":1764400000000,"leaseUntil":{lease_until},"owner":"{}","fingerprint":"{}","firstStartedAt":1764300000000,"attempts":2,"scope":"run-9","tool":"charge"}}"#,
+            old_owner.as_str(),
+            fp.as_str()
+        )
+    };
+    let taker = OwnerToken::generate();
+    let req = ClaimRequest::new(&key, &fp, &taker, conformance::LONG).takeover(true);
+    // Its deadline ahead on the server's clock (this machine's): in flight.
+    put(redis, &store, &key, &old(now_ms() + 60_000), 3_600_000);
+    match store.claim(&req).await.unwrap() {
+        Claim::Existing(e) => assert_eq!(e.state(), State::Running),
+        other => panic!("took a live entry of the previous version: {other:?}"),
+    }
+    // Past: unknown, and a takeover writes today's shape, keeping what the entry was.
+    put(redis, &store, &key, &old(now_ms() - 1_000), 3_600_000);
+    assert_eq!(
+        store.get(&key).await.unwrap().unwrap().state(),
+        State::Unknown
+    );
+    assert!(matches!(store.claim(&req).await.unwrap(), Claim::TookOver));
+    let value: Value =
+        serde_json::from_str(&redis.command(&["GET", &raw_key(&store, &key)])).unwrap();
+    assert_eq!(value.get("leaseUntil"), None);
+    assert_eq!(value["owner"], owner_digest(&taker));
+    assert_eq!(
+        (
+            &value["attempts"],
+            &value["firstStartedAt"],
+            &value["scope"]
+        ),
+        (&json!(3), &json!(1_764_300_000_000u64), &json!("run-9"))
+    );
+    assert_eq!(
+        store
+            .complete(&key, old_owner, &json!("late"), conformance::LONG)
+            .await
+            .unwrap(),
+        Fenced::NotOwner
+    );
+    assert_eq!(
+        store
+            .complete(&key, taker, &json!("ok"), conformance::LONG)
+            .await
+            .unwrap(),
+        Fenced::Applied
+    );
+}
+
+#[test]
+fn the_native_claim_is_used_from_redis_7_on() {
+    // `INFO server` of the machine's Redis says which path `connect` took; the version rule
+    // itself is a unit test of the store.
+    let server = RedisServer::start();
+    let info = server.command(&["INFO", "server"]);
+    let major: u32 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .and_then(|v| v.split('.').next()?.parse().ok())
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let native = rt.block_on(async {
+        let store = RedisStore::connect(&server.url()).await.unwrap();
+        format!("{store:?}").contains("native_claim: true")
+    });
+    assert_eq!(native, major >= 7, "Redis {major}");
+    let forced = rt.block_on(async {
+        let store = RedisStore::builder(server.url())
+            .native_claim(false)
+            .connect()
+            .await
+            .unwrap();
+        format!("{store:?}").contains("native_claim: true")
+    });
+    assert!(!forced);
+}
+
+#[tokio::test]
+async fn the_settling_fence_matches_only_todays_shape_even_with_the_right_digest() {
+    let redis = shared_redis();
+    let store = store_on(&redis.url()).await;
+    let (key, fp) = conformance::op("fence-shape");
+    let owner = OwnerToken::generate();
+    let digest = owner_digest(&owner);
+    let fp = fp.as_str();
+    for value in [
+        // The shape before `leaseUntil`, and the previous version's, with the digest as owner.
+        format!(r#"{{"status":"running","startedAt":1,"owner":"{digest}","fingerprint":"{fp}"}}"#),
+        format!(
+            r#"{{"status":"running","startedAt":1,"leaseUntil":9999999999999,"owner":"{digest}","fingerprint":"{fp}","firstStartedAt":1,"attempts":1}}"#
+        ),
+        // Today's, cut short, or without its start, or with the members in another order.
+        format!(
+            r#"{{"status":"running","startedAt":1,"owner":"{digest}","retention":5,"fingerprint":"{fp}""#
+        ),
+        format!(
+            r#"{{"status":"running","startedAt":,"owner":"{digest}","retention":5,"fingerprint":"{fp}"}}"#
+        ),
+        format!(
+            r#"{{"status":"running","startedAt":1,"retention":5,"owner":"{digest}","fingerprint":"{fp}"}}"#
+        ),
+        format!(
+            r#"{{"status":"done","startedAt":1,"owner":"{digest}","retention":5,"fingerprint":"{fp}"}}"#
+        ),
+    ] {
+        put(redis, &store, &key, &value, 60_000);
+        assert_eq!(
+            store
+                .complete(&key, owner.duplicate(), &json!(1), conformance::LONG)
+                .await
+                .unwrap(),
+            Fenced::NotOwner,
+            "{value}"
+        );
+        assert_eq!(
+            store
+                .fail(&key, owner.duplicate(), &ToolError::transient("x"), None)
+                .await
+                .unwrap(),
+            Fenced::NotOwner,
+            "{value}"
+        );
+        assert!(
+            !store.renew(&key, &owner, conformance::LONG).await.unwrap(),
+            "{value}"
+        );
+        assert_eq!(
+            redis.command(&["GET", &raw_key(&store, &key)]),
+            value,
+            "left alone"
+        );
+    }
 }

@@ -27,3 +27,13 @@ fn cluster_url() -> String {
 }
 
 store_conformance!(async { Arc::new(RedisStore::connect(&cluster_url()).await.unwrap()) });
+
+#[tokio::test]
+async fn every_master_of_the_cluster_is_asked_and_the_native_claim_is_on_for_redis_7() {
+    // The machine's Redis is 7: every master reports it, so claims are one native command.
+    let store = RedisStore::connect(&cluster_url()).await.unwrap();
+    assert!(
+        format!("{store:?}").contains("native_claim: true"),
+        "{store:?}"
+    );
+}

@@ -1,8 +1,11 @@
 //! The Redis store: entries are JSON values under the operation key (optionally prefixed), in
 //! the wire format TypeScript workers share (see `docs/contract.md`), with Redis's own `PX` expiry. Each
-//! operation is one Lua script sent by hash, so each is one atomic step and one round trip.
-//! Works on a single server and on Redis Cluster (every operation touches one key).
+//! operation is one atomic step and one round trip: a claim on Redis 7 or later is the native
+//! `SET … NX GET PX` (a key found running goes on to the claim script), everything else is a Lua
+//! script sent by hash. Works on a single server and on Redis Cluster (every operation touches
+//! one key).
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::LazyLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -38,23 +41,25 @@ struct Scripts {
     resolve: Script,
 }
 
+/// A script: the helpers it uses, then its body. Each helper a script defines costs every call
+/// (Lua builds its closures afresh), so the settling scripts, which run on every first-time
+/// call, take only the fence in `owned.lua`.
 macro_rules! script {
-    ($name:literal) => {
+    ($name:literal: $($helper:literal),*) => {
         Script::new(concat!(
-            include_str!("redis/now.lua"),
-            include_str!("redis/entry.lua"),
+            $(include_str!(concat!("redis/", $helper, ".lua")),)*
             include_str!(concat!("redis/", $name, ".lua"))
         ))
     };
 }
 
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    claim: script!("claim"),
-    read: script!("read"),
-    renew: script!("renew"),
-    complete: script!("complete"),
-    fail: script!("fail"),
-    resolve: script!("resolve"),
+    claim: script!("claim": "now", "entry"),
+    read: script!("read": "now", "entry"),
+    renew: script!("renew": "owned"),
+    complete: script!("complete": "now", "owned"),
+    fail: script!("fail": "now", "owned"),
+    resolve: script!("resolve": "now", "entry"),
 });
 
 /// Redis refuses `PX 0`, and `PX` values whose deadline overflows its clock; a lease or
@@ -114,6 +119,7 @@ pub struct RedisStoreBuilder {
     response_timeout: Duration,
     connection_timeout: Duration,
     reconnect_attempts: usize,
+    native_claim: bool,
 }
 
 impl fmt::Debug for RedisStoreBuilder {
@@ -125,6 +131,7 @@ impl fmt::Debug for RedisStoreBuilder {
             .field("response_timeout", &self.response_timeout)
             .field("connection_timeout", &self.connection_timeout)
             .field("reconnect_attempts", &self.reconnect_attempts)
+            .field("native_claim", &self.native_claim)
             .finish()
     }
 }
@@ -171,8 +178,20 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// Whether a claim may use the native `SET … NX GET PX` where the server has it (default
+    /// yes). [`connect`](Self::connect) reads the version of the server (of every master of a
+    /// cluster) and claims with one native command on Redis 7 or later, with the claim script
+    /// before 7 or when this is `false`. The entries and every answer are the same either way;
+    /// the native claim costs the server a fraction of the script's CPU. `false` is for
+    /// comparing the two, and for servers that report 7 without implementing it.
+    pub fn native_claim(mut self, native: bool) -> Self {
+        self.native_claim = native;
+        self
+    }
+
     /// Connects (to one node of a cluster at least), checks that Redis will not evict entries
-    /// (see [`allow_eviction`](Self::allow_eviction)) and loads the scripts.
+    /// (see [`allow_eviction`](Self::allow_eviction)), reads whether every master has the
+    /// native claim (see [`native_claim`](Self::native_claim)) and loads the scripts.
     ///
     /// # Errors
     ///
@@ -215,12 +234,14 @@ impl RedisStoreBuilder {
                     .map_err(to_error)?,
             )
         };
-        let store = RedisStore {
+        let mut store = RedisStore {
             conn,
             prefix,
             display: target.display,
+            native_claim: false,
         };
         store.check_eviction(allow_eviction).await?;
+        store.native_claim = self.native_claim && store.every_master_claims_natively().await?;
         let scripts = &*SCRIPTS;
         for script in [
             &scripts.claim,
@@ -250,40 +271,50 @@ impl RedisStoreBuilder {
 /// and `result` and ignore the rest) —
 ///
 /// ```text
-/// {"status":"running","startedAt":…,"leaseUntil":…,"owner":"9f…","fingerprint":"3a…","firstStartedAt":…,"attempts":1,"scope":"run-1","tool":"charge"}
+/// {"status":"running","startedAt":…,"owner":"<SHA-1 of the token>","retention":…,"fingerprint":"3a…","firstStartedAt":…,"attempts":1,"scope":"run-1","tool":"charge"}
 /// {"status":"done","result":{…},"startedAt":…,"completedAt":…,"settledAt":…,"fingerprint":"3a…","firstStartedAt":…,"attempts":1,"scope":…,"tool":…}
 /// {"status":"failed","error":{"message":…,"class":"permanent"},"startedAt":…,"failedAt":…,"settledAt":…,"fingerprint":"3a…",…}
 /// ```
 ///
 /// with Redis's own expiry (`PX`). A running entry's key lives for the lease **plus** the
-/// retention, and its lease deadline is `leaseUntil` inside the value: once the server's clock
-/// passes it without a complete or fail, the entry reads as
+/// retention it records: its lease is live while the key's `PTTL` is above that retention, and
+/// once it is down to it without a complete or fail, the entry reads as
 /// [`Unknown`](EntryState::Unknown) and stays so until the key expires. A settled entry lives
 /// for its retention. `scope`, `tool` and `detail` (what the entry says it is, each only when
 /// recorded), `firstStartedAt` and `attempts` are written by the claim and kept by a takeover
 /// and by the settle; `settledAt` by the settle. Unknown fields are ignored; entries written by
 /// the reference design (only `status`, `startedAt` and `result`) read as entries without
-/// owner or fingerprint, and running entries without `leaseUntil` (the reference design's,
-/// and those of earlier versions of this store) are running for as long as their key lives.
+/// owner or fingerprint, running entries without `retention` or `leaseUntil` (the reference
+/// design's, and those of early versions of this store) are running for as long as their key
+/// lives, and the previous version's, with the server's lease deadline `leaseUntil`, are judged
+/// by it on the server's clock.
 ///
 /// # Atomicity and clocks
 ///
-/// Every operation is one Lua script sent by hash (`EVALSHA`): Redis runs scripts one at a
-/// time, so a script's reads and writes are one atomic step, and each costs one round trip (a
-/// first-time write call two: claim and complete; a replay one; a takeover of an unknown
-/// entry is part of the claim). The owner token is compared inside the script that writes
-/// (fencing by owner: a late owner still settles its entry, live or unknown, as long as nobody
-/// took it over). Expiry is Redis's (`PX`), and every timestamp, `leaseUntil` included, comes
-/// from the server's `TIME` inside the scripts: every worker, whatever its own clock says,
-/// agrees on when a lease ends, on the clock that also expires the keys. (An
-/// [`Entry::expires_at`] is the remaining time on the server's clock added to this machine's,
-/// since that is the clock a caller compares it with.) Scripts calling `TIME` before writing
-/// need effect replication, the default since Redis 5, the oldest version this store supports.
+/// Every operation is one atomic step and one round trip (a first-time write call two: claim
+/// and complete; a replay one). On Redis 7 or later a claim is the native
+/// `SET … NX GET PX`, which writes the new entry only if the key is absent and answers the
+/// value that was there in the same step; a settled value is the answer, and only a running
+/// one (in flight, unknown, or the caller's own after a lost reply) goes on to the claim
+/// script, a second round trip that decides on what it finds then, takeovers included. Before
+/// Redis 7 every claim is that script (see [`RedisStoreBuilder::native_claim`]). Everything else
+/// is one Lua script sent by hash (`EVALSHA`): Redis runs scripts one at a time, so a script's
+/// reads and writes are one atomic step. The entry keeps the SHA-1 of the owner token, never
+/// the token, since every duplicate's claim reads the value; the fencing scripts hash the token
+/// they are sent and compare (fencing by owner: a late owner still settles its entry, live or
+/// unknown, as long as nobody took it over). Expiry is Redis's (`PX`), and the lease is the
+/// key's time to live, so every worker, whatever its own clock says, agrees on when a lease
+/// ends, on the clock that also expires the keys. `startedAt` and `firstStartedAt` come from
+/// the claiming machine's clock (informational); the settling times from the server's `TIME`.
+/// (An [`Entry::expires_at`] is the remaining time on the server's clock added to this
+/// machine's, since that is the clock a caller compares it with; a claim that finds a settled
+/// entry with the native command reports none.) Scripts calling `TIME` before writing need
+/// effect replication, the default since Redis 5, the oldest version this store supports.
 ///
 /// Results and errors are encoded to JSON here, in Rust, and passed to the scripts as text that
 /// they splice in unchanged. The scripts never use `cjson` (it would round numbers to 14
-/// significant digits, and can raise on odd input): the fencing scripts recognise a running
-/// entry of ours by its exact shape, with one anchored Lua pattern.
+/// significant digits, and can raise on odd input): they recognise a running entry of ours by
+/// its exact shape, the settling ones by its fencing members at fixed places.
 ///
 /// # URLs
 ///
@@ -316,6 +347,9 @@ pub struct RedisStore {
     conn: Conn,
     prefix: String,
     display: String,
+    /// Whether claims start with the native `SET … NX GET PX` (every master was Redis 7 or
+    /// later on connect).
+    native_claim: bool,
 }
 
 impl fmt::Debug for RedisStore {
@@ -323,6 +357,7 @@ impl fmt::Debug for RedisStore {
         f.debug_struct("RedisStore")
             .field("url", &self.display)
             .field("prefix", &self.prefix)
+            .field("native_claim", &self.native_claim)
             .finish()
     }
 }
@@ -347,6 +382,7 @@ impl RedisStore {
             response_timeout: Duration::from_secs(2),
             connection_timeout: Duration::from_secs(1),
             reconnect_attempts: 3,
+            native_claim: true,
         }
     }
 
@@ -379,6 +415,26 @@ impl RedisStore {
             Value::Nil => Ok(None),
             other => decode_read(key, other).map(Some),
         }
+    }
+
+    /// Whether the server, or every master of a cluster, is Redis 7 or later, where `SET` takes
+    /// `NX` and `GET` together (6.2 refuses the combination). A master whose version cannot be
+    /// read counts as older: the script claims the same, only at a higher cost.
+    async fn every_master_claims_natively(&self) -> Result<bool> {
+        for node in self.scan_nodes().await? {
+            match self.info(&node, "server").await {
+                Ok(info) if has_native_claim(&info) => {}
+                Ok(_) => return Ok(false),
+                Err(e) => {
+                    let error = to_error(e);
+                    if error.is_retryable() {
+                        return Err(error);
+                    }
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
     }
 
     /// The masters to scan, in a stable order: `[None]` for a single server.
@@ -435,17 +491,58 @@ impl RedisStore {
 #[async_trait]
 impl Store for RedisStore {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim> {
-        // Owner and fingerprint are hex digits and the about members are JSON-encoded here, so
-        // the script splices them into the entry without escaping anything.
+        let redis_key = self.redis_key(req.key);
+        let (lease, retention) = (px(req.lease), px(req.retention));
+        // The start is informational, from this machine's clock: the lease is the key's TTL,
+        // on the server's.
+        let started = millis(
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default(),
+        );
+        let value = running_value(req, started, retention)?;
+        if self.native_claim {
+            // One native command decides and answers atomically: nil when the key was absent
+            // (now ours), else the value that was there (and stays: NX wrote nothing). A
+            // settled or foreign-shaped entry is the answer; a running one needs its PTTL and
+            // perhaps a fenced write (our own lost claim, a takeover): the script below.
+            let reply = ::redis::cmd("SET")
+                .arg(&redis_key)
+                .arg(&value)
+                .arg("NX")
+                .arg("GET")
+                .arg("PX")
+                .arg(lease + retention)
+                .query_async::<Value>(&mut self.conn())
+                .await;
+            match reply {
+                Ok(Value::Nil) => return Ok(Claim::Won),
+                Ok(Value::BulkString(raw)) => {
+                    let wire: Wire =
+                        serde_json::from_slice(&raw).map_err(|e| Error::corrupt(req.key, e))?;
+                    if wire.status != "running" {
+                        return entry_of(req.key, wire, None, None, SystemTime::now())
+                            .map(Claim::Existing);
+                    }
+                }
+                Ok(_) => return Err(Error::store("unexpected reply to SET … NX GET")),
+                // A server that reported 7 and refuses the form (a look-alike) fails the claim
+                // closed; `native_claim(false)` is the way round it.
+                Err(e) => return Err(to_error(e)),
+            }
+        }
+        // Owner digest and fingerprint are hex digits and the about members are JSON-encoded
+        // here, so the script splices them into the entry without escaping anything.
         let reply: Value = SCRIPTS
             .claim
-            .key(self.redis_key(req.key))
-            .arg(px(req.lease))
-            .arg(px(req.retention))
+            .key(redis_key)
+            .arg(lease)
+            .arg(retention)
             .arg(req.owner.as_str())
             .arg(req.fingerprint.as_str())
-            .arg(about_members(req.about)?)
+            .arg(value)
             .arg(if req.takeover { "1" } else { "0" })
+            .arg(started)
             .invoke_async(&mut self.conn())
             .await
             .map_err(to_error)?;
@@ -758,8 +855,15 @@ fn cluster_masters(reply: Value) -> Result<Vec<(String, u16)>> {
 
 /// The about members of a new entry as the claim script splices them in: `}` when nothing is
 /// recorded, else `,"scope":…,"tool":…,"detail":…}` with the members that are set, JSON-encoded.
+#[cfg(test)]
 fn about_members(about: &About) -> Result<String> {
     let mut out = String::new();
+    about_members_into(about, &mut out)?;
+    Ok(out)
+}
+
+/// Appends [`about_members`] to `out`.
+fn about_members_into(about: &About, out: &mut String) -> Result<()> {
     for (name, value) in [
         ("scope", &about.scope),
         ("tool", &about.tool),
@@ -773,7 +877,52 @@ fn about_members(about: &About) -> Result<String> {
         }
     }
     out.push('}');
+    Ok(())
+}
+
+/// The SHA-1 of an owner token as 40 lowercase hex digits, as the scripts compute it with
+/// `redis.sha1hex`: what a running entry stores instead of the token, so that whoever reads the
+/// entry cannot settle it.
+fn owner_digest(owner: &OwnerToken) -> [u8; 40] {
+    let mut hex = [0u8; 40];
+    crate::key::hex_into(
+        &sha1_smol::Sha1::from(owner.as_str()).digest().bytes(),
+        &mut hex,
+    );
+    hex
+}
+
+/// The running entry a claim writes for `req` (in the shape `ours` in entry.lua and `owned` in
+/// owned.lua read): started at `started_ms` on this machine's clock, first attempt, kept
+/// `retention_ms` after its lease. Built by hand, not with `format!`: it is made for every
+/// claim, replays included, since the native claim sends it before it knows.
+fn running_value(req: &ClaimRequest<'_>, started_ms: u64, retention_ms: u64) -> Result<String> {
+    let digest = owner_digest(req.owner);
+    let mut started = itoa::Buffer::new();
+    let started = started.format(started_ms);
+    let mut retention = itoa::Buffer::new();
+    let mut out = String::with_capacity(256);
+    out.push_str(r#"{"status":"running","startedAt":"#);
+    out.push_str(started);
+    out.push_str(r#","owner":""#);
+    out.push_str(std::str::from_utf8(&digest).expect("hex is ASCII"));
+    out.push_str(r#"","retention":"#);
+    out.push_str(retention.format(retention_ms));
+    out.push_str(r#","fingerprint":""#);
+    out.push_str(req.fingerprint.as_str());
+    out.push_str(r#"","firstStartedAt":"#);
+    out.push_str(started);
+    out.push_str(r#","attempts":1"#);
+    about_members_into(req.about, &mut out)?;
     Ok(out)
+}
+
+/// Whether an `INFO server` reply reports Redis 7 or later (`redis_version:7.0.15`).
+fn has_native_claim(info: &str) -> bool {
+    info.lines()
+        .find_map(|line| line.strip_prefix("redis_version:"))
+        .and_then(|version| version.trim().split('.').next()?.parse::<u32>().ok())
+        .is_some_and(|major| major >= 7)
 }
 
 /// Decodes `{value, PTTL, now}` from the claim, read and resolve scripts.
@@ -805,7 +954,7 @@ fn decode_read(key: &OperationKey, reply: Value) -> Result<Entry> {
         Some(Value::Int(now)) => Some(now),
         Some(_) => return Err(bad("TIME")),
     };
-    decode_entry(key, &raw, pttl, now, SystemTime::now())
+    decode_entry(key, &raw, Some(pttl), now, SystemTime::now())
 }
 
 /// An entry in the wire format. Every field but `status` is optional: workers of the reference
@@ -813,13 +962,20 @@ fn decode_read(key: &OperationKey, reply: Value) -> Result<Entry> {
 /// `leaseUntil` and none of what an entry says it is, and fields we do not know are ignored.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Wire {
-    status: String,
+struct Wire<'a> {
+    /// Borrowed from the value unless it has escapes (then owned), like `fingerprint`: one
+    /// allocation less each on every replay.
+    #[serde(borrow)]
+    status: Cow<'a, str>,
     #[serde(default)]
     started_at: Option<f64>,
-    /// The lease deadline of a running entry, on the server's clock.
+    /// The lease deadline of a running entry of the previous version, on the server's clock.
     #[serde(default)]
     lease_until: Option<f64>,
+    /// How long a running entry of today's shape is kept after its lease (ms): its lease is
+    /// live while the key's PTTL is above this.
+    #[serde(default)]
+    retention: Option<f64>,
     #[serde(default)]
     completed_at: Option<f64>,
     #[serde(default)]
@@ -832,8 +988,8 @@ struct Wire {
     attempts: Option<f64>,
     #[serde(default)]
     owner: Option<String>,
-    #[serde(default)]
-    fingerprint: Option<String>,
+    #[serde(default, borrow)]
+    fingerprint: Option<Cow<'a, str>>,
     #[serde(default)]
     scope: Option<String>,
     #[serde(default)]
@@ -870,35 +1026,65 @@ fn shifted(local_now: SystemTime, ms: f64) -> SystemTime {
     }
 }
 
-/// Decodes the value `raw` of `key`, read when its key had `pttl` ms left (-1: no expiry) and
-/// the server's clock said `server_now` (ms since the epoch), on this machine at `local_now`.
+/// Decodes the value `raw` of `key`, read when its key had `pttl` ms left (-1: no expiry;
+/// `None`: not read, as by the native claim, which never decodes a running entry) and the
+/// server's clock said `server_now` (ms since the epoch), on this machine at `local_now`.
 ///
-/// A running entry with a `leaseUntil` at or before `server_now` is `unknown`; one without
-/// (today's version's, a TypeScript worker's) is running for as long as its key lives, as its
-/// writer meant.
+/// A running entry with a `retention` is `unknown` once its key's PTTL is down to it; one with
+/// a `leaseUntil` (the previous version's) once `server_now` reached it; one with neither
+/// (a TypeScript worker's, or older) is running for as long as its key lives, as its writer
+/// meant.
 fn decode_entry(
     key: &OperationKey,
     raw: &[u8],
-    pttl: i64,
+    pttl: Option<i64>,
     server_now: Option<i64>,
     local_now: SystemTime,
 ) -> Result<Entry> {
     let wire: Wire = serde_json::from_slice(raw).map_err(|e| Error::corrupt(key, e))?;
-    let fingerprint = match wire.fingerprint {
+    entry_of(key, wire, pttl, server_now, local_now)
+}
+
+/// The entry of a decoded value: see [`decode_entry`].
+fn entry_of(
+    key: &OperationKey,
+    wire: Wire<'_>,
+    pttl: Option<i64>,
+    server_now: Option<i64>,
+    local_now: SystemTime,
+) -> Result<Entry> {
+    let fingerprint = match &wire.fingerprint {
         Some(f) => Some(
             f.parse::<Fingerprint>()
                 .map_err(|e| Error::corrupt(key, e))?,
         ),
         None => None,
     };
-    let key_expiry = u64::try_from(pttl)
-        .ok()
+    let key_expiry = pttl
+        .and_then(|ms| u64::try_from(ms).ok())
         .map(|ms| shifted(local_now, ms as f64));
     let completed_at = wire.completed_at.map(epoch_ms);
     let failed_at = wire.failed_at.map(epoch_ms);
-    let (state, expires_at) = match wire.status.as_str() {
-        "running" => match wire.lease_until {
-            Some(until) => {
+    let (state, expires_at) = match &*wire.status {
+        "running" => match (wire.retention, wire.lease_until) {
+            (Some(retention), _) => {
+                let pttl = pttl
+                    .ok_or_else(|| Error::store("a running entry read without its key's expiry"))?;
+                // The key lives for the lease plus the retention: what is left above the
+                // retention is what is left of the lease (-1, no expiry, is not ours: unknown).
+                let left = if pttl < 0 {
+                    0.0
+                } else {
+                    pttl as f64 - retention
+                };
+                let deadline = Some(shifted(local_now, left));
+                if left > 0.0 {
+                    (EntryState::Running { owner: wire.owner }, deadline)
+                } else {
+                    (EntryState::Unknown { owner: wire.owner }, deadline)
+                }
+            }
+            (None, Some(until)) => {
                 let server_now = server_now.ok_or_else(|| {
                     Error::store("unexpected reply from the script: a leaseUntil without TIME")
                 })?;
@@ -910,7 +1096,7 @@ fn decode_entry(
                     (EntryState::Unknown { owner: wire.owner }, deadline)
                 }
             }
-            None => (EntryState::Running { owner: wire.owner }, key_expiry),
+            (None, None) => (EntryState::Running { owner: wire.owner }, key_expiry),
         },
         "done" => (
             EntryState::Done {
@@ -1209,14 +1395,20 @@ mod tests {
 
     /// Decodes `raw` read with a minute of `PTTL` left at [`SERVER_NOW`].
     fn decode(raw: &[u8]) -> Result<Entry> {
-        decode_entry(&key(), raw, 60_000, Some(SERVER_NOW), SystemTime::now())
+        decode_entry(
+            &key(),
+            raw,
+            Some(60_000),
+            Some(SERVER_NOW),
+            SystemTime::now(),
+        )
     }
 
     #[test]
     fn a_running_entry_past_its_lease_deadline_on_the_server_clock_is_unknown() {
         let raw = br#"{"status":"running","startedAt":1764400000000,"leaseUntil":1764400010000,"owner":"ab","fingerprint":"0000000000000000000000000000000000000000000000000000000000000000","firstStartedAt":1764390000000,"attempts":2,"scope":"run-1","tool":"send_email","detail":"smtp \"x\""}"#;
         let local = UNIX_EPOCH + Duration::from_secs(2_000_000_000);
-        let e = decode_entry(&key(), raw, 86_400_000, Some(SERVER_NOW), local).unwrap();
+        let e = decode_entry(&key(), raw, Some(86_400_000), Some(SERVER_NOW), local).unwrap();
         assert_eq!(
             e.state,
             EntryState::Unknown {
@@ -1237,9 +1429,78 @@ mod tests {
         assert_eq!(e.about.tool.as_deref(), Some("send_email"));
         assert_eq!(e.about.detail.as_deref(), Some("smtp \"x\""));
         // One millisecond earlier on the server's clock it was still running.
-        let e = decode_entry(&key(), raw, 86_400_000, Some(SERVER_NOW - 1), local).unwrap();
+        let e = decode_entry(&key(), raw, Some(86_400_000), Some(SERVER_NOW - 1), local).unwrap();
         assert!(matches!(e.state, EntryState::Running { .. }), "{e:?}");
         assert_eq!(e.expires_at, Some(local + Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn a_running_entry_of_today_is_running_while_its_key_outlives_its_retention() {
+        let raw = br#"{"status":"running","startedAt":1,"owner":"ab","retention":60000,"fingerprint":"0000000000000000000000000000000000000000000000000000000000000000","firstStartedAt":1,"attempts":1}"#;
+        let local = UNIX_EPOCH + Duration::from_secs(2_000_000_000);
+        // No server clock needed, and the start (from a client's clock) plays no part.
+        let e = decode_entry(&key(), raw, Some(60_001), None, local).unwrap();
+        assert!(matches!(e.state, EntryState::Running { .. }), "{e:?}");
+        assert_eq!(e.expires_at, Some(local + Duration::from_millis(1)));
+        let e = decode_entry(&key(), raw, Some(60_000), None, local).unwrap();
+        assert!(matches!(e.state, EntryState::Unknown { .. }), "{e:?}");
+        assert_eq!(e.expires_at, Some(local));
+        // Without the key's TTL it cannot be judged.
+        assert!(decode_entry(&key(), raw, None, None, local).is_err());
+    }
+
+    #[test]
+    fn the_native_claim_needs_redis_7() {
+        for (info, native) in [
+            (
+                "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n",
+                true,
+            ),
+            ("redis_version:8.2.1\r\n", true),
+            ("redis_version:6.2.14\r\n", false),
+            ("redis_version:5.0.7\r\n", false),
+            ("redis_version:garbage\r\n", false),
+            ("# Server\r\n", false),
+        ] {
+            assert_eq!(has_native_claim(info), native, "{info}");
+        }
+    }
+
+    #[test]
+    fn the_owner_digest_is_the_sha1_that_redis_computes() {
+        // redis-cli EVAL "return redis.sha1hex(ARGV[1])" 0 0123456789abcdef0123456789abcdef
+        let owner = OwnerToken::from_stored("0123456789abcdef0123456789abcdef");
+        assert_eq!(
+            &owner_digest(&owner),
+            b"b1775a785f09a6ebaf2dc33d6eaeb98974d9cdb8"
+        );
+    }
+
+    #[test]
+    fn the_running_value_built_by_hand_is_the_shape_the_scripts_read() {
+        let owner = OwnerToken::from_stored("0123456789abcdef0123456789abcdef");
+        let fp: Fingerprint = "ab".repeat(32).parse().unwrap();
+        let about = About::new("run \"1\"", "charge");
+        let k = key();
+        let req = ClaimRequest::new(&k, &fp, &owner, Duration::from_secs(60)).about(&about);
+        let value = running_value(&req, 1_764_400_000_123, 86_400_000).unwrap();
+        assert_eq!(
+            value,
+            format!(
+                r#"{{"status":"running","startedAt":1764400000123,"owner":"b1775a785f09a6ebaf2dc33d6eaeb98974d9cdb8","retention":86400000,"fingerprint":"{}","firstStartedAt":1764400000123,"attempts":1,"scope":"run \"1\"","tool":"charge"}}"#,
+                fp.as_str()
+            )
+        );
+        let e = decode_entry(
+            &key(),
+            value.as_bytes(),
+            Some(86_400_001),
+            None,
+            SystemTime::now(),
+        )
+        .unwrap();
+        assert_eq!(e.about, about);
+        assert_eq!((e.attempts, e.fingerprint), (1, Some(fp)));
     }
 
     #[test]
@@ -1247,7 +1508,7 @@ mod tests {
         // Today's version's shape: the key's PTTL is the lease.
         let raw = br#"{"status":"running","startedAt":1700000000000,"owner":"ab","fingerprint":"0000000000000000000000000000000000000000000000000000000000000000"}"#;
         let local = UNIX_EPOCH + Duration::from_secs(2_000_000_000);
-        let e = decode_entry(&key(), raw, 5_000, Some(SERVER_NOW), local).unwrap();
+        let e = decode_entry(&key(), raw, Some(5_000), Some(SERVER_NOW), local).unwrap();
         assert_eq!(
             e.state,
             EntryState::Running {

@@ -8,5 +8,5 @@ local e = owned(KEYS[1], ARGV[1])
 if not e then
   return 0
 end
-redis.call('SET', KEYS[1], settled_value(ARGV[3], e, 'completedAt', now_ms()), 'PX', ARGV[2])
+redis.call('SET', KEYS[1], settled(ARGV[3], e, 'completedAt', now_ms()), 'PX', ARGV[2])
 return 1

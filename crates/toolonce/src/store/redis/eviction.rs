@@ -35,7 +35,7 @@ impl RedisStore {
                     format!("the Redis node {host}:{port} of {}", self.display)
                 }
             };
-            let policy = match self.info_memory(&node).await {
+            let policy = match self.info(&node, "memory").await {
                 Ok(info) => match parse_policy(&info) {
                     Some(policy) => Policy::Known(policy),
                     None => Policy::Unknown("INFO memory does not report maxmemory_policy".into()),
@@ -92,10 +92,14 @@ impl RedisStore {
         Ok(())
     }
 
-    /// `INFO memory` of the server, or of one node of a cluster.
-    async fn info_memory(&self, node: &Option<(String, u16)>) -> Result<String, RedisError> {
+    /// `INFO <section>` of the server, or of one node of a cluster.
+    pub(super) async fn info(
+        &self,
+        node: &Option<(String, u16)>,
+        section: &str,
+    ) -> Result<String, RedisError> {
         let mut cmd = ::redis::cmd("INFO");
-        cmd.arg("memory");
+        cmd.arg(section);
         let reply: Value = match (&self.conn, node) {
             (Conn::Cluster(c), Some((host, port))) => {
                 c.clone()

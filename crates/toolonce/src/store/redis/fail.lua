@@ -10,6 +10,6 @@ end
 if ARGV[2] == '' then
   redis.call('DEL', KEYS[1])
 else
-  redis.call('SET', KEYS[1], settled_value(ARGV[3], e, 'failedAt', now_ms()), 'PX', ARGV[2])
+  redis.call('SET', KEYS[1], settled(ARGV[3], e, 'failedAt', now_ms()), 'PX', ARGV[2])
 end
 return 1

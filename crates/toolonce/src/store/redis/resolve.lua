@@ -3,8 +3,8 @@
 -- `{"status":"failed","error":…`), or '' to release (delete) the entry; ARGV[3] its settling
 -- time's member, `completedAt` or `failedAt`.
 --
--- For operators: settles a running entry, live or unknown, whoever holds it (ours, today's
--- version's, another writer's), in the same script that checks it is still running, so it
+-- For operators: settles a running entry, live or unknown, whoever holds it (ours in today's
+-- shape or the previous ones, another writer's), in the same script that checks it is still running, so it
 -- never overwrites an entry that settled meanwhile. Returns 1 when applied, 0 when there is no
 -- live entry, else {value, PTTL, now} of the entry found (settled, or not an entry at all).
 local now = now_ms()
@@ -14,8 +14,8 @@ if not value then
 end
 local e = ours(value)
 if e == nil then
-  -- Our previous shape (no lease deadline, the key expired with the lease), then any other
-  -- writer's: what matters is only whether it says running.
+  -- Our shape before `leaseUntil` (the key expired with the lease), then any other writer's:
+  -- what matters is only whether it says running.
   local started, fingerprint = string.match(value,
     '^{"status":"running","startedAt":(%d+),"owner":"%x+","fingerprint":"(%x+)"}$')
   local running = started ~= nil
@@ -28,7 +28,7 @@ if e == nil then
     started = string.match(value, '^{"status":"running","startedAt":(%d+)[,}]')
   end
   if not running then
-    return existing(KEYS[1], value, now)
+    return existing(KEYS[1], value, nil, now)
   end
   if ARGV[2] == '' then
     redis.call('DEL', KEYS[1])
