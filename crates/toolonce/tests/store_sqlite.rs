@@ -782,10 +782,13 @@ async fn a_duplicate_of_a_settled_entry_is_answered_while_another_process_holds_
             .await
             .unwrap(),
     );
-    store
-        .complete(&key, owner, &json!("first"), conformance::LONG)
-        .await
-        .unwrap();
+    assert_eq!(
+        store
+            .complete(&key, owner, &json!("first"), conformance::LONG)
+            .await
+            .unwrap(),
+        toolonce::Fenced::Applied
+    );
     // The duplicate's read runs on the inline writer, which is free; it must not need the
     // write lock (a claim that took it would wait out the busy timeout and be unavailable).
     let blocker = raw(&path);
