@@ -996,16 +996,14 @@ mod postgres {
     use std::time::Instant;
 
     use anyhow::Context;
-    use tokio_postgres::NoTls;
-    use tokio_postgres::config::SslMode;
     use toolonce::Store;
-    use toolonce::store::postgres::PostgresStore;
+    use toolonce::store::postgres::{self, PostgresStore};
 
     use super::{RawTask, Workload, raw_done, raw_running};
 
     pub(super) struct Raw {
-        config: tokio_postgres::Config,
-        tls: Tls,
+        /// The store's URL: the floor's connections are made as the store makes its own.
+        url: String,
         /// Whether the floor's connections are encrypted (as the store's are then).
         pub(super) encrypted: bool,
         table: String,
@@ -1015,22 +1013,12 @@ mod postgres {
         clients: tokio::sync::Mutex<Vec<Arc<tokio_postgres::Client>>>,
     }
 
-    /// How the floor connects: in plain text only where the store does too.
-    #[derive(Clone)]
-    enum Tls {
-        Plain,
-        #[cfg(feature = "postgres-tls")]
-        Rustls(tokio_postgres_rustls::MakeRustlsConnect),
-    }
-
-    async fn connect(
-        config: &tokio_postgres::Config,
-        tls: &Tls,
-    ) -> anyhow::Result<tokio_postgres::Client> {
-        let unavailable = |e: tokio_postgres::Error| {
+    /// One connection of the floor, made by the store's own `connect_client`.
+    async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
+        postgres::connect_client(url).await.map_err(|e| {
             // A refused TLS handshake (a server without TLS under a mode that requires it)
             // is the URL's matter, not the server's availability.
-            let code = if e.to_string().contains("TLS") {
+            let code = if e.report().to_string().contains("TLS") {
                 crate::exit::USAGE
             } else {
                 crate::exit::UNAVAILABLE
@@ -1039,140 +1027,11 @@ mod postgres {
                 code,
                 anyhow::Error::new(e).context("cannot open the raw floor's connection"),
             )
-        };
-        let client = match tls {
-            Tls::Plain => {
-                let (client, connection) = config.connect(NoTls).await.map_err(unavailable)?;
-                tokio::spawn(connection);
-                client
-            }
-            #[cfg(feature = "postgres-tls")]
-            Tls::Rustls(tls) => {
-                let (client, connection) =
-                    config.connect(tls.clone()).await.map_err(unavailable)?;
-                tokio::spawn(connection);
-                client
-            }
-        };
-        Ok(client)
-    }
-
-    /// The floor's TLS for the URL's `sslmode` (libpq's names; `prefer` when absent), and the
-    /// driver's mode for it. The floor checks no certificate: the check is made once per
-    /// connection, at the handshake, which no round times; the store checks what its
-    /// `sslmode` says.
-    fn tls_for(sslmode: Option<&str>) -> anyhow::Result<(Tls, SslMode)> {
-        let mode = match sslmode.unwrap_or("prefer") {
-            "disable" => return Ok((Tls::Plain, SslMode::Disable)),
-            "prefer" => SslMode::Prefer,
-            "require" | "verify-ca" | "verify-full" => SslMode::Require,
-            other => anyhow::bail!("invalid sslmode {other:?}"),
-        };
-        #[cfg(feature = "postgres-tls")]
-        {
-            Ok((Tls::Rustls(any_certificate::connector()?), mode))
-        }
-        #[cfg(not(feature = "postgres-tls"))]
-        {
-            // The store of this build connects in plain text too, and refuses modes that
-            // require TLS.
-            anyhow::ensure!(
-                mode == SslMode::Prefer,
-                "this build has no PostgreSQL TLS (feature `postgres-tls`)"
-            );
-            Ok((Tls::Plain, SslMode::Disable))
-        }
-    }
-
-    #[cfg(feature = "postgres-tls")]
-    mod any_certificate {
-        //! A rustls client that accepts any server certificate but checks the handshake's
-        //! signatures: what libpq's `prefer` and `require` do, and what the store does
-        //! under them.
-
-        use std::sync::Arc;
-
-        use rustls::client::danger::{
-            HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,
-        };
-        use rustls::crypto::WebPkiSupportedAlgorithms;
-        use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-        use rustls::{ClientConfig, DigitallySignedStruct};
-
-        pub(super) fn connector() -> anyhow::Result<tokio_postgres_rustls::MakeRustlsConnect> {
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let verifier = Arc::new(AnyCertificate(provider.signature_verification_algorithms));
-            let config = ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()?
-                .dangerous()
-                .with_custom_certificate_verifier(verifier)
-                .with_no_client_auth();
-            Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
-        }
-
-        #[derive(Debug)]
-        struct AnyCertificate(WebPkiSupportedAlgorithms);
-
-        impl ServerCertVerifier for AnyCertificate {
-            fn verify_server_cert(
-                &self,
-                _end_entity: &CertificateDer<'_>,
-                _intermediates: &[CertificateDer<'_>],
-                _server_name: &ServerName<'_>,
-                _ocsp_response: &[u8],
-                _now: UnixTime,
-            ) -> Result<ServerCertVerified, rustls::Error> {
-                Ok(ServerCertVerified::assertion())
-            }
-
-            fn verify_tls12_signature(
-                &self,
-                message: &[u8],
-                cert: &CertificateDer<'_>,
-                dss: &DigitallySignedStruct,
-            ) -> Result<HandshakeSignatureValid, rustls::Error> {
-                rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
-            }
-
-            fn verify_tls13_signature(
-                &self,
-                message: &[u8],
-                cert: &CertificateDer<'_>,
-                dss: &DigitallySignedStruct,
-            ) -> Result<HandshakeSignatureValid, rustls::Error> {
-                rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
-            }
-
-            fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-                self.0.supported_schemes()
-            }
-        }
+        })
     }
 
     pub(super) async fn open(url: &str, run_id: &str) -> anyhow::Result<(Arc<dyn Store>, Raw)> {
-        // The driver knows neither the store's `sslrootcert` nor libpq's `verify-*` modes:
-        // the floor takes `sslmode` out and sets the driver's mode itself.
-        let (base, query) = url.split_once('?').unwrap_or((url, ""));
-        let kept: Vec<&str> = query
-            .split('&')
-            .filter(|kv| {
-                !kv.is_empty() && !kv.starts_with("sslrootcert=") && !kv.starts_with("sslmode=")
-            })
-            .collect();
-        let sslmode = query
-            .split('&')
-            .filter_map(|kv| kv.strip_prefix("sslmode="))
-            .next_back();
-        let conninfo = if kept.is_empty() {
-            base.to_owned()
-        } else {
-            format!("{base}?{}", kept.join("&"))
-        };
-        let (tls, mode) = tls_for(sslmode)?;
-        let mut config: tokio_postgres::Config =
-            conninfo.parse().context("invalid PostgreSQL URL")?;
-        config.ssl_mode(mode);
-        let admin = connect(&config, &tls).await?;
+        let admin = connect(url).await?;
         let encrypted: bool = admin
             .query_one(
                 "SELECT coalesce((SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()), false)",
@@ -1187,8 +1046,7 @@ mod postgres {
         let table = format!("toolonce_bench_{run_id}");
         let raw_table = format!("toolonce_bench_raw_{run_id}");
         let raw = Raw {
-            config,
-            tls,
+            url: url.to_owned(),
             encrypted,
             table: table.clone(),
             raw_table: raw_table.clone(),
@@ -1216,7 +1074,7 @@ mod postgres {
         async fn clients(&self, n: usize) -> anyhow::Result<Vec<Arc<tokio_postgres::Client>>> {
             let mut clients = self.clients.lock().await;
             while clients.len() < n {
-                clients.push(Arc::new(connect(&self.config, &self.tls).await?));
+                clients.push(Arc::new(connect(&self.url).await?));
             }
             Ok(clients[..n].to_vec())
         }
@@ -1286,7 +1144,7 @@ mod postgres {
         /// store's schema-version table (the table too, if the run created it and it is empty).
         pub(super) async fn clean_up(&self) -> anyhow::Result<()> {
             self.clients.lock().await.clear();
-            let admin = connect(&self.config, &self.tls).await?;
+            let admin = connect(&self.url).await?;
             let t = &self.table;
             admin
                 .batch_execute(&format!(

@@ -170,29 +170,7 @@ impl PostgresStoreBuilder {
         if self.pool_size == 0 {
             return Err(Error::Config("the pool size must be at least 1".into()));
         }
-        let (conninfo, tls) = TlsOptions::take(&self.url)?;
-        let connector = tls.connector()?;
-        let mut pg: tokio_postgres::Config = conninfo
-            .parse()
-            .map_err(|e| Error::Config(format!("invalid PostgreSQL URL: {e}")))?;
-        pg.ssl_mode(tls.driver_mode());
-        if pg.get_application_name().is_none() {
-            pg.application_name("toolonce");
-        }
-        // Notice a dead peer in tens of seconds rather than the kernel's default hours; see
-        // `operation_timeout`. Settings the URL made are kept (2 h idle is the driver default).
-        if pg.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
-            pg.keepalives_idle(Duration::from_secs(10));
-        }
-        if pg.get_keepalives_interval().is_none() {
-            pg.keepalives_interval(Duration::from_secs(5));
-        }
-        if pg.get_keepalives_retries().is_none() {
-            pg.keepalives_retries(3);
-        }
-        if pg.get_tcp_user_timeout().is_none() {
-            pg.tcp_user_timeout(Duration::from_secs(30));
-        }
+        let (pg, connector) = driver(&self.url)?;
         let sql = Arc::new(Sql::new(&self.table));
         // `Fast` recycling only checks that the connection task is alive, at no cost: a
         // connection whose server went away ends its task when the socket closes. `Verified`
@@ -257,6 +235,76 @@ impl PostgresStoreBuilder {
         }
         Ok(store)
     }
+}
+
+/// The TLS connector of a build: rustls, or none at all without `postgres-tls` (a build that
+/// refuses every mode needing TLS, so the `Some` case cannot happen).
+#[cfg(feature = "postgres-tls")]
+type Connector = tokio_postgres_rustls::MakeRustlsConnect;
+#[cfg(not(feature = "postgres-tls"))]
+type Connector = std::convert::Infallible;
+
+/// The driver's settings and TLS connector for a store URL: what every connection of the
+/// store, and every [`connect_client`] connection, is made with.
+fn driver(url: &str) -> Result<(tokio_postgres::Config, Option<Connector>)> {
+    let (conninfo, tls) = TlsOptions::take(url)?;
+    let connector = tls.connector()?;
+    let mut pg: tokio_postgres::Config = conninfo
+        .parse()
+        .map_err(|e| Error::Config(format!("invalid PostgreSQL URL: {e}")))?;
+    pg.ssl_mode(tls.driver_mode());
+    if pg.get_application_name().is_none() {
+        pg.application_name("toolonce");
+    }
+    // Notice a dead peer in tens of seconds rather than the kernel's default hours; see
+    // `operation_timeout`. Settings the URL made are kept (2 h idle is the driver default).
+    if pg.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+        pg.keepalives_idle(Duration::from_secs(10));
+    }
+    if pg.get_keepalives_interval().is_none() {
+        pg.keepalives_interval(Duration::from_secs(5));
+    }
+    if pg.get_keepalives_retries().is_none() {
+        pg.keepalives_retries(3);
+    }
+    if pg.get_tcp_user_timeout().is_none() {
+        pg.tcp_user_timeout(Duration::from_secs(30));
+    }
+    Ok((pg, connector))
+}
+
+/// One driver connection made as the store makes each of its own (the URL's `sslmode`,
+/// `sslrootcert` and certificate check, keepalives, application name), its connection task
+/// spawned on the current Tokio runtime. For programs that run their own SQL beside a store
+/// and want it to pay what the store's statements pay, as `toolonce bench`'s raw floor does.
+///
+/// # Errors
+///
+/// [`Error::Config`] for a malformed URL or an `sslmode` this build cannot honour;
+/// [`Error::Unavailable`] when the server cannot be reached; [`Error::Store`] when it refuses
+/// the connection (a wrong password, a failed TLS handshake).
+pub async fn connect_client(url: &str) -> Result<tokio_postgres::Client> {
+    let (pg, connector) = driver(url)?;
+    let connected = match connector {
+        None => pg.connect(NoTls).await.map(|(client, connection)| {
+            tokio::spawn(connection);
+            client
+        }),
+        #[cfg(feature = "postgres-tls")]
+        Some(connector) => pg.connect(connector).await.map(|(client, connection)| {
+            tokio::spawn(connection);
+            client
+        }),
+        #[cfg(not(feature = "postgres-tls"))]
+        Some(never) => match never {},
+    };
+    connected.map_err(|e| {
+        if tls::is_tls_refusal(&e) {
+            Error::store(e)
+        } else {
+            classify(&e).into_error(e)
+        }
+    })
 }
 
 /// Prepares every statement of the store on a new connection, all at once: the requests are
