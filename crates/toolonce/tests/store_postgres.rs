@@ -1311,71 +1311,8 @@ async fn huge_or_zero_timeouts_never_panic_and_huge_ones_work() {
 }
 
 /// Calls of the statements inside the store's claim function (they name its parameters
-/// `p_…`) in `database`, as pg_stat_statements counts nested statements.
-async fn claim_function_statements(pg: &'static PostgresServer, database: &str) -> u64 {
-    let sql = format!(
-        "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements \
-         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = '{database}') \
-         AND query LIKE '%p_key%' AND query NOT LIKE '%pg_stat_statements%'"
-    );
-    tokio::task::spawn_blocking(move || pg.psql(&sql))
-        .await
-        .unwrap()
-        .parse()
-        .unwrap()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replay_of_a_settled_entry_is_a_plain_read_without_the_claim_function() {
-    let pg = tokio::task::spawn_blocking(shared_postgres).await.unwrap();
-    assert!(
-        pg.has_pg_stat_statements(),
-        "pg_stat_statements is needed (Debian: part of the postgresql package)"
-    );
-    let db_url = tokio::task::spawn_blocking(|| shared_postgres().create_unique_database())
-        .await
-        .unwrap();
-    let database = database_of(&db_url).to_owned();
-    let db = database.clone();
-    tokio::task::spawn_blocking(move || {
-        pg.psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
-        // Count the statements a PL/pgSQL function runs, in this database's sessions.
-        pg.psql(&format!(
-            "ALTER DATABASE \"{db}\" SET pg_stat_statements.track = 'all'"
-        ));
-    })
-    .await
-    .unwrap();
-    let store = PostgresStore::builder(db_url.as_str())
-        .table(unique_table())
-        .pool_size(1)
-        .connect()
-        .await
-        .unwrap();
-    let layer = Layer::new(Arc::new(store));
-    let op = key::derive("s", "t", &json!({"n": 1}), None).unwrap();
-    let options = WriteOptions::new();
-    let first = layer
-        .run("t", &op, &options, |_| async { Ok(json!({"ok": true})) })
-        .await;
-    assert_eq!(first.outcome, Outcome::Executed);
-    let after_first = claim_function_statements(pg, &database).await;
-    assert!(after_first > 0, "the first claim ran the function");
-    for _ in 0..5 {
-        let again = layer
-            .run("t", &op, &options, |_| async { Ok(json!({"ok": false})) })
-            .await;
-        assert_eq!(again.outcome, Outcome::Replayed);
-        assert_eq!(again.result.unwrap(), json!({"ok": true}));
-    }
-    assert_eq!(
-        claim_function_statements(pg, &database).await,
-        after_first,
-        "a replay called the claim function"
-    );
-}
-
-/// Calls of the claim function's statements in `database` whose text starts with `verb`.
+/// `p_…`) in `database` whose text starts with `verb` (`""` for all of them), as
+/// pg_stat_statements counts nested statements.
 async fn claim_function_calls_of(pg: &'static PostgresServer, database: &str, verb: &str) -> u64 {
     let sql = format!(
         "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements \
@@ -1389,8 +1326,10 @@ async fn claim_function_calls_of(pg: &'static PostgresServer, database: &str, ve
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_first_time_claim_calls_the_claim_function_exactly_once() {
+/// A new database whose sessions have pg_stat_statements count the statements PL/pgSQL
+/// functions run, and a store with one connection on it: the server, the database's name and
+/// the store.
+async fn store_with_statements_tracked() -> (&'static PostgresServer, String, PostgresStore) {
     let pg = tokio::task::spawn_blocking(shared_postgres).await.unwrap();
     assert!(
         pg.has_pg_stat_statements(),
@@ -1402,7 +1341,12 @@ async fn a_first_time_claim_calls_the_claim_function_exactly_once() {
     let database = database_of(&db_url).to_owned();
     let db = database.clone();
     tokio::task::spawn_blocking(move || {
-        pg.psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
+        // Once per process: two concurrent `CREATE EXTENSION IF NOT EXISTS` race on the
+        // catalog's unique index, and the loser fails.
+        static EXTENSION: std::sync::Once = std::sync::Once::new();
+        EXTENSION.call_once(|| {
+            pg.psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
+        });
         pg.psql(&format!(
             "ALTER DATABASE \"{db}\" SET pg_stat_statements.track = 'all'"
         ));
@@ -1415,6 +1359,38 @@ async fn a_first_time_claim_calls_the_claim_function_exactly_once() {
         .connect()
         .await
         .unwrap();
+    (pg, database, store)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_of_a_settled_entry_is_a_plain_read_without_the_claim_function() {
+    let (pg, database, store) = store_with_statements_tracked().await;
+    let layer = Layer::new(Arc::new(store));
+    let op = key::derive("s", "t", &json!({"n": 1}), None).unwrap();
+    let options = WriteOptions::new();
+    let first = layer
+        .run("t", &op, &options, |_| async { Ok(json!({"ok": true})) })
+        .await;
+    assert_eq!(first.outcome, Outcome::Executed);
+    let after_first = claim_function_calls_of(pg, &database, "").await;
+    assert!(after_first > 0, "the first claim ran the function");
+    for _ in 0..5 {
+        let again = layer
+            .run("t", &op, &options, |_| async { Ok(json!({"ok": false})) })
+            .await;
+        assert_eq!(again.outcome, Outcome::Replayed);
+        assert_eq!(again.result.unwrap(), json!({"ok": true}));
+    }
+    assert_eq!(
+        claim_function_calls_of(pg, &database, "").await,
+        after_first,
+        "a replay called the claim function"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_time_claim_calls_the_claim_function_exactly_once() {
+    let (pg, database, store) = store_with_statements_tracked().await;
     let (reads, inserts) = (
         claim_function_calls_of(pg, &database, "SELECT").await,
         claim_function_calls_of(pg, &database, "INSERT").await,
