@@ -671,33 +671,40 @@ fn commands_run(server: &RedisServer) -> Vec<String> {
     stats
 }
 
-#[tokio::test]
-async fn a_first_time_write_costs_two_round_trips_and_a_replay_one() {
-    let server = RedisServer::start();
-    let store = Arc::new(RedisStore::connect(&server.url()).await.unwrap());
-    let layer = Layer::new(store);
-    let op = key::derive("run-rt", "charge", &json!({"amount": 9}), None).unwrap();
+/// The commands a first-time write through the layer, then its replay, run on `server`.
+async fn commands_of_a_write_and_its_replay(
+    server: &RedisServer,
+    store: RedisStore,
+    scope: &str,
+) -> (Vec<String>, Vec<String>) {
+    let layer = Layer::new(Arc::new(store));
+    let op = key::derive(scope, "charge", &json!({"amount": 9}), None).unwrap();
     let options = WriteOptions::new();
     let run = || {
         layer.run("charge", &op, &options, |_| async {
             Ok(json!({"receipt": "r_9"}))
         })
     };
-
     assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
     assert_eq!(run().await.outcome, Outcome::Executed);
-    // The claim is one native `SET … NX GET PX`, the complete one EVALSHA (its own GET, TIME
-    // and SET): two round trips. No script had to be loaded, since `connect` loaded them all.
-    assert_eq!(
-        commands_run(&server),
-        ["evalsha=1", "get=1", "set=2", "time=1"]
-    );
-
+    let write = commands_run(server);
     assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
     let answer = run().await;
     assert_eq!(answer.outcome, Outcome::Replayed);
+    assert_eq!(answer.result.unwrap(), json!({"receipt": "r_9"}));
+    (write, commands_run(server))
+}
+
+#[tokio::test]
+async fn a_first_time_write_costs_two_round_trips_and_a_replay_one() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let (write, replay) = commands_of_a_write_and_its_replay(&server, store, "run-rt").await;
+    // The claim is one native `SET … NX GET PX`, the complete one EVALSHA (its own GET, TIME
+    // and SET): two round trips. No script had to be loaded, since `connect` loaded them all.
+    assert_eq!(write, ["evalsha=1", "get=1", "set=2", "time=1"]);
     // One native `SET … NX GET`, which wrote nothing and answered the settled entry.
-    assert_eq!(commands_run(&server), ["set=1"]);
+    assert_eq!(replay, ["set=1"]);
 }
 
 #[tokio::test]
@@ -708,24 +715,11 @@ async fn on_the_script_path_a_first_time_write_and_a_replay_cost_the_same_round_
         .connect()
         .await
         .unwrap();
-    let layer = Layer::new(Arc::new(store));
-    let op = key::derive("run-rt-script", "charge", &json!({"amount": 9}), None).unwrap();
-    let options = WriteOptions::new();
-    let run = || {
-        layer.run("charge", &op, &options, |_| async {
-            Ok(json!({"receipt": "r_9"}))
-        })
-    };
-    assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
-    assert_eq!(run().await.outcome, Outcome::Executed);
+    let (write, replay) = commands_of_a_write_and_its_replay(&server, store, "run-rt-script").await;
     // Two EVALSHA: the claim (GET, SET) and the complete (GET, TIME, SET).
-    assert_eq!(
-        commands_run(&server),
-        ["evalsha=2", "get=2", "set=2", "time=1"]
-    );
-    assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
-    assert_eq!(run().await.outcome, Outcome::Replayed);
-    assert_eq!(commands_run(&server), ["evalsha=1", "get=1", "pttl=1"]);
+    assert_eq!(write, ["evalsha=2", "get=2", "set=2", "time=1"]);
+    // One EVALSHA: the claim script (GET, PTTL), which wrote nothing.
+    assert_eq!(replay, ["evalsha=1", "get=1", "pttl=1"]);
 }
 
 #[tokio::test]

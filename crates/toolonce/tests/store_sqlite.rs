@@ -754,17 +754,10 @@ async fn a_write_that_finds_the_lock_taken_waits_on_the_thread_and_leaves_no_tra
     let other = raw(&path);
     other.busy_timeout(Duration::ZERO).unwrap();
     other.execute_batch("BEGIN IMMEDIATE; ROLLBACK").unwrap();
-    match conformance::existing(
-        store
-            .claim_fresh(&key, &fp, conformance::LONG)
-            .await
-            .unwrap(),
-    )
-    .state
-    {
-        EntryState::Done { result, .. } => assert_eq!(result, json!("ok")),
-        other => panic!("expected the result, got {other:?}"),
-    }
+    assert_eq!(
+        conformance::replayed_result(&store, &key, &fp).await,
+        json!("ok")
+    );
 }
 
 #[tokio::test]
@@ -794,17 +787,10 @@ async fn a_duplicate_of_a_settled_entry_is_answered_while_another_process_holds_
     let blocker = raw(&path);
     blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
     for _ in 0..3 {
-        match conformance::existing(
-            store
-                .claim_fresh(&key, &fp, conformance::LONG)
-                .await
-                .unwrap(),
-        )
-        .state
-        {
-            EntryState::Done { result, .. } => assert_eq!(result, json!("first")),
-            other => panic!("expected the result, got {other:?}"),
-        }
+        assert_eq!(
+            conformance::replayed_result(&store, &key, &fp).await,
+            json!("first")
+        );
     }
     // A claim that must write still waits for the lock, and fails closed past the timeout.
     let (fresh, fresh_fp) = conformance::op("held-fresh");
@@ -840,17 +826,10 @@ async fn a_claim_on_the_inline_writer_sees_what_another_process_wrote_after_the_
         )
         .unwrap();
     assert_eq!(changed, 1);
-    match conformance::existing(
-        store
-            .claim_fresh(&key, &fp, conformance::LONG)
-            .await
-            .unwrap(),
-    )
-    .state
-    {
-        EntryState::Done { result, .. } => assert_eq!(result, json!("theirs")),
-        other => panic!("expected the other process's result, got {other:?}"),
-    }
+    assert_eq!(
+        conformance::replayed_result(&store, &key, &fp).await,
+        json!("theirs")
+    );
     // And the other way round: it deletes the row, and the next claim wins again.
     other
         .execute(

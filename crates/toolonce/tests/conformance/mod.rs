@@ -130,6 +130,18 @@ pub fn existing(claim: Fresh) -> toolonce::Entry {
     }
 }
 
+/// The result a fresh claim of `key` is answered with: the entry must be there, and done.
+pub async fn replayed_result<S: Store + ?Sized>(
+    store: &S,
+    key: &OperationKey,
+    fp: &Fingerprint,
+) -> serde_json::Value {
+    match existing(store.claim_fresh(key, fp, LONG).await.unwrap()).state {
+        EntryState::Done { result, .. } => result,
+        other => panic!("expected a done entry, got {other:?}"),
+    }
+}
+
 /// Asserts that an entry shows `owner` as its holder: the token itself, or, where duplicates
 /// read the entry's value (Redis), the token's SHA-1 in hex, which names the holder without
 /// letting the reader settle the entry.
