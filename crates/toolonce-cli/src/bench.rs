@@ -98,6 +98,22 @@ struct Sample {
     latencies: Vec<Duration>,
     /// Redis: server time spent (microseconds, `INFO commandstats`).
     server_us: Option<f64>,
+    /// This process's CPU time over the round (microseconds, user and system, every thread):
+    /// the client's side of the cost. The two sides never run at once, so it is theirs alone.
+    client_us: Option<f64>,
+}
+
+/// The CPU time this process has used so far, in microseconds, where the system tells it.
+fn process_cpu_us() -> Option<f64> {
+    #[cfg(unix)]
+    {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+        Some(t.tv_sec as f64 * 1e6 + t.tv_nsec as f64 / 1e3)
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
 }
 
 pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
@@ -139,6 +155,8 @@ struct Row {
     raw_p99: Option<Duration>,
     ours_server_us: Option<f64>,
     raw_server_us: Option<f64>,
+    ours_client_us: Option<f64>,
+    raw_client_us: Option<f64>,
     /// The median over rounds of each round's toolonce ÷ floor throughput: the two sides of a
     /// round ran back to back, so a change in the machine's load between rounds cancels out.
     ratio: Option<f64>,
@@ -173,6 +191,10 @@ impl Row {
             row["toolonce_server_us_per_op"] = json!(round2(ours));
             row["raw_server_us_per_op"] = json!(round2(raw));
         }
+        if let Some(ours) = self.ours_client_us {
+            row["toolonce_client_us_per_op"] = json!(round2(ours));
+            row["raw_client_us_per_op"] = json!(self.raw_client_us.map(round2));
+        }
         row
     }
 }
@@ -187,6 +209,10 @@ fn print_table(store: &str, kind: &Kind, rows: &[Row]) -> anyhow::Result<()> {
         "{:<11} {:>5} {:>13} {:>11} {:>7} {:>9} {:>9} {:>9}",
         "workload", "conc", "toolonce op/s", "raw op/s", "ratio", "p50 µs", "p99 µs", "raw p50"
     )?;
+    let client = rows.iter().any(|r| r.ours_client_us.is_some());
+    if client {
+        write!(out, " {:>16}", "client µs/op")?;
+    }
     if server {
         write!(out, " {:>16}", "server µs/op")?;
     }
@@ -205,10 +231,22 @@ fn print_table(store: &str, kind: &Kind, rows: &[Row]) -> anyhow::Result<()> {
             us(r.p99),
             r.raw_p50.map_or(dash.clone(), |d| format!("{:.1}", us(d))),
         )?;
+        if let Some(ours) = r.ours_client_us {
+            match r.raw_client_us {
+                Some(raw) => write!(out, " {:>7.2} / {:<6.2}", ours, raw)?,
+                None => write!(out, " {:>7.2}{:9}", ours, "")?,
+            }
+        }
         if let (Some(ours), Some(raw)) = (r.ours_server_us, r.raw_server_us) {
             write!(out, " {:>7.2} / {:<6.2}", ours, raw)?;
         }
         writeln!(out)?;
+    }
+    if client {
+        writeln!(
+            out,
+            "client µs/op: this process's CPU per operation, user and system, toolonce / raw"
+        )?;
     }
     if server {
         writeln!(
@@ -303,13 +341,15 @@ fn summarize(workload: Workload, concurrency: u64, ours: &[Sample], raw: &[Sampl
                 .collect(),
         )
     };
-    let server = |s: &[Sample]| -> Option<f64> {
+    let per_op = |s: &[Sample], total: fn(&Sample) -> Option<f64>| -> Option<f64> {
         let per_op: Option<Vec<f64>> = s
             .iter()
-            .map(|x| x.server_us.map(|us| us / x.latencies.len() as f64))
+            .map(|x| total(x).map(|us| us / x.latencies.len() as f64))
             .collect();
         per_op.filter(|v| !v.is_empty()).map(median)
     };
+    let server = |s: &[Sample]| per_op(s, |x| x.server_us);
+    let client = |s: &[Sample]| per_op(s, |x| x.client_us);
     let (p50, p99) = percentiles(ours);
     let (raw_p50, raw_p99) = if raw.is_empty() {
         (None, None)
@@ -328,6 +368,8 @@ fn summarize(workload: Workload, concurrency: u64, ours: &[Sample], raw: &[Sampl
         raw_p99,
         ours_server_us: server(ours),
         raw_server_us: if raw.is_empty() { None } else { server(raw) },
+        ours_client_us: client(ours),
+        raw_client_us: client(raw),
         ratio: (!raw.is_empty()).then(|| {
             median(
                 ours.iter()
@@ -510,6 +552,7 @@ impl Bench {
         first: u64,
     ) -> anyhow::Result<Sample> {
         let server_before = self.server_us().await?;
+        let cpu_before = process_cpu_us();
         let start = Instant::now();
         let mut tasks = Vec::new();
         for task in 0..concurrency {
@@ -535,6 +578,7 @@ impl Bench {
             }
         }
         let wall = start.elapsed();
+        let cpu_after = process_cpu_us();
         if let Some(e) = first_error {
             return Err(e);
         }
@@ -543,6 +587,7 @@ impl Bench {
             wall,
             latencies,
             server_us: server_before.zip(server_after).map(|(a, b)| b - a),
+            client_us: cpu_before.zip(cpu_after).map(|(a, b)| b - a),
         })
     }
 

@@ -78,6 +78,24 @@ fn check(report: &Value, url: &str, with_raw: bool, server: bool) {
                 "{row}"
             );
         }
+        // The client's CPU per operation: something for each side, and at most what every
+        // core could spend in an operation's wall-clock time (twice that, since the CPU and
+        // the throughput are medians taken separately over the rounds).
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        let client = row["toolonce_client_us_per_op"]
+            .as_f64()
+            .expect("client cpu");
+        assert!(client > 0.0 && client < 2.0 * cores * 1e6 / ours, "{row}");
+        if with_raw {
+            let raw_client = row["raw_client_us_per_op"].as_f64().expect("client cpu");
+            let raw = row["raw_ops_s"].as_f64().unwrap();
+            assert!(
+                raw_client > 0.0 && raw_client < 2.0 * cores * 1e6 / raw,
+                "{row}"
+            );
+        } else {
+            assert!(row["raw_client_us_per_op"].is_null(), "{row}");
+        }
         if server {
             let ours = row["toolonce_server_us_per_op"]
                 .as_f64()
