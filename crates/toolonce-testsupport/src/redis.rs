@@ -60,6 +60,8 @@ rm -rf "$2""#;
 pub struct RedisServer {
     port: u16,
     bin: PathBuf,
+    /// Whether to pass `--enable-debug-command yes`, which servers before 7.0 do not know.
+    debug_command: bool,
     extra_args: Vec<String>,
     log: LogFile,
     proc: Mutex<Option<Spawned>>,
@@ -85,11 +87,34 @@ impl RedisServer {
     /// As [`RedisServer::start`].
     pub fn start_with(args: &[&str]) -> RedisServer {
         let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-        start_on_free_ports(|port, _| RedisServer::try_start(port, args.clone()))
+        let bin = find_redis_binary("redis-server", MISSING_SERVER);
+        start_on_free_ports(|port, _| RedisServer::try_start(port, &bin, true, args.clone()))
     }
 
-    fn try_start(port: u16, extra_args: Vec<String>) -> Result<RedisServer, StartError> {
-        let bin = find_redis_binary("redis-server", MISSING_SERVER);
+    /// Like [`RedisServer::start`], with another `redis-server` program: an older version,
+    /// such as those `scripts/install-old-redis` builds. It runs without
+    /// `--enable-debug-command`, which servers before 7.0 refuse.
+    ///
+    /// # Panics
+    ///
+    /// If `program` is not an executable file (the message names `install_hint`, what builds
+    /// it), or the server does not come up within 10 s.
+    pub fn start_program(program: &Path, install_hint: &str) -> RedisServer {
+        assert!(
+            is_executable(program),
+            "{} is missing: {install_hint}",
+            program.display()
+        );
+        start_on_free_ports(|port, _| RedisServer::try_start(port, program, false, Vec::new()))
+    }
+
+    fn try_start(
+        port: u16,
+        bin: &Path,
+        debug_command: bool,
+        extra_args: Vec<String>,
+    ) -> Result<RedisServer, StartError> {
+        let bin = bin.to_path_buf();
         let dir = tempfile::Builder::new()
             .prefix("toolonce-redis-")
             .tempdir()
@@ -98,6 +123,7 @@ impl RedisServer {
         let server = RedisServer {
             port,
             bin,
+            debug_command,
             extra_args,
             log,
             proc: Mutex::new(None),
@@ -127,7 +153,11 @@ impl RedisServer {
             .arg(self.port.to_string())
             .args(["--bind", "127.0.0.1", "--protected-mode", "no"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .args(["--enable-debug-command", "yes"])
+            .args(if self.debug_command {
+                &["--enable-debug-command", "yes"][..]
+            } else {
+                &[]
+            })
             .arg("--dir")
             .arg(self.dir.path())
             .args(&self.extra_args)
@@ -191,6 +221,29 @@ impl RedisServer {
     /// Whether the process is running (started and not killed or stopped).
     pub fn is_running(&self) -> bool {
         self.lock().as_mut().is_some_and(|s| s.try_wait().is_none())
+    }
+
+    /// The commands the server ran since its statistics were last reset (`CONFIG RESETSTAT`),
+    /// as sorted `name=calls` from `INFO commandstats`, without `INFO` and `CONFIG` (the
+    /// reading and the reset themselves). A script's inner commands count too.
+    ///
+    /// # Panics
+    ///
+    /// As [`command`](Self::command).
+    pub fn commands_run(&self) -> Vec<String> {
+        let info = self.command(&["INFO", "commandstats"]);
+        let mut stats: Vec<String> = info
+            .lines()
+            .filter_map(|line| {
+                let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+                let calls = rest.split(',').next()?;
+                // Redis 7 names a subcommand `config|resetstat`; older servers `config`.
+                let counted = name != "info" && name.split('|').next() != Some("config");
+                counted.then(|| format!("{name}={calls}"))
+            })
+            .collect();
+        stats.sort();
+        stats
     }
 
     /// Sends one command on a fresh connection and returns its reply.
@@ -389,9 +442,12 @@ impl RedisCluster {
         mut proxy: impl FnMut(&RedisServer) -> Option<FaultProxy>,
     ) -> (RedisCluster, Vec<FaultProxy>) {
         let cli = find_redis_binary("redis-cli", MISSING_CLI);
+        let bin = find_redis_binary("redis-server", MISSING_SERVER);
         let nodes: Vec<RedisServer> = (0..3)
             .map(|_| {
-                start_on_free_ports(|port, bus| RedisServer::try_start(port, cluster_args(bus)))
+                start_on_free_ports(|port, bus| {
+                    RedisServer::try_start(port, &bin, true, cluster_args(bus))
+                })
             })
             .collect();
         let mut proxies = Vec::new();

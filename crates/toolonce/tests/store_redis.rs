@@ -654,23 +654,6 @@ async fn connecting_to_a_server_that_is_not_there_is_unavailable() {
 // ---------------------------------------------------------------------------------------------
 // Round trips.
 
-/// Every command the server ran since `CONFIG RESETSTAT`, as `name=calls` sorted by name,
-/// leaving out our own `INFO` and `CONFIG RESETSTAT`. Since Redis 7 this includes the commands
-/// run inside scripts.
-fn commands_run(server: &RedisServer) -> Vec<String> {
-    let info = server.command(&["INFO", "commandstats"]);
-    let mut stats: Vec<String> = info
-        .lines()
-        .filter_map(|line| {
-            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(":calls=")?;
-            let calls = rest.split(',').next()?;
-            (name != "info" && name != "config|resetstat").then(|| format!("{name}={calls}"))
-        })
-        .collect();
-    stats.sort();
-    stats
-}
-
 /// The commands a first-time write through the layer, then its replay, run on `server`.
 async fn commands_of_a_write_and_its_replay(
     server: &RedisServer,
@@ -687,12 +670,12 @@ async fn commands_of_a_write_and_its_replay(
     };
     assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
     assert_eq!(run().await.outcome, Outcome::Executed);
-    let write = commands_run(server);
+    let write = server.commands_run();
     assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
     let answer = run().await;
     assert_eq!(answer.outcome, Outcome::Replayed);
     assert_eq!(answer.result.unwrap(), json!({"receipt": "r_9"}));
-    (write, commands_run(server))
+    (write, server.commands_run())
 }
 
 #[tokio::test]
@@ -744,7 +727,7 @@ async fn holding_an_unknown_operation_costs_two_round_trips_and_a_rerun_three() 
     // The native claim found a running value, which only the claim script can judge (GET,
     // PTTL: its lease is over when the key's TTL is down to its retention). No clock is read.
     assert_eq!(
-        commands_run(&server),
+        server.commands_run(),
         ["evalsha=1", "get=1", "pttl=1", "set=1"]
     );
 
@@ -757,7 +740,7 @@ async fn holding_an_unknown_operation_costs_two_round_trips_and_a_rerun_three() 
     // The native claim, then the claim script that took it over (GET, PTTL, SET), then the
     // complete (GET, TIME, SET).
     assert_eq!(
-        commands_run(&server),
+        server.commands_run(),
         ["evalsha=2", "get=2", "pttl=1", "set=3", "time=1"]
     );
 }
