@@ -9,7 +9,9 @@
 //!
 //! - [`RedisServer`]: one `redis-server`, with [`kill`](RedisServer::kill)
 //!   (SIGKILL, as a crash), [`restart`](RedisServer::restart) on the same
-//!   port, and a tiny RESP client ([`RedisServer::command`]).
+//!   port, and a tiny RESP client ([`RedisServer::command`]); or an older
+//!   Redis built by `scripts/install-old-redis`
+//!   ([`RedisServer::start_program`]).
 //! - [`RedisCluster`]: three cluster-mode masters joined with
 //!   `redis-cli --cluster create`.
 //! - [`PostgresServer`]: `initdb` plus `postgres` with trust
