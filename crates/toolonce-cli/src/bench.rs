@@ -367,7 +367,7 @@ fn summarize(workload: Workload, concurrency: u64, ours: &[Sample], raw: &[Sampl
         raw_p50,
         raw_p99,
         ours_server_us: server(ours),
-        raw_server_us: if raw.is_empty() { None } else { server(raw) },
+        raw_server_us: server(raw),
         ours_client_us: client(ours),
         raw_client_us: client(raw),
         ratio: (!raw.is_empty()).then(|| {

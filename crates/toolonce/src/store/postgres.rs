@@ -298,13 +298,17 @@ pub async fn connect_client(url: &str) -> Result<tokio_postgres::Client> {
         #[cfg(not(feature = "postgres-tls"))]
         Some(never) => match never {},
     };
-    connected.map_err(|e| {
-        if tls::is_tls_refusal(&e) {
-            Error::store(e)
-        } else {
-            classify(&e).into_error(e)
-        }
-    })
+    connected.map_err(connect_error)
+}
+
+/// A failure to open a connection: a refused TLS handshake is the store's answer (the URL
+/// asks for what the server will not do), anything else is classified like a failed statement.
+fn connect_error(e: tokio_postgres::Error) -> Error {
+    if tls::is_tls_refusal(&e) {
+        Error::store(e)
+    } else {
+        classify(&e).into_error(e)
+    }
 }
 
 /// Prepares every statement of the store on a new connection, all at once: the requests are
@@ -481,8 +485,7 @@ impl PostgresStore {
             PoolError::Timeout(kind) => Error::unavailable(format!(
                 "timed out waiting for a PostgreSQL connection ({kind:?})"
             )),
-            PoolError::Backend(e) if tls::is_tls_refusal(&e) => Error::store(e),
-            PoolError::Backend(e) => classify(&e).into_error(e),
+            PoolError::Backend(e) => connect_error(e),
             PoolError::Closed => Error::store("the connection pool is closed"),
             other => Error::store(other.to_string()),
         })
