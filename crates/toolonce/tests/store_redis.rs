@@ -6,6 +6,7 @@
 //! server killed while write calls are in flight.
 
 mod conformance;
+mod redis_round_trips;
 
 use conformance::{ClaimFresh, Fresh};
 
@@ -654,35 +655,12 @@ async fn connecting_to_a_server_that_is_not_there_is_unavailable() {
 // ---------------------------------------------------------------------------------------------
 // Round trips.
 
-/// The commands a first-time write through the layer, then its replay, run on `server`.
-async fn commands_of_a_write_and_its_replay(
-    server: &RedisServer,
-    store: RedisStore,
-    scope: &str,
-) -> (Vec<String>, Vec<String>) {
-    let layer = Layer::new(Arc::new(store));
-    let op = key::derive(scope, "charge", &json!({"amount": 9}), None).unwrap();
-    let options = WriteOptions::new();
-    let run = || {
-        layer.run("charge", &op, &options, |_| async {
-            Ok(json!({"receipt": "r_9"}))
-        })
-    };
-    assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
-    assert_eq!(run().await.outcome, Outcome::Executed);
-    let write = server.commands_run();
-    assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
-    let answer = run().await;
-    assert_eq!(answer.outcome, Outcome::Replayed);
-    assert_eq!(answer.result.unwrap(), json!({"receipt": "r_9"}));
-    (write, server.commands_run())
-}
-
 #[tokio::test]
 async fn a_first_time_write_costs_two_round_trips_and_a_replay_one() {
     let server = RedisServer::start();
     let store = RedisStore::connect(&server.url()).await.unwrap();
-    let (write, replay) = commands_of_a_write_and_its_replay(&server, store, "run-rt").await;
+    let (write, replay) =
+        redis_round_trips::commands_of_a_write_and_its_replay(&server, store, "run-rt").await;
     // The claim is one native `SET … NX GET PX`, the complete one EVALSHA (its own GET, TIME
     // and SET): two round trips. No script had to be loaded, since `connect` loaded them all.
     assert_eq!(write, ["evalsha=1", "get=1", "set=2", "time=1"]);
@@ -698,7 +676,9 @@ async fn on_the_script_path_a_first_time_write_and_a_replay_cost_the_same_round_
         .connect()
         .await
         .unwrap();
-    let (write, replay) = commands_of_a_write_and_its_replay(&server, store, "run-rt-script").await;
+    let (write, replay) =
+        redis_round_trips::commands_of_a_write_and_its_replay(&server, store, "run-rt-script")
+            .await;
     // Two EVALSHA: the claim (GET, SET) and the complete (GET, TIME, SET).
     assert_eq!(write, ["evalsha=2", "get=2", "set=2", "time=1"]);
     // One EVALSHA: the claim script (GET, PTTL), which wrote nothing.

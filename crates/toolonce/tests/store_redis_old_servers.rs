@@ -4,14 +4,11 @@
 //! every claim is the claim script; the whole conformance suite then runs unchanged.
 
 mod conformance;
+mod redis_round_trips;
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde_json::json;
-use toolonce::key;
-use toolonce::layer::{Layer, Outcome, WriteOptions};
 use toolonce::store::redis::RedisStore;
 use toolonce_testsupport::RedisServer;
 
@@ -56,28 +53,6 @@ fn version_of(server: &RedisServer) -> String {
         .to_owned()
 }
 
-/// A first-time write through the layer, then its replay and a duplicate with other
-/// arguments under a key field: the commands each ran on `server`.
-async fn a_write_its_replay_and_their_commands(server: &RedisServer) -> (Vec<String>, Vec<String>) {
-    let layer = Layer::new(Arc::new(store_on(server).await));
-    let op = key::derive("old-server", "charge", &json!({"amount": 9}), None).unwrap();
-    let options = WriteOptions::new();
-    let run = |receipt: &'static str| {
-        layer.run("charge", &op, &options, move |_| async move {
-            Ok(json!({"receipt": receipt}))
-        })
-    };
-    assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
-    let first = run("r_1").await;
-    assert_eq!(first.outcome, Outcome::Executed, "{first:?}");
-    let write = server.commands_run();
-    assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
-    let again = run("r_2").await;
-    assert_eq!(again.outcome, Outcome::Replayed, "{again:?}");
-    assert_eq!(again.result.unwrap(), json!({"receipt": "r_1"}));
-    (write, server.commands_run())
-}
-
 macro_rules! on_server {
     ($module:ident, $version:literal) => {
         mod $module {
@@ -106,7 +81,13 @@ macro_rules! on_server {
 
             #[tokio::test]
             async fn every_claim_is_the_claim_script_and_a_replay_one_call_of_it() {
-                let (write, replay) = super::a_write_its_replay_and_their_commands(server()).await;
+                let store = super::store_on(server()).await;
+                let (write, replay) = super::redis_round_trips::commands_of_a_write_and_its_replay(
+                    server(),
+                    store,
+                    "old-server",
+                )
+                .await;
                 // Two EVALSHA for the write, the claim (GET, SET) and the complete (GET, TIME,
                 // SET); one for the replay, the claim (GET, PTTL). No native claim: a `set`
                 // outside a script would show as a third SET.
