@@ -1,0 +1,121 @@
+"""A ``@toolonce.write`` function's settings, checked once when it is decorated: its store,
+name and policies (as the native ``Tool``), its signature, and how a call's arguments and
+scope become the operation's."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Optional, Sequence, Union
+
+from . import _native
+from ._answer import Wait
+from ._context import Context, current_scope
+from ._errors import ConfigError, InvalidArgumentsError, ToolonceError
+from ._store import Store
+
+
+def pointers(key_fields: Optional[Sequence[str]]) -> Optional[list]:
+    """Key fields as JSON Pointers: a plain name is a top-level argument."""
+    if key_fields is None:
+        return None
+    if isinstance(key_fields, str):
+        key_fields = [key_fields]
+    out = []
+    for field in key_fields:
+        if field == "" or field.startswith("/"):
+            out.append(field)
+        else:
+            out.append("/" + field.replace("~", "~0").replace("/", "~1"))
+    return out
+
+
+class WriteTool:
+    """The settings of one ``@toolonce.write`` function."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        store: Store,
+        name: Optional[str],
+        lease: float,
+        retention: float,
+        in_flight: Union[str, Wait],
+        key_fields: Optional[Sequence[str]],
+        on_expired: Union[str, Callable[[Context], Any]],
+    ) -> None:
+        if not isinstance(store, Store):
+            raise ConfigError(f"store must be a toolonce.Store (open_store(url)), not {store!r}")
+        if isinstance(in_flight, Wait):
+            wait: Optional[float] = float(in_flight.seconds)
+        elif in_flight == "reject":
+            wait = None
+        else:
+            raise ConfigError(
+                f"in_flight must be 'reject' or toolonce.Wait(seconds), not {in_flight!r}"
+            )
+        self.verify: Optional[Callable[[Context], Any]] = None
+        if callable(on_expired):
+            self.verify, policy = on_expired, "verify"
+        elif on_expired in ("hold", "rerun"):
+            policy = on_expired
+        else:
+            raise ConfigError(
+                f"on_expired must be 'hold', 'rerun' or a verify function, not {on_expired!r}"
+            )
+        self.fn = fn
+        self.store = store
+        self.name = name or f"{fn.__module__}.{fn.__qualname__}"
+        self.key_fields = pointers(key_fields)
+        self.native = _native.Tool(
+            self.name, float(lease), float(retention), wait, policy, self.key_fields
+        )
+        self.signature = inspect.signature(fn)
+        params = self.signature.parameters
+        if "scope" in params:
+            raise ConfigError(
+                f"{self.name} has a parameter named 'scope', which toolonce's scope= takes; "
+                "rename it"
+            )
+        self.takes_ctx = "ctx" in params
+        self.var_keyword = next(
+            (p.name for p in params.values() if p.kind is inspect.Parameter.VAR_KEYWORD), None
+        )
+
+    def key_args(self, args: tuple, kwargs: dict) -> Any:
+        """The arguments that make the key: keyword arguments, positional ones by name, or the
+        fields of a lone pydantic model."""
+        if not args:
+            return kwargs
+        if len(args) == 1 and not kwargs and hasattr(args[0], "model_dump"):
+            return args[0]
+        try:
+            bound = self.signature.bind_partial(*args, **kwargs)
+        except TypeError as e:
+            raise InvalidArgumentsError(f"{self.name}: {e}") from None
+        named = dict(bound.arguments)
+        if self.var_keyword is not None and self.var_keyword in named:
+            named.update(named.pop(self.var_keyword))
+        return named
+
+    def scope_of(self, kwargs: dict) -> str:
+        """The call's scope: its ``scope=`` (taken out of ``kwargs``), else the surrounding
+        ``with toolonce.scope(...)``."""
+        scope = kwargs.pop("scope", None)
+        if scope is None:
+            scope = current_scope()
+        if scope is None:
+            raise InvalidArgumentsError(
+                f"{self.name} needs a scope: pass scope=run_id or call it inside "
+                "`with toolonce.scope(run_id):`"
+            )
+        return scope
+
+    def start(self, scope: str, key_args: Any, deliver: Any = None) -> Any:
+        """Starts the native call on the runtime (see ``_native.start``)."""
+        try:
+            return _native.start(self.store._native, self.native, scope, key_args, deliver)
+        except (TypeError, ValueError) as e:
+            if isinstance(e, ToolonceError):
+                raise
+            raise InvalidArgumentsError(f"{self.name}: {e}") from None
+
