@@ -1,5 +1,6 @@
 //! Values crossing the boundary: Python objects as JSON for the core (arguments, results,
 //! details, verified results) and JSON as Python objects for the caller (replayed results).
+//! Also the text of a Python string that may not be valid UTF-8 (a lone surrogate).
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -118,4 +119,18 @@ pub(crate) fn to_py(py: Python<'_>, value: &Value) -> PyResult<Py<PyAny>> {
             dict.into_any().unbind()
         }
     })
+}
+
+/// The text of `obj` (a `str`), losslessly: a string Rust can hold (valid UTF-8) as it is, and
+/// one that cannot (a lone surrogate, as `os.fsdecode` makes of a non-UTF-8 byte) with those
+/// code points written as `\udcXX` escapes (`backslashreplace`), so the text is never refused
+/// and the escape says what was there.
+pub(crate) fn text(obj: &Bound<'_, PyAny>) -> PyResult<String> {
+    if let Ok(s) = obj.extract::<String>() {
+        return Ok(s);
+    }
+    let escaped = obj
+        .call_method1("encode", ("utf-8", "backslashreplace"))?
+        .call_method1("decode", ("utf-8",))?;
+    escaped.extract::<String>()
 }

@@ -20,7 +20,7 @@ use pyo3::prelude::*;
 use serde_json::Value;
 use toolonce::{ToolError, Verified};
 
-use crate::convert::to_json;
+use crate::convert::{text, to_json};
 
 /// What a reply carries to the layer.
 pub(crate) enum Answer {
@@ -77,15 +77,15 @@ impl Reply {
     }
 }
 
-/// The message of a tool's exception: its `str()`, its class name when that is empty, and a
-/// sentence saying so when `str()` raises.
+/// The message of a tool's exception, never refused: its `str()` (losslessly, see
+/// [`text`]), its class name when that is empty, and a sentence saying so when `str()` raises.
 fn message_of(exc: &Bound<'_, PyAny>) -> String {
     let class = exc
         .get_type()
         .name()
         .map(|n| n.to_string())
         .unwrap_or_else(|_| "Exception".to_owned());
-    match exc.str().and_then(|s| s.extract::<String>()) {
+    match exc.str().and_then(|s| text(s.as_any())) {
         Ok(message) if !message.is_empty() => message,
         Ok(_) => class,
         Err(e) => format!("{class} (its message cannot be read: {e})"),
@@ -125,15 +125,24 @@ impl Reply {
         permanent: bool,
         detail: Option<&Bound<'_, PyAny>>,
     ) -> Reply {
-        let message = message_of(exc);
+        let mut message = message_of(exc);
+        // A detail that is not JSON cannot be stored: the failure is stored without it, and its
+        // message says so (never refused: the tool ran).
+        let detail = match detail.filter(|d| !d.is_none()).map(|d| to_json(d, 0)) {
+            None => None,
+            Some(Ok(detail)) => Some(detail),
+            Some(Err(e)) => {
+                let reason = e.value(py).to_string();
+                message = format!("{message} (its detail was not stored: {reason})");
+                None
+            }
+        };
         let mut error = if permanent {
             ToolError::permanent(message)
         } else {
             ToolError::transient(message)
         };
-        if let Some(detail) = detail.filter(|d| !d.is_none())
-            && let Ok(detail) = to_json(detail, 0)
-        {
+        if let Some(detail) = detail {
             error = error.with_detail(detail);
         }
         Reply::new(Answer::Ran(Err(error)), None, py)

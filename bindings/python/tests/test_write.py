@@ -4,7 +4,9 @@ exceptions, keys shared with the other bindings."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -517,3 +519,65 @@ def test_a_verify_function_that_raises_holds_the_operation_with_its_error_as_cau
         with pytest.raises(toolonce.UnknownOutcomeError) as err:
             ship(order="o1", scope=run_id)
         assert isinstance(err.value.__cause__, ConnectionError)
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_permanent_error_whose_detail_is_not_json_is_stored_without_it_and_says_so(store, run_id, kind):
+    runs = Counter()
+    when = datetime.datetime(2026, 1, 2, 3, 4, 5)
+
+    def declined(card: str) -> str:
+        runs.add(card)
+        raise toolonce.PermanentError("card declined", detail={"at": when})
+
+    async def declined_async(card: str) -> str:
+        return declined(card)
+
+    fn = toolonce.write(store, name="charge")(declined if kind == "sync" else declined_async)
+
+    def call(**kwargs):
+        if kind == "sync":
+            return fn.call_detailed(**kwargs)
+        return asyncio.run(fn.call_detailed(**kwargs))
+
+    first = call(card="A", scope=run_id)
+    assert first.outcome == "executed"
+    assert type(first.error) is toolonce.PermanentError and first.error.detail == {"at": when}
+    replay = call(card="A", scope=run_id)
+    assert replay.outcome == "replayed_failure"
+    assert isinstance(replay.error, toolonce.ReplayedFailure)
+    assert replay.error.message.startswith("card declined")
+    assert "detail" in replay.error.message and "not stored" in replay.error.message
+    assert replay.error.detail is None
+    assert len(runs.calls) == 1
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_transient_error_whose_message_is_not_utf8_is_released_and_reaches_the_caller_unchanged(store, run_id, kind):
+    runs = Counter()
+    message = os.fsdecode(b"caf\xe9 unreachable")  # a lone surrogate, '\udce9'
+    raised = []
+
+    def flaky(x: int) -> str:
+        if runs.add(x) == 1:
+            raised.append(ConnectionError(message))
+            raise raised[0]
+        return "ok"
+
+    async def flaky_async(x: int) -> str:
+        return flaky(x)
+
+    fn = toolonce.write(store, name="flaky")(flaky if kind == "sync" else flaky_async)
+
+    def call(**kwargs):
+        if kind == "sync":
+            return fn(**kwargs)
+        return asyncio.run(fn(**kwargs))
+
+    with pytest.raises(ConnectionError) as err:
+        call(x=1, scope=run_id)
+    assert err.value is raised[0] and str(err.value) == message
+    assert call(x=1, scope=run_id) == "ok"  # released: the next call ran it again
+    assert call(x=1, scope=run_id) == "ok"
+    assert len(runs.calls) == 2
+
