@@ -14,7 +14,7 @@ use toolonce::{About, ToolError, Verified};
 
 use crate::event::Event;
 use crate::reply::{Answer, Reply};
-use crate::runtime::{from_runtime_thread, runtime};
+use crate::runtime::{runtime, to_python};
 use crate::store::Store;
 use crate::tool::Tool;
 
@@ -29,14 +29,20 @@ enum Sink {
 }
 
 impl Sink {
-    fn emit(&self, event: Event) {
-        match self {
+    /// Called on a runtime thread, which must never wait for the GIL: a callback is queued to
+    /// the Python thread.
+    fn emit(self: &Arc<Self>, event: Event) {
+        match &**self {
             Sink::Channel(tx) => {
                 // A closed channel is a caller that is gone; nothing to tell.
                 let _ = tx.send(event);
             }
-            Sink::Callback(deliver) => {
-                from_runtime_thread(|py| {
+            Sink::Callback(_) => {
+                let sink = Arc::clone(self);
+                to_python(move |py| {
+                    let Sink::Callback(deliver) = &*sink else {
+                        return;
+                    };
                     let result = event
                         .into_py(py)
                         .and_then(|event| deliver.call1(py, (event,)));

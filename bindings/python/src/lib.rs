@@ -11,7 +11,8 @@
 //! [`call::start`].
 //!
 //! The files, by job:
-//! - `runtime.rs`: the runtime, and the one way its threads enter Python;
+//! - `runtime.rs`: the runtime of each process (rebuilt after `fork()`), and the thread that
+//!   enters Python for it, so that no runtime thread waits for the GIL;
 //! - `store.rs`, `tool.rs`: the store handle, and a tool's settings and key derivation;
 //! - `event.rs`, `reply.rs`: what the layer tells Python, and what Python answers (where the
 //!   verdict on a tool's outcome is applied);
@@ -32,6 +33,8 @@ mod tool;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // Built now, while the import holds the GIL: no Python code can fork meanwhile.
+    runtime::process();
     m.add_class::<store::Store>()?;
     m.add_class::<tool::Tool>()?;
     m.add_class::<call::Call>()?;

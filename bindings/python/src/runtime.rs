@@ -1,48 +1,118 @@
-//! The Tokio runtime the module owns, and the one way its threads enter Python.
+//! The Tokio runtime the module owns, per process, and the one thread that enters Python for
+//! it.
 //!
-//! The core's layer runs on this multi-thread runtime, so the lease heartbeat keeps renewing
-//! on a worker whatever the callers do. A runtime thread enters Python only through
-//! [`from_runtime_thread`], which stays out once the interpreter is shutting down.
+//! The core's layer runs on a multi-thread runtime, so the lease heartbeat keeps renewing on a
+//! worker whatever the callers do. Two boundaries keep it so:
+//!
+//! - **The GIL.** No runtime thread ever waits for the GIL: a worker that did would stop every
+//!   task queued behind it, the heartbeat included, for as long as some Python thread holds the
+//!   GIL (a sync tool in one long C call holds it for seconds). Whatever the runtime has for
+//!   Python (events for async callers) is queued to a thread of its own, [`to_python`], which
+//!   alone waits for the GIL; a sync caller's thread enters Python itself, as it drives its own
+//!   call.
+//! - **`fork()`.** A forked child has a copy of the parent's memory but none of its threads: a
+//!   runtime built before the fork has no workers in the child, and its heartbeat would never
+//!   run. The runtime and the Python thread therefore belong to a process: [`process`] gives
+//!   the current process's, building them again in a child (the parent's, whose threads do not
+//!   exist here, are kept and never used: dropping them would wait for those threads).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
 use std::time::Duration;
 
 use pyo3::prelude::*;
 
-pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
-    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(|| {
-        // Multi-thread, so the heartbeat keeps running on a worker whatever the callers do.
-        tokio::runtime::Builder::new_multi_thread()
+/// Something for the Python thread to do, with the GIL.
+type Job = Box<dyn FnOnce(Python<'_>) + Send>;
+
+/// What one process has: its runtime and its Python thread.
+pub(crate) struct Process {
+    pid: u32,
+    runtime: tokio::runtime::Runtime,
+    python: OnceLock<mpsc::Sender<Job>>,
+    /// Jobs queued or running on the Python thread, waited for at exit.
+    pending: AtomicUsize,
+    /// The process forked from this one, in that child's memory (each child has its own copy
+    /// of this node and fills it in): the chain from the first process down to this one.
+    child: OnceLock<Box<Process>>,
+}
+
+/// Set at exit: from then on nothing enters Python from the Python thread.
+static CLOSING: AtomicBool = AtomicBool::new(false);
+
+impl Process {
+    fn start(pid: u32) -> Process {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
             .thread_name("toolonce")
             .enable_all()
             .build()
-            .expect("cannot start toolonce's Tokio runtime")
-    })
-}
-
-/// Runtime threads inside Python right now, and whether the interpreter is shutting down.
-static IN_PYTHON: AtomicUsize = AtomicUsize::new(0);
-static CLOSING: AtomicBool = AtomicBool::new(false);
-
-/// Enters Python from a runtime thread, unless the interpreter is shutting down: a thread that
-/// takes or releases the GIL while the interpreter finalizes crashes the process.
-pub(crate) fn from_runtime_thread(f: impl FnOnce(Python<'_>)) {
-    IN_PYTHON.fetch_add(1, Ordering::SeqCst);
-    if !CLOSING.load(Ordering::SeqCst) {
-        Python::attach(f);
+            .expect("cannot start toolonce's Tokio runtime");
+        Process {
+            pid,
+            runtime,
+            python: OnceLock::new(),
+            pending: AtomicUsize::new(0),
+            child: OnceLock::new(),
+        }
     }
-    IN_PYTHON.fetch_sub(1, Ordering::SeqCst);
+
+    /// The Python thread's queue, starting the thread on first use.
+    fn python(&'static self) -> &'static mpsc::Sender<Job> {
+        self.python.get_or_init(|| {
+            let (tx, rx) = mpsc::channel::<Job>();
+            std::thread::Builder::new()
+                .name("toolonce-python".into())
+                .spawn(move || {
+                    for job in rx {
+                        // A thread that takes the GIL while the interpreter finalizes crashes
+                        // the process: after `_shutdown`, jobs are dropped unrun.
+                        if !CLOSING.load(Ordering::SeqCst) {
+                            Python::attach(job);
+                        }
+                        self.pending.fetch_sub(1, Ordering::SeqCst);
+                    }
+                })
+                .expect("cannot start toolonce's Python thread");
+            tx
+        })
+    }
 }
 
-/// Called at exit (`atexit`, before the interpreter finalizes): from now on runtime threads
-/// stay out of Python, and those inside are waited for.
+/// The current process's runtime and Python thread (see the module docs).
+pub(crate) fn process() -> &'static Process {
+    static FIRST: OnceLock<Process> = OnceLock::new();
+    let pid = std::process::id();
+    let mut node = FIRST.get_or_init(|| Process::start(pid));
+    while node.pid != pid {
+        node = node.child.get_or_init(|| Box::new(Process::start(pid)));
+    }
+    node
+}
+
+/// The current process's runtime.
+pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
+    &process().runtime
+}
+
+/// Runs `job` with the GIL on the Python thread, never on the caller's: for runtime threads,
+/// which must not wait for the GIL. Jobs run one at a time, in the order they were queued.
+pub(crate) fn to_python(job: impl FnOnce(Python<'_>) + Send + 'static) {
+    let process = process();
+    process.pending.fetch_add(1, Ordering::SeqCst);
+    if process.python().send(Box::new(job)).is_err() {
+        process.pending.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Called at exit (`atexit`, before the interpreter finalizes): from now on nothing enters
+/// Python from the Python thread, and a job inside is waited for.
 #[pyfunction]
 pub(crate) fn _shutdown(py: Python<'_>) {
     CLOSING.store(true, Ordering::SeqCst);
+    let process = process();
     py.detach(|| {
-        while IN_PYTHON.load(Ordering::SeqCst) > 0 {
+        while process.pending.load(Ordering::SeqCst) > 0 {
             std::thread::sleep(Duration::from_millis(1));
         }
     });

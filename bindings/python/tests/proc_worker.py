@@ -7,9 +7,19 @@
                                                test SIGKILLs it between claim and complete)
     proc_worker.py interrupted URL SCOPE MARKER as hang, but the test sends SIGINT: the
                                                KeyboardInterrupt reaches the caller
+    proc_worker.py forked URL SCOPE MARKER      uses toolonce, then forks (multiprocessing's
+                                               "fork" start method); the child opens the store
+                                               itself, writes MARKER from inside `slow` (lease
+                                               0.6 s), runs five leases long and returns
+    proc_worker.py gil URL SCOPE MARKER         four async calls waiting for their events while
+                                               a sync tool (`busy`, lease 0.6 s) holds the GIL
+                                               for 3 s in one C call, after writing MARKER
 """
 
+import asyncio
+import ctypes
 import json
+import multiprocessing
 import os
 import sys
 import time
@@ -63,6 +73,80 @@ def main() -> None:
         except KeyboardInterrupt:
             print("interrupted", flush=True)
             sys.exit(3)
+    elif mode == "forked":
+        store.close()
+        forked(url, scope, sys.argv[4])
+    elif mode == "gil":
+        store.close()
+        gil(url, scope, sys.argv[4])
+
+
+SLOW_SECONDS = 3.0  # five leases of 0.6 s
+
+
+def forked_child(url: str, scope: str, marker: str) -> None:
+    """The forked child: its own store, as the README says, and a tool longer than its lease."""
+    store = toolonce.open_store(url)
+
+    @toolonce.write(store, name="slow", lease=0.6)
+    def slow(x: int) -> str:
+        with open(marker, "w") as f:
+            f.write(toolonce.current_key())
+        time.sleep(SLOW_SECONDS)
+        return "slow done"
+
+    assert slow(x=1, scope=scope) == "slow done"
+
+
+def forked(url: str, scope: str, marker: str) -> None:
+    # The parent has used toolonce (its runtime is running) before it forks.
+    parent = toolonce.open_store(url)
+
+    @toolonce.write(parent, name="warm")
+    def warm(x: int) -> int:
+        return x
+
+    assert warm(x=1, scope=scope) == 1
+    child = multiprocessing.get_context("fork").Process(
+        target=forked_child, args=(url, scope, marker)
+    )
+    child.start()
+    child.join(60)
+    if child.exitcode != 0:
+        sys.exit(f"the forked child failed: exit code {child.exitcode}")
+    print("child done", flush=True)
+
+
+def hold_the_gil(seconds: float) -> None:
+    """One C call that keeps the GIL: a ctypes.PyDLL function is called without releasing it."""
+    libc = ctypes.PyDLL(None)
+    libc.usleep(ctypes.c_uint(int(seconds * 1_000_000)))
+
+
+def gil(url: str, scope: str, marker: str) -> None:
+    store = toolonce.open_store(url)
+
+    @toolonce.write(store, name="busy", lease=0.6)
+    def busy(x: int) -> str:
+        with open(marker, "w") as f:
+            f.write(toolonce.current_key())
+        hold_the_gil(SLOW_SECONDS)
+        return "busy done"
+
+    @toolonce.write(store, name="waiter")
+    async def waiter(n: int) -> int:
+        return n
+
+    async def main() -> None:
+        # Started before the GIL is taken: each claims on a runtime worker and then has an
+        # event to hand to this event loop while the sync tool holds the GIL.
+        waiters = [asyncio.ensure_future(waiter(n=n, scope=scope)) for n in range(4)]
+        await asyncio.sleep(0)
+        assert busy(x=1, scope=scope) == "busy done"
+        assert await asyncio.gather(*waiters) == [0, 1, 2, 3]
+
+    asyncio.run(main())
+    print("busy done", flush=True)
 
 
 if __name__ == "__main__":
