@@ -581,3 +581,41 @@ def test_a_transient_error_whose_message_is_not_utf8_is_released_and_reaches_the
     assert call(x=1, scope=run_id) == "ok"
     assert len(runs.calls) == 2
 
+
+def test_arguments_the_function_cannot_see_never_change_the_key(store, run_id):
+    runs = Counter()
+
+    @toolonce.write(store, name="create_issue")
+    def create_issue(title: str, labels: tuple = ("bug",), assignee=None) -> str:
+        runs.add(title)
+        return toolonce.current_key()
+
+    key = create_issue(title="x", scope=run_id)
+    # A default passed explicitly is what the function receives anyway: the same operation.
+    assert create_issue(title="x", assignee=None, scope=run_id) == key
+    assert create_issue("x", ("bug",), scope=run_id) == key
+    assert len(runs.calls) == 1
+    # A keyword the function does not take is refused before anything runs, not keyed.
+    with pytest.raises(toolonce.InvalidArgumentsError, match="note"):
+        create_issue(title="x", note="retrying", scope=run_id)
+    with pytest.raises(toolonce.InvalidArgumentsError, match="ctx"):
+        create_issue(title="x", ctx="mine", scope=run_id)
+    assert len(runs.calls) == 1
+    # A value the function can tell apart from the default is another operation.
+    assert create_issue(title="x", assignee="ada", scope=run_id) != key
+    assert len(runs.calls) == 2
+
+
+def test_keywords_a_function_takes_with_double_star_are_part_of_the_key(store, run_id):
+    runs = Counter()
+
+    @toolonce.write(store, name="log_event")
+    def log_event(kind: str, **fields) -> int:
+        return runs.add((kind, fields))
+
+    assert log_event(kind="a", scope=run_id) == 1
+    assert log_event(kind="a", note="x", scope=run_id) == 2
+    assert log_event(kind="a", note="x", scope=run_id) == 2
+    assert log_event.key_for(run_id, kind="a", note="x") == toolonce.derive_key(
+        run_id, "log_event", {"kind": "a", "note": "x"}
+    )

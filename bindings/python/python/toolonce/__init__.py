@@ -155,7 +155,7 @@ def write(
         wrapper.toolonce_kind = "write"
         wrapper.tool_name = tool.name
         wrapper.key_for = lambda scope, **kw: _native.derive_key(
-            scope, tool.name, kw, tool.key_fields
+            scope, tool.name, tool.key_args((), kw), tool.key_fields
         )
         return wrapper  # type: ignore[no-any-return]
 

@@ -129,24 +129,43 @@ class WriteTool:
                 "rename it"
             )
         self.takes_ctx = "ctx" in params
-        self.var_keyword = next(
-            (p.name for p in params.values() if p.kind is inspect.Parameter.VAR_KEYWORD), None
-        )
+        self.params = dict(params)
+        # The parameters a keyword argument binds to by its name.
+        self.keywords = {
+            p.name: p
+            for p in params.values()
+            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        }
 
     def key_args(self, args: tuple, kwargs: dict) -> Any:
-        """The arguments that make the key: keyword arguments, positional ones by name, or the
-        fields of a lone pydantic model."""
-        if not args:
-            return kwargs
+        """The arguments that make the key: what the function receives, bound to its signature
+        by name (positional ones too), or the fields of a lone pydantic model.
+
+        Two calls the function cannot tell apart are one operation: a keyword it does not take
+        is refused (nothing runs), and an argument passed with its parameter's default value (of
+        the same type) is left out, as a default not passed is."""
         if len(args) == 1 and not kwargs and hasattr(args[0], "model_dump"):
             return args[0]
+        if "ctx" in kwargs and self.takes_ctx:
+            raise InvalidArgumentsError(
+                f"{self.name}: ctx is given by toolonce (the operation's Context), not by the "
+                "caller"
+            )
+        if not args and all(k in self.keywords for k in kwargs):
+            # Keywords only, all of them named parameters: no binding needed (the common call).
+            keywords = self.keywords
+            return {k: v for k, v in kwargs.items() if not _is_default(v, keywords[k].default)}
         try:
             bound = self.signature.bind_partial(*args, **kwargs)
         except TypeError as e:
             raise InvalidArgumentsError(f"{self.name}: {e}") from None
-        named = dict(bound.arguments)
-        if self.var_keyword is not None and self.var_keyword in named:
-            named.update(named.pop(self.var_keyword))
+        named = {}
+        for name, value in bound.arguments.items():
+            param = self.params[name]
+            if param.kind is inspect.Parameter.VAR_KEYWORD:
+                named.update(value)
+            elif not _is_default(value, param.default):
+                named[name] = value
         return named
 
     def scope_of(self, kwargs: dict) -> str:
@@ -171,3 +190,15 @@ class WriteTool:
                 raise
             raise InvalidArgumentsError(f"{self.name}: {e}") from None
 
+
+def _is_default(value: Any, default: Any) -> bool:
+    """Whether ``value`` is ``default`` as the function sees it: the same type and equal (so
+    ``True`` is not the default ``1``)."""
+    if default is inspect.Parameter.empty:
+        return False
+    if value is default:
+        return True
+    try:
+        return type(value) is type(default) and bool(value == default)
+    except Exception:
+        return False
