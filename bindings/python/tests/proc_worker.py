@@ -1,8 +1,12 @@
 """A child process of test_processes.py: runs write operations against a shared store.
 
-    proc_worker.py many URL SCOPE LOG OPS      each of OPS operations once through the decorator,
+    proc_worker.py many URL SCOPE LOG OPS GATE INDEX COUNT
+                                               each of OPS operations once through the decorator,
                                                appending a line to LOG per execution; prints
-                                               the results as JSON
+                                               the results as JSON. Ready, it writes
+                                               GATE/ready.INDEX and waits for GATE/go (the
+                                               test's barrier), then starts at operation
+                                               INDEX * OPS / COUNT and wraps around
     proc_worker.py hang URL SCOPE MARKER        claims `charge`, writes MARKER, then hangs (the
                                                test SIGKILLs it between claim and complete)
     proc_worker.py interrupted URL SCOPE MARKER as hang, but the test sends SIGINT: the
@@ -42,9 +46,22 @@ def main() -> None:
                 os.close(fd)
             return {"op": op, "by": os.getpid()}
 
+        gate, index, count = sys.argv[6], int(sys.argv[7]), int(sys.argv[8])
+        # Each process starts where no other does, so that each leads somewhere: in one order,
+        # the first process to win would stay ahead of the others (they poll while it runs)
+        # and could execute all of them.
+        start = index * ops // count
+        order = [(start + i) % ops for i in range(ops)]
+        with open(os.path.join(gate, f"ready.{index}"), "w"):
+            pass
+        deadline = time.monotonic() + 120
+        while not os.path.exists(os.path.join(gate, "go")):
+            if time.monotonic() > deadline:
+                sys.exit("the test never opened the gate")
+            time.sleep(0.001)
         results = {}
         with toolonce.scope(scope):
-            for op in range(ops):
+            for op in order:
                 results[op] = append_line(op=op)
         print(json.dumps(results))
     elif mode == "hang":

@@ -30,13 +30,26 @@ def shared_url(kind: str, tmp_path: Path, request) -> str:
 def test_eight_processes_running_the_same_500_operations_execute_each_once(kind, tmp_path, request, run_id):
     url = shared_url(kind, tmp_path, request)
     log = tmp_path / "executions.log"
+    gate = tmp_path / "gate"
+    gate.mkdir()
     children = [
         subprocess.Popen(
-            [sys.executable, WORKER, "many", url, run_id, str(log), str(OPERATIONS)],
+            [sys.executable, WORKER, "many", url, run_id, str(log), str(OPERATIONS), str(gate), str(i),
+             str(PROCESSES)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
-        for _ in range(PROCESSES)
+        for i in range(PROCESSES)
     ]
+    # A barrier: every process has started Python, opened the store and is ready before any
+    # runs an operation, so they race from one moment (a slow start under load cannot leave
+    # all the work to the first).
+    deadline = time.monotonic() + 120
+    while len(list(gate.glob("ready.*"))) < PROCESSES:
+        for child in children:
+            assert child.poll() is None, child.communicate()
+        assert time.monotonic() < deadline, "the workers never got ready"
+        time.sleep(0.01)
+    (gate / "go").touch()
     answers = []
     for child in children:
         out, err = child.communicate(timeout=300)
@@ -50,6 +63,8 @@ def test_eight_processes_running_the_same_500_operations_execute_each_once(kind,
         assert len({json.dumps(a[str(op)], sort_keys=True) for a in answers}) == 1
     # More than one process executed some: they really ran side by side.
     assert len({a[str(op)]["by"] for a in answers for op in range(OPERATIONS)}) > 1
+    # Every process got every operation's answer.
+    assert all(len(a) == OPERATIONS for a in answers)
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "redis"])
