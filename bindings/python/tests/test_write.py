@@ -619,3 +619,43 @@ def test_keywords_a_function_takes_with_double_star_are_part_of_the_key(store, r
     assert log_event.key_for(run_id, kind="a", note="x") == toolonce.derive_key(
         run_id, "log_event", {"kind": "a", "note": "x"}
     )
+
+
+def test_a_verified_result_that_is_not_json_holds_the_operation_saying_why(tmp_path, run_id):
+    with toolonce.open_store(f"sqlite://{tmp_path / 'v3.db'}") as store:
+        started = threading.Event()
+
+        @toolonce.write(store, name="ship", lease=0.2)
+        async def ship_abandoned(order: str) -> str:
+            started.set()
+            await asyncio.sleep(30)
+            return "never"
+
+        async def abandon():
+            task = asyncio.ensure_future(ship_abandoned(order="o1", scope=run_id))
+            while not started.is_set():
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(abandon())
+        time.sleep(0.5)
+
+        def verify(ctx):
+            return toolonce.Done(object())
+
+        @toolonce.write(store, name="ship", lease=0.2, on_expired=verify)
+        def ship(order: str) -> str:
+            raise AssertionError("held: must not run")
+
+        @toolonce.write(store, name="ship", lease=0.2, on_expired=verify)
+        async def ship_async(order: str) -> str:
+            raise AssertionError("held: must not run")
+
+        with pytest.raises(toolonce.UnknownOutcomeError) as err:
+            ship(order="o1", scope=run_id)
+        assert isinstance(err.value.__cause__, TypeError)
+        with pytest.raises(toolonce.UnknownOutcomeError) as err:
+            asyncio.run(ship_async(order="o1", scope=run_id))
+        assert isinstance(err.value.__cause__, TypeError)
