@@ -64,13 +64,25 @@ impl Process {
             std::thread::Builder::new()
                 .name("toolonce-python".into())
                 .spawn(move || {
-                    for job in rx {
+                    for job in rx.iter() {
                         // A thread that takes the GIL while the interpreter finalizes crashes
                         // the process: after `_shutdown`, jobs are dropped unrun.
-                        if !CLOSING.load(Ordering::SeqCst) {
-                            Python::attach(job);
+                        if CLOSING.load(Ordering::SeqCst) {
+                            drop(job);
+                            self.pending.fetch_sub(1, Ordering::SeqCst);
+                            continue;
                         }
-                        self.pending.fetch_sub(1, Ordering::SeqCst);
+                        // Jobs queued meanwhile run under the same GIL acquisition.
+                        Python::attach(|py| {
+                            let mut job = Some(job);
+                            while let Some(next) = job.take().or_else(|| rx.try_recv().ok()) {
+                                next(py);
+                                self.pending.fetch_sub(1, Ordering::SeqCst);
+                                if CLOSING.load(Ordering::SeqCst) {
+                                    break;
+                                }
+                            }
+                        });
                     }
                 })
                 .expect("cannot start toolonce's Python thread");
@@ -79,15 +91,26 @@ impl Process {
     }
 }
 
+static FIRST: OnceLock<Process> = OnceLock::new();
+
 /// The current process's runtime and Python thread (see the module docs).
 pub(crate) fn process() -> &'static Process {
-    static FIRST: OnceLock<Process> = OnceLock::new();
     let pid = std::process::id();
     let mut node = FIRST.get_or_init(|| Process::start(pid));
     while node.pid != pid {
         node = node.child.get_or_init(|| Box::new(Process::start(pid)));
     }
     node
+}
+
+/// The current process's, if it has built one.
+fn built() -> Option<&'static Process> {
+    let pid = std::process::id();
+    let mut node = FIRST.get()?;
+    while node.pid != pid {
+        node = node.child.get()?;
+    }
+    Some(node)
 }
 
 /// The current process's runtime.
@@ -110,7 +133,11 @@ pub(crate) fn to_python(job: impl FnOnce(Python<'_>) + Send + 'static) {
 #[pyfunction]
 pub(crate) fn _shutdown(py: Python<'_>) {
     CLOSING.store(true, Ordering::SeqCst);
-    let process = process();
+    // A process that never built its own (a forked child that did not use toolonce) has no
+    // thread to wait for, and builds none now.
+    let Some(process) = built() else {
+        return;
+    };
     py.detach(|| {
         while process.pending.load(Ordering::SeqCst) > 0 {
             std::thread::sleep(Duration::from_millis(1));
