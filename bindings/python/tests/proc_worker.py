@@ -15,9 +15,10 @@
                                                "fork" start method); the child opens the store
                                                itself, writes MARKER from inside `slow` (lease
                                                0.6 s), runs five leases long and returns
-    proc_worker.py gil URL SCOPE MARKER         four async calls waiting for their events while
-                                               a sync tool (`busy`, lease 0.6 s) holds the GIL
-                                               for 3 s in one C call, after writing MARKER
+    proc_worker.py gil URL SCOPE MARKER         async duplicates (more than the runtime's
+                                               workers) whose waits end while a sync tool
+                                               (`busy`, lease 0.6 s) holds the GIL for 4 s in
+                                               one C call, after writing MARKER
 """
 
 import asyncio
@@ -26,6 +27,7 @@ import json
 import multiprocessing
 import os
 import sys
+import threading
 import time
 
 import toolonce
@@ -140,29 +142,49 @@ def hold_the_gil(seconds: float) -> None:
     libc.usleep(ctypes.c_uint(int(seconds * 1_000_000)))
 
 
+GIL_SECONDS = 4.0
+
+
 def gil(url: str, scope: str, marker: str) -> None:
     store = toolonce.open_store(url)
+    sleeping = threading.Event()
+
+    @toolonce.write(store, name="sleeper")
+    def sleeper(x: int) -> str:
+        sleeping.set()
+        time.sleep(GIL_SECONDS + 2)  # the GIL released: only holds the operation
+        return "slept"
+
+    @toolonce.write(store, name="sleeper", in_flight=toolonce.Wait(1.0))
+    async def waiter(x: int) -> str:
+        raise AssertionError("a duplicate of a running operation must not run")
 
     @toolonce.write(store, name="busy", lease=0.6)
     def busy(x: int) -> str:
         with open(marker, "w") as f:
             f.write(toolonce.current_key())
-        hold_the_gil(SLOW_SECONDS)
+        hold_the_gil(GIL_SECONDS)
         return "busy done"
 
-    @toolonce.write(store, name="waiter")
-    async def waiter(n: int) -> int:
-        return n
-
     async def main() -> None:
-        # Started before the GIL is taken: each claims on a runtime worker and then has an
-        # event to hand to this event loop while the sync tool holds the GIL.
-        waiters = [asyncio.ensure_future(waiter(n=n, scope=scope)) for n in range(4)]
-        await asyncio.sleep(0)
+        # More waiters than the runtime has workers. Each waits for `sleeper`'s operation
+        # (running in another thread) and gives up after 1 s, while `busy` holds the GIL: each
+        # then has an answer for this event loop, and a runtime worker that waited for the GIL
+        # to hand it over would be stuck there with every task behind it, the heartbeat too.
+        waiters = [
+            asyncio.ensure_future(waiter.call_detailed(x=1, scope=scope))
+            for _ in range(2 * (os.cpu_count() or 2) + 4)
+        ]
+        await asyncio.sleep(0.05)
         assert busy(x=1, scope=scope) == "busy done"
-        assert await asyncio.gather(*waiters) == [0, 1, 2, 3]
+        outcomes = {answer.outcome for answer in await asyncio.gather(*waiters)}
+        assert outcomes == {"in_flight"}, outcomes
 
+    holder = threading.Thread(target=lambda: sleeper(x=1, scope=scope))
+    holder.start()
+    assert sleeping.wait(30)
     asyncio.run(main())
+    holder.join()
     print("busy done", flush=True)
 
 

@@ -197,10 +197,10 @@ def wait_for_marker(child: subprocess.Popen, marker: Path, timeout: float = 30) 
     return marker.read_text()
 
 
-def a_duplicate_finds_it_running(url: str, run_id: str, name: str) -> str:
-    """A duplicate's outcome, three leases (0.6 s) into the run: `in_flight` while the
-    heartbeat renews, `unknown` once the lease expired."""
-    time.sleep(1.8)
+def a_duplicate_finds_it_running(url: str, run_id: str, name: str, after: float) -> str:
+    """A duplicate's outcome `after` seconds (several 0.6 s leases) into the run: `in_flight`
+    while the heartbeat renews, `unknown` once the lease expired."""
+    time.sleep(after)
     with toolonce.open_store(url) as store:
 
         @toolonce.write(store, name=name, lease=0.6)
@@ -217,7 +217,7 @@ def test_a_forked_child_renews_its_lease_while_its_tool_runs(kind, tmp_path, req
     child = start_worker("forked", url, run_id, str(marker))
     try:
         wait_for_marker(child, marker)
-        assert a_duplicate_finds_it_running(url, run_id, "slow") == "in_flight"
+        assert a_duplicate_finds_it_running(url, run_id, "slow", 1.8) == "in_flight"
         out, err = child.communicate(timeout=60)
     finally:
         stop(child)
@@ -233,7 +233,7 @@ def test_the_heartbeat_renews_while_a_sync_tool_holds_the_gil_and_async_callers_
     child = start_worker("gil", url, run_id, str(marker))
     try:
         wait_for_marker(child, marker)
-        assert a_duplicate_finds_it_running(url, run_id, "busy") == "in_flight"
+        assert a_duplicate_finds_it_running(url, run_id, "busy", 2.6) == "in_flight"
         out, err = child.communicate(timeout=60)
     finally:
         stop(child)
