@@ -64,12 +64,3 @@ def current_context() -> Context:
         raise LookupError("toolonce.current_context() called outside a toolonce write function")
     return ctx
 
-
-@contextlib.contextmanager
-def running(ctx: Context) -> Iterator[Context]:
-    """Makes ``ctx`` the current context while a write function or its probe runs."""
-    token = _context.set(ctx)
-    try:
-        yield ctx
-    finally:
-        _context.reset(token)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from . import _native
 from ._answer import NOT_DONE, Answer, Done, error_of
-from ._context import Context, running
+from ._context import Context, _context
 from ._errors import PermanentError, ToolFailed
 
 if TYPE_CHECKING:
@@ -72,27 +72,31 @@ class Attempt:
         """Runs the sync function; the reply, or ``None`` when it was interrupted mid-run (it
         may have taken effect, so nothing is recorded)."""
         ctx, args, kwargs = self.begin(key, may_have_run_before)
-        with running(ctx):
-            try:
-                result = self.tool.fn(*args, **kwargs)
-            except Exception as e:
-                return self.raised(e)
-            except BaseException as e:
-                self.exc = e
-                return None
+        token = _context.set(ctx)
+        try:
+            result = self.tool.fn(*args, **kwargs)
+        except Exception as e:
+            return self.raised(e)
+        except BaseException as e:
+            self.exc = e
+            return None
+        finally:
+            _context.reset(token)
         return self.returned(result)
 
     async def run_async(self, key: str, may_have_run_before: bool) -> Optional[Any]:
         """:meth:`run_sync` for an async function, awaited on the caller's event loop."""
         ctx, args, kwargs = self.begin(key, may_have_run_before)
-        with running(ctx):
-            try:
-                result = await self.tool.fn(*args, **kwargs)
-            except Exception as e:
-                return self.raised(e)
-            except BaseException as e:
-                self.exc = e
-                return None
+        token = _context.set(ctx)
+        try:
+            result = await self.tool.fn(*args, **kwargs)
+        except Exception as e:
+            return self.raised(e)
+        except BaseException as e:
+            self.exc = e
+            return None
+        finally:
+            _context.reset(token)
         return self.returned(result)
 
     # -- verify ------------------------------------------------------------------------------
@@ -111,21 +115,27 @@ class Attempt:
         return _native.Reply.verified("not_done" if verdict is NOT_DONE else "cannot_tell")
 
     def verify_sync(self, key: str) -> Any:
-        with running(Context(key, True)) as ctx:
-            try:
-                verdict = self.tool.verify(ctx)  # type: ignore[misc]
-            except Exception as e:
-                return self.cannot_tell(e)
+        ctx = Context(key, True)
+        token = _context.set(ctx)
+        try:
+            verdict = self.tool.verify(ctx)  # type: ignore[misc]
+        except Exception as e:
+            return self.cannot_tell(e)
+        finally:
+            _context.reset(token)
         return self.verdict(verdict)
 
     async def verify_async(self, key: str) -> Any:
-        with running(Context(key, True)) as ctx:
-            try:
-                verdict = self.tool.verify(ctx)  # type: ignore[misc]
-                if inspect.isawaitable(verdict):
-                    verdict = await verdict
-            except Exception as e:
-                return self.cannot_tell(e)
+        ctx = Context(key, True)
+        token = _context.set(ctx)
+        try:
+            verdict = self.tool.verify(ctx)  # type: ignore[misc]
+            if inspect.isawaitable(verdict):
+                verdict = await verdict
+        except Exception as e:
+            return self.cannot_tell(e)
+        finally:
+            _context.reset(token)
         return self.verdict(verdict)
 
     # -- done --------------------------------------------------------------------------------

@@ -130,12 +130,14 @@ class WriteTool:
             )
         self.takes_ctx = "ctx" in params
         self.params = dict(params)
-        # The parameters a keyword argument binds to by its name.
-        self.keywords = {
-            p.name: p
+        # The parameters a keyword argument binds to by its name, and their defaults.
+        by_keyword = [
+            p
             for p in params.values()
             if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-        }
+        ]
+        self.keywords = frozenset(p.name for p in by_keyword)
+        self.defaults = {p.name: p.default for p in by_keyword if p.default is not p.empty}
 
     def key_args(self, args: tuple, kwargs: dict) -> Any:
         """The arguments that make the key: what the function receives, bound to its signature
@@ -151,10 +153,14 @@ class WriteTool:
                 f"{self.name}: ctx is given by toolonce (the operation's Context), not by the "
                 "caller"
             )
-        if not args and all(k in self.keywords for k in kwargs):
+        if not args and kwargs.keys() <= self.keywords:
             # Keywords only, all of them named parameters: no binding needed (the common call).
-            keywords = self.keywords
-            return {k: v for k, v in kwargs.items() if not _is_default(v, keywords[k].default)}
+            defaults = self.defaults
+            if defaults.keys().isdisjoint(kwargs):
+                return kwargs
+            return {
+                k: v for k, v in kwargs.items() if k not in defaults or not _is_default(v, defaults[k])
+            }
         try:
             bound = self.signature.bind_partial(*args, **kwargs)
         except TypeError as e:
