@@ -69,3 +69,4 @@ mod outage;
 mod processes;
 mod races;
 mod round_trips;
+mod upgrade;
