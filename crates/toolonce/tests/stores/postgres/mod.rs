@@ -56,6 +56,7 @@ async fn fresh_store() -> Arc<dyn Store> {
 
 store_conformance!(fresh_store());
 
+/// Runs `sql` with `psql` in the shared server's database of these tests, returning its output.
 async fn shared_psql(sql: String) -> String {
     let database = database_of(&database_url()).to_owned();
     tokio::task::spawn_blocking(move || shared_postgres().psql_in(&database, &sql))

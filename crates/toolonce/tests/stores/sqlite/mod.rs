@@ -41,12 +41,12 @@ fn temp_store_with(options: SqliteOptions) -> Arc<dyn Store> {
 
 store_conformance!(async { temp_store_with(SqliteOptions::new()) });
 
-/// The same suite with every write on the connection thread (inline reads only).
-
+/// A connection of its own to the database file at `path`, for what the store does not expose.
 fn raw(path: &Path) -> rusqlite::Connection {
     rusqlite::Connection::open(path).unwrap()
 }
 
+/// The same suite with every write on the connection thread (inline reads only).
 mod without_inline_writes {
     use super::*;
     store_conformance!(async { temp_store_with(SqliteOptions::new().inline_writes(false)) });
