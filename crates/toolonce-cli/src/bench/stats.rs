@@ -124,3 +124,90 @@ pub(super) fn summarize(
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A round of `ops` operations of `latency_us` each, over `wall_ms`.
+    fn sample(ops: usize, wall_ms: u64, latency_us: u64) -> Sample {
+        Sample {
+            wall: Duration::from_millis(wall_ms),
+            latencies: vec![Duration::from_micros(latency_us); ops],
+            server_us: None,
+            client_us: None,
+        }
+    }
+
+    #[test]
+    fn the_median_is_the_middle_value_or_the_mean_of_the_middle_two() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(vec![7.0]), 7.0);
+    }
+
+    #[test]
+    fn percentiles_rank_every_operation_of_every_round_together() {
+        let one = Sample {
+            latencies: (1..=50).map(Duration::from_micros).collect(),
+            ..sample(0, 1, 0)
+        };
+        let two = Sample {
+            latencies: (51..=100).rev().map(Duration::from_micros).collect(),
+            ..sample(0, 1, 0)
+        };
+        assert_eq!(
+            percentiles(&[two, one]),
+            (Duration::from_micros(50), Duration::from_micros(99))
+        );
+        assert_eq!(
+            percentiles(&[sample(1, 1, 7)]),
+            (Duration::from_micros(7), Duration::from_micros(7))
+        );
+    }
+
+    #[test]
+    fn a_rows_ratio_is_the_median_of_each_rounds_own_ratio_not_the_ratio_of_the_medians() {
+        // toolonce at 100, 50 and 25 op/s; the floor, in the same rounds, at 400, 10 and 30.
+        let ours = [
+            sample(100, 1000, 1),
+            sample(100, 2000, 1),
+            sample(100, 4000, 1),
+        ];
+        let raw = [
+            sample(400, 1000, 1),
+            sample(10, 1000, 1),
+            sample(30, 1000, 1),
+        ];
+        let row = summarize(Workload::FirstTime, 1, &ours, &raw);
+        assert_eq!(row.ours_ops_s, 50.0);
+        assert_eq!(row.raw_ops_s, Some(30.0));
+        // Rounds' ratios 0.25, 5 and 0.83: their median, where the medians' ratio is 1.67.
+        let ratio = row.ratio.expect("a ratio");
+        assert!((ratio - 25.0 / 30.0).abs() < 1e-9, "{ratio}");
+    }
+
+    #[test]
+    fn cpu_per_operation_is_the_median_over_rounds_and_absent_if_a_round_lacks_it() {
+        let with = |ops, client| Sample {
+            client_us: Some(client),
+            server_us: Some(client * 2.0),
+            ..sample(ops, 1000, 1)
+        };
+        let ours = [with(10, 100.0), with(20, 100.0), with(10, 300.0)];
+        let row = summarize(Workload::Replay, 8, &ours, &[]);
+        // 10, 5 and 30 µs per operation.
+        assert_eq!(row.ours_client_us, Some(10.0));
+        assert_eq!(row.ours_server_us, Some(20.0));
+        assert_eq!(
+            (row.raw_ops_s, row.ratio, row.raw_client_us),
+            (None, None, None)
+        );
+        assert_eq!(row.raw_p50, None);
+        let mixed = [with(10, 100.0), sample(10, 1000, 1)];
+        assert_eq!(
+            summarize(Workload::Replay, 1, &mixed, &[]).ours_client_us,
+            None
+        );
+    }
+}
