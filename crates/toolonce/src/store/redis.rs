@@ -29,8 +29,9 @@ mod url;
 mod wire;
 
 pub use conn::RedisStoreBuilder;
+#[doc(hidden)]
+pub use conn::{Conn, connect_client};
 
-use conn::Conn;
 use conn::has_native_claim;
 use error::to_error;
 use list::{ListCursor, MAX_SCANS_PER_PAGE, glob_escape};
