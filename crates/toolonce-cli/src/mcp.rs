@@ -47,6 +47,7 @@
 //! # Layout
 //!
 //! - [`config`]: the TOML configuration and per-tool policies.
+//! - [`protocol`]: every header name, `_meta` member and JSON-RPC code, defined once.
 //! - [`jsonrpc`]: looking at messages without decoding them, the `_meta` splice, answers.
 //! - [`tools`]: read/write classification from `tools/list`.
 //! - [`proxy`]: routing between the client and the server, and the lifecycle.
@@ -74,6 +75,7 @@ mod config;
 mod http;
 mod jsonrpc;
 mod listen;
+mod protocol;
 mod proxy;
 mod stdio;
 mod store;

@@ -65,7 +65,11 @@ use toolonce::{About, OnExpired, Outcome, ToolError, WriteAnswer};
 
 use super::batch::Batch;
 use super::config::{OnError, Policy};
-use super::jsonrpc::{self, IdKey, META_KEY};
+use super::jsonrpc::{self, IdKey};
+use super::protocol::{
+    HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, META_KEY, METHOD_NOT_FOUND,
+    MISSING_CLIENT_CAPABILITY, OUTCOME_KEY, PARSE_ERROR, UNSUPPORTED_PROTOCOL_VERSION,
+};
 use super::proxy::{Route, Shared, UnsentCall};
 use super::stdio::ClientOut;
 
@@ -244,9 +248,6 @@ async fn answer(
     Some(replay(&call.id, answer, call.modern))
 }
 
-/// The JSON-RPC error code of "Invalid params", for a malformed client key.
-const INVALID_PARAMS: i64 = -32602;
-
 /// The longest client key accepted, in characters (as an HTTP idempotency key is commonly
 /// bounded), so a key stays readable in logs.
 const CLIENT_KEY_MAX: usize = 255;
@@ -360,9 +361,6 @@ fn with_outcome(mut result: Value, outcome: &str, key: &str) -> Value {
     }
     result
 }
-
-/// The member of `_meta` that tells a replay from a first answer.
-const OUTCOME_KEY: &str = "toolonce/outcome";
 
 fn is_call_tool_result(value: &Value) -> bool {
     value.get("content").is_some_and(Value::is_array)
@@ -581,7 +579,15 @@ const INPUT_REQUIRED: &str = "input_required";
 /// protocol 2026-07-28 defines: header mismatch, missing required client capability,
 /// unsupported protocol version. Such an answer is never recorded, whatever the configuration:
 /// a client that is refused a version retries with another one, and that retry must run.
-const REFUSED_BEFORE_RUNNING: [i64; 7] = [-32700, -32600, -32601, -32602, -32020, -32021, -32022];
+const REFUSED_BEFORE_RUNNING: [i64; 7] = [
+    PARSE_ERROR,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    INVALID_PARAMS,
+    HEADER_MISMATCH,
+    MISSING_CLIENT_CAPABILITY,
+    UNSUPPORTED_PROTOCOL_VERSION,
+];
 
 /// What the server's answer means for the store (see the module's table).
 fn interpret(line: &[u8], policy: &Policy) -> Result<Value, ToolError> {

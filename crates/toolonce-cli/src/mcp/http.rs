@@ -50,6 +50,12 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::AbortHandle;
 
 use super::jsonrpc::{self, IdKey, Peek};
+use super::protocol::{
+    EVENT_STREAM, HTTP_STATUS_KEY, INTERNAL_ERROR, INVALID_REQUEST,
+    LAST_EVENT_ID_HEADER as LAST_EVENT_ID, META_PROTOCOL_VERSION, META_PROTOCOL_VERSION_POINTER,
+    METHOD_HEADER, NAME_HEADER, OUTCOME_KEY, PROTOCOL_VERSION_HEADER as PROTOCOL_VERSION,
+    SESSION_ID_HEADER as SESSION_ID, WWW_AUTHENTICATE_KEY,
+};
 
 /// How long connecting (TCP and TLS) may take before the server counts as unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -70,14 +76,8 @@ const RESUME_ATTEMPTS: usize = 3;
 
 /// The JSON-RPC codes of the proxy's own answers: a refusal before anything ran (4xx), and an
 /// answer that did not come (the outcome is unknown).
-const REFUSED: i64 = -32600;
-const INTERNAL: i64 = -32603;
-
-const SESSION_ID: &str = "mcp-session-id";
-const PROTOCOL_VERSION: &str = "mcp-protocol-version";
-const LAST_EVENT_ID: &str = "last-event-id";
-const EVENT_STREAM: &str = "text/event-stream";
-const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+const REFUSED: i64 = INVALID_REQUEST;
+const INTERNAL: i64 = INTERNAL_ERROR;
 
 type Sender = SendRequest<Full<Bytes>>;
 
@@ -425,7 +425,7 @@ impl Upstream {
             .and_then(|p| text(p.get("name")).or_else(|| text(p.get("uri"))));
         let version = params
             .as_ref()
-            .and_then(|p| text(p.pointer("/_meta/io.modelcontextprotocol~1protocolVersion")));
+            .and_then(|p| text(p.pointer(META_PROTOCOL_VERSION_POINTER)));
         let mut request = self.request(
             Method::POST,
             Bytes::copy_from_slice(message),
@@ -476,10 +476,10 @@ impl Upstream {
             headers.insert(PROTOCOL_VERSION, version);
         }
         if let Some(method) = mcp_method {
-            headers.insert("mcp-method", method);
+            headers.insert(METHOD_HEADER, method);
         }
         if let Some(name) = mcp_name {
-            headers.insert("mcp-name", name);
+            headers.insert(NAME_HEADER, name);
         }
         if let Some(authorization) = lock(&self.client_authorization).clone() {
             headers.insert(header::AUTHORIZATION, authorization);
@@ -901,9 +901,9 @@ impl Exchange {
             );
             // The status (and an authentication challenge) go along, so that a gateway can
             // answer its own client with them (see `listen`).
-            let mut data = serde_json::json!({"toolonce/httpStatus": status.as_u16()});
+            let mut data = serde_json::json!({HTTP_STATUS_KEY: status.as_u16()});
             if let Some(challenge) = &challenge {
-                data["toolonce/wwwAuthenticate"] = Value::from(challenge.as_str());
+                data[WWW_AUTHENTICATE_KEY] = Value::from(challenge.as_str());
             }
             let _ = self
                 .incoming
@@ -966,7 +966,7 @@ pub(crate) fn lost_line(id: &Value, upstream: &str, why: &str) -> Vec<u8> {
                 "toolonce: the MCP server at {upstream} did not answer this request ({why}); \
                  whether it took effect is unknown."
             ),
-            "data": {"toolonce/outcome": "server_gone"},
+            "data": {OUTCOME_KEY: "server_gone"},
         },
     }))
 }

@@ -9,6 +9,10 @@ use serde::Deserialize;
 use serde::de::{Deserializer, IgnoredAny};
 use serde_json::{Value, json};
 
+use super::protocol::{
+    META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_KEY, META_PROTOCOL_VERSION, OUTCOME_KEY,
+};
+
 /// What routing needs to know about one message, read without building a tree of the rest.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct Peek {
@@ -140,20 +144,9 @@ pub(crate) fn line(value: &Value) -> Vec<u8> {
     out
 }
 
-/// The member name under `params._meta` that carries the operation key to the server, and
-/// from the client a key of its own (see [`call`](super::call)).
-pub(crate) const META_KEY: &str = "toolonce/key";
-
-/// The `params._meta` member in which a request of protocol 2026-07-28 or later names its
-/// protocol version (earlier versions agree on one in `initialize`).
-pub(crate) const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-
 /// The other per-request members a 2026-07-28 server needs (the client's capabilities are
 /// required) or may want (who is asking), copied to the proxy's own requests.
-const CLIENT_META: [&str; 2] = [
-    "io.modelcontextprotocol/clientCapabilities",
-    "io.modelcontextprotocol/clientInfo",
-];
+const CLIENT_META: [&str; 2] = [META_CLIENT_CAPABILITIES, META_CLIENT_INFO];
 
 /// For the `params` of a request of protocol 2026-07-28 or later: its protocol version, and
 /// the `_meta` for a request the proxy sends on the client's behalf to the same server (the
@@ -163,9 +156,12 @@ const CLIENT_META: [&str; 2] = [
 /// earlier).
 pub(crate) fn own_request_meta(params: &Value) -> Option<(String, Value)> {
     let meta = params.get("_meta")?.as_object()?;
-    let version = meta.get(PROTOCOL_VERSION)?.as_str()?.to_owned();
+    let version = meta.get(META_PROTOCOL_VERSION)?.as_str()?.to_owned();
     let mut own = serde_json::Map::new();
-    own.insert(PROTOCOL_VERSION.to_owned(), Value::String(version.clone()));
+    own.insert(
+        META_PROTOCOL_VERSION.to_owned(),
+        Value::String(version.clone()),
+    );
     for name in CLIENT_META {
         if let Some(value) = meta.get(name) {
             own.insert(name.to_owned(), value.clone());
@@ -399,7 +395,7 @@ pub(crate) fn error_line(id: Option<&Value>, code: i64, message: &str) -> Vec<u8
     line(&json!({
         "jsonrpc": "2.0",
         "id": id.cloned().unwrap_or(Value::Null),
-        "error": {"code": code, "message": message, "data": {"toolonce/outcome": "not_executed"}},
+        "error": {"code": code, "message": message, "data": {OUTCOME_KEY: "not_executed"}},
     }))
 }
 

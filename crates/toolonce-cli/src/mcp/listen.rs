@@ -53,25 +53,21 @@ use tokio::task::JoinSet;
 
 use super::http::Upstream;
 use super::jsonrpc::{self, IdKey, Peek};
+use super::protocol::{
+    EVENT_STREAM, FIRST_SESSIONLESS_VERSION, HTTP_STATUS_KEY, INTERNAL_ERROR, INVALID_REQUEST,
+    META_PROTOCOL_VERSION as META_VERSION, META_PROTOCOL_VERSION_POINTER,
+    PROTOCOL_VERSION_HEADER as PROTOCOL_VERSION, SERVER_ERROR, SESSION_ID_HEADER as SESSION,
+    WWW_AUTHENTICATE_KEY,
+};
 use super::proxy;
 use super::stdio::ClientOut;
 
 /// The largest request body accepted.
 const MAX_BODY: usize = 16 * 1024 * 1024;
 
-/// The session header of Streamable HTTP.
-const SESSION: &str = "mcp-session-id";
-
-/// The protocol version header, and the `_meta` member that says it per request (2026-07-28).
-const PROTOCOL_VERSION: &str = "mcp-protocol-version";
-const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-
 /// How many messages outside any answer wait for a client that has no `GET` stream open; older
 /// ones are dropped first.
 const QUEUE_LIMIT: usize = 1024;
-
-/// The JSON-RPC code of an answer the server never gave.
-const INTERNAL_ERROR: i64 = -32603;
 
 /// What the gateway needs to start a proxy for each session.
 pub(crate) struct Gateway {
@@ -394,10 +390,7 @@ fn answer(status: StatusCode, body: Vec<u8>) -> Answer {
 fn events(body: EventBody) -> Answer {
     let mut response = Response::new(Either::Right(body));
     let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(EVENT_STREAM));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     response
 }
@@ -417,8 +410,8 @@ fn refuse(status: StatusCode, message: &str) -> Answer {
 
 fn jsonrpc_code(status: StatusCode) -> i64 {
     match status {
-        StatusCode::BAD_REQUEST => -32600,
-        _ => -32000,
+        StatusCode::BAD_REQUEST => INVALID_REQUEST,
+        _ => SERVER_ERROR,
     }
 }
 
@@ -477,7 +470,7 @@ fn accepts_events(request: &Request<Body>) -> bool {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .map(|v| v.split(';').next().unwrap_or("").trim())
-        .any(|v| v.eq_ignore_ascii_case("text/event-stream"))
+        .any(|v| v.eq_ignore_ascii_case(EVENT_STREAM))
 }
 
 /// `GET /mcp`: the session's stream for messages outside any request. A newer one replaces
@@ -783,7 +776,7 @@ async fn post(state: &Arc<State>, session: Option<String>, request: Request<Body
 /// sessions: its `MCP-Protocol-Version` header, or its own `_meta` protocol version, says so.
 /// (Versions are dates, so they compare as text.) Earlier protocols need `initialize` first.
 fn sessionless(header: Option<&str>, line: &[u8]) -> bool {
-    const FIRST: &str = "2026-07-28";
+    const FIRST: &str = FIRST_SESSIONLESS_VERSION;
     if let Some(version) = header {
         return version >= FIRST;
     }
@@ -796,7 +789,8 @@ fn sessionless(header: Option<&str>, line: &[u8]) -> bool {
     serde_json::from_slice::<Value>(line)
         .ok()
         .and_then(|m| {
-            m.pointer("/params/_meta/io.modelcontextprotocol~1protocolVersion")
+            m.get("params")
+                .and_then(|p| p.pointer(META_PROTOCOL_VERSION_POINTER))
                 .and_then(Value::as_str)
                 .map(|v| v >= FIRST)
         })
@@ -873,18 +867,21 @@ fn sessionless_proxy(
 /// so that a client that can authenticate (OAuth) learns it must, as it would without the
 /// gateway.
 fn refused_for_credentials(reply: &[u8]) -> Option<(StatusCode, Option<HeaderValue>)> {
-    if !reply.windows(19).any(|w| w == b"toolonce/httpStatus") {
+    if !reply
+        .windows(HTTP_STATUS_KEY.len())
+        .any(|w| w == HTTP_STATUS_KEY.as_bytes())
+    {
         return None;
     }
     let reply: Value = serde_json::from_slice(reply).ok()?;
     let data = reply.pointer("/error/data")?;
-    let status = match data.get("toolonce/httpStatus")?.as_u64()? {
+    let status = match data.get(HTTP_STATUS_KEY)?.as_u64()? {
         401 => StatusCode::UNAUTHORIZED,
         403 => StatusCode::FORBIDDEN,
         _ => return None,
     };
     let challenge = data
-        .get("toolonce/wwwAuthenticate")
+        .get(WWW_AUTHENTICATE_KEY)
         .and_then(Value::as_str)
         .and_then(|v| HeaderValue::from_str(v).ok())
         .or_else(|| {

@@ -29,6 +29,7 @@ use super::call::{self, Call, Sink};
 use super::config::Config;
 use super::http::{self, Incoming, Upstream};
 use super::jsonrpc::{self, IdKey, Lenient, Peek};
+use super::protocol::{INVALID_PARAMS, INVALID_REQUEST, META_KEY, META_PROTOCOL_VERSION};
 use super::stdio::ClientOut;
 use super::store::LazyStore;
 use super::tools::Tools;
@@ -44,11 +45,6 @@ const ABANDONED_MEMORY: usize = 4096;
 /// How long the proxy waits for the server to answer one of its own `tools/list` requests, and
 /// how long a tool call waits for a listing in progress before being classified without it.
 const LIST_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The JSON-RPC error code of "Invalid params", used for a write call the proxy cannot key,
-/// and of "Invalid Request", used for a request whose id is taken.
-const INVALID_PARAMS: i64 = -32602;
-const INVALID_REQUEST: i64 = -32600;
 
 /// What the proxy needs besides the server command.
 pub(crate) struct Settings {
@@ -563,8 +559,8 @@ impl Shared {
             id,
             tool: tool.to_owned(),
             arguments,
-            client_key: meta.and_then(|m| m.get(jsonrpc::META_KEY)).cloned(),
-            modern: meta.is_some_and(|m| m.get(jsonrpc::PROTOCOL_VERSION).is_some()),
+            client_key: meta.and_then(|m| m.get(META_KEY)).cloned(),
+            modern: meta.is_some_and(|m| m.get(META_PROTOCOL_VERSION).is_some()),
             request,
         })
     }
