@@ -52,6 +52,8 @@
 //! - [`tools`]: read/write classification from `tools/list`.
 //! - [`proxy`]: routing between the client and the server, and the lifecycle.
 //! - [`call`]: one intercepted write call through the layer.
+//! - [`answer`]: what the server's answer means for the store, and the answers the proxy
+//!   writes itself (replays, explanations): MCP semantics without I/O.
 //! - [`batch`]: batches (protocol 2025-03-26) that hold write calls.
 //! - [`store`]: a store opened lazily, so an outage at start-up fails writes, not the proxy
 //!   (a store that can never work fails the proxy at start).
@@ -69,6 +71,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+mod answer;
 mod batch;
 mod call;
 mod config;

@@ -24,6 +24,7 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use toolonce::Layer;
 
+use super::answer;
 use super::batch::Batch;
 use super::call::{self, Call, Sink};
 use super::config::Config;
@@ -582,7 +583,7 @@ impl Shared {
                      apart. Nothing ran; send it with a new id.",
                     call.tool
                 );
-                sink.answer(Some(call::proxy_answer(
+                sink.answer(Some(answer::proxy_answer(
                     &call.id,
                     &text,
                     "not_executed",
