@@ -80,6 +80,8 @@ mod jsonrpc;
 mod listen;
 mod protocol;
 mod proxy;
+mod route;
+mod server;
 mod stdio;
 mod store;
 mod tools;
@@ -185,7 +187,7 @@ pub(crate) async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
     let server = match &args.upstream {
         Some(url) => {
             let (upstream, incoming) = http::Upstream::new(url, &args.header)?;
-            proxy::Server::Http(upstream, incoming)
+            server::Server::Http(upstream, incoming)
         }
         None if !args.header.is_empty() => {
             anyhow::bail!("--header is for an --upstream server")
@@ -197,7 +199,7 @@ pub(crate) async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
                 .context("no server command after --")?;
             let mut command = tokio::process::Command::new(program);
             command.args(server_args);
-            proxy::Server::Command(command)
+            server::Server::Command(command)
         }
     };
     let scope = match args.scope {
@@ -237,12 +239,12 @@ pub(crate) async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
             );
         }
         let backend = match server {
-            proxy::Server::Command(command) => listen::Backend::Command {
+            server::Server::Command(command) => listen::Backend::Command {
                 program: command.as_std().get_program().to_owned(),
                 args: command.as_std().get_args().map(ToOwned::to_owned).collect(),
             },
             // Checked above; each session opens its own (see `listen`).
-            proxy::Server::Http(..) => listen::Backend::Http {
+            server::Server::Http(..) => listen::Backend::Http {
                 url: args.upstream.clone().expect("an HTTP server has a URL"),
                 headers: args.header.clone(),
                 forward_authorization: token.is_none(),
@@ -324,7 +326,7 @@ struct Settings {
     scope: String,
     server_id: String,
     config: Arc<config::Config>,
-    server: proxy::Server,
+    server: server::Server,
 }
 
 /// Opens the store. One that can never work stops the proxy before the server starts (exit

@@ -45,15 +45,16 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
 use toolonce::key::{self, Derived, Fingerprint, OperationKey};
-use toolonce::{About, Outcome, ToolError};
+use toolonce::{About, Layer, Outcome, ToolError};
 
 use super::answer::{GiveUp, completed, give_up_answer, interpret, proxy_result, replay};
 use super::batch::Batch;
-use super::config::Policy;
+use super::config::{Config, Policy};
 use super::jsonrpc::{self, IdKey};
 use super::protocol::{INVALID_PARAMS, META_KEY};
-use super::proxy::{Route, Shared, UnsentCall};
+use super::route::{NotSent, Router, UnsentCall};
 use super::stdio::ClientOut;
+use super::store::LazyStore;
 
 /// A write call taken from the client's stream.
 #[derive(Debug)]
@@ -92,9 +93,22 @@ impl Sink {
     }
 }
 
+/// What every write call of one proxy needs: how to name its operation, the layer, and the
+/// routing handle through which it reaches the server.
+#[derive(Debug)]
+pub(super) struct Context {
+    pub(super) scope: String,
+    /// The server's part of every operation key's tool part (see `--server-id`).
+    pub(super) server_id: String,
+    pub(super) config: Arc<Config>,
+    pub(super) store: Arc<LazyStore>,
+    pub(super) layer: Layer,
+    pub(super) router: Arc<Router>,
+}
+
 /// Runs one call to the end and answers it.
 pub(super) async fn run(
-    shared: Arc<Shared>,
+    shared: Arc<Context>,
     call: Call,
     cancel: watch::Receiver<bool>,
     sink: Sink,
@@ -102,12 +116,12 @@ pub(super) async fn run(
 ) {
     let answer = answer(&shared, &call, cancel, &unsent).await;
     drop(unsent);
-    shared.routes().calls.remove(&call.id_key);
+    shared.router.call_ended(&call.id_key);
     sink.answer(answer);
 }
 
 async fn answer(
-    shared: &Shared,
+    shared: &Context,
     call: &Call,
     cancel: watch::Receiver<bool>,
     unsent: &UnsentCall,
@@ -263,7 +277,7 @@ fn derive_from_client_key(
 
 /// The part of a call that runs once the claim is won.
 struct Forward<'a> {
-    shared: &'a Shared,
+    shared: &'a Context,
     call: &'a Call,
     policy: &'a Policy,
     derived: &'a Derived,
@@ -289,31 +303,25 @@ impl Forward<'_> {
             unsent,
         } = self;
         let request = with_key(&call.request, derived.key.as_str());
-        let (tx, mut rx) = oneshot::channel();
-        {
-            // Holding stdin, the client's cancel is checked and the route put in place before
-            // the request leaves: neither the answer nor a cancel can overtake it (see
-            // `Shared::cancel`).
-            let mut stdin = shared.server_in.lock().await;
-            if *cancel.borrow() {
+        // Neither the answer nor a cancel can overtake the request (see `Router`).
+        let sent = shared
+            .router
+            .send_awaiting(&call.id_key, &request, &cancel, unsent)
+            .await;
+        let mut rx = match sent {
+            Ok(rx) => rx,
+            Err(NotSent::Cancelled) => {
                 return Err(ToolError::transient(
                     "Cancelled by the client before it reached the MCP server; nothing ran.",
                 ));
             }
-            shared
-                .routes()
-                .pending
-                .insert(call.id_key.clone(), Route::Call(tx));
-            let sent = stdin.send(&request).await;
-            unsent.settle();
-            if !sent {
-                shared.routes().pending.remove(&call.id_key);
+            Err(NotSent::Unreachable) => {
                 return Err(ToolError::transient(
                     "Not executed: the MCP server cannot be reached (its input is closed, or its \
                      URL does not answer), so the call was not sent.",
                 ));
             }
-        }
+        };
         let deadline = tokio::time::sleep(policy.call_timeout);
         tokio::pin!(deadline);
         let reply = tokio::select! {
@@ -333,7 +341,7 @@ impl Forward<'_> {
                     "toolonce: no answer within {:?}", policy.call_timeout
                 );
                 shared
-                    .server_in
+                    .router
                     .send(&jsonrpc::cancelled_line(&call.id, &reason))
                     .await;
                 return abandon(shared, call, give_up, GiveUp::TimedOut(policy.call_timeout))
@@ -365,13 +373,13 @@ async fn cancelled(cancel: &mut watch::Receiver<bool>) {
 
 /// Stops waiting for the server: its answer, if it ever comes, is dropped.
 async fn abandon(
-    shared: &Shared,
+    shared: &Context,
     call: &Call,
     give_up: oneshot::Sender<GiveUp>,
     reason: GiveUp,
 ) -> Result<Value, ToolError> {
     tracing::warn!(target: "toolonce::mcp", tool = %call.tool, id = ?call.id_key, ?reason, "gave up waiting for the server");
-    shared.routes().abandon(&call.id_key);
+    shared.router.abandon(&call.id_key);
     let _ = give_up.send(reason);
     std::future::pending().await
 }

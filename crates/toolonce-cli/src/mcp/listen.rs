@@ -60,6 +60,7 @@ use super::protocol::{
     WWW_AUTHENTICATE_KEY,
 };
 use super::proxy;
+use super::server;
 use super::stdio::ClientOut;
 
 /// The largest request body accepted.
@@ -1027,7 +1028,7 @@ fn start_session(
         Backend::Command { program, args } => {
             let mut command = tokio::process::Command::new(program);
             command.args(args);
-            (proxy::Server::Command(command), None)
+            (server::Server::Command(command), None)
         }
         Backend::Http {
             url,
@@ -1036,7 +1037,7 @@ fn start_session(
         } => {
             let (upstream, incoming) = Upstream::new(url, headers)?;
             let forward_to = forward_authorization.then(|| upstream.clone());
-            (proxy::Server::Http(upstream, incoming), forward_to)
+            (server::Server::Http(upstream, incoming), forward_to)
         }
     };
     let (to_proxy, client_in) = mpsc::unbounded_channel();

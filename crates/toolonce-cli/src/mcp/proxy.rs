@@ -3,24 +3,21 @@
 //! and runs the lifecycle (the server's exit ends the proxy; the client hanging up ends the
 //! server, or the HTTP session).
 //!
-//! Request ids: write calls go to the server under the client's own id, so the proxy never
-//! lets two requests in progress share one: a write call whose id is taken (by a request in
-//! progress, or by a call given up whose answer may still come) is refused, and so is a
-//! request forwarded as it came whose id an intercepted call is waiting on. An answer is only
-//! ever stored for the request it answers. The proxy's own requests (its `tools/list`) use
-//! string ids with a random prefix no client picks.
+//! Which request ids may be used when, and how a request and its cancel keep their order, is
+//! [`route`](super::route)'s to say. The proxy's own requests (its `tools/list`) use string ids
+//! with a random prefix no client picks.
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::process::{ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::collections::HashSet;
+use std::process::ExitStatus;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
-use tokio::sync::{Notify, mpsc, oneshot, watch};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, ChildStdout};
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use toolonce::Layer;
 
@@ -28,9 +25,11 @@ use super::answer;
 use super::batch::Batch;
 use super::call::{self, Call, Sink};
 use super::config::Config;
-use super::http::{self, Incoming, Upstream};
+use super::http::{self, Incoming};
 use super::jsonrpc::{self, IdKey, Lenient, Peek};
 use super::protocol::{INVALID_PARAMS, INVALID_REQUEST, META_KEY, META_PROTOCOL_VERSION};
+use super::route::{Route, Router, Routes};
+use super::server::{self, Output, Server};
 use super::stdio::ClientOut;
 use super::store::LazyStore;
 use super::tools::Tools;
@@ -38,10 +37,6 @@ use super::tools::Tools;
 /// How long the proxy waits, after the server exited, for the rest of the server's output and
 /// for the calls it left unanswered to settle.
 const DRAIN: Duration = Duration::from_secs(2);
-
-/// How many given-up request ids are remembered so that a late answer is dropped rather than
-/// sent to a client that already has one.
-const ABANDONED_MEMORY: usize = 4096;
 
 /// How long the proxy waits for the server to answer one of its own `tools/list` requests, and
 /// how long a tool call waits for a listing in progress before being classified without it.
@@ -56,204 +51,13 @@ pub(crate) struct Settings {
     pub(crate) store: Arc<LazyStore>,
 }
 
-/// The server: a command the proxy starts, or a Streamable HTTP server it reaches.
-pub(crate) enum Server {
-    Command(Command),
-    Http(Arc<Upstream>, mpsc::UnboundedReceiver<Incoming>),
-}
-
-/// The server's input: its stdin, or the HTTP upstream. Whoever has a message writes it
-/// directly (no writer task in between: one wake-up less per message); the async mutex keeps
-/// messages whole and in order, and a full pipe holds the writer back, as it would hold back
-/// the client without the proxy.
+/// State shared by the routing loop, the server reader and the proxy's own listings.
 #[derive(Debug)]
-pub(super) struct ServerIn(tokio::sync::Mutex<Option<ServerEnd>>);
-
-#[derive(Debug)]
-pub(super) enum ServerEnd {
-    Stdin(ChildStdin),
-    Http(Arc<Upstream>),
-}
-
-/// Exclusive use of the server's input, for writes that must keep an order with routing.
-pub(super) struct ServerInGuard<'a>(tokio::sync::MutexGuard<'a, Option<ServerEnd>>);
-
-impl ServerIn {
-    pub(super) async fn lock(&self) -> ServerInGuard<'_> {
-        ServerInGuard(self.0.lock().await)
-    }
-
-    /// Writes one message; `false` if the server's stdin is closed.
-    pub(super) async fn send(&self, message: &[u8]) -> bool {
-        self.lock().await.send(message).await
-    }
-
-    /// Closes the server's stdin.
-    async fn close(&self) {
-        self.0.lock().await.take();
-    }
-}
-
-impl ServerInGuard<'_> {
-    /// Writes one message; `false` if the server's stdin is closed. After a write error (the
-    /// server closed its end) it is closed for good. An HTTP server that cannot be reached
-    /// now may be reached by the next message.
-    pub(super) async fn send(&mut self, message: &[u8]) -> bool {
-        let stdin = match self.0.as_mut() {
-            None => return false,
-            Some(ServerEnd::Http(upstream)) => return upstream.send(message).await,
-            Some(ServerEnd::Stdin(stdin)) => stdin,
-        };
-        // `write_all` is not cancel-safe (a dropped write may leave half a line), so no caller
-        // drops this future: the routing loop awaits it, and calls are aborted only at exit.
-        match stdin.write_all(message).await {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::debug!(target: "toolonce::mcp", error = %e, "cannot write to the server");
-                *self.0 = None;
-                false
-            }
-        }
-    }
-}
-
-/// Where the answer to a request id the proxy consumes goes.
-#[derive(Debug)]
-pub(super) enum Route {
-    /// A forwarded write call waiting for the server's answer.
-    Call(oneshot::Sender<Vec<u8>>),
-    /// A member of a split batch: its answer fills a slot of the batch.
-    Batch(Arc<Batch>, usize),
-    /// One of the proxy's own `tools/list` requests.
-    List(oneshot::Sender<Vec<u8>>),
-}
-
-/// The request ids the proxy keeps track of.
-#[derive(Debug, Default)]
-pub(super) struct Routes {
-    /// Server answers the proxy consumes instead of passing them on.
-    pub(super) pending: HashMap<IdKey, Route>,
-    /// `tools/list` requests whose answers teach the proxy the tools' kinds.
-    pub(super) lists: HashSet<IdKey>,
-    /// Intercepted write calls in progress, with the switch that tells them the client
-    /// cancelled.
-    pub(super) calls: HashMap<IdKey, watch::Sender<bool>>,
-    /// Calls given up (timed out, cancelled): a late answer from the server is dropped.
-    abandoned: HashSet<IdKey>,
-    abandoned_order: VecDeque<IdKey>,
-    /// The HTTP server, told when a request is given up (so it stops waiting for its answer).
-    upstream: Option<Arc<Upstream>>,
-    /// Client requests forwarded as they came and not answered yet: a write call must not
-    /// take their ids, or their answers would be recorded as its own.
-    passing: HashSet<IdKey>,
-}
-
-impl Routes {
-    /// Why a write call may not use `id` now, if it may not.
-    fn id_taken(&self, id: &IdKey) -> Option<&'static str> {
-        if self.calls.contains_key(id) || self.pending.contains_key(id) || self.passing.contains(id)
-        {
-            Some("reuses the request id of a request still in progress")
-        } else if self.abandoned.contains(id) {
-            Some("reuses the request id of a call given up, whose answer may still come")
-        } else {
-            None
-        }
-    }
-
-    /// Whether no request is waiting for the server's answer (given-up calls aside).
-    fn answered(&self) -> bool {
-        self.pending.is_empty() && self.passing.is_empty()
-    }
-
-    /// Stops dropping answers to `id`; returns whether they were being dropped.
-    fn forget_abandoned(&mut self, id: &IdKey) -> bool {
-        let abandoned = self.abandoned.remove(id);
-        if abandoned {
-            self.abandoned_order.retain(|k| k != id);
-        }
-        abandoned
-    }
-
-    /// Forgets the call `id` is waiting for and drops the server's answer if one comes later.
-    pub(super) fn abandon(&mut self, id: &IdKey) {
-        self.pending.remove(id);
-        if let Some(upstream) = &self.upstream {
-            upstream.give_up(id);
-        }
-        if self.abandoned.insert(id.clone()) {
-            self.abandoned_order.push_back(id.clone());
-            if self.abandoned_order.len() > ABANDONED_MEMORY
-                && let Some(old) = self.abandoned_order.pop_front()
-            {
-                self.abandoned.remove(&old);
-            }
-        }
-    }
-}
-
-/// Counts the write calls whose request has not gone to the server yet (being claimed, or
-/// waiting for another run of the operation), so that a client that sends a call and hangs up
-/// at once still has it delivered before the server's input is closed, as without the proxy.
-#[derive(Debug, Default)]
-pub(super) struct Unsent {
-    count: AtomicUsize,
-    drained: Notify,
-}
-
-impl Unsent {
-    /// Returns once no call is left unsent.
-    async fn drained(&self) {
-        loop {
-            let drained = self.drained.notified();
-            tokio::pin!(drained);
-            drained.as_mut().enable();
-            if self.count.load(Ordering::Acquire) == 0 {
-                return;
-            }
-            drained.await;
-        }
-    }
-}
-
-/// One call's place in [`Unsent`], given up when its request is sent or the call ends.
-#[derive(Debug)]
-pub(super) struct UnsentCall {
-    shared: Arc<Shared>,
-    settled: AtomicBool,
-}
-
-impl UnsentCall {
-    fn new(shared: Arc<Shared>) -> Self {
-        shared.unsent.count.fetch_add(1, Ordering::AcqRel);
-        UnsentCall {
-            shared,
-            settled: AtomicBool::new(false),
-        }
-    }
-
-    /// The request went out, or never will.
-    pub(super) fn settle(&self) {
-        if !self.settled.swap(true, Ordering::AcqRel)
-            && self.shared.unsent.count.fetch_sub(1, Ordering::AcqRel) == 1
-        {
-            self.shared.unsent.drained.notify_waiters();
-        }
-    }
-}
-
-impl Drop for UnsentCall {
-    fn drop(&mut self) {
-        self.settle();
-    }
-}
-
-/// State shared by the routing loop, the server reader and the calls.
-#[derive(Debug)]
-pub(super) struct Shared {
-    pub(super) scope: String,
-    pub(super) server_id: String,
-    pub(super) store: Arc<LazyStore>,
+struct Shared {
+    /// What the write calls share (they get this, not the routing loop's state).
+    context: Arc<call::Context>,
+    /// The routing tables and the server's end (the same as `context.router`).
+    router: Arc<Router>,
     /// How many of the proxy's own listings of the tools are in progress: tool calls wait for
     /// none to be.
     listing: watch::Sender<usize>,
@@ -262,22 +66,13 @@ pub(super) struct Shared {
     own_count: AtomicU64,
     /// Whether the client has initialized the session (the proxy may send requests of its own).
     initialized: AtomicBool,
-    pub(super) config: Arc<Config>,
-    pub(super) tools: Tools,
-    pub(super) layer: Layer,
-    pub(super) server_in: ServerIn,
-    /// The HTTP server, when the server is one.
-    upstream: Option<Arc<Upstream>>,
-    unsent: Unsent,
-    pub(super) to_client: ClientOut,
-    /// A std mutex: every critical section is a few map operations and channel sends that
-    /// never block, and none holds it across an `.await`.
-    routes: Mutex<Routes>,
+    tools: Tools,
+    to_client: ClientOut,
 }
 
 impl Shared {
-    pub(super) fn routes(&self) -> MutexGuard<'_, Routes> {
-        self.routes.lock().unwrap_or_else(|p| p.into_inner())
+    fn routes(&self) -> std::sync::MutexGuard<'_, Routes> {
+        self.router.routes()
     }
 
     /// Handles one message from the client.
@@ -332,7 +127,7 @@ impl Shared {
                     }
                     (Some("notifications/initialized"), None) => {
                         // The session is open: the proxy may now ask for the tools itself.
-                        self.server_in.send(&line).await;
+                        self.router.send(&line).await;
                         self.initialized.store(true, Ordering::Release);
                         self.list_tools(None);
                         return;
@@ -357,8 +152,8 @@ impl Shared {
     /// answer from it, so its requests are answered here (a stdio server whose input is closed
     /// is exiting, and ends the proxy).
     async fn forward(&self, line: &[u8]) {
-        if !self.server_in.send(line).await
-            && let Some(upstream) = &self.upstream
+        if !self.router.send(line).await
+            && let Some(upstream) = self.router.server().upstream()
         {
             self.fail_requests(&http::request_ids(line), |id| {
                 http::unsent_line(id, upstream.shown())
@@ -442,11 +237,6 @@ impl Shared {
             loop {
                 let n = shared.own_count.fetch_add(1, Ordering::Relaxed);
                 let id = Value::String(format!("{}-{n}", shared.own_prefix));
-                let (tx, rx) = oneshot::channel();
-                shared
-                    .routes()
-                    .pending
-                    .insert(IdKey::of(&id), Route::List(tx));
                 let mut params = match &cursor {
                     Some(cursor) => serde_json::json!({"cursor": cursor}),
                     None => serde_json::json!({}),
@@ -457,20 +247,19 @@ impl Shared {
                 let request = jsonrpc::line(&serde_json::json!({
                     "jsonrpc": "2.0", "id": id, "method": "tools/list", "params": params,
                 }));
-                let answer = if shared.server_in.send(&request).await {
-                    tokio::time::timeout(LIST_TIMEOUT, rx)
+                let answer = match shared.router.request(&IdKey::of(&id), &request).await {
+                    Some(rx) => tokio::time::timeout(LIST_TIMEOUT, rx)
                         .await
                         .ok()
-                        .and_then(Result::ok)
-                } else {
-                    None
+                        .and_then(Result::ok),
+                    None => None,
                 };
                 let result = answer
                     .and_then(|line| serde_json::from_slice::<Value>(&line).ok())
                     .and_then(|mut message| message.get_mut("result").map(Value::take));
                 let Some(result) = result else {
                     ttl = None;
-                    shared.routes().abandon(&IdKey::of(&id));
+                    shared.router.abandon(&IdKey::of(&id));
                     tracing::warn!(
                         target: "toolonce::mcp",
                         "the server did not list its tools; tools it has not listed are writes"
@@ -593,8 +382,14 @@ impl Shared {
             }
             routes.calls.insert(call.id_key.clone(), cancel_tx);
         }
-        let unsent = UnsentCall::new(self.clone());
-        calls.spawn(call::run(self.clone(), call, cancel_rx, sink, unsent));
+        let unsent = self.router.unsent_call();
+        calls.spawn(call::run(
+            self.context.clone(),
+            call,
+            cancel_rx,
+            sink,
+            unsent,
+        ));
     }
 
     /// Handles a `notifications/cancelled` (parsed `message`, bytes `line`). Returns whether it
@@ -604,20 +399,7 @@ impl Shared {
         let Some(id) = message.pointer("/params/requestId") else {
             return false;
         };
-        let id = IdKey::of(id);
-        match self.routes().calls.get(&id) {
-            Some(switch) => switch.send_replace(true),
-            None => return false,
-        };
-        // A call forwards its request holding the server's stdin, and checks the switch after
-        // taking it. So with stdin held here, either the request is out (its route is in place)
-        // and the cancel follows it, or the request never goes out: a cancel never overtakes
-        // its request, and never reaches the server for a request the server did not get.
-        let mut stdin = self.server_in.lock().await;
-        if self.routes().pending.contains_key(&id) {
-            stdin.send(line).await;
-        }
-        true
+        self.router.cancel_call(&IdKey::of(id), line).await
     }
 
     /// Splits a batch that holds write calls (see [`batch`](super::batch)). Returns `false`
@@ -885,45 +667,29 @@ pub(crate) async fn run(
     client_out: ClientOut,
     shutdown_timeout: Duration,
 ) -> anyhow::Result<ExitStatus> {
-    let (end, mut child, upstream, output) = match server {
-        Server::Command(command) => {
-            let (child, stdin, stdout) = start(command)?;
-            (
-                ServerEnd::Stdin(stdin),
-                Some(child),
-                None,
-                Output::Stdout(stdout),
-            )
-        }
-        Server::Http(upstream, incoming) => (
-            ServerEnd::Http(upstream.clone()),
-            None,
-            Some(upstream),
-            Output::Http(incoming),
-        ),
-    };
+    let (server, mut child, output) = server::start(server)?;
+    let upstream = server.upstream().cloned();
     let mut random = [0u8; 8];
     getrandom::fill(&mut random)
         .map_err(|e| anyhow::anyhow!("no randomness for the proxy's request ids: {e}"))?;
-    let shared = Arc::new(Shared {
+    let router = Arc::new(Router::new(server));
+    let context = Arc::new(call::Context {
         scope: settings.scope,
         server_id: settings.server_id,
         store: settings.store.clone(),
+        config: settings.config.clone(),
+        layer: Layer::new(settings.store),
+        router: router.clone(),
+    });
+    let shared = Arc::new(Shared {
+        context,
+        router,
         listing: watch::Sender::new(0),
         own_prefix: format!("toolonce-{:016x}", u64::from_le_bytes(random)),
         own_count: AtomicU64::new(0),
         initialized: AtomicBool::new(false),
-        tools: Tools::new(settings.config.clone()),
-        config: settings.config,
-        layer: Layer::new(settings.store),
-        server_in: ServerIn(tokio::sync::Mutex::new(Some(end))),
-        upstream: upstream.clone(),
-        unsent: Unsent::default(),
+        tools: Tools::new(settings.config),
         to_client: client_out.clone(),
-        routes: Mutex::new(Routes {
-            upstream: upstream.clone(),
-            ..Routes::default()
-        }),
     });
     let mut reader = match output {
         Output::Stdout(stdout) => tokio::spawn(read_server(shared.clone(), stdout)),
@@ -952,7 +718,7 @@ pub(crate) async fn run(
                 // server goes on: the proxy stops as if the client had hung up.
                 tracing::info!(target: "toolonce::mcp", "SIGTERM: stopping the server");
                 match &child {
-                    Some(child) => signal(child, "TERM").await,
+                    Some(child) => server::signal(child, "TERM").await,
                     None => break End::ClientHungUp,
                 }
             }
@@ -967,7 +733,7 @@ pub(crate) async fn run(
             // answered (write calls' answers are recorded); a request given up, whose answer
             // may never come, is not waited for.
             let settled = async {
-                shared.unsent.drained().await;
+                shared.router.unsent_drained().await;
                 while !(calls.is_empty() && shared.routes().answered()) {
                     tokio::select! {
                         Some(_) = calls.join_next(), if !calls.is_empty() => {}
@@ -985,7 +751,7 @@ pub(crate) async fn run(
                     "the client hung up; stopping with requests still unanswered"
                 );
             }
-            shared.server_in.close().await;
+            shared.router.server().close().await;
             upstream.close();
             // Every answer that came is routed: the reader has nothing left to do.
             drain = Duration::ZERO;
@@ -1013,45 +779,13 @@ pub(crate) async fn run(
     Ok(status)
 }
 
-/// Where the server's messages come from.
-enum Output {
-    Stdout(ChildStdout),
-    Http(mpsc::UnboundedReceiver<Incoming>),
-}
-
-/// Starts the server command with piped stdin and stdout.
-fn start(mut command: Command) -> anyhow::Result<(Child, ChildStdin, ChildStdout)> {
-    command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true);
-    let program = command
-        .as_std()
-        .get_program()
-        .to_string_lossy()
-        .into_owned();
-    let mut child = command
-        .spawn()
-        .with_context(|| format!("cannot start the MCP server `{program}`"))?;
-    let stdin = child
-        .stdin
-        .take()
-        .context("the server's stdin is not piped")?;
-    let stdout = child
-        .stdout
-        .take()
-        .context("the server's stdout is not piped")?;
-    Ok((child, stdin, stdout))
-}
-
 /// Routes what an HTTP server sends, until the upstream is closed and its exchanges are over.
 async fn read_upstream(shared: Arc<Shared>, mut incoming: mpsc::UnboundedReceiver<Incoming>) {
     while let Some(message) = incoming.recv().await {
         match message {
             Incoming::Message(line) => shared.on_server_message(line),
             Incoming::Lost(ids, why) => {
-                let upstream = shared.upstream.as_ref().map_or("", |u| u.shown());
+                let upstream = shared.router.server().upstream().map_or("", |u| u.shown());
                 shared.fail_requests(&ids, |id| http::lost_line(id, upstream, &why));
             }
         }
@@ -1068,7 +802,7 @@ async fn hang_up(
     // Write calls the client sent before hanging up still reach the server first (one waiting
     // for another run of its operation, at most for the shutdown timeout).
     tokio::select! {
-        drained = tokio::time::timeout(timeout, shared.unsent.drained()) => {
+        drained = tokio::time::timeout(timeout, shared.router.unsent_drained()) => {
             if drained.is_err() {
                 tracing::warn!(
                     target: "toolonce::mcp",
@@ -1078,38 +812,8 @@ async fn hang_up(
         }
         status = child.wait() => return Ok(status?),
     }
-    shared.server_in.close().await;
-    if let Ok(status) = tokio::time::timeout(timeout, child.wait()).await {
-        return Ok(status?);
-    }
-    tracing::warn!(
-        target: "toolonce::mcp",
-        ?timeout,
-        "the server did not exit after its input closed; sending SIGTERM"
-    );
-    signal(child, "TERM").await;
-    if let Ok(status) = tokio::time::timeout(timeout, child.wait()).await {
-        return Ok(status?);
-    }
-    tracing::warn!(target: "toolonce::mcp", "the server ignored SIGTERM; killing it");
-    child.kill().await?;
-    Ok(child.wait().await?)
-}
-
-/// Sends a signal by name to the child through `kill(1)`: the standard library only offers
-/// SIGKILL, and unsafe code (for `libc::kill`) is forbidden in this workspace.
-async fn signal(child: &Child, name: &str) {
-    let Some(pid) = child.id() else { return };
-    let sent = Command::new("kill")
-        .args(["-s", name, &pid.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .await;
-    if let Err(e) = sent {
-        tracing::warn!(target: "toolonce::mcp", error = %e, "cannot run kill(1)");
-    }
+    shared.router.server().close().await;
+    server::stop(child, timeout).await
 }
 
 /// Reads the server's messages and routes each, until its stdout closes.
