@@ -10,7 +10,7 @@
 use std::collections::HashSet;
 use std::process::ExitStatus;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -32,15 +32,11 @@ use super::route::{Route, Router, Routes};
 use super::server::{self, Output, Server};
 use super::stdio::ClientOut;
 use super::store::LazyStore;
-use super::tools::Tools;
+use super::tools::{Listing, Tools};
 
 /// How long the proxy waits, after the server exited, for the rest of the server's output and
 /// for the calls it left unanswered to settle.
 const DRAIN: Duration = Duration::from_secs(2);
-
-/// How long the proxy waits for the server to answer one of its own `tools/list` requests, and
-/// how long a tool call waits for a listing in progress before being classified without it.
-const LIST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the proxy needs besides the server command.
 pub(crate) struct Settings {
@@ -58,15 +54,10 @@ struct Shared {
     context: Arc<call::Context>,
     /// The routing tables and the server's end (the same as `context.router`).
     router: Arc<Router>,
-    /// How many of the proxy's own listings of the tools are in progress: tool calls wait for
-    /// none to be.
-    listing: watch::Sender<usize>,
-    /// The prefix of the proxy's own request ids, and their counter.
-    own_prefix: String,
-    own_count: AtomicU64,
+    /// The proxy's own listing of the tools, and what it learnt.
+    listing: Arc<Listing>,
     /// Whether the client has initialized the session (the proxy may send requests of its own).
     initialized: AtomicBool,
-    tools: Tools,
     to_client: ClientOut,
 }
 
@@ -208,80 +199,18 @@ impl Shared {
 
     /// Waits (a bounded time) for the proxy's own listing of the tools, if one is in progress.
     async fn listed(&self) {
-        let mut listing = self.listing.subscribe();
-        let _ = tokio::time::timeout(LIST_TIMEOUT, listing.wait_for(|n| *n == 0)).await;
+        self.listing.listed().await;
     }
 
-    /// Lists the tools before classifying a call of protocol 2026-07-28 or later, if the proxy
-    /// has not listed for its version, or its listing is stale (see [`tools`](super::tools)).
-    fn list_for_modern(self: &Arc<Self>, params: Option<&Value>) {
-        if let Some((version, meta)) = params.and_then(jsonrpc::own_request_meta)
-            && let Some(meta) = self.tools.modern_listing(&version, &meta)
-        {
-            self.list_tools(Some(meta));
-        }
+    /// Lists the tools before classifying a call of protocol 2026-07-28 or later, if needed
+    /// (see [`Listing::list_for_modern`]).
+    fn list_for_modern(&self, params: Option<&Value>) {
+        self.listing.list_for_modern(params);
     }
 
-    /// Starts listing the server's tools with the proxy's own requests (every page), so that
-    /// classification never depends on whether the client listed them. Tool calls received
-    /// from now on wait for it. `meta`: the `params._meta` of each request (protocol
-    /// 2026-07-28 or later, whose server refuses a request without one).
-    fn list_tools(self: &Arc<Self>, meta: Option<Value>) {
-        self.listing.send_modify(|n| *n += 1);
-        let shared = self.clone();
-        tokio::spawn(async move {
-            let mut cursor: Option<Value> = None;
-            // How long the listing stays fresh (2026-07-28): the least `ttlMs` of its pages,
-            // absent or negative meaning 0; `None` if it failed.
-            let mut ttl = Some(u64::MAX);
-            loop {
-                let n = shared.own_count.fetch_add(1, Ordering::Relaxed);
-                let id = Value::String(format!("{}-{n}", shared.own_prefix));
-                let mut params = match &cursor {
-                    Some(cursor) => serde_json::json!({"cursor": cursor}),
-                    None => serde_json::json!({}),
-                };
-                if let Some(meta) = &meta {
-                    params["_meta"] = meta.clone();
-                }
-                let request = jsonrpc::line(&serde_json::json!({
-                    "jsonrpc": "2.0", "id": id, "method": "tools/list", "params": params,
-                }));
-                let answer = match shared.router.request(&IdKey::of(&id), &request).await {
-                    Some(rx) => tokio::time::timeout(LIST_TIMEOUT, rx)
-                        .await
-                        .ok()
-                        .and_then(Result::ok),
-                    None => None,
-                };
-                let result = answer
-                    .and_then(|line| serde_json::from_slice::<Value>(&line).ok())
-                    .and_then(|mut message| message.get_mut("result").map(Value::take));
-                let Some(result) = result else {
-                    ttl = None;
-                    shared.router.abandon(&IdKey::of(&id));
-                    tracing::warn!(
-                        target: "toolonce::mcp",
-                        "the server did not list its tools; tools it has not listed are writes"
-                    );
-                    break;
-                };
-                shared.tools.learn(&result);
-                let page_ttl = result.get("ttlMs").and_then(Value::as_u64).unwrap_or(0);
-                ttl = ttl.map(|ttl| ttl.min(page_ttl));
-                match result.get("nextCursor") {
-                    Some(next) if !next.is_null() && cursor.as_ref() != Some(next) => {
-                        cursor = Some(next.clone());
-                    }
-                    _ => break,
-                }
-            }
-            if let Some(meta) = &meta {
-                let ttl = ttl.map(Duration::from_millis);
-                shared.tools.modern_listed(meta, ttl);
-            }
-            shared.listing.send_modify(|n| *n -= 1);
-        });
+    /// Starts the proxy's own listing of the server's tools (see [`Listing::list`]).
+    fn list_tools(&self, meta: Option<Value>) {
+        self.listing.list(meta);
     }
 
     /// Answers a line that serde_json cannot read, if it holds a write call: a JSON-RPC error,
@@ -306,7 +235,7 @@ impl Shared {
         }
         self.listed().await;
         match &message.tool {
-            Some((name, true)) => self.tools.is_write(name),
+            Some((name, true)) => self.listing.tools.is_write(name),
             // A name that cannot be read exactly is no tool the proxy knows as a read.
             _ => true,
         }
@@ -335,7 +264,7 @@ impl Shared {
         let id = message.get("id").filter(|id| !id.is_null())?.clone();
         let params = message.get("params")?;
         let tool = params.get("name")?.as_str()?;
-        if !self.tools.is_write(tool) {
+        if !self.listing.tools.is_write(tool) {
             return None;
         }
         // MCP makes `arguments` optional: no arguments and `{}` are the same operation.
@@ -564,7 +493,7 @@ impl Shared {
                 {
                     if self.initialized.load(Ordering::Acquire) {
                         self.list_tools(None);
-                    } else if let Some(meta) = self.tools.modern_meta() {
+                    } else if let Some(meta) = self.listing.tools.modern_meta() {
                         self.list_tools(Some(meta));
                     }
                 }
@@ -645,7 +574,7 @@ impl Shared {
 
     fn learn(&self, response: &Value) {
         if let Some(result) = response.get("result") {
-            self.tools.learn(result);
+            self.listing.tools.learn(result);
         }
     }
 }
@@ -669,10 +598,9 @@ pub(crate) async fn run(
 ) -> anyhow::Result<ExitStatus> {
     let (server, mut child, output) = server::start(server)?;
     let upstream = server.upstream().cloned();
-    let mut random = [0u8; 8];
-    getrandom::fill(&mut random)
-        .map_err(|e| anyhow::anyhow!("no randomness for the proxy's request ids: {e}"))?;
     let router = Arc::new(Router::new(server));
+    let listing = Listing::new(Tools::new(settings.config.clone()), router.clone())?;
+    let listing = Arc::new(listing);
     let context = Arc::new(call::Context {
         scope: settings.scope,
         server_id: settings.server_id,
@@ -684,11 +612,8 @@ pub(crate) async fn run(
     let shared = Arc::new(Shared {
         context,
         router,
-        listing: watch::Sender::new(0),
-        own_prefix: format!("toolonce-{:016x}", u64::from_le_bytes(random)),
-        own_count: AtomicU64::new(0),
+        listing,
         initialized: AtomicBool::new(false),
-        tools: Tools::new(settings.config),
         to_client: client_out.clone(),
     });
     let mut reader = match output {
