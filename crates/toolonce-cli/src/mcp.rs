@@ -54,7 +54,8 @@
 //! - [`call`]: one intercepted write call through the layer.
 //! - [`answer`]: what the server's answer means for the store, and the answers the proxy
 //!   writes itself (replays, explanations): MCP semantics without I/O.
-//! - [`batch`]: batches (protocol 2025-03-26) that hold write calls.
+//! - [`batch`]: batches (protocol 2025-03-26) that hold write calls: how they are split
+//!   (the proxy acts on the plan), and their answers collected into one array.
 //! - [`store`]: a store opened lazily, so an outage at start-up fails writes, not the proxy
 //!   (a store that can never work fails the proxy at start).
 //! - [`stdio`]: the client's side: the proxy's stdin and stdout.

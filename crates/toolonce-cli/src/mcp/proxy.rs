@@ -7,7 +7,6 @@
 //! [`route`](super::route)'s to say. The proxy's own requests (its `tools/list`) use string ids
 //! with a random prefix no client picks.
 
-use std::collections::HashSet;
 use std::process::ExitStatus;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,7 +21,7 @@ use tokio::task::JoinSet;
 use toolonce::Layer;
 
 use super::answer;
-use super::batch::Batch;
+use super::batch::{self, Member, Plan};
 use super::call::{self, Call, Sink};
 use super::config::Config;
 use super::http::{self, Incoming};
@@ -334,103 +333,87 @@ impl Shared {
     /// Splits a batch that holds write calls (see [`batch`](super::batch)). Returns `false`
     /// if the batch passes through as it is.
     async fn split_batch(self: &Arc<Self>, line: &[u8], calls: &mut JoinSet<()>) -> bool {
-        let is_call = |m: &Value| m.get("method").and_then(Value::as_str) == Some("tools/call");
-        if may_hold_call(line) {
+        if batch::may_hold_call(line) {
             self.listed().await;
         }
         let Ok(members) = serde_json::from_slice::<Vec<Value>>(line) else {
             return self.refuse_unparsable_batch(line).await;
         };
-        let request_id = |m: &Value| {
-            m.get("method")
-                .and(m.get("id"))
-                .filter(|id| !id.is_null())
-                .map(IdKey::of)
-        };
-        let is_list = |m: &Value| m.get("method").and_then(Value::as_str) == Some("tools/list");
-        let writes: Vec<bool> = members
-            .iter()
-            .map(|m| is_call(m) && self.write_call(m.clone(), Vec::new()).is_some())
-            .collect();
-        let ids: Vec<IdKey> = members.iter().filter_map(request_id).collect();
-        let refuse = |why: &str| {
-            tracing::warn!(target: "toolonce::mcp", "refused a batch that {why}");
-            let text = format!(
-                "toolonce: this batch {why}, so answers could not be told apart; nothing in it \
-                 was sent. Send it with ids of its own."
-            );
-            let answers: Vec<Value> = members
-                .iter()
-                .filter_map(|m| m.get("method").and(m.get("id")).filter(|id| !id.is_null()))
-                .map(|id| {
-                    serde_json::from_slice(&jsonrpc::error_line(Some(id), INVALID_REQUEST, &text))
-                        .expect("an answer the proxy made is JSON")
-                })
-                .collect();
-            if !answers.is_empty() {
-                self.to_client.send(jsonrpc::line(&Value::Array(answers)));
-            }
-            true
-        };
+        let plan = Plan::of(members, |m| {
+            self.write_call(m.clone(), Vec::new()).is_some()
+        });
         {
             let mut routes = self.routes();
-            let unique: HashSet<&IdKey> = ids.iter().collect();
-            if unique.len() != ids.len() && writes.contains(&true) {
+            if plan.reuses_an_id() {
                 drop(routes);
-                return refuse("with write calls uses one request id twice");
+                return self.refuse_batch(&plan, "with write calls uses one request id twice");
             }
             let taken = |id: &IdKey| {
-                if writes.contains(&true) {
+                if plan.has_writes() {
                     routes.id_taken(id).is_some()
                 } else {
                     routes.calls.contains_key(id) || routes.pending.contains_key(id)
                 }
             };
-            if ids.iter().any(taken) {
+            if plan.ids().iter().any(taken) {
                 drop(routes);
-                return refuse("reuses the request id of a request still in progress");
+                return self.refuse_batch(
+                    &plan,
+                    "reuses the request id of a request still in progress",
+                );
             }
-            if !writes.contains(&true) {
-                for member in &members {
-                    if let Some(id) = request_id(member) {
-                        if is_list(member) {
-                            routes.lists.insert(id.clone());
-                        }
-                        routes.passing.insert(id);
+            if !plan.has_writes() {
+                for (id, list) in plan.requests() {
+                    if list {
+                        routes.lists.insert(id.clone());
                     }
+                    routes.passing.insert(id);
                 }
                 return false;
             }
         }
-        let batch = Arc::new(Batch::new(ids.len(), self.to_client.clone()));
-        let mut slot = 0;
-        for (member, is_write) in members.into_iter().zip(writes) {
-            let id = request_id(&member);
-            if is_write {
-                let request = jsonrpc::line(&member);
-                let call = self
-                    .write_call(member, request)
-                    .expect("classified as a write call above");
-                self.start_call(call, Sink::Batch(batch.clone(), slot), calls);
-                slot += 1;
-            } else if let Some(id) = id {
-                {
-                    let mut routes = self.routes();
-                    if is_list(&member) {
-                        routes.lists.insert(id.clone());
-                    }
-                    routes.pending.insert(id, Route::Batch(batch.clone(), slot));
+        let (batch, members) = plan.split(self.to_client.clone());
+        for member in members {
+            match member {
+                Member::Write { message, slot } => {
+                    let request = jsonrpc::line(&message);
+                    let call = self
+                        .write_call(message, request)
+                        .expect("classified as a write call above");
+                    self.start_call(call, Sink::Batch(batch.clone(), slot), calls);
                 }
-                self.forward(&jsonrpc::line(&member)).await;
-                slot += 1;
-            } else {
-                let line = jsonrpc::line(&member);
-                let is_cancel =
-                    member.get("method").and_then(Value::as_str) == Some("notifications/cancelled");
-                if !(is_cancel && self.cancel(&member, &line).await) {
-                    self.forward(&line).await;
+                Member::Request {
+                    message,
+                    id,
+                    slot,
+                    list,
+                } => {
+                    {
+                        let mut routes = self.routes();
+                        if list {
+                            routes.lists.insert(id.clone());
+                        }
+                        routes.pending.insert(id, Route::Batch(batch.clone(), slot));
+                    }
+                    self.forward(&jsonrpc::line(&message)).await;
+                }
+                Member::Notification(message) => {
+                    let line = jsonrpc::line(&message);
+                    let is_cancel = message.get("method").and_then(Value::as_str)
+                        == Some("notifications/cancelled");
+                    if !(is_cancel && self.cancel(&message, &line).await) {
+                        self.forward(&line).await;
+                    }
                 }
             }
+        }
+        true
+    }
+
+    /// Answers every request of a batch refused whole; returns `true` (it was handled).
+    fn refuse_batch(&self, plan: &Plan, why: &str) -> bool {
+        if let Some(answer) = plan.refusal(why) {
+            self.to_client.send(answer);
         }
         true
     }
@@ -460,25 +443,8 @@ impl Shared {
             }
             return false;
         }
-        let answers: Vec<Value> = members
-            .iter()
-            .filter(|m| m.method.is_some() && m.id.is_some())
-            .map(|m| {
-                let line = if m.method.as_deref() == Some("tools/call") {
-                    self.unparsable_error(m)
-                } else {
-                    jsonrpc::error_line(
-                        m.id.as_ref(),
-                        INVALID_REQUEST,
-                        "toolonce: not sent, because a write call in the same batch cannot be \
-                         read exactly; send the other requests again on their own.",
-                    )
-                };
-                serde_json::from_slice(&line).expect("an answer the proxy made is JSON")
-            })
-            .collect();
-        tracing::warn!(target: "toolonce::mcp", "refused a batch with a write call that cannot be read exactly");
-        self.to_client.send(jsonrpc::line(&Value::Array(answers)));
+        let answer = batch::unreadable_refusal(&members, |m| self.unparsable_error(m));
+        self.to_client.send(answer);
         true
     }
 
@@ -577,11 +543,6 @@ impl Shared {
             self.listing.tools.learn(result);
         }
     }
-}
-
-/// Whether a line may hold a `tools/call` (a cheap test before waiting for the tool list).
-fn may_hold_call(line: &[u8]) -> bool {
-    line.windows(4).any(|w| w == b"call")
 }
 
 /// Runs the proxy until the server exits; returns the server's exit status.
