@@ -50,7 +50,10 @@
 //! - [`protocol`]: every header name, `_meta` member and JSON-RPC code, defined once.
 //! - [`jsonrpc`]: looking at messages without decoding them, the `_meta` splice, answers.
 //! - [`tools`]: read/write classification from `tools/list`.
-//! - [`proxy`]: routing between the client and the server, and the lifecycle.
+//! - [`proxy`]: routing between the client and the server.
+//! - [`lifecycle`]: one proxy's life: start, the end of either side, shutdown in order.
+//! - [`route`]: the routing tables, and sending a request whose answer comes back.
+//! - [`server`]: the server's end, a child process or an HTTP server, behind one handle.
 //! - [`call`]: one intercepted write call through the layer.
 //! - [`answer`]: what the server's answer means for the store, and the answers the proxy
 //!   writes itself (replays, explanations): MCP semantics without I/O.
@@ -78,6 +81,7 @@ mod call;
 mod config;
 mod http;
 mod jsonrpc;
+mod lifecycle;
 mod listen;
 mod protocol;
 mod proxy;
@@ -354,7 +358,7 @@ async fn serve(settings: Settings) -> anyhow::Result<std::process::ExitStatus> {
         config: settings.config,
         store: Arc::new(store),
     };
-    let status = proxy::run(
+    let status = lifecycle::run(
         proxy,
         settings.server,
         client_in,

@@ -28,7 +28,7 @@ use toolonce::key::Derived;
 use toolonce::{OnExpired, Outcome, ToolError, WriteAnswer};
 
 use super::config::{OnError, Policy};
-use super::jsonrpc;
+use super::jsonrpc::{self, Lenient};
 use super::protocol::{
     HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, META_KEY, METHOD_NOT_FOUND,
     MISSING_CLIENT_CAPABILITY, OUTCOME_KEY, PARSE_ERROR, UNSUPPORTED_PROTOCOL_VERSION,
@@ -263,6 +263,23 @@ pub(super) fn interpret(line: &[u8], policy: &Policy) -> Result<Value, ToolError
         return Err(failure(policy.on_tool_error, text).with_detail(result));
     }
     Ok(result)
+}
+
+/// The JSON-RPC error answering a write call serde_json cannot read exactly (see
+/// [`Lenient`]), which is not sent: no operation key can be derived for it.
+pub(super) fn unreadable_call(message: &Lenient) -> Vec<u8> {
+    let tool = message.tool.as_ref().map_or("?", |(name, _)| name.as_str());
+    jsonrpc::error_line(
+        message.id.as_ref(),
+        INVALID_PARAMS,
+        &format!(
+            "toolonce: this call of the write tool `{tool}` is not exactly readable JSON \
+                 (invalid UTF-8, a lone surrogate escape such as \\ud800, a number beyond double \
+                 precision, or nesting deeper than 127 levels), so no operation key can be \
+                 derived for it and it was not sent to the server: nothing ran. Send the \
+                 arguments as valid JSON (whole characters, representable numbers)."
+        ),
+    )
 }
 
 #[cfg(test)]

@@ -51,10 +51,11 @@ use super::answer::{GiveUp, completed, give_up_answer, interpret, proxy_result, 
 use super::batch::Batch;
 use super::config::{Config, Policy};
 use super::jsonrpc::{self, IdKey};
-use super::protocol::{INVALID_PARAMS, META_KEY};
+use super::protocol::{INVALID_PARAMS, META_KEY, META_PROTOCOL_VERSION};
 use super::route::{NotSent, Router, UnsentCall};
 use super::stdio::ClientOut;
 use super::store::LazyStore;
+use super::tools::Tools;
 
 /// A write call taken from the client's stream.
 #[derive(Debug)]
@@ -70,6 +71,37 @@ pub(super) struct Call {
     pub(super) modern: bool,
     /// The request as the client sent it.
     pub(super) request: Vec<u8>,
+}
+
+impl Call {
+    /// The write call in `message` (whose bytes are `request`), if it is one: a `tools/call`
+    /// with an id of a tool `tools` classes as a write.
+    pub(super) fn of(tools: &Tools, message: Value, request: Vec<u8>) -> Option<Call> {
+        if message.get("method").and_then(Value::as_str) != Some("tools/call") {
+            return None;
+        }
+        let id = message.get("id").filter(|id| !id.is_null())?.clone();
+        let params = message.get("params")?;
+        let tool = params.get("name")?.as_str()?;
+        if !tools.is_write(tool) {
+            return None;
+        }
+        // MCP makes `arguments` optional: no arguments and `{}` are the same operation.
+        let arguments = match params.get("arguments") {
+            None | Some(Value::Null) => Value::Object(serde_json::Map::new()),
+            Some(args) => args.clone(),
+        };
+        let meta = params.get("_meta");
+        Some(Call {
+            id_key: IdKey::of(&id),
+            id,
+            tool: tool.to_owned(),
+            arguments,
+            client_key: meta.and_then(|m| m.get(META_KEY)).cloned(),
+            modern: meta.is_some_and(|m| m.get(META_PROTOCOL_VERSION).is_some()),
+            request,
+        })
+    }
 }
 
 /// Where the answer to a call goes.

@@ -59,9 +59,9 @@ use super::protocol::{
     PROTOCOL_VERSION_HEADER as PROTOCOL_VERSION, SERVER_ERROR, SESSION_ID_HEADER as SESSION,
     WWW_AUTHENTICATE_KEY,
 };
-use super::proxy;
 use super::server;
 use super::stdio::ClientOut;
+use super::{lifecycle, proxy};
 
 /// The largest request body accepted.
 const MAX_BODY: usize = 16 * 1024 * 1024;
@@ -1063,7 +1063,7 @@ fn start_session(
                 lock(&routing).deliver(line);
             }
         });
-        let status = proxy::run(
+        let status = lifecycle::run(
             settings,
             server,
             client_in,

@@ -1,22 +1,16 @@
-//! The proxy itself: starts the server (or reaches it over HTTP), routes every message between
-//! the client and the server, hands write calls to [`call`], lists the server's tools itself,
-//! and runs the lifecycle (the server's exit ends the proxy; the client hanging up ends the
-//! server, or the HTTP session).
+//! The proxy itself: routes every message between the client and the server, hands write calls
+//! to [`call`], has the server's tools listed ([`Listing`]), and splits batches that hold write
+//! calls. Its life (start, the end of either side, shutdown) is [`lifecycle`](super::lifecycle)'s.
 //!
 //! Which request ids may be used when, and how a request and its cancel keep their order, is
 //! [`route`](super::route)'s to say. The proxy's own requests (its `tools/list`) use string ids
 //! with a random prefix no client picks.
 
-use std::process::ExitStatus;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
-use anyhow::Context;
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, ChildStdout};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use toolonce::Layer;
 
@@ -24,18 +18,14 @@ use super::answer;
 use super::batch::{self, Member, Plan};
 use super::call::{self, Call, Sink};
 use super::config::Config;
-use super::http::{self, Incoming};
+use super::http;
 use super::jsonrpc::{self, IdKey, Lenient, Peek};
-use super::protocol::{INVALID_PARAMS, INVALID_REQUEST, META_KEY, META_PROTOCOL_VERSION};
+use super::protocol::INVALID_REQUEST;
 use super::route::{Route, Router, Routes};
-use super::server::{self, Output, Server};
+use super::server::ServerHandle;
 use super::stdio::ClientOut;
 use super::store::LazyStore;
 use super::tools::{Listing, Tools};
-
-/// How long the proxy waits, after the server exited, for the rest of the server's output and
-/// for the calls it left unanswered to settle.
-const DRAIN: Duration = Duration::from_secs(2);
 
 /// What the proxy needs besides the server command.
 pub(crate) struct Settings {
@@ -48,7 +38,7 @@ pub(crate) struct Settings {
 
 /// State shared by the routing loop, the server reader and the proxy's own listings.
 #[derive(Debug)]
-struct Shared {
+pub(super) struct Shared {
     /// What the write calls share (they get this, not the routing loop's state).
     context: Arc<call::Context>,
     /// The routing tables and the server's end (the same as `context.router`).
@@ -61,12 +51,16 @@ struct Shared {
 }
 
 impl Shared {
-    fn routes(&self) -> std::sync::MutexGuard<'_, Routes> {
+    pub(super) fn routes(&self) -> std::sync::MutexGuard<'_, Routes> {
         self.router.routes()
     }
 
     /// Handles one message from the client.
-    async fn on_client_message(self: &Arc<Self>, line: Vec<u8>, calls: &mut JoinSet<()>) {
+    pub(super) async fn on_client_message(
+        self: &Arc<Self>,
+        line: Vec<u8>,
+        calls: &mut JoinSet<()>,
+    ) {
         match line.trim_ascii_start().first() {
             Some(b'{') => {
                 let Some(peek) = Peek::of(&line) else {
@@ -89,7 +83,9 @@ impl Shared {
                         self.listed().await;
                         match message {
                             Ok(message) => {
-                                if let Some(call) = self.write_call(message, line.clone()) {
+                                if let Some(call) =
+                                    Call::of(&self.listing.tools, message, line.clone())
+                                {
                                     self.start_call(
                                         call,
                                         Sink::Client(self.to_client.clone()),
@@ -154,7 +150,7 @@ impl Shared {
     /// Answers requests the server will not answer (not sent, or lost on the way back): a
     /// request passed on as it came, or a member of a split batch, gets `answer`; a write call
     /// or the proxy's own listing learns it from its route being dropped.
-    fn fail_requests(&self, ids: &[Value], answer: impl Fn(&Value) -> Vec<u8>) {
+    pub(super) fn fail_requests(&self, ids: &[Value], answer: impl Fn(&Value) -> Vec<u8>) {
         for id in ids {
             let key = IdKey::of(id);
             let (route, passing) = {
@@ -223,7 +219,7 @@ impl Shared {
             return false;
         }
         tracing::warn!(target: "toolonce::mcp", tool = ?lenient.tool, "refused a write call that cannot be read exactly");
-        self.to_client.send(self.unparsable_error(&lenient));
+        self.to_client.send(answer::unreadable_call(&lenient));
         true
     }
 
@@ -238,49 +234,6 @@ impl Shared {
             // A name that cannot be read exactly is no tool the proxy knows as a read.
             _ => true,
         }
-    }
-
-    fn unparsable_error(&self, message: &Lenient) -> Vec<u8> {
-        let tool = message.tool.as_ref().map_or("?", |(name, _)| name.as_str());
-        jsonrpc::error_line(
-            message.id.as_ref(),
-            INVALID_PARAMS,
-            &format!(
-                "toolonce: this call of the write tool `{tool}` is not exactly readable JSON \
-                 (invalid UTF-8, a lone surrogate escape such as \\ud800, a number beyond double \
-                 precision, or nesting deeper than 127 levels), so no operation key can be \
-                 derived for it and it was not sent to the server: nothing ran. Send the \
-                 arguments as valid JSON (whole characters, representable numbers)."
-            ),
-        )
-    }
-
-    /// The write call in `message` (whose bytes are `request`), if it is one.
-    fn write_call(&self, message: Value, request: Vec<u8>) -> Option<Call> {
-        if message.get("method").and_then(Value::as_str) != Some("tools/call") {
-            return None;
-        }
-        let id = message.get("id").filter(|id| !id.is_null())?.clone();
-        let params = message.get("params")?;
-        let tool = params.get("name")?.as_str()?;
-        if !self.listing.tools.is_write(tool) {
-            return None;
-        }
-        // MCP makes `arguments` optional: no arguments and `{}` are the same operation.
-        let arguments = match params.get("arguments") {
-            None | Some(Value::Null) => Value::Object(serde_json::Map::new()),
-            Some(args) => args.clone(),
-        };
-        let meta = params.get("_meta");
-        Some(Call {
-            id_key: IdKey::of(&id),
-            id,
-            tool: tool.to_owned(),
-            arguments,
-            client_key: meta.and_then(|m| m.get(META_KEY)).cloned(),
-            modern: meta.is_some_and(|m| m.get(META_PROTOCOL_VERSION).is_some()),
-            request,
-        })
     }
 
     /// Registers `call` for cancellation and starts it.
@@ -340,7 +293,7 @@ impl Shared {
             return self.refuse_unparsable_batch(line).await;
         };
         let plan = Plan::of(members, |m| {
-            self.write_call(m.clone(), Vec::new()).is_some()
+            Call::of(&self.listing.tools, m.clone(), Vec::new()).is_some()
         });
         {
             let mut routes = self.routes();
@@ -377,8 +330,7 @@ impl Shared {
             match member {
                 Member::Write { message, slot } => {
                     let request = jsonrpc::line(&message);
-                    let call = self
-                        .write_call(message, request)
+                    let call = Call::of(&self.listing.tools, message, request)
                         .expect("classified as a write call above");
                     self.start_call(call, Sink::Batch(batch.clone(), slot), calls);
                 }
@@ -443,13 +395,13 @@ impl Shared {
             }
             return false;
         }
-        let answer = batch::unreadable_refusal(&members, |m| self.unparsable_error(m));
+        let answer = batch::unreadable_refusal(&members, |m| answer::unreadable_call(m));
         self.to_client.send(answer);
         true
     }
 
     /// Handles one message from the server.
-    fn on_server_message(self: &Arc<Self>, line: Vec<u8>) {
+    pub(super) fn on_server_message(self: &Arc<Self>, line: Vec<u8>) {
         match line.trim_ascii_start().first() {
             Some(b'{') => {
                 let peek = Peek::of(&line);
@@ -545,180 +497,35 @@ impl Shared {
     }
 }
 
-/// Runs the proxy until the server exits; returns the server's exit status.
-///
-/// `client_in` yields the client's messages (closing when the client hangs up) and
-/// `client_out` takes the messages for the client; the caller owns the client's pipes, so
-/// tests and benches can drive the proxy without a process of its own.
-pub(crate) async fn run(
-    settings: Settings,
-    server: Server,
-    mut client_in: mpsc::UnboundedReceiver<Vec<u8>>,
-    client_out: ClientOut,
-    shutdown_timeout: Duration,
-) -> anyhow::Result<ExitStatus> {
-    let (server, mut child, output) = server::start(server)?;
-    let upstream = server.upstream().cloned();
-    let router = Arc::new(Router::new(server));
-    let listing = Listing::new(Tools::new(settings.config.clone()), router.clone())?;
-    let listing = Arc::new(listing);
-    let context = Arc::new(call::Context {
-        scope: settings.scope,
-        server_id: settings.server_id,
-        store: settings.store.clone(),
-        config: settings.config.clone(),
-        layer: Layer::new(settings.store),
-        router: router.clone(),
-    });
-    let shared = Arc::new(Shared {
-        context,
-        router,
-        listing,
-        initialized: AtomicBool::new(false),
-        to_client: client_out.clone(),
-    });
-    let mut reader = match output {
-        Output::Stdout(stdout) => tokio::spawn(read_server(shared.clone(), stdout)),
-        Output::Http(incoming) => tokio::spawn(read_upstream(shared.clone(), incoming)),
-    };
-    let mut calls = JoinSet::new();
-    let mut terminate =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+impl Shared {
+    /// The routing state of one proxy whose server end is `server`.
+    pub(super) fn new(
+        settings: Settings,
+        server: ServerHandle,
+        to_client: ClientOut,
+    ) -> anyhow::Result<Arc<Self>> {
+        let router = Arc::new(Router::new(server));
+        let listing = Listing::new(Tools::new(settings.config.clone()), router.clone())?;
+        let listing = Arc::new(listing);
+        let context = Arc::new(call::Context {
+            scope: settings.scope,
+            server_id: settings.server_id,
+            store: settings.store.clone(),
+            config: settings.config.clone(),
+            layer: Layer::new(settings.store),
+            router: router.clone(),
+        });
+        Ok(Arc::new(Shared {
+            context,
+            router,
+            listing,
+            initialized: AtomicBool::new(false),
+            to_client,
+        }))
+    }
 
-    enum End {
-        ServerExited(ExitStatus),
-        ClientHungUp,
-    }
-    let end = loop {
-        tokio::select! {
-            status = async { child.as_mut()?.wait().await.ok() }, if child.is_some() => {
-                break End::ServerExited(status.context("cannot wait for the server")?);
-            }
-            line = client_in.recv() => match line {
-                Some(line) => shared.on_client_message(line, &mut calls).await,
-                None => break End::ClientHungUp,
-            },
-            Some(_) = calls.join_next(), if !calls.is_empty() => {}
-            Some(()) = async { terminate.as_mut()?.recv().await }, if terminate.is_some() => {
-                // Pass the request to stop on; the server's exit then ends the proxy. An HTTP
-                // server goes on: the proxy stops as if the client had hung up.
-                tracing::info!(target: "toolonce::mcp", "SIGTERM: stopping the server");
-                match &child {
-                    Some(child) => server::signal(child, "TERM").await,
-                    None => break End::ClientHungUp,
-                }
-            }
-        }
-    };
-    let mut drain = DRAIN;
-    let status = match (end, child.as_mut(), &upstream) {
-        (End::ServerExited(status), _, _) => status,
-        (End::ClientHungUp, Some(child), _) => hang_up(&shared, child, shutdown_timeout).await?,
-        (End::ClientHungUp, None, Some(upstream)) => {
-            // Calls sent before the hang-up still go out, and the requests in progress may be
-            // answered (write calls' answers are recorded); a request given up, whose answer
-            // may never come, is not waited for.
-            let settled = async {
-                shared.router.unsent_drained().await;
-                while !(calls.is_empty() && shared.routes().answered()) {
-                    tokio::select! {
-                        Some(_) = calls.join_next(), if !calls.is_empty() => {}
-                        () = tokio::time::sleep(Duration::from_millis(20)) => {}
-                    }
-                }
-            };
-            if tokio::time::timeout(shutdown_timeout, settled)
-                .await
-                .is_err()
-            {
-                tracing::warn!(
-                    target: "toolonce::mcp",
-                    ?shutdown_timeout,
-                    "the client hung up; stopping with requests still unanswered"
-                );
-            }
-            shared.router.server().close().await;
-            upstream.close();
-            // Every answer that came is routed: the reader has nothing left to do.
-            drain = Duration::ZERO;
-            std::os::unix::process::ExitStatusExt::from_raw(0)
-        }
-        (End::ClientHungUp, None, None) => unreachable!("a server is a command or a URL"),
-    };
-    tracing::debug!(target: "toolonce::mcp", %status, "the server exited");
-
-    // Read what the server wrote before it exited (a grandchild holding its stdout must not
-    // keep us here), then settle the calls it never answered: dropping their routes tells them.
-    if tokio::time::timeout(drain, &mut reader).await.is_err() {
-        reader.abort();
-    }
-    if let Some(upstream) = &upstream {
-        upstream.end_session().await;
-    }
-    let unanswered: Vec<Route> = shared.routes().pending.drain().map(|(_, r)| r).collect();
-    drop(unanswered);
-    let settled = tokio::time::timeout(DRAIN, async { while calls.join_next().await.is_some() {} });
-    if settled.await.is_err() {
-        calls.abort_all();
-    }
-    client_out.close();
-    Ok(status)
-}
-
-/// Routes what an HTTP server sends, until the upstream is closed and its exchanges are over.
-async fn read_upstream(shared: Arc<Shared>, mut incoming: mpsc::UnboundedReceiver<Incoming>) {
-    while let Some(message) = incoming.recv().await {
-        match message {
-            Incoming::Message(line) => shared.on_server_message(line),
-            Incoming::Lost(ids, why) => {
-                let upstream = shared.router.server().upstream().map_or("", |u| u.shown());
-                shared.fail_requests(&ids, |id| http::lost_line(id, upstream, &why));
-            }
-        }
-    }
-}
-
-/// The client closed its input: close the server's, as the client would have done without the
-/// proxy, and give the server time to exit before asking harder.
-async fn hang_up(
-    shared: &Shared,
-    child: &mut Child,
-    timeout: Duration,
-) -> anyhow::Result<ExitStatus> {
-    // Write calls the client sent before hanging up still reach the server first (one waiting
-    // for another run of its operation, at most for the shutdown timeout).
-    tokio::select! {
-        drained = tokio::time::timeout(timeout, shared.router.unsent_drained()) => {
-            if drained.is_err() {
-                tracing::warn!(
-                    target: "toolonce::mcp",
-                    "closing the server's input with write calls not sent yet"
-                );
-            }
-        }
-        status = child.wait() => return Ok(status?),
-    }
-    shared.router.server().close().await;
-    server::stop(child, timeout).await
-}
-
-/// Reads the server's messages and routes each, until its stdout closes.
-async fn read_server(shared: Arc<Shared>, stdout: ChildStdout) {
-    let mut input = BufReader::with_capacity(64 * 1024, stdout);
-    loop {
-        let mut line = Vec::new();
-        match input.read_until(b'\n', &mut line).await {
-            Ok(0) => break,
-            Ok(_) => {
-                if line.last() != Some(&b'\n') {
-                    line.push(b'\n');
-                }
-                shared.on_server_message(line);
-            }
-            Err(e) => {
-                tracing::warn!(target: "toolonce::mcp", error = %e, "cannot read from the server");
-                break;
-            }
-        }
+    /// The routing tables and the server's end.
+    pub(super) fn router(&self) -> &Router {
+        &self.router
     }
 }
