@@ -62,10 +62,12 @@
 //! - [`store`]: a store opened lazily, so an outage at start-up fails writes, not the proxy
 //!   (a store that can never work fails the proxy at start).
 //! - [`stdio`]: the client's side: the proxy's stdin and stdout.
-//! - [`http`]: the server's side when it is a Streamable HTTP server.
+//! - [`http`]: the server's side when it is a Streamable HTTP server: its client (connections,
+//!   session, requests), one exchange per POST, server-sent events, the target URL.
 //! - [`listen`]: `--listen`, the client's side as a Streamable HTTP server (a gateway): one
 //!   proxy and server process (or HTTP server session) per client session, all sharing the
-//!   store and the scope.
+//!   store and the scope. Its sessions, their routing, request bodies and the HTTP checks each
+//!   have a file under `listen/`.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
