@@ -49,7 +49,7 @@
 //! - [`config`]: the TOML configuration and per-tool policies.
 //! - [`protocol`]: every header name, `_meta` member and JSON-RPC code, defined once.
 //! - [`jsonrpc`]: looking at messages without decoding them, the `_meta` splice, answers.
-//! - [`tools`]: read/write classification from `tools/list`.
+//! - [`tools`]: read/write classification from `tools/list`, and the proxy's own listing.
 //! - [`proxy`]: routing between the client and the server.
 //! - [`lifecycle`]: one proxy's life: start, the end of either side, shutdown in order.
 //! - [`route`]: the routing tables, and sending a request whose answer comes back.
