@@ -395,7 +395,7 @@ impl Shared {
             }
             return false;
         }
-        let answer = batch::unreadable_refusal(&members, |m| answer::unreadable_call(m));
+        let answer = batch::unreadable_refusal(&members, answer::unreadable_call);
         self.to_client.send(answer);
         true
     }
