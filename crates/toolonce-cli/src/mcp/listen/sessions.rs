@@ -14,10 +14,11 @@ use tokio::task::JoinSet;
 
 use crate::mcp::http::Upstream;
 use crate::mcp::jsonrpc::{self, IdKey};
+use crate::mcp::lifecycle;
 use crate::mcp::protocol::INTERNAL_ERROR;
+use crate::mcp::proxy;
 use crate::mcp::server;
 use crate::mcp::stdio::ClientOut;
-use crate::mcp::{lifecycle, proxy};
 
 use super::routes::{Routes, Session, Waiter, event, lock};
 
