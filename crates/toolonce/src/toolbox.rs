@@ -11,10 +11,18 @@ use serde_json::{Value, json};
 
 use crate::canonical::{self, Limits};
 use crate::key::{self, KeyFields, OperationKey};
-use crate::layer::{Layer, OnExpired, Outcome, WriteOptions};
+use crate::layer::{Layer, Outcome};
+use crate::policy::{OnExpired, WriteOptions};
 use crate::store::{About, Store};
 use crate::tool::{ReadTool, ToolError, Verified, WriteContext, WriteTool};
 use crate::{Error, Result};
+
+mod args;
+mod formats;
+
+pub use formats::Reply;
+
+use args::{Parsed, parse_typed};
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 type Prepared = Box<dyn FnOnce(WriteContext) -> BoxFuture<Result<Value, ToolError>> + Send>;
@@ -98,7 +106,7 @@ trait ErasedRead: Send + Sync {
 
 impl<T: ReadTool> ErasedRead for T {
     fn call(self: Arc<Self>, args: &Value) -> Result<BoxFuture<Result<Value, ToolError>>, String> {
-        let args: T::Args = parse_typed(args)?;
+        let args: T::Args = parse_typed(args)?.args;
         Ok(Box::pin(async move {
             to_result(ReadTool::call(&*self, args).await)
         }))
@@ -106,44 +114,29 @@ impl<T: ReadTool> ErasedRead for T {
 }
 
 trait ErasedWrite: Send + Sync {
-    fn prepare(self: Arc<Self>, args: &Value) -> Result<Prepared, String>;
+    /// The run of the tool with these arguments, and the arguments as the tool sees them when
+    /// its type ignores some of them (see `args`).
+    fn prepare(self: Arc<Self>, args: &Value) -> Result<(Prepared, Option<Value>), String>;
     /// The tool's verify probe for these arguments (parsed again: `Args` need not be `Clone`,
     /// and this runs only under [`OnExpired::Verify`]).
     fn probe(self: Arc<Self>, args: &Value) -> Result<Probe, String>;
 }
 
 impl<T: WriteTool> ErasedWrite for T {
-    fn prepare(self: Arc<Self>, args: &Value) -> Result<Prepared, String> {
-        let args: T::Args = parse_typed(args)?;
-        Ok(Box::new(move |ctx| {
+    fn prepare(self: Arc<Self>, args: &Value) -> Result<(Prepared, Option<Value>), String> {
+        let Parsed { args, seen } = parse_typed::<T::Args>(args)?;
+        let prepared: Prepared = Box::new(move |ctx| {
             Box::pin(async move { to_result(WriteTool::call(&*self, ctx, args).await) })
-        }))
+        });
+        Ok((prepared, seen))
     }
 
     fn probe(self: Arc<Self>, args: &Value) -> Result<Probe, String> {
-        let args: T::Args = parse_typed(args)?;
+        let args: T::Args = parse_typed(args)?.args;
         Ok(Box::new(move |ctx| {
             Box::pin(async move { WriteTool::verify(&*self, &ctx, &args).await })
         }))
     }
-}
-
-/// Deserializes the arguments, naming the offending field on error (`payment.amount: invalid
-/// type: string "x", expected u64`).
-fn parse_typed<A: serde::de::DeserializeOwned>(args: &Value) -> Result<A, String> {
-    // Tracking the path costs as much as the rest of a replay, so it runs only to explain a
-    // failure.
-    if let Ok(parsed) = <A as serde::Deserialize>::deserialize(args) {
-        return Ok(parsed);
-    }
-    serde_path_to_error::deserialize(args).map_err(|e| {
-        let path = e.path().to_string();
-        if path == "." {
-            e.into_inner().to_string()
-        } else {
-            format!("{path}: {}", e.into_inner())
-        }
-    })
 }
 
 fn to_result<O: serde::Serialize + 'static>(out: Result<O, ToolError>) -> Result<Value, ToolError> {
@@ -438,11 +431,13 @@ impl Toolbox {
                 about: own_about,
             } => {
                 // Validate before anything touches the store: bad input claims nothing.
-                let prepared = match tool.clone().prepare(&args) {
+                let (prepared, seen) = match tool.clone().prepare(&args) {
                     Ok(p) => p,
                     Err(e) => return self.invalid(name, &e),
                 };
-                let op = match key::derive(scope, name, &args, key_fields.as_ref()) {
+                // Keyed on what the tool sees: two calls it cannot tell apart are one operation.
+                let keyed = seen.as_ref().unwrap_or(&args);
+                let op = match key::derive(scope, name, keyed, key_fields.as_ref()) {
                     Ok(op) => op,
                     Err(e) => return self.invalid(name, &e.to_string()),
                 };
@@ -488,158 +483,5 @@ impl Toolbox {
             Outcome::InvalidArguments,
             None,
         )
-    }
-
-    /// The tool definitions for the Anthropic Messages API (`tools`: name, description,
-    /// `input_schema`).
-    pub fn anthropic_tools(&self) -> Value {
-        Value::Array(
-            self.order
-                .iter()
-                .map(|name| {
-                    let t = &self.tools[name];
-                    json!({"name": name, "description": t.description, "input_schema": t.schema})
-                })
-                .collect(),
-        )
-    }
-
-    /// The tool definitions for OpenAI chat completions (`tools`: `type: function` with
-    /// `function.parameters`).
-    pub fn openai_tools(&self) -> Value {
-        Value::Array(
-            self.order
-                .iter()
-                .map(|name| {
-                    let t = &self.tools[name];
-                    json!({
-                        "type": "function",
-                        "function": {
-                            "name": name,
-                            "description": t.description,
-                            "parameters": t.schema,
-                        }
-                    })
-                })
-                .collect(),
-        )
-    }
-
-    /// Answers an Anthropic `tool_use` content block with a `tool_result` block.
-    ///
-    /// The block is the JSON the model sent, as it appears in the `content` of an assistant
-    /// message (`{"type": "tool_use", "id", "name", "input"}`). To also learn how the call
-    /// ended (executed, replayed, in flight…) and its operation key, use
-    /// [`call_anthropic_with_outcome`](Self::call_anthropic_with_outcome).
-    pub async fn call_anthropic(&self, tool_use: &Value) -> Value {
-        self.call_anthropic_with_outcome(tool_use).await.json
-    }
-
-    /// Like [`call_anthropic`](Self::call_anthropic), and also returns the [`ToolResult`]
-    /// behind the block: its [`Outcome`], the operation key, the structured value.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> toolonce::Result<()> {
-    /// # use std::sync::Arc;
-    /// # use toolonce::{MemoryStore, Outcome, Toolbox, ToolError, WriteContext, WriteTool};
-    /// # #[derive(serde::Deserialize, schemars::JsonSchema)]
-    /// # struct Args { to: String }
-    /// # struct SendEmail;
-    /// # impl WriteTool for SendEmail {
-    /// #     type Args = Args;
-    /// #     type Output = String;
-    /// #     fn name(&self) -> &str { "send_email" }
-    /// #     fn description(&self) -> &str { "Send an email." }
-    /// #     async fn call(&self, _: WriteContext, args: Args) -> Result<String, ToolError> {
-    /// #         Ok(format!("sent to {}", args.to))
-    /// #     }
-    /// # }
-    /// let toolbox = Toolbox::builder(Arc::new(MemoryStore::new()))
-    ///     .scope("run-7")
-    ///     .write(SendEmail)
-    ///     .build()?;
-    /// let tool_use = serde_json::json!({
-    ///     "type": "tool_use", "id": "toolu_01", "name": "send_email", "input": {"to": "ada@example.com"}
-    /// });
-    /// let reply = toolbox.call_anthropic_with_outcome(&tool_use).await;
-    /// assert_eq!(reply.outcome(), Outcome::Executed);
-    /// assert_eq!(reply.json["tool_use_id"], "toolu_01"); // what goes back to the model
-    /// let key = reply.key().expect("a write call has a key").clone();
-    ///
-    /// // The model asks again with a new id: same operation, nothing is sent twice.
-    /// let again = serde_json::json!({
-    ///     "type": "tool_use", "id": "toolu_02", "name": "send_email", "input": {"to": "ada@example.com"}
-    /// });
-    /// let reply = toolbox.call_anthropic_with_outcome(&again).await;
-    /// assert_eq!(reply.outcome(), Outcome::Replayed);
-    /// assert_eq!(reply.key(), Some(&key));
-    /// # Ok(()) }
-    /// ```
-    pub async fn call_anthropic_with_outcome(&self, tool_use: &Value) -> Reply {
-        let id = tool_use["id"].as_str().unwrap_or_default();
-        let result = match tool_use["name"].as_str() {
-            None => self.invalid("?", "the tool_use block has no name"),
-            Some(name) => {
-                let input = tool_use.get("input").cloned().unwrap_or_else(|| json!({}));
-                self.call(name, input).await
-            }
-        };
-        Reply {
-            json: result.to_anthropic(id),
-            result,
-        }
-    }
-
-    /// Answers an OpenAI chat completions tool call (`{"id", "function": {"name",
-    /// "arguments"}}`, with the arguments as JSON text) with a `tool` message. To also learn
-    /// how the call ended and its operation key, use
-    /// [`call_openai_with_outcome`](Self::call_openai_with_outcome).
-    pub async fn call_openai(&self, tool_call: &Value) -> Value {
-        self.call_openai_with_outcome(tool_call).await.json
-    }
-
-    /// Like [`call_openai`](Self::call_openai), and also returns the [`ToolResult`] behind the
-    /// message: its [`Outcome`], the operation key, the structured value. The OpenAI format has
-    /// no error flag, so this is the only way to tell an error answer from a result there.
-    pub async fn call_openai_with_outcome(&self, tool_call: &Value) -> Reply {
-        let id = tool_call["id"].as_str().unwrap_or_default();
-        let function = &tool_call["function"];
-        let result = match function["name"].as_str() {
-            None => self.invalid("?", "the tool call has no function name"),
-            Some(name) => match &function["arguments"] {
-                Value::String(text) => self.call_json(name, text).await,
-                Value::Null => self.call(name, json!({})).await,
-                other => self.call(name, other.clone()).await,
-            },
-        };
-        Reply {
-            json: result.to_openai(id),
-            result,
-        }
-    }
-}
-
-/// A tool call answered in a provider's format, together with what happened: from
-/// [`Toolbox::call_anthropic_with_outcome`] and [`Toolbox::call_openai_with_outcome`].
-#[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
-pub struct Reply {
-    /// What to send back to the model: an Anthropic `tool_result` block or an OpenAI `tool`
-    /// message.
-    pub json: Value,
-    /// The answer behind it: outcome, operation key, content, structured value.
-    pub result: ToolResult,
-}
-
-impl Reply {
-    /// How the call ended.
-    pub fn outcome(&self) -> Outcome {
-        self.result.outcome
-    }
-
-    /// The operation key, for write calls that got as far as deriving one (`None` for reads,
-    /// unknown tools and invalid arguments).
-    pub fn key(&self) -> Option<&OperationKey> {
-        self.result.key.as_ref()
     }
 }
