@@ -134,6 +134,8 @@ async function startPostgres(dir) {
     fs.chownSync(base, Number(uid), Number(gid));
     asUser = (program, args) => ["setpriv", [`--reuid=${uid}`, `--regid=${gid}`, "--init-groups", "--", program, ...args]];
   }
+  // The server's user must reach its directory through ours (mkdtemp makes them 0700).
+  fs.chmodSync(dir, 0o755);
   fs.chmodSync(base, 0o755);
   const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("PG")));
   env.LC_ALL = "C";
