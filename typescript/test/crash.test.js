@@ -7,30 +7,14 @@
 
 const test = require("node:test");
 const assert = require("node:assert/strict");
-const { spawn } = require("node:child_process");
-const path = require("node:path");
-const readline = require("node:readline");
 const { openStore, idempotent, OutcomeUnknown, OperationInFlight } = require("..");
-const { storeUrls, uniqueRunId, sleep } = require("./support.js");
+const { storeUrls, uniqueRunId, sleep, crashAfterClaim: crashAfter, CRASH_ARGS } = require("./support.js");
 
 const LEASE_MS = 600;
-const ARGS = { customerId: "cus_crash", amountCents: 1200 };
-const CHILD = path.join(__dirname, "fixtures", "claim-and-hang.js");
+const ARGS = CRASH_ARGS;
 
-/** Starts the child, waits until its handler runs, SIGKILLs it; resolves with the key. */
-async function crashAfterClaim(url, runId) {
-  const child = spawn(process.execPath, [CHILD, url, runId, String(LEASE_MS)], { stdio: ["ignore", "pipe", "inherit"] });
-  const exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
-  const line = await new Promise((resolve, reject) => {
-    readline.createInterface({ input: child.stdout }).once("line", resolve);
-    exited.then(({ code }) => reject(new Error(`the child exited (${code}) before claiming`)));
-  });
-  const key = /^claimed (idem:[0-9a-f]{32})$/.exec(line)?.[1];
-  assert.ok(key, `unexpected line from the child: ${line}`);
-  child.kill("SIGKILL");
-  assert.equal((await exited).signal, "SIGKILL");
-  return key;
-}
+/** The child claims and is SIGKILLed in its handler; resolves with the key. */
+const crashAfterClaim = (url, runId) => crashAfter(url, runId, LEASE_MS);
 
 function chargeTool(runs) {
   return {

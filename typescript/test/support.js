@@ -90,7 +90,32 @@ function runProgram(program, args, options = {}) {
   });
 }
 
+const CLAIM_AND_HANG = path.join(__dirname, "fixtures", "claim-and-hang.js");
+/** The arguments claim-and-hang.js calls `charge_card` with. */
+const CRASH_ARGS = { customerId: "cus_crash", amountCents: 1200 };
+
+/**
+ * Starts claim-and-hang.js on `url`, waits until its handler runs (after the claim), SIGKILLs
+ * it between the claim and the complete; resolves with the operation's key.
+ */
+async function crashAfterClaim(url, runId, leaseMs) {
+  const child = spawn(process.execPath, [CLAIM_AND_HANG, url, runId, String(leaseMs)], { stdio: ["ignore", "pipe", "inherit"] });
+  const exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
+  const line = await new Promise((resolve, reject) => {
+    require("node:readline").createInterface({ input: child.stdout }).once("line", resolve);
+    exited.then(({ code }) => reject(new Error(`the child exited (${code}) before claiming`)));
+  });
+  const key = /^claimed (idem:[0-9a-f]{32})$/.exec(line)?.[1];
+  if (!key) throw new Error(`unexpected line from the child: ${line}`);
+  child.kill("SIGKILL");
+  const { signal } = await exited;
+  if (signal !== "SIGKILL") throw new Error(`the child ended by ${signal}, not SIGKILL`);
+  return key;
+}
+
 module.exports = {
+  crashAfterClaim,
+  CRASH_ARGS,
   pkg,
   repo,
   storeUrls,
