@@ -4,8 +4,8 @@
 // the SHA-256 of the canonical text of all the arguments. Same text, same bytes, same key as
 // the Rust core: the shared vectors (artifacts/keys.json) check it.
 
-import { createHash } from "node:crypto";
 import { MAX_DEPTH, canonicalize } from "./canonical.js";
+import { hexDigest } from "./digest.js";
 
 /** A key, a part of one, or a key field that cannot be used. */
 export class InvalidKeyPart extends Error {
@@ -34,7 +34,7 @@ function checkPart(what: string, part: unknown): asserts part is string {
 }
 
 function keyOf(scope: string, tool: string, canonical: string): string {
-  const hex = createHash("sha256").update(scope + "\u0000" + tool + "\u0000" + canonical).digest("hex");
+  const hex = hexDigest("sha256", scope + "\u0000" + tool + "\u0000" + canonical);
   return "idem:" + hex.slice(0, 32);
 }
 
@@ -84,7 +84,7 @@ export function derive(scope: string, tool: string, args: unknown, keyFields?: r
   checkPart("scope", scope);
   checkPart("tool", tool);
   const full = canonicalize(args);
-  const fingerprint = createHash("sha256").update(full).digest("hex");
+  const fingerprint = hexDigest("sha256", full);
   if (keyFields === undefined) return { key: keyOf(scope, tool, full), fingerprint };
   // The projection wraps values one level deeper than they were, hence one more level allowed.
   return { key: keyOf(scope, tool, canonicalize(project(args, keyFields), MAX_DEPTH + 1)), fingerprint };

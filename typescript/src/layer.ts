@@ -5,10 +5,10 @@
 // sticky failure saying so, or left to turn `unknown`; the operation is released for a rerun
 // only on the handler's own transient error, or when the claim itself may not have applied.
 
-import { randomBytes } from "node:crypto";
 import { StoreError, messageOf, type Outcome } from "./errors.js";
 import { Heartbeat } from "./heartbeat.js";
 import { canonicalize } from "./canonical.js";
+import { ownerToken } from "./digest.js";
 import type { Derived } from "./key.js";
 import { warn } from "./log.js";
 import { storable, errorJson } from "./outcome.js";
@@ -69,7 +69,7 @@ export async function runWrite(call: WriteCall): Promise<Answer> {
   let verify = options.onExpired === "verify" ? call.verify : undefined;
   let reclaimed = false;
   // Made before the claim, so a claim whose reply is lost is still ours to retry or release.
-  const owner = newOwner();
+  const owner = ownerToken();
   for (;;) {
     let entry: Entry;
     try {
@@ -141,11 +141,6 @@ export async function runWrite(call: WriteCall): Promise<Answer> {
       break;
     }
   }
-}
-
-/** A fresh owner token: 128 random bits as 32 hex digits. */
-function newOwner(): string {
-  return randomBytes(16).toString("hex");
 }
 
 async function execute(call: WriteCall, owner: string, mayHaveRunBefore: boolean): Promise<Answer> {

@@ -7,6 +7,7 @@
 
 import { createHash } from "node:crypto";
 import { LUA } from "../artifacts.generated.js";
+import { hexDigest } from "../digest.js";
 import { StoreError } from "../errors.js";
 import { type Backend, type Claim, type ClaimRequest, type Entry, type Resolution, type Resolved, clampMs, decodeError, isFingerprint } from "../store.js";
 import { type RedisLink, storeError } from "./redis-link.js";
@@ -62,7 +63,7 @@ interface Wire {
 
 /** The running entry a claim writes (the shape entry.lua's `ours` and owned.lua's fence read). */
 function runningValue(req: ClaimRequest, startedMs: number, retentionMs: number): string {
-  const digest = createHash("sha1").update(req.owner).digest("hex");
+  const digest = hexDigest("sha1", req.owner);
   let out = `{"status":"running","startedAt":${startedMs},"owner":"${digest}","retention":${retentionMs},"fingerprint":"${req.fingerprint}","firstStartedAt":${startedMs},"attempts":1`;
   for (const name of ["scope", "tool", "detail"] as const) {
     const value = req.about[name];
