@@ -374,8 +374,80 @@ pub fn derive(
     Ok(Derived { key, fingerprint })
 }
 
+/// The marker that starts the key text of an operation its caller named (see [`derive_named`]):
+/// canonical JSON never starts with NUL, so a named key can never equal the key of any
+/// arguments.
+const NAMED_MARKER: &str = "\0toolonce/key\0";
+
+/// Derives the key of an operation its caller named — an MCP client's `_meta["toolonce/key"]`,
+/// an HTTP client's idempotency key — and the fingerprint of `args`.
+///
+/// The key covers `(scope, tool, name)` only, so a retry under the same name is the same
+/// operation whatever its arguments; the fingerprint still covers all of `args`, so a retry
+/// under that name with other arguments is a conflict, never a replay of something else. The
+/// key text is `NUL "toolonce/key" NUL name` where [`derive`] hashes canonical arguments:
+///
+/// ```text
+/// key = "idem:" + first 32 hex digits of SHA-256( scope, 0x00, tool, 0x00, 0x00 "toolonce/key" 0x00 name )
+/// ```
+///
+/// # Errors
+///
+/// As [`derive`]: [`Error::InvalidKeyPart`] for an empty scope or tool (or one with NUL), and
+/// [`Error::TooDeep`] for arguments that nest too deep. The name itself is the caller's to
+/// check (the MCP proxy accepts 1 to 255 visible ASCII characters).
+///
+/// ```
+/// let args = serde_json::json!({"to": "ada@example.com"});
+/// let a = toolonce::key::derive_named("run-1", "send_email", "step-7", &args)?;
+/// let b = toolonce::key::derive_named("run-1", "send_email", "step-7", &serde_json::json!({}))?;
+/// assert_eq!(a.key, b.key);
+/// assert_ne!(a.fingerprint, b.fingerprint);
+/// # Ok::<(), toolonce::Error>(())
+/// ```
+pub fn derive_named(scope: &str, tool: &str, name: &str, args: &Value) -> Result<Derived> {
+    check_parts(scope, tool)?;
+    let full = canonical::canonicalize(args)?;
+    let mut named = String::with_capacity(NAMED_MARKER.len() + name.len());
+    named.push_str(NAMED_MARKER);
+    named.push_str(name);
+    Ok(Derived {
+        key: key_of(scope, tool, &named),
+        fingerprint: Fingerprint::of_canonical(&full),
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_named_key_hashes_the_marker_and_the_name_where_arguments_would_be() {
+        let args = serde_json::json!({"n": 1});
+        let named = derive_named("s", "srv/t", "step-1", &args).unwrap();
+        let by_hand = OperationKey::derive("s", "srv/t", "\0toolonce/key\0step-1").unwrap();
+        assert_eq!(named.key, by_hand);
+        assert_eq!(
+            named.fingerprint,
+            derive("s", "srv/t", &args, None).unwrap().fingerprint
+        );
+        assert_ne!(named.key, derive("s", "srv/t", &args, None).unwrap().key);
+    }
+
+    #[test]
+    fn a_named_key_refuses_the_parts_a_derived_key_refuses() {
+        let args = serde_json::json!({});
+        assert!(matches!(
+            derive_named("", "t", "n", &args),
+            Err(Error::InvalidKeyPart { part: "scope", .. })
+        ));
+        assert!(matches!(
+            derive_named("s", "a\0b", "n", &args),
+            Err(Error::InvalidKeyPart {
+                part: "tool name",
+                ..
+            })
+        ));
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -43,7 +43,9 @@
 //! - [`tool`]: the two tool kinds, [`ReadTool`] and [`WriteTool`], and [`ToolError`].
 //! - [`store`]: the [`Store`] contract and its backends: [`MemoryStore`] always,
 //!   SQLite, Redis and PostgreSQL behind the features of the same names.
-//! - [`layer`]: the protocol of a write call, [`Layer`].
+//! - [`policy`]: what a write call's duplicates do and how long things last:
+//!   [`WriteOptions`], [`InFlight`], [`OnExpired`].
+//! - [`layer`]: the protocol of a write call, [`Layer`], which applies the policy.
 //! - [`toolbox`]: [`Toolbox`], which registers tools, describes them to the model in the
 //!   Anthropic and OpenAI formats, and dispatches calls.
 //!
@@ -81,13 +83,15 @@ mod error;
 mod heartbeat;
 pub mod key;
 pub mod layer;
+pub mod policy;
 pub mod store;
 pub mod tool;
 pub mod toolbox;
 
 pub use error::{BoxError, Error, Result, error_report};
 pub use key::{Fingerprint, KeyFields, OperationKey};
-pub use layer::{InFlight, Layer, OnExpired, Outcome, WriteAnswer, WriteOptions};
+pub use layer::{Layer, Outcome, WriteAnswer};
+pub use policy::{InFlight, OnExpired, WriteOptions};
 pub use store::memory::{ManualClock, MemoryStore};
 pub use store::{
     About, Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, Resolution,

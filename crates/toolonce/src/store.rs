@@ -1,10 +1,10 @@
 //! The store contract: where operation entries live, and the atomic operations the layer builds
-//! on. Backends live in `store/`, each behind a feature named after it (the in-memory store is
-//! always there).
+//! on — the [`Store`] trait and the types its operations take and return. Backends live in
+//! `store/`, each behind a feature named after it (the in-memory store is always there);
+//! `store/open.rs` picks one by URL, and `store/owner.rs` makes the owner tokens that fence
+//! writes.
 
 use std::fmt;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
@@ -15,6 +15,8 @@ use crate::key::{Fingerprint, OperationKey};
 use crate::tool::ToolError;
 
 pub mod memory;
+mod open;
+mod owner;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]
@@ -23,81 +25,9 @@ pub mod redis;
 pub mod sqlite;
 mod url;
 
+pub use open::open;
+pub use owner::OwnerToken;
 pub use url::redact_url;
-
-/// The random token that marks who holds a `running` entry.
-///
-/// The caller makes it ([`OwnerToken::generate`]) before it claims and hands it to
-/// [`Store::claim`], so a claim is idempotent for its caller: when the reply to a claim is lost
-/// (the connection dropped after the store applied it), the caller still knows the token the
-/// entry holds, a retry of the claim with it answers [`Claim::Won`], and the caller can release
-/// it with a fenced [`Store::fail`]. [`Store::complete`] and [`Store::fail`] consume it, so an
-/// owner cannot settle an operation twice by mistake. Stores compare it before every write
-/// (fencing): after a lease expired and somebody else took the key over, the old owner's token
-/// no longer matches and its writes are refused.
-///
-/// The token is the caller's secret: it is never shown to a duplicate or to the model (its
-/// `Debug` hides it), since anyone holding it could settle the operation.
-#[derive(PartialEq, Eq, Hash)]
-pub struct OwnerToken(String);
-
-impl OwnerToken {
-    /// A fresh token: 128 bits, unique within the process and random across processes.
-    ///
-    /// The randomness comes from the OS once per process; each token mixes it with a counter
-    /// (a bijective mix, so tokens of one process never repeat). This keeps claims free of a
-    /// system call per token.
-    pub fn generate() -> Self {
-        static SEED: OnceLock<[u64; 2]> = OnceLock::new();
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let seed = SEED.get_or_init(|| {
-            let mut bytes = [0u8; 16];
-            getrandom::fill(&mut bytes).expect("the OS random number generator failed");
-            [
-                u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")),
-                u64::from_le_bytes(bytes[8..].try_into().expect("8 bytes")),
-            ]
-        });
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let hi = splitmix64(seed[0].wrapping_add(n));
-        let lo = splitmix64(seed[1] ^ n.rotate_left(32));
-        let mut text = [0u8; 32];
-        let mut bytes = [0u8; 16];
-        bytes[..8].copy_from_slice(&hi.to_be_bytes());
-        bytes[8..].copy_from_slice(&lo.to_be_bytes());
-        crate::key::hex_into(&bytes, &mut text);
-        OwnerToken(String::from_utf8(text.to_vec()).expect("hex is ASCII"))
-    }
-
-    /// Rebuilds a token read back from a store.
-    pub fn from_stored(token: impl Into<String>) -> Self {
-        OwnerToken(token.into())
-    }
-
-    /// The token as text, as stores keep it.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    /// A copy, for a caller that must retry a settle whose reply was lost (each attempt
-    /// consumes one). Deliberately not `Clone`, so copies are made on purpose only.
-    pub fn duplicate(&self) -> Self {
-        OwnerToken(self.0.clone())
-    }
-}
-
-impl fmt::Debug for OwnerToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("OwnerToken(..)")
-    }
-}
-
-fn splitmix64(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
 
 /// What [`Store::claim`] decided.
 #[derive(Debug)]
@@ -678,66 +608,4 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 )]
 pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// Opens the store a URL names, for programs that pick their store at run time:
-///
-/// | URL | store | feature |
-/// |---|---|---|
-/// | `memory://` | [`MemoryStore`](memory::MemoryStore) (this process only) | always |
-/// | `sqlite://PATH` (`sqlite://toolonce.db`, `sqlite:///abs/path.db`) | SQLite file | `sqlite` |
-/// | `redis://…`, `rediss://…`, `redis+cluster://…` | Redis, Redis Cluster | `redis` |
-/// | `postgres://…`, `postgresql://…` | PostgreSQL | `postgres` |
-///
-/// # Errors
-///
-/// [`Error::Config`](crate::Error::Config) for an unknown scheme or one this build was compiled
-/// without; the backend's own errors when it cannot open or connect.
-pub async fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {
-    let Some((scheme, _rest)) = url.split_once("://") else {
-        return Err(crate::Error::Config(format!(
-            "store URL {:?} has no scheme: expected memory://, sqlite://PATH, redis://HOST or postgres://HOST",
-            redact_url(url)
-        )));
-    };
-    #[allow(unused_variables)]
-    let missing = |feature: &str| {
-        crate::Error::Config(format!(
-            "store URL {:?} needs the `{feature}` feature, which this build of toolonce was compiled without",
-            redact_url(url)
-        ))
-    };
-    match scheme {
-        "memory" => Ok(std::sync::Arc::new(memory::MemoryStore::new())),
-        "sqlite" => {
-            #[cfg(feature = "sqlite")]
-            {
-                Ok(std::sync::Arc::new(sqlite::SqliteStore::open(_rest)?))
-            }
-            #[cfg(not(feature = "sqlite"))]
-            Err(missing("sqlite"))
-        }
-        "redis" | "rediss" | "redis+cluster" | "rediss+cluster" => {
-            #[cfg(feature = "redis")]
-            {
-                Ok(std::sync::Arc::new(redis::RedisStore::connect(url).await?))
-            }
-            #[cfg(not(feature = "redis"))]
-            Err(missing("redis"))
-        }
-        "postgres" | "postgresql" => {
-            #[cfg(feature = "postgres")]
-            {
-                Ok(std::sync::Arc::new(
-                    postgres::PostgresStore::connect(url).await?,
-                ))
-            }
-            #[cfg(not(feature = "postgres"))]
-            Err(missing("postgres"))
-        }
-        other => Err(crate::Error::Config(format!(
-            "unknown store scheme {other:?} in {:?}: expected memory, sqlite, redis, rediss, redis+cluster, postgres or postgresql",
-            redact_url(url)
-        ))),
-    }
 }

@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::key::{IDEMPOTENCY_KEY_HEADER, OperationKey};
-use crate::layer::OnExpired;
+use crate::policy::OnExpired;
 
 /// A tool without side effects: never claimed, never cached; retrying it is free.
 ///

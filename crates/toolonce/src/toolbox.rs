@@ -11,7 +11,8 @@ use serde_json::{Value, json};
 
 use crate::canonical::{self, Limits};
 use crate::key::{self, KeyFields, OperationKey};
-use crate::layer::{Layer, OnExpired, Outcome, WriteOptions};
+use crate::layer::{Layer, Outcome};
+use crate::policy::{OnExpired, WriteOptions};
 use crate::store::{About, Store};
 use crate::tool::{ReadTool, ToolError, Verified, WriteContext, WriteTool};
 use crate::{Error, Result};

@@ -77,10 +77,10 @@ fn add_saturating(now: SystemTime, d: Duration) -> SystemTime {
 }
 
 /// When an entry written at `now` for `d` expires: a lease or retention beyond
-/// [`MAX_DURATION`](crate::layer::MAX_DURATION) (100 years) is capped to it, as the other
+/// [`MAX_DURATION`](crate::policy::MAX_DURATION) (100 years) is capped to it, as the other
 /// stores cap theirs, and the sum never overflows `SystemTime`.
 fn expiry(now: SystemTime, d: Duration) -> SystemTime {
-    add_saturating(now, d.min(crate::layer::MAX_DURATION))
+    add_saturating(now, d.min(crate::policy::MAX_DURATION))
 }
 
 /// One key's entry. The entry as stored keeps `Running` after its lease: whether it is

@@ -1,0 +1,147 @@
+//! What a write call answers: its [`Outcome`], the [`WriteAnswer`], and the texts the model
+//! reads when the layer answers instead of the tool (in flight, conflict, held, store
+//! unavailable, misconfigured). Each text says what happened and whether retrying can help,
+//! since the model acts on nothing else.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::key::{Derived, OperationKey};
+use crate::tool::ToolError;
+
+/// How a write call ended. Every answer carries one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The tool ran (successfully or not) in this call. Read tools always end here.
+    Executed,
+    /// A duplicate: the stored result of the first run was returned; nothing ran.
+    Replayed,
+    /// A duplicate of an operation that failed permanently: the stored error was returned.
+    ReplayedFailure,
+    /// The same operation is running elsewhere right now; this call did not run it.
+    InFlight,
+    /// The key fields match an earlier operation but the other arguments differ; not run.
+    Conflict,
+    /// The arguments did not fit the tool's schema (or the limits), or the call's
+    /// [`WriteOptions`] are invalid; nothing was claimed or run.
+    InvalidArguments,
+    /// No tool of that name is registered.
+    UnknownTool,
+    /// The store could not be used, so the write tool was not run (fail closed).
+    StoreUnavailable,
+    /// An earlier attempt of this operation was interrupted (its lease expired without a
+    /// result), so whether it took effect is unknown, and the tool's [`OnExpired`] policy said
+    /// not to run it again: nothing ran. A person must check and settle it
+    /// (`toolonce resolve`, [`Store::resolve`]).
+    Unknown,
+}
+
+impl Outcome {
+    /// The outcome as a `snake_case` word, as logs and JSON spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Executed => "executed",
+            Outcome::Replayed => "replayed",
+            Outcome::ReplayedFailure => "replayed_failure",
+            Outcome::InFlight => "in_flight",
+            Outcome::Conflict => "conflict",
+            Outcome::InvalidArguments => "invalid_arguments",
+            Outcome::UnknownTool => "unknown_tool",
+            Outcome::StoreUnavailable => "store_unavailable",
+            Outcome::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The answer of [`Layer::run`].
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct WriteAnswer {
+    /// How the call ended.
+    pub outcome: Outcome,
+    /// The operation key.
+    pub key: OperationKey,
+    /// The tool's result, or the error to show the model (the tool's own, or the layer's
+    /// explanation for `in_flight`, `conflict` and `store_unavailable`). The layer's texts are
+    /// written for a model; for `store_unavailable` the store's own error, for an operator, is
+    /// in the error's `detail` under [`STORE_ERROR`].
+    pub result: Result<Value, ToolError>,
+}
+
+/// The answer to a call whose options are invalid: nothing is claimed or run. A mistake of the
+/// program, not of the model, so the operator hears of it loudly.
+pub(crate) fn misconfigured(tool: &str, op: &Derived, e: &crate::Error) -> WriteAnswer {
+    tracing::error!(
+        target: "toolonce",
+        tool,
+        key = %op.key,
+        outcome = Outcome::InvalidArguments.as_str(),
+        error = %e.report(),
+        "write call refused: its write options are invalid; nothing was claimed or run"
+    );
+    WriteAnswer {
+        outcome: Outcome::InvalidArguments,
+        key: op.key.clone(),
+        result: Err(ToolError::permanent(format!(
+            "Not executed: `{tool}` is misconfigured in this program ({e}), so it was not run. \
+             Retrying will not help; continue without it."
+        ))),
+    }
+}
+
+/// The key of [`ToolError::detail`] under which an answer the layer wrote carries, for the
+/// operator, the store's own error (`store_unavailable`).
+pub const STORE_ERROR: &str = "store_error";
+
+/// The key of [`ToolError::detail`] marking the answer to a tool that panicked.
+pub(crate) const PANICKED: &str = "panicked";
+
+/// The answer when the store cannot be used. The store's error is in the text (the model may
+/// pass it on) and, for the operator's log and the `toolonce` command, in the detail under
+/// [`STORE_ERROR`].
+pub(crate) fn unavailable(tool: &str, e: &crate::Error) -> ToolError {
+    let report = e.report().to_string();
+    ToolError::transient(format!(
+        "Not executed: `{tool}` was not run because the idempotency store is unavailable \
+         ({report}), and running it without the store could perform it twice. Nothing \
+         happened; it is safe to try again later."
+    ))
+    .with_detail(serde_json::json!({ STORE_ERROR: report }))
+}
+
+/// The answer under `hold` (or a probe that cannot tell): written for the model, which must
+/// neither retry nor assume either way.
+pub(crate) fn held(tool: &str, key: &OperationKey) -> ToolError {
+    ToolError::permanent(format!(
+        "Outcome unknown: an earlier identical call of `{tool}` (operation {key}) was \
+         interrupted before its result was recorded, so it may already have taken effect. This \
+         call was not executed, and you must not retry it: running it again could perform it \
+         twice. A person must check whether it took effect and settle it (`toolonce resolve \
+         {key}`). Tell the user it needs checking, and do not assume it happened or did not."
+    ))
+}
+
+pub(crate) fn in_flight(tool: &str, key: &OperationKey) -> ToolError {
+    ToolError::transient(format!(
+        "Already in progress: an identical call of `{tool}` (operation {key}) is running right \
+         now. This call was not executed, and you must not retry it: the operation will take \
+         effect once. Continue with other work, or check its outcome later."
+    ))
+}
+
+pub(crate) fn conflict(tool: &str, key: &OperationKey) -> ToolError {
+    ToolError::permanent(format!(
+        "Conflict: an earlier call of `{tool}` with the same identifying fields (operation \
+         {key}) had different other arguments. This call was not executed. If you meant the \
+         earlier operation, it has already been done; if you meant a new one, change an \
+         identifying field."
+    ))
+}

@@ -1,0 +1,161 @@
+//! How the layer records an outcome once the tool has run, and gives back a claim whose reply
+//! was lost: fenced writes retried while the store is briefly unreachable, and a read-back that
+//! tells a write applied unseen from a claim that was really lost.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::Layer;
+use crate::key::OperationKey;
+use crate::policy::WriteOptions;
+use crate::store::{EntryState, Fenced, OwnerToken};
+use crate::tool::ToolError;
+
+/// How often a complete or fail is retried when the store is briefly unreachable: the tool has
+/// already run, so giving up means a duplicate will run it again (with the same key).
+const SETTLE_RETRIES: u32 = 3;
+
+/// How long a claim that may have applied unseen is retried for release (see
+/// [`Layer::release`]): long enough to ride out a dropped connection or a quick restart, short
+/// enough that the caller soon gets its `store_unavailable` answer.
+const RELEASE_FOR: Duration = Duration::from_secs(3);
+
+impl Layer {
+    /// Records the outcome with a fenced complete or fail, retrying a few times while the
+    /// store is unreachable. `None` means it could not be recorded at all: the entry then
+    /// becomes `unknown` when its lease expires.
+    ///
+    /// A write whose reply was lost may have applied: the layer's own retry (after an error),
+    /// or the driver's (redis-rs re-sends a script on a cluster by itself, unseen), then finds
+    /// the entry already settled, and the fenced write answers `NotOwner`. Rather than make the
+    /// stores remember the owner of settled entries (which would change every store's format,
+    /// the wire format shared with other implementations included), the layer reads the entry
+    /// on `NotOwner` and counts the write as applied when it holds exactly what was written:
+    /// `done` with this result, `failed` with this error, or, for a transient failure (a
+    /// delete), no entry at all. So "the claim was lost" is logged only when it was. (A
+    /// duplicate that took over after this caller's lease expired and recorded an identical
+    /// result looks the same; the heartbeat has then already warned that the lease was lost,
+    /// and the entry replays exactly what this caller got.)
+    pub(super) async fn settle(
+        &self,
+        tool: &str,
+        key: &OperationKey,
+        owner: &OwnerToken,
+        result: &Result<Value, ToolError>,
+        options: &WriteOptions,
+    ) -> Option<Fenced> {
+        let mut pause = Duration::from_millis(50);
+        for attempt in 1..=SETTLE_RETRIES {
+            let written = match result {
+                Ok(value) => {
+                    let retention = options.retention;
+                    self.store
+                        .complete(key, owner.duplicate(), value, retention)
+                        .await
+                }
+                Err(error) => {
+                    let sticky = (!error.is_transient()).then_some(options.sticky_retention());
+                    self.store.fail(key, owner.duplicate(), error, sticky).await
+                }
+            };
+            match written {
+                Ok(Fenced::NotOwner) => return Some(self.applied_before(key, result).await),
+                Ok(Fenced::Applied) => return Some(Fenced::Applied),
+                Err(e) if e.is_retryable() && attempt < SETTLE_RETRIES => {
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+                Err(e) => {
+                    tracing::error!(
+                        target: "toolonce",
+                        tool,
+                        key = %key,
+                        error = %e.report(),
+                        "could not record the outcome; the entry becomes unknown when its lease expires"
+                    );
+                    return None;
+                }
+            }
+        }
+        None
+    }
+
+    /// Whether a settle that answered `NotOwner` had in fact been applied by an earlier
+    /// sending of the same write whose reply was lost (see [`Layer::settle`]).
+    async fn applied_before(
+        &self,
+        key: &OperationKey,
+        result: &Result<Value, ToolError>,
+    ) -> Fenced {
+        let applied = match self.store.get(key).await {
+            Ok(Some(entry)) => match (&entry.state, result) {
+                (EntryState::Done { result: stored, .. }, Ok(value)) => stored == value,
+                (EntryState::Failed { error: stored, .. }, Err(error)) => {
+                    !error.is_transient() && stored == error
+                }
+                _ => false,
+            },
+            // The delete of a transient failure: the key is free, as the write wanted.
+            Ok(None) => matches!(result, Err(error) if error.is_transient()),
+            Err(e) => {
+                tracing::warn!(
+                    target: "toolonce",
+                    key = %key,
+                    error = %e.report(),
+                    "could not read the entry back to learn whether the outcome was recorded"
+                );
+                false
+            }
+        };
+        if applied {
+            Fenced::Applied
+        } else {
+            Fenced::NotOwner
+        }
+    }
+
+    /// Releases a claim whose answer was an error after which it may have applied (the store
+    /// was unreachable mid-request): a fenced transient `fail` with the caller's token deletes
+    /// the entry if, and only if, the claim did write it. Best effort, retried for at most
+    /// [`RELEASE_FOR`]; without it the entry would stay `running` for its lease, and every
+    /// retry would be told the operation is in flight although it never ran.
+    pub(super) async fn release(&self, tool: &str, key: &OperationKey, owner: &OwnerToken) {
+        let deadline = Instant::now() + RELEASE_FOR;
+        let reason = ToolError::transient("the reply to the claim was lost; claim released");
+        let mut pause = Duration::from_millis(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let attempt = self.store.fail(key, owner.duplicate(), &reason, None);
+            match tokio::time::timeout(left, attempt).await {
+                Ok(Ok(Fenced::Applied)) => {
+                    tracing::info!(
+                        target: "toolonce",
+                        tool,
+                        key = %key,
+                        "released a claim whose reply was lost; the tool was not run"
+                    );
+                    return;
+                }
+                // The claim never applied (or its entry is gone): nothing to release.
+                Ok(Ok(Fenced::NotOwner)) => return,
+                Ok(Err(e)) if e.is_retryable() => {}
+                Ok(Err(_)) | Err(_) => break,
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            tokio::time::sleep(pause.min(left)).await;
+            pause = (pause * 2).min(Duration::from_millis(500));
+        }
+        tracing::warn!(
+            target: "toolonce",
+            tool,
+            key = %key,
+            "could not release a claim whose reply was lost; if it was written, it stays running \
+             until its lease expires"
+        );
+    }
+}

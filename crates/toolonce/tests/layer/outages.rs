@@ -1,0 +1,360 @@
+//! The store going away: a store that errors on demand, and one whose replies get lost after
+//! it acted, so the layer must tell a write that applied from one that did not.
+
+use super::*;
+
+/// A store that can be switched off, as if its server went away.
+#[derive(Debug)]
+struct Flaky {
+    inner: MemoryStore,
+    down: AtomicBool,
+}
+
+impl Flaky {
+    fn check(&self) -> toolonce::Result<()> {
+        if self.down.load(Ordering::SeqCst) {
+            Err(Error::unavailable("connection refused"))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[async_trait]
+impl Store for Flaky {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> toolonce::Result<Claim> {
+        self.check()?;
+        self.inner.claim(req).await
+    }
+    async fn renew(
+        &self,
+        key: &OperationKey,
+        owner: &OwnerToken,
+        lease: Duration,
+    ) -> toolonce::Result<bool> {
+        self.check()?;
+        self.inner.renew(key, owner, lease).await
+    }
+    async fn complete(
+        &self,
+        key: &OperationKey,
+        owner: OwnerToken,
+        result: &Value,
+        retention: Duration,
+    ) -> toolonce::Result<Fenced> {
+        self.check()?;
+        self.inner.complete(key, owner, result, retention).await
+    }
+    async fn fail(
+        &self,
+        key: &OperationKey,
+        owner: OwnerToken,
+        error: &ToolError,
+        sticky: Option<Duration>,
+    ) -> toolonce::Result<Fenced> {
+        self.check()?;
+        self.inner.fail(key, owner, error, sticky).await
+    }
+    async fn get(&self, key: &OperationKey) -> toolonce::Result<Option<Entry>> {
+        self.check()?;
+        self.inner.get(key).await
+    }
+    async fn list(&self, q: &ListQuery) -> toolonce::Result<Page> {
+        self.check()?;
+        self.inner.list(q).await
+    }
+    async fn resolve(
+        &self,
+        key: &OperationKey,
+        resolution: &Resolution,
+        retention: Duration,
+    ) -> toolonce::Result<Resolved> {
+        self.check()?;
+        self.inner.resolve(key, resolution, retention).await
+    }
+    async fn delete(&self, key: &OperationKey) -> toolonce::Result<bool> {
+        self.check()?;
+        self.inner.delete(key).await
+    }
+    async fn purge_expired(&self) -> toolonce::Result<u64> {
+        self.check()?;
+        self.inner.purge_expired().await
+    }
+}
+
+#[tokio::test]
+async fn a_store_that_errors_means_the_write_tool_is_not_executed() {
+    let store = Arc::new(Flaky {
+        inner: MemoryStore::new(),
+        down: AtomicBool::new(true),
+    });
+    let tool = Charge::default();
+    let tb = toolbox(store.clone(), tool.clone(), WriteOptions::new());
+    let answer = tb.call("charge_card", args("A")).await;
+    assert_eq!(answer.outcome, Outcome::StoreUnavailable);
+    assert!(answer.is_error);
+    assert!(
+        answer.content.contains("Not executed"),
+        "{}",
+        answer.content
+    );
+    assert!(
+        answer.content.contains("connection refused"),
+        "{}",
+        answer.content
+    );
+    assert_eq!(tool.charges.load(Ordering::SeqCst), 0);
+    // Reads do not need the store.
+    assert_eq!(
+        tb.call("balance", json!({})).await.outcome,
+        Outcome::Executed
+    );
+    // Once the store is back, the same call runs.
+    store.down.store(false, Ordering::SeqCst);
+    assert_eq!(
+        tb.call("charge_card", args("A")).await.outcome,
+        Outcome::Executed
+    );
+    assert_eq!(tool.charges.load(Ordering::SeqCst), 1);
+}
+
+/// A store whose replies get lost: the write is applied, then the caller gets an
+/// `Unavailable` error, as when the connection drops after the server acted.
+#[derive(Debug, Default)]
+struct LosesReplies {
+    inner: MemoryStore,
+    /// How many of the next claims lose their reply.
+    claims: AtomicU32,
+    /// How many of the next completes lose their reply.
+    completes: AtomicU32,
+    /// How many of the next fails are refused before reaching the store (still down).
+    fails_refused: AtomicU32,
+}
+
+fn take_one(n: &AtomicU32) -> bool {
+    n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1))
+        .is_ok()
+}
+
+fn reset() -> Error {
+    Error::unavailable("connection reset by peer")
+}
+
+#[async_trait]
+impl Store for LosesReplies {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> toolonce::Result<Claim> {
+        let claim = self.inner.claim(req).await?;
+        if take_one(&self.claims) {
+            return Err(reset());
+        }
+        Ok(claim)
+    }
+    async fn renew(
+        &self,
+        key: &OperationKey,
+        owner: &OwnerToken,
+        lease: Duration,
+    ) -> toolonce::Result<bool> {
+        self.inner.renew(key, owner, lease).await
+    }
+    async fn complete(
+        &self,
+        key: &OperationKey,
+        owner: OwnerToken,
+        result: &Value,
+        retention: Duration,
+    ) -> toolonce::Result<Fenced> {
+        let fenced = self.inner.complete(key, owner, result, retention).await?;
+        if take_one(&self.completes) {
+            return Err(reset());
+        }
+        Ok(fenced)
+    }
+    async fn fail(
+        &self,
+        key: &OperationKey,
+        owner: OwnerToken,
+        error: &ToolError,
+        sticky: Option<Duration>,
+    ) -> toolonce::Result<Fenced> {
+        if take_one(&self.fails_refused) {
+            return Err(Error::unavailable("connection refused"));
+        }
+        self.inner.fail(key, owner, error, sticky).await
+    }
+    async fn get(&self, key: &OperationKey) -> toolonce::Result<Option<Entry>> {
+        self.inner.get(key).await
+    }
+    async fn list(&self, q: &ListQuery) -> toolonce::Result<Page> {
+        self.inner.list(q).await
+    }
+    async fn resolve(
+        &self,
+        key: &OperationKey,
+        resolution: &Resolution,
+        retention: Duration,
+    ) -> toolonce::Result<Resolved> {
+        self.inner.resolve(key, resolution, retention).await
+    }
+    async fn delete(&self, key: &OperationKey) -> toolonce::Result<bool> {
+        self.inner.delete(key).await
+    }
+    async fn purge_expired(&self) -> toolonce::Result<u64> {
+        self.inner.purge_expired().await
+    }
+}
+
+#[tokio::test]
+async fn a_claim_whose_reply_is_lost_is_released_so_a_retry_runs_the_tool_once() {
+    let store = Arc::new(LosesReplies::default());
+    store.claims.store(1, Ordering::SeqCst);
+    // The store is still unreachable for the first two releases: the layer keeps trying.
+    store.fails_refused.store(2, Ordering::SeqCst);
+    let tool = Charge::default();
+    let tb = toolbox(store.clone(), tool.clone(), WriteOptions::new());
+
+    let first = tb.call("charge_card", args("A")).await;
+    assert_eq!(
+        first.outcome,
+        Outcome::StoreUnavailable,
+        "{}",
+        first.content
+    );
+    assert!(
+        first.content.contains("safe to try again"),
+        "{}",
+        first.content
+    );
+    assert_eq!(store.fails_refused.load(Ordering::SeqCst), 0);
+    // Nothing is left behind for a one-shot caller that stops here.
+    assert!(
+        store
+            .inner
+            .list(&ListQuery::new())
+            .await
+            .unwrap()
+            .entries
+            .is_empty(),
+        "the claim whose reply was lost is left running"
+    );
+    let retry = tb.call("charge_card", args("A")).await;
+    assert_eq!(retry.outcome, Outcome::Executed, "{}", retry.content);
+    let duplicate = tb.call("charge_card", args("A")).await;
+    assert_eq!(
+        duplicate.outcome,
+        Outcome::Replayed,
+        "{}",
+        duplicate.content
+    );
+    assert_eq!(tool.charges.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_claim_retried_by_the_driver_with_the_same_token_runs_the_tool() {
+    // What redis-rs does on a cluster: the claim is applied, the reply lost, and the same
+    // request is sent again, which must find the caller's own entry and win.
+    #[derive(Debug, Default)]
+    struct Resends(MemoryStore);
+    #[async_trait]
+    impl Store for Resends {
+        async fn claim(&self, req: &ClaimRequest<'_>) -> toolonce::Result<Claim> {
+            let _lost = self.0.claim(req).await?;
+            self.0.claim(req).await
+        }
+        async fn renew(
+            &self,
+            key: &OperationKey,
+            owner: &OwnerToken,
+            lease: Duration,
+        ) -> toolonce::Result<bool> {
+            self.0.renew(key, owner, lease).await
+        }
+        async fn complete(
+            &self,
+            key: &OperationKey,
+            owner: OwnerToken,
+            result: &Value,
+            retention: Duration,
+        ) -> toolonce::Result<Fenced> {
+            self.0.complete(key, owner, result, retention).await
+        }
+        async fn fail(
+            &self,
+            key: &OperationKey,
+            owner: OwnerToken,
+            error: &ToolError,
+            sticky: Option<Duration>,
+        ) -> toolonce::Result<Fenced> {
+            self.0.fail(key, owner, error, sticky).await
+        }
+        async fn get(&self, key: &OperationKey) -> toolonce::Result<Option<Entry>> {
+            self.0.get(key).await
+        }
+        async fn list(&self, q: &ListQuery) -> toolonce::Result<Page> {
+            self.0.list(q).await
+        }
+        async fn resolve(
+            &self,
+            key: &OperationKey,
+            resolution: &Resolution,
+            retention: Duration,
+        ) -> toolonce::Result<Resolved> {
+            self.0.resolve(key, resolution, retention).await
+        }
+        async fn delete(&self, key: &OperationKey) -> toolonce::Result<bool> {
+            self.0.delete(key).await
+        }
+        async fn purge_expired(&self) -> toolonce::Result<u64> {
+            self.0.purge_expired().await
+        }
+    }
+    let tool = Charge::default();
+    let tb = toolbox(
+        Arc::new(Resends::default()),
+        tool.clone(),
+        WriteOptions::new(),
+    );
+    let first = tb.call("charge_card", args("A")).await;
+    assert_eq!(first.outcome, Outcome::Executed, "{}", first.content);
+    let duplicate = tb.call("charge_card", args("A")).await;
+    assert_eq!(
+        duplicate.outcome,
+        Outcome::Replayed,
+        "{}",
+        duplicate.content
+    );
+    assert_eq!(tool.charges.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_complete_whose_reply_is_lost_is_recorded_and_replayed() {
+    log_buffer();
+    let store = Arc::new(LosesReplies::default());
+    store.completes.store(1, Ordering::SeqCst);
+    let layer = Layer::new(store.clone());
+    // A scope of its own, so the log lines of this test's key are only this test's.
+    let op = key::derive("lost-complete", "charge", &json!({"n": 1}), None).unwrap();
+    let runs = AtomicU32::new(0);
+    let options = WriteOptions::new();
+    let charge = || {
+        layer.run("charge", &op, &options, |_| async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok(json!({"receipt": "r_1"}))
+        })
+    };
+    let first = charge().await;
+    assert_eq!(first.outcome, Outcome::Executed, "{first:?}");
+    assert_eq!(
+        store.completes.load(Ordering::SeqCst),
+        0,
+        "the reply was lost"
+    );
+    let duplicate = charge().await;
+    assert_eq!(duplicate.outcome, Outcome::Replayed, "{duplicate:?}");
+    assert_eq!(duplicate.result, first.result);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // The operator's log must not say the result was lost when it was recorded.
+    let logs = logged_about(&op.key);
+    assert!(logs.contains("write call"), "the log was captured: {logs}");
+    assert!(!logs.contains("claim was lost"), "{logs}");
+}
