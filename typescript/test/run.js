@@ -2,7 +2,8 @@
 // (servers.js), compiles the reference design's TypeScript worker, and runs every test file
 // with node:test, the servers' URLs in the environment. The interop tests with the Rust side
 // run the `toolonce` command of TOOLONCE_BIN, else ../target/debug/toolonce; without one they
-// are skipped, saying so (scripts/test-typescript builds it first).
+// are skipped, saying so (scripts/test-typescript builds it first); so is the Bun test without
+// TOOLONCE_BUN or ../target/tmp/bun (scripts/install-bun).
 
 "use strict";
 
@@ -33,6 +34,9 @@ async function main() {
   };
   if (fs.existsSync(bin)) env.TOOLONCE_BIN = bin;
   else delete env.TOOLONCE_BIN;
+  const bun = process.env.TOOLONCE_BUN ?? path.join(repo, "target", "tmp", "bun", "node_modules", ".bin", "bun");
+  if (fs.existsSync(bun)) env.TOOLONCE_BUN = bun;
+  else delete env.TOOLONCE_BUN;
   // One file at a time: the machine's cores are shared, and the crash tests time leases.
   const tests = spawn(process.execPath, ["--test", "--test-concurrency=1", ...files], { env, stdio: "inherit" });
   const code = await new Promise((resolve) => tests.once("exit", (c, signal) => resolve(c ?? (signal ? 1 : 0))));
