@@ -23,14 +23,15 @@ interface Held {
   about: Record<string, string | undefined>;
 }
 
-/** How many writes between two sweeps of expired entries. */
-const SWEEP_EVERY = 1024;
+/** How many entries each write checks for expiry: the sweep walks the map a little at a time. */
+const SWEEP_STEP = 4;
 
 export class MemoryBackend implements Backend {
   readonly url = "memory://";
   private readonly entries = new Map<string, Held>();
   private closed = false;
-  private writes = 0;
+  /** Where the sweep is: an iterator over the map, which stays valid as entries come and go. */
+  private sweeping: Iterator<[string, Held]> | undefined;
 
   constructor(private readonly now: () => number = Date.now) {}
 
@@ -45,9 +46,18 @@ export class MemoryBackend implements Backend {
     return e;
   }
 
+  /** Forgets a few expired entries, so memory stays bounded by the live ones at a constant cost per write. */
   private sweep(now: number): void {
-    if (++this.writes % SWEEP_EVERY !== 0) return;
-    for (const [key, e] of this.entries) if (now >= e.expiresAt) this.entries.delete(key);
+    for (let i = 0; i < SWEEP_STEP; i++) {
+      this.sweeping ??= this.entries.entries();
+      const next = this.sweeping.next();
+      if (next.done === true) {
+        this.sweeping = undefined;
+        return;
+      }
+      const [key, e] = next.value;
+      if (now >= e.expiresAt) this.entries.delete(key);
+    }
   }
 
   private view(e: Held, now: number): Entry {
@@ -88,7 +98,7 @@ export class MemoryBackend implements Backend {
         startedAt: now,
         firstStartedAt: now,
         attempts: 1,
-        about: { ...req.about },
+        about: { scope: req.about.scope, tool: req.about.tool, detail: req.about.detail },
       };
       this.lease(held, req.leaseMs, req.retentionMs, now);
       this.entries.set(req.key, held);
