@@ -186,7 +186,8 @@ export async function openPostgres(url: string): Promise<Backend> {
   } catch {
     throw new ConfigError("a postgres:// store needs the pg driver: npm install pg");
   }
-  const pool = new pg.Pool({ connectionString: url, max: 16, connectionTimeoutMillis: 2000, application_name: "toolonce" });
+  // A query that gets no answer within 5 s fails (the store is unavailable), as a dropped connection does.
+  const pool = new pg.Pool({ connectionString: url, max: 16, connectionTimeoutMillis: 2000, query_timeout: 5000, application_name: "toolonce" });
   // A connection that breaks while idle is replaced; the calls that meet the outage fail closed.
   pool.on("error", () => {});
   try {

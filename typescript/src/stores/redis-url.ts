@@ -111,7 +111,7 @@ async function ioredisLink(ioredis: any, t: Target): Promise<RedisLink> {
   };
   let client: any;
   if (t.cluster) {
-    client = new Redis.Cluster(t.nodes, { lazyConnect: true, redisOptions: common, clusterRetryStrategy: (n: number) => (n > 3 ? null : 50 * n) });
+    client = new Redis.Cluster(t.nodes, { lazyConnect: true, redisOptions: common, clusterRetryStrategy: (n: number) => Math.min(50 * n, 1000) });
   } else {
     const node = t.nodes[0] as { host: string; port: number };
     client = new Redis({ ...common, host: node.host, port: node.port, db: t.db, lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 1 });
