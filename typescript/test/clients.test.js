@@ -161,3 +161,13 @@ test("something that is no client is refused, naming what is expected", async ()
   await assert.rejects(openStore("redis://h:99999"), (e) => e instanceof InvalidArguments && /port/.test(e.message));
   await assert.rejects(openStore("redis://u:s3cret@h:6379/?nope=1"), (e) => e instanceof InvalidArguments && !/s3cret/.test(e.message) && /nope/.test(e.message));
 });
+
+test("with node-redis installed and not ioredis, redis:// and redis+cluster:// URLs open through node-redis", async () => {
+  const { runProgram } = require("./support.js");
+  const path = require("node:path");
+  const targets = [urls.redis, urls["redis cluster"]];
+  const out = await runProgram(process.execPath, ["-r", path.join(__dirname, "fixtures", "no-ioredis.js"), path.join(__dirname, "fixtures", "every-store.js"), ...targets]);
+  assert.equal(out.code, 0, out.stderr);
+  const answers = JSON.parse(out.stdout);
+  for (const url of targets) assert.deepEqual(answers[url], ["executed", "replayed", 1, true], url);
+});
