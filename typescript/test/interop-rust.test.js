@@ -118,6 +118,28 @@ for (const name of ["sqlite", "redis", "redis cluster", "postgres"]) {
       assert.deepEqual(send.runs, []);
     });
 
+    test("key fields: both sides key on the same fields, and a differing rest is a conflict on either side", async () => {
+      const scope = uniqueRunId("interop-fields");
+      const send = tool("send_email", () => ({ sent: 1 }));
+      const wrapped = idempotent(send.def, store, { keyFields: ["/to"] });
+      const ours = await wrapped.runDetailed({ to: "a@x", body: "one" }, { runId: scope });
+      assert.equal(ours.outcome, "executed");
+      const m = marker();
+      const conflict = await exec(url, scope, "send_email", { to: "a@x", body: "two" }, m.script, ["--key-field", "/to"]);
+      assert.equal(conflict.code, 65, conflict.stderr);
+      assert.equal(m.ran(), false);
+      const same = await exec(url, scope, "send_email", { body: "one", to: "a@x" }, m.script, ["--key-field", "/to"]);
+      assert.equal(same.code, 0, same.stderr);
+      assert.equal(m.ran(), false);
+
+      const scope2 = uniqueRunId("interop-fields");
+      const first = await exec(url, scope2, "send_email", { to: "b@x", body: "one" }, "echo sent", ["--key-field", "/to"]);
+      assert.equal(first.code, 0, first.stderr);
+      const answer = await wrapped.runDetailed({ to: "b@x", body: "two" }, { runId: scope2 });
+      assert.equal(answer.outcome, "conflict");
+      assert.equal(send.runs.length, 1);
+    });
+
     test("a sticky failure recorded here is replayed by toolonce exec without running", async () => {
       const scope = uniqueRunId("interop-failed");
       const args = { card: "4000" };
