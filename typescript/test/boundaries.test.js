@@ -85,7 +85,7 @@ for (const name of ["sqlite", "redis"]) {
 
     test("a Worker terminated mid-call leaves an operation that turns unknown when its lease ends", async () => {
       const runId = uniqueRunId("worker");
-      const worker = new Worker(path.join(__dirname, "fixtures", "worker-hang.js"), { workerData: { url, runId, leaseMs: 600 } });
+      const worker = new Worker(path.join(__dirname, "fixtures", "worker-hang.js"), { workerData: { url, runId, leaseMs: 1000 } });
       const key = await new Promise((resolve, reject) => {
         worker.once("message", resolve);
         worker.once("error", reject);
@@ -94,7 +94,7 @@ for (const name of ["sqlite", "redis"]) {
       let runs = 0;
       const charge = idempotent({ kind: "write", name: "charge_card", run: async () => ++runs }, store);
       await assert.rejects(charge.run({ customerId: "cus_worker" }, { runId }), OperationInFlight);
-      await sleep(900);
+      await sleep(1400);
       await assert.rejects(charge.run({ customerId: "cus_worker" }, { runId }), (e) => e instanceof OutcomeUnknown && e.key === key);
       assert.equal(runs, 0);
     });
@@ -116,13 +116,13 @@ for (const name of ["sqlite", "redis"]) {
       const runId = uniqueRunId("heartbeat");
       let runs = 0;
       const slow = idempotent(
-        { kind: "write", name: "slow", run: async () => (await sleep(1000), ++runs) },
+        { kind: "write", name: "slow", run: async () => (await sleep(2400), ++runs) },
         store,
-        { lease: 300 },
+        { lease: 600 },
       );
       const first = slow.run({}, { runId });
-      for (let i = 0; i < 4; i++) {
-        await sleep(200);
+      for (let i = 0; i < 5; i++) {
+        await sleep(400);
         await assert.rejects(slow.run({}, { runId }), OperationInFlight);
       }
       assert.equal(await first, 1);
