@@ -8,6 +8,13 @@ checkpoint. A second process resumes the thread from its last checkpoint, so `se
 again: toolonce replays the stored result instead of issuing a second refund.
 
     python examples/langgraph_resume.py [STORE_URL]   # default: a SQLite file in a temp dir
+
+Needs, beside toolonce (``pip install ./bindings/python``), LangGraph and its SQLite
+checkpointer:
+
+    pip install langgraph==1.2.24 langgraph-checkpoint==4.3.2 langgraph-checkpoint-sqlite==3.1.2
+
+(the versions ``requirements-test.txt`` pins and the tests run it with).
 """
 
 from __future__ import annotations

@@ -5,6 +5,12 @@ as models do), and the whole run is then retried, as an agent loop does after a 
 email is sent once; every duplicate gets the first send's result.
 
     python examples/openai_agents.py [STORE_URL]      # default: a SQLite file in a temp dir
+
+Needs, beside toolonce (``pip install ./bindings/python``), the OpenAI Agents SDK:
+
+    pip install openai-agents==0.24.0 openai==3.57.0
+
+(the versions ``requirements-test.txt`` pins and the tests run it with; no API key is used).
 """
 
 from __future__ import annotations

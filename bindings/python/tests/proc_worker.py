@@ -1,17 +1,33 @@
 """A child process of test_processes.py: runs write operations against a shared store.
 
-    proc_worker.py many URL SCOPE LOG OPS      each of OPS operations once through the decorator,
+    proc_worker.py many URL SCOPE LOG OPS GATE INDEX COUNT
+                                               each of OPS operations once through the decorator,
                                                appending a line to LOG per execution; prints
-                                               the results as JSON
+                                               the results as JSON. Ready, it writes
+                                               GATE/ready.INDEX and waits for GATE/go (the
+                                               test's barrier), then starts at operation
+                                               INDEX * OPS / COUNT and wraps around
     proc_worker.py hang URL SCOPE MARKER        claims `charge`, writes MARKER, then hangs (the
                                                test SIGKILLs it between claim and complete)
     proc_worker.py interrupted URL SCOPE MARKER as hang, but the test sends SIGINT: the
                                                KeyboardInterrupt reaches the caller
+    proc_worker.py forked URL SCOPE MARKER      uses toolonce, then forks (multiprocessing's
+                                               "fork" start method); the child opens the store
+                                               itself, writes MARKER from inside `slow` (lease
+                                               0.6 s), runs five leases long and returns
+    proc_worker.py gil URL SCOPE MARKER         async duplicates (more than the runtime's
+                                               workers) whose waits end while a sync tool
+                                               (`busy`, lease 0.6 s) holds the GIL for 4 s in
+                                               one C call, after writing MARKER
 """
 
+import asyncio
+import ctypes
 import json
+import multiprocessing
 import os
 import sys
+import threading
 import time
 
 import toolonce
@@ -32,9 +48,22 @@ def main() -> None:
                 os.close(fd)
             return {"op": op, "by": os.getpid()}
 
+        gate, index, count = sys.argv[6], int(sys.argv[7]), int(sys.argv[8])
+        # Each process starts where no other does, so that each leads somewhere: in one order,
+        # the first process to win would stay ahead of the others (they poll while it runs)
+        # and could execute all of them.
+        start = index * ops // count
+        order = [(start + i) % ops for i in range(ops)]
+        with open(os.path.join(gate, f"ready.{index}"), "w"):
+            pass
+        deadline = time.monotonic() + 120
+        while not os.path.exists(os.path.join(gate, "go")):
+            if time.monotonic() > deadline:
+                sys.exit("the test never opened the gate")
+            time.sleep(0.001)
         results = {}
         with toolonce.scope(scope):
-            for op in range(ops):
+            for op in order:
                 results[op] = append_line(op=op)
         print(json.dumps(results))
     elif mode == "hang":
@@ -63,6 +92,100 @@ def main() -> None:
         except KeyboardInterrupt:
             print("interrupted", flush=True)
             sys.exit(3)
+    elif mode == "forked":
+        store.close()
+        forked(url, scope, sys.argv[4])
+    elif mode == "gil":
+        store.close()
+        gil(url, scope, sys.argv[4])
+
+
+SLOW_SECONDS = 3.0  # five leases of 0.6 s
+
+
+def forked_child(url: str, scope: str, marker: str) -> None:
+    """The forked child: its own store, as the README says, and a tool longer than its lease."""
+    store = toolonce.open_store(url)
+
+    @toolonce.write(store, name="slow", lease=0.6)
+    def slow(x: int) -> str:
+        with open(marker, "w") as f:
+            f.write(toolonce.current_key())
+        time.sleep(SLOW_SECONDS)
+        return "slow done"
+
+    assert slow(x=1, scope=scope) == "slow done"
+
+
+def forked(url: str, scope: str, marker: str) -> None:
+    # The parent has used toolonce (its runtime is running) before it forks.
+    parent = toolonce.open_store(url)
+
+    @toolonce.write(parent, name="warm")
+    def warm(x: int) -> int:
+        return x
+
+    assert warm(x=1, scope=scope) == 1
+    child = multiprocessing.get_context("fork").Process(
+        target=forked_child, args=(url, scope, marker)
+    )
+    child.start()
+    child.join(60)
+    if child.exitcode != 0:
+        sys.exit(f"the forked child failed: exit code {child.exitcode}")
+    print("child done", flush=True)
+
+
+def hold_the_gil(seconds: float) -> None:
+    """One C call that keeps the GIL: a ctypes.PyDLL function is called without releasing it."""
+    libc = ctypes.PyDLL(None)
+    libc.usleep(ctypes.c_uint(int(seconds * 1_000_000)))
+
+
+GIL_SECONDS = 4.0
+
+
+def gil(url: str, scope: str, marker: str) -> None:
+    store = toolonce.open_store(url)
+    sleeping = threading.Event()
+
+    @toolonce.write(store, name="sleeper")
+    def sleeper(x: int) -> str:
+        sleeping.set()
+        time.sleep(GIL_SECONDS + 2)  # the GIL released: only holds the operation
+        return "slept"
+
+    @toolonce.write(store, name="sleeper", in_flight=toolonce.Wait(1.0))
+    async def waiter(x: int) -> str:
+        raise AssertionError("a duplicate of a running operation must not run")
+
+    @toolonce.write(store, name="busy", lease=0.6)
+    def busy(x: int) -> str:
+        with open(marker, "w") as f:
+            f.write(toolonce.current_key())
+        hold_the_gil(GIL_SECONDS)
+        return "busy done"
+
+    async def main() -> None:
+        # More waiters than the runtime has workers. Each waits for `sleeper`'s operation
+        # (running in another thread) and gives up after 1 s, while `busy` holds the GIL: each
+        # then has an answer for this event loop, and a runtime worker that waited for the GIL
+        # to hand it over would be stuck there with every task behind it, the heartbeat too.
+        waiters = [
+            asyncio.ensure_future(waiter.call_detailed(x=1, scope=scope))
+            for _ in range(2 * (os.cpu_count() or 2) + 4)
+        ]
+        await asyncio.sleep(0.05)
+        assert busy(x=1, scope=scope) == "busy done"
+        outcomes = {answer.outcome for answer in await asyncio.gather(*waiters)}
+        assert outcomes == {"in_flight"}, outcomes
+
+    holder = threading.Thread(target=lambda: sleeper(x=1, scope=scope))
+    holder.start()
+    assert sleeping.wait(30)
+    asyncio.run(main())
+    holder.join()
+    print("busy done", flush=True)
 
 
 if __name__ == "__main__":

@@ -30,13 +30,26 @@ def shared_url(kind: str, tmp_path: Path, request) -> str:
 def test_eight_processes_running_the_same_500_operations_execute_each_once(kind, tmp_path, request, run_id):
     url = shared_url(kind, tmp_path, request)
     log = tmp_path / "executions.log"
+    gate = tmp_path / "gate"
+    gate.mkdir()
     children = [
         subprocess.Popen(
-            [sys.executable, WORKER, "many", url, run_id, str(log), str(OPERATIONS)],
+            [sys.executable, WORKER, "many", url, run_id, str(log), str(OPERATIONS), str(gate), str(i),
+             str(PROCESSES)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
-        for _ in range(PROCESSES)
+        for i in range(PROCESSES)
     ]
+    # A barrier: every process has started Python, opened the store and is ready before any
+    # runs an operation, so they race from one moment (a slow start under load cannot leave
+    # all the work to the first).
+    deadline = time.monotonic() + 120
+    while len(list(gate.glob("ready.*"))) < PROCESSES:
+        for child in children:
+            assert child.poll() is None, child.communicate()
+        assert time.monotonic() < deadline, "the workers never got ready"
+        time.sleep(0.01)
+    (gate / "go").touch()
     answers = []
     for child in children:
         out, err = child.communicate(timeout=300)
@@ -50,6 +63,8 @@ def test_eight_processes_running_the_same_500_operations_execute_each_once(kind,
         assert len({json.dumps(a[str(op)], sort_keys=True) for a in answers}) == 1
     # More than one process executed some: they really ran side by side.
     assert len({a[str(op)]["by"] for a in answers for op in range(OPERATIONS)}) > 1
+    # Every process got every operation's answer.
+    assert all(len(a) == OPERATIONS for a in answers)
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "redis"])
@@ -151,3 +166,105 @@ def test_ctrl_c_while_the_function_runs_records_nothing_and_the_operation_become
 
         with pytest.raises(toolonce.UnknownOutcomeError):
             charge(order="o1", scope=run_id)
+
+
+def start_worker(*args: str) -> subprocess.Popen:
+    """A worker in a process group of its own, so that `stop` also ends a child it forked."""
+    return subprocess.Popen(
+        [sys.executable, WORKER, *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+
+
+def stop(child: subprocess.Popen) -> None:
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def wait_for_marker(child: subprocess.Popen, marker: Path, timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    while not marker.exists() or not marker.read_text():
+        if child.poll() is not None:
+            out, err = child.communicate()
+            pytest.fail(f"the worker exited with {child.returncode} before its tool ran:\n{out}\n{err}")
+        if time.monotonic() > deadline:
+            stop(child)
+            out, err = child.communicate()
+            pytest.fail(f"the worker's tool never ran:\n{out}\n{err}")
+        time.sleep(0.02)
+    return marker.read_text()
+
+
+def a_duplicate_finds_it_running(url: str, run_id: str, name: str, after: float) -> str:
+    """A duplicate's outcome `after` seconds (several 0.6 s leases) into the run: `in_flight`
+    while the heartbeat renews, `unknown` once the lease expired."""
+    time.sleep(after)
+    with toolonce.open_store(url) as store:
+
+        @toolonce.write(store, name=name, lease=0.6)
+        def duplicate(x: int) -> str:
+            raise AssertionError("a duplicate of a running operation must not run")
+
+        return duplicate.call_detailed(x=1, scope=run_id).outcome
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_a_forked_child_renews_its_lease_while_its_tool_runs(kind, tmp_path, request, run_id):
+    url = shared_url(kind, tmp_path, request)
+    marker = tmp_path / "claimed"
+    child = start_worker("forked", url, run_id, str(marker))
+    try:
+        wait_for_marker(child, marker)
+        assert a_duplicate_finds_it_running(url, run_id, "slow", 1.8) == "in_flight"
+        out, err = child.communicate(timeout=60)
+    finally:
+        stop(child)
+        if child.returncode is None:
+            child.communicate()
+    assert child.returncode == 0 and "child done" in out, (out, err)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_the_heartbeat_renews_while_a_sync_tool_holds_the_gil_and_async_callers_wait(kind, tmp_path, request, run_id):
+    url = shared_url(kind, tmp_path, request)
+    marker = tmp_path / "claimed"
+    child = start_worker("gil", url, run_id, str(marker))
+    try:
+        wait_for_marker(child, marker)
+        assert a_duplicate_finds_it_running(url, run_id, "busy", 2.6) == "in_flight"
+        out, err = child.communicate(timeout=60)
+    finally:
+        stop(child)
+        if child.returncode is None:
+            child.communicate()
+    assert child.returncode == 0 and "busy done" in out, (out, err)
+
+
+def test_a_store_opened_before_a_fork_refuses_calls_in_the_child_saying_what_to_do(tmp_path, run_id):
+    with toolonce.open_store(f"sqlite://{tmp_path / 'forked.db'}") as store:
+
+        @toolonce.write(store, name="op")
+        def op(x: int) -> int:
+            return x
+
+        assert op(x=1, scope=run_id) == 1
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report, and leave without running the parent's exit hooks
+            try:
+                op(x=2, scope=run_id)
+                said = "ran"
+            except toolonce.ConfigError as e:
+                said = f"refused: {e}"
+            except BaseException as e:  # noqa: BLE001 - reported to the parent
+                said = f"other: {e!r}"
+            os.write(write_end, said.encode())
+            os._exit(0)
+        os.close(write_end)
+        with os.fdopen(read_end) as pipe:
+            said = pipe.read()
+        os.waitpid(pid, 0)
+        assert said.startswith("refused:") and "fork" in said and "open_store" in said, said
+        assert op(x=2, scope=run_id) == 2  # the parent's store still works

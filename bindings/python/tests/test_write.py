@@ -4,7 +4,9 @@ exceptions, keys shared with the other bindings."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -517,3 +519,143 @@ def test_a_verify_function_that_raises_holds_the_operation_with_its_error_as_cau
         with pytest.raises(toolonce.UnknownOutcomeError) as err:
             ship(order="o1", scope=run_id)
         assert isinstance(err.value.__cause__, ConnectionError)
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_permanent_error_whose_detail_is_not_json_is_stored_without_it_and_says_so(store, run_id, kind):
+    runs = Counter()
+    when = datetime.datetime(2026, 1, 2, 3, 4, 5)
+
+    def declined(card: str) -> str:
+        runs.add(card)
+        raise toolonce.PermanentError("card declined", detail={"at": when})
+
+    async def declined_async(card: str) -> str:
+        return declined(card)
+
+    fn = toolonce.write(store, name="charge")(declined if kind == "sync" else declined_async)
+
+    def call(**kwargs):
+        if kind == "sync":
+            return fn.call_detailed(**kwargs)
+        return asyncio.run(fn.call_detailed(**kwargs))
+
+    first = call(card="A", scope=run_id)
+    assert first.outcome == "executed"
+    assert type(first.error) is toolonce.PermanentError and first.error.detail == {"at": when}
+    replay = call(card="A", scope=run_id)
+    assert replay.outcome == "replayed_failure"
+    assert isinstance(replay.error, toolonce.ReplayedFailure)
+    assert replay.error.message.startswith("card declined")
+    assert "detail" in replay.error.message and "not stored" in replay.error.message
+    assert replay.error.detail is None
+    assert len(runs.calls) == 1
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_transient_error_whose_message_is_not_utf8_is_released_and_reaches_the_caller_unchanged(store, run_id, kind):
+    runs = Counter()
+    message = os.fsdecode(b"caf\xe9 unreachable")  # a lone surrogate, '\udce9'
+    raised = []
+
+    def flaky(x: int) -> str:
+        if runs.add(x) == 1:
+            raised.append(ConnectionError(message))
+            raise raised[0]
+        return "ok"
+
+    async def flaky_async(x: int) -> str:
+        return flaky(x)
+
+    fn = toolonce.write(store, name="flaky")(flaky if kind == "sync" else flaky_async)
+
+    def call(**kwargs):
+        if kind == "sync":
+            return fn(**kwargs)
+        return asyncio.run(fn(**kwargs))
+
+    with pytest.raises(ConnectionError) as err:
+        call(x=1, scope=run_id)
+    assert err.value is raised[0] and str(err.value) == message
+    assert call(x=1, scope=run_id) == "ok"  # released: the next call ran it again
+    assert call(x=1, scope=run_id) == "ok"
+    assert len(runs.calls) == 2
+
+
+def test_arguments_the_function_cannot_see_never_change_the_key(store, run_id):
+    runs = Counter()
+
+    @toolonce.write(store, name="create_issue")
+    def create_issue(title: str, labels: tuple = ("bug",), assignee=None) -> str:
+        runs.add(title)
+        return toolonce.current_key()
+
+    key = create_issue(title="x", scope=run_id)
+    # A default passed explicitly is what the function receives anyway: the same operation.
+    assert create_issue(title="x", assignee=None, scope=run_id) == key
+    assert create_issue("x", ("bug",), scope=run_id) == key
+    assert len(runs.calls) == 1
+    # A keyword the function does not take is refused before anything runs, not keyed.
+    with pytest.raises(toolonce.InvalidArgumentsError, match="note"):
+        create_issue(title="x", note="retrying", scope=run_id)
+    with pytest.raises(toolonce.InvalidArgumentsError, match="ctx"):
+        create_issue(title="x", ctx="mine", scope=run_id)
+    assert len(runs.calls) == 1
+    # A value the function can tell apart from the default is another operation.
+    assert create_issue(title="x", assignee="ada", scope=run_id) != key
+    assert len(runs.calls) == 2
+
+
+def test_keywords_a_function_takes_with_double_star_are_part_of_the_key(store, run_id):
+    runs = Counter()
+
+    @toolonce.write(store, name="log_event")
+    def log_event(kind: str, **fields) -> int:
+        return runs.add((kind, fields))
+
+    assert log_event(kind="a", scope=run_id) == 1
+    assert log_event(kind="a", note="x", scope=run_id) == 2
+    assert log_event(kind="a", note="x", scope=run_id) == 2
+    assert log_event.key_for(run_id, kind="a", note="x") == toolonce.derive_key(
+        run_id, "log_event", {"kind": "a", "note": "x"}
+    )
+
+
+def test_a_verified_result_that_is_not_json_holds_the_operation_saying_why(tmp_path, run_id):
+    with toolonce.open_store(f"sqlite://{tmp_path / 'v3.db'}") as store:
+        started = threading.Event()
+
+        @toolonce.write(store, name="ship", lease=0.2)
+        async def ship_abandoned(order: str) -> str:
+            started.set()
+            await asyncio.sleep(30)
+            return "never"
+
+        async def abandon():
+            task = asyncio.ensure_future(ship_abandoned(order="o1", scope=run_id))
+            while not started.is_set():
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(abandon())
+        time.sleep(0.5)
+
+        def verify(ctx):
+            return toolonce.Done(object())
+
+        @toolonce.write(store, name="ship", lease=0.2, on_expired=verify)
+        def ship(order: str) -> str:
+            raise AssertionError("held: must not run")
+
+        @toolonce.write(store, name="ship", lease=0.2, on_expired=verify)
+        async def ship_async(order: str) -> str:
+            raise AssertionError("held: must not run")
+
+        with pytest.raises(toolonce.UnknownOutcomeError) as err:
+            ship(order="o1", scope=run_id)
+        assert isinstance(err.value.__cause__, TypeError)
+        with pytest.raises(toolonce.UnknownOutcomeError) as err:
+            asyncio.run(ship_async(order="o1", scope=run_id))
+        assert isinstance(err.value.__cause__, TypeError)

@@ -20,6 +20,7 @@ mod answer;
 mod call;
 mod report;
 mod settle;
+mod storable;
 
 pub use answer::{Outcome, STORE_ERROR, WriteAnswer};
 pub use call::{ProbeFuture, ToolFuture};
@@ -33,7 +34,7 @@ use crate::store::{
     About, Claim, ClaimRequest, EntryState, Fenced, OwnerToken, Resolution, Resolved, Store,
 };
 use crate::tool::{ToolError, Verified, WriteContext};
-use answer::{PANICKED, conflict, held, in_flight, misconfigured, unavailable};
+use answer::{PANICKED, conflict, held, in_flight, misconfigured, unavailable, unreadable};
 use call::{NO_PROBE, WriteCall};
 use report::{count_takeover, log_write_call};
 
@@ -261,7 +262,7 @@ impl Layer {
                         // The store may have applied the claim before the reply was lost.
                         self.release(tool, key, &owner).await;
                     }
-                    return answer(Outcome::StoreUnavailable, Err(unavailable(tool, &e)));
+                    return store_failed(tool, key, &e);
                 }
             };
             let entry = match claim {
@@ -335,9 +336,7 @@ impl Layer {
                 tokio::time::sleep(pause.min(deadline - now)).await;
                 pause = (pause * 2).min(Duration::from_millis(200));
                 match self.store.get(key).await {
-                    Err(e) => {
-                        return answer(Outcome::StoreUnavailable, Err(unavailable(tool, &e)));
-                    }
+                    Err(e) => return store_failed(tool, key, &e),
                     Ok(Some(e)) if matches!(e.state, EntryState::Running { .. }) => continue,
                     // Settled: the next claim returns the settled entry. Unknown: the next claim
                     // applies the policy.
@@ -455,7 +454,19 @@ impl Layer {
                 };
             }
         };
-        let settled = self.settle(tool, key, &owner, &result, options).await;
+        // The tool ran: what cannot be stored as it is is stored as what stands for it, never
+        // released (see `storable`).
+        let stored = storable::storable(tool, &result);
+        if let (Ok(_), Err(instead)) = (&result, stored.as_ref()) {
+            tracing::warn!(
+                target: "toolonce",
+                tool,
+                key = %key,
+                reason = %instead.message,
+                "the tool ran but its result cannot be stored; recorded as a failure instead"
+            );
+        }
+        let settled = self.settle(tool, key, &owner, &stored, options).await;
         if settled == Some(Fenced::NotOwner) {
             tracing::warn!(
                 target: "toolonce",
@@ -469,5 +480,21 @@ impl Layer {
             key: key.clone(),
             result,
         }
+    }
+}
+
+/// The answer when the store failed a claim or a read. An entry that is there but cannot be
+/// decoded is not "nothing happened": the operation was begun, perhaps done, by a writer this
+/// reader cannot follow, so it is held as `unknown` for a person. Anything else is the store
+/// being unavailable, which the claim never got past: nothing ran.
+fn store_failed(tool: &str, key: &OperationKey, e: &crate::Error) -> WriteAnswer {
+    let (outcome, error) = match e {
+        crate::Error::Corrupt { .. } => (Outcome::Unknown, unreadable(tool, key, e)),
+        _ => (Outcome::StoreUnavailable, unavailable(tool, e)),
+    };
+    WriteAnswer {
+        outcome,
+        key: key.clone(),
+        result: Err(error),
     }
 }

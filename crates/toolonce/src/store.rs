@@ -14,6 +14,7 @@ use crate::Result;
 use crate::key::{Fingerprint, OperationKey};
 use crate::tool::ToolError;
 
+pub(crate) mod json;
 pub mod memory;
 mod open;
 mod owner;
@@ -25,6 +26,7 @@ pub mod redis;
 pub mod sqlite;
 mod url;
 
+pub use json::MAX_STORED_DEPTH;
 pub use open::open;
 pub use owner::OwnerToken;
 pub use url::redact_url;

@@ -57,6 +57,11 @@ pub trait ReadTool: Send + Sync + 'static {
 /// the layer recording the result.
 pub trait WriteTool: Send + Sync + 'static {
     /// The arguments, deserialized from the model's JSON; their JSON Schema is shown to the model.
+    ///
+    /// The operation is keyed on the arguments as this type sees them: a field it ignores (a
+    /// `note` the model added, a member of a nested object the type has no field for) is left
+    /// out of the key and the fingerprint, since two calls the tool cannot tell apart must be one
+    /// operation. Use `#[serde(deny_unknown_fields)]` to refuse such fields instead.
     type Args: DeserializeOwned + JsonSchema + Send + 'static;
     /// The result, serialized to JSON, stored, and replayed to duplicates.
     type Output: Serialize + Send + 'static;

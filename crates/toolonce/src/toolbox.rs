@@ -17,6 +17,10 @@ use crate::store::{About, Store};
 use crate::tool::{ReadTool, ToolError, Verified, WriteContext, WriteTool};
 use crate::{Error, Result};
 
+mod args;
+
+use args::{Parsed, parse_typed};
+
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 type Prepared = Box<dyn FnOnce(WriteContext) -> BoxFuture<Result<Value, ToolError>> + Send>;
 type Probe = Box<dyn FnOnce(WriteContext) -> BoxFuture<Verified> + Send>;
@@ -99,7 +103,7 @@ trait ErasedRead: Send + Sync {
 
 impl<T: ReadTool> ErasedRead for T {
     fn call(self: Arc<Self>, args: &Value) -> Result<BoxFuture<Result<Value, ToolError>>, String> {
-        let args: T::Args = parse_typed(args)?;
+        let args: T::Args = parse_typed(args)?.args;
         Ok(Box::pin(async move {
             to_result(ReadTool::call(&*self, args).await)
         }))
@@ -107,44 +111,29 @@ impl<T: ReadTool> ErasedRead for T {
 }
 
 trait ErasedWrite: Send + Sync {
-    fn prepare(self: Arc<Self>, args: &Value) -> Result<Prepared, String>;
+    /// The run of the tool with these arguments, and the arguments as the tool sees them when
+    /// its type ignores some of them (see `args`).
+    fn prepare(self: Arc<Self>, args: &Value) -> Result<(Prepared, Option<Value>), String>;
     /// The tool's verify probe for these arguments (parsed again: `Args` need not be `Clone`,
     /// and this runs only under [`OnExpired::Verify`]).
     fn probe(self: Arc<Self>, args: &Value) -> Result<Probe, String>;
 }
 
 impl<T: WriteTool> ErasedWrite for T {
-    fn prepare(self: Arc<Self>, args: &Value) -> Result<Prepared, String> {
-        let args: T::Args = parse_typed(args)?;
-        Ok(Box::new(move |ctx| {
+    fn prepare(self: Arc<Self>, args: &Value) -> Result<(Prepared, Option<Value>), String> {
+        let Parsed { args, seen } = parse_typed::<T::Args>(args)?;
+        let prepared: Prepared = Box::new(move |ctx| {
             Box::pin(async move { to_result(WriteTool::call(&*self, ctx, args).await) })
-        }))
+        });
+        Ok((prepared, seen))
     }
 
     fn probe(self: Arc<Self>, args: &Value) -> Result<Probe, String> {
-        let args: T::Args = parse_typed(args)?;
+        let args: T::Args = parse_typed(args)?.args;
         Ok(Box::new(move |ctx| {
             Box::pin(async move { WriteTool::verify(&*self, &ctx, &args).await })
         }))
     }
-}
-
-/// Deserializes the arguments, naming the offending field on error (`payment.amount: invalid
-/// type: string "x", expected u64`).
-fn parse_typed<A: serde::de::DeserializeOwned>(args: &Value) -> Result<A, String> {
-    // Tracking the path costs as much as the rest of a replay, so it runs only to explain a
-    // failure.
-    if let Ok(parsed) = <A as serde::Deserialize>::deserialize(args) {
-        return Ok(parsed);
-    }
-    serde_path_to_error::deserialize(args).map_err(|e| {
-        let path = e.path().to_string();
-        if path == "." {
-            e.into_inner().to_string()
-        } else {
-            format!("{path}: {}", e.into_inner())
-        }
-    })
 }
 
 fn to_result<O: serde::Serialize + 'static>(out: Result<O, ToolError>) -> Result<Value, ToolError> {
@@ -439,11 +428,13 @@ impl Toolbox {
                 about: own_about,
             } => {
                 // Validate before anything touches the store: bad input claims nothing.
-                let prepared = match tool.clone().prepare(&args) {
+                let (prepared, seen) = match tool.clone().prepare(&args) {
                     Ok(p) => p,
                     Err(e) => return self.invalid(name, &e),
                 };
-                let op = match key::derive(scope, name, &args, key_fields.as_ref()) {
+                // Keyed on what the tool sees: two calls it cannot tell apart are one operation.
+                let keyed = seen.as_ref().unwrap_or(&args);
+                let op = match key::derive(scope, name, keyed, key_fields.as_ref()) {
                     Ok(op) => op,
                     Err(e) => return self.invalid(name, &e.to_string()),
                 };

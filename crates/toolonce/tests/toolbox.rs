@@ -277,3 +277,34 @@ async fn an_entry_records_the_scope_its_call_was_made_in() {
         assert_eq!(entry.about.tool.as_deref(), Some("send_email"));
     }
 }
+
+#[tokio::test]
+async fn a_field_the_tool_ignores_does_not_make_another_operation() {
+    let tool = SendEmail::default();
+    let runs = tool.runs.clone();
+    let toolbox = toolbox(tool);
+    let first = toolbox
+        .call("send_email", json!({"to": "ada@example.com"}))
+        .await;
+    // The model adds a field the tool's type does not have: the tool cannot tell the calls
+    // apart, so they are one operation.
+    let second = toolbox
+        .call(
+            "send_email",
+            json!({"to": "ada@example.com", "note": "retrying"}),
+        )
+        .await;
+    assert_eq!(first.outcome, Outcome::Executed);
+    assert_eq!(second.outcome, Outcome::Replayed);
+    assert_eq!(second.key, first.key);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // A field the tool reads still makes another operation.
+    let other = toolbox
+        .call(
+            "send_email",
+            json!({"to": "bob@example.com", "note": "retrying"}),
+        )
+        .await;
+    assert_eq!(other.outcome, Outcome::Executed);
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}

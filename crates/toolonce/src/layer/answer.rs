@@ -117,6 +117,20 @@ pub(crate) fn unavailable(tool: &str, e: &crate::Error) -> ToolError {
     .with_detail(serde_json::json!({ STORE_ERROR: report }))
 }
 
+/// The answer when the operation's entry is there but cannot be read (written by another
+/// writer, or damaged): it was begun, perhaps done, so it is neither run nor called harmless.
+pub(crate) fn unreadable(tool: &str, key: &OperationKey, e: &crate::Error) -> ToolError {
+    let report = e.report().to_string();
+    ToolError::permanent(format!(
+        "Outcome unknown: an earlier identical call of `{tool}` (operation {key}) is recorded, \
+         but its record cannot be read here ({report}), so it may already have taken effect. \
+         This call was not executed, and you must not retry it: running it again could perform \
+         it twice. A person must check it (`toolonce show {key}`) and settle it. Tell the user \
+         it needs checking, and do not assume it happened or did not."
+    ))
+    .with_detail(serde_json::json!({ STORE_ERROR: report }))
+}
+
 /// The answer under `hold` (or a probe that cannot tell): written for the model, which must
 /// neither retry nor assume either way.
 pub(crate) fn held(tool: &str, key: &OperationKey) -> ToolError {

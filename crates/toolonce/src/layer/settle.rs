@@ -8,6 +8,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::Layer;
+use super::storable::unstorable;
 use crate::key::OperationKey;
 use crate::policy::WriteOptions;
 use crate::store::{EntryState, Fenced, OwnerToken};
@@ -68,6 +69,12 @@ impl Layer {
                     pause *= 2;
                 }
                 Err(e) => {
+                    let unstorable = !e.is_retryable() && !is_release(result);
+                    if unstorable
+                        && let Some(done) = self.record_refusal(tool, key, owner, &e, options).await
+                    {
+                        return Some(done);
+                    }
                     tracing::error!(
                         target: "toolonce",
                         tool,
@@ -80,6 +87,41 @@ impl Layer {
             }
         }
         None
+    }
+
+    /// The store refused to keep the tool's outcome (a value its database cannot hold, say):
+    /// the tool ran, so rather than leave the entry to expire into `unknown` the layer records
+    /// a failure that says what happened, which every duplicate then gets. `None` if that
+    /// cannot be recorded either.
+    async fn record_refusal(
+        &self,
+        tool: &str,
+        key: &OperationKey,
+        owner: &OwnerToken,
+        refusal: &crate::Error,
+        options: &WriteOptions,
+    ) -> Option<Fenced> {
+        let why = format!("the store refused it ({})", refusal.report());
+        let instead = unstorable(tool, &why);
+        let retention = Some(options.sticky_retention());
+        match self
+            .store
+            .fail(key, owner.duplicate(), &instead, retention)
+            .await
+        {
+            Ok(Fenced::Applied) => {
+                tracing::warn!(
+                    target: "toolonce",
+                    tool,
+                    key = %key,
+                    error = %refusal.report(),
+                    "the store refused the tool's outcome; recorded as a failure that says so"
+                );
+                Some(Fenced::Applied)
+            }
+            Ok(Fenced::NotOwner) => Some(Fenced::NotOwner),
+            Err(_) => None,
+        }
     }
 
     /// Whether a settle that answered `NotOwner` had in fact been applied by an earlier
@@ -158,4 +200,10 @@ impl Layer {
              until its lease expires"
         );
     }
+}
+
+/// Whether settling `result` releases the operation (the tool's own transient error), which a
+/// refused write cannot be turned into a record of.
+fn is_release(result: &Result<Value, ToolError>) -> bool {
+    matches!(result, Err(error) if error.is_transient())
 }
