@@ -79,6 +79,17 @@ export class StoreError extends Error {
   }
 }
 
+/**
+ * An entry that is there but cannot be decoded (damaged, or written by a writer this reader
+ * cannot follow): the operation was begun, perhaps done, so it is never taken for absent.
+ */
+export class CorruptEntry extends StoreError {
+  constructor(message: string, cause?: unknown) {
+    super(message, false, cause);
+    this.name = "CorruptEntry";
+  }
+}
+
 /** A store URL or option that cannot be used (a malformed URL, an unknown scheme). */
 export class ConfigError extends Error {
   constructor(message: string) {

@@ -5,13 +5,13 @@
 // sticky failure saying so, or left to turn `unknown`; the operation is released for a rerun
 // only on the handler's own transient error, or when the claim itself may not have applied.
 
-import { StoreError, messageOf, type Outcome } from "./errors.js";
+import { CorruptEntry, StoreError, messageOf, type Outcome } from "./errors.js";
 import { Heartbeat } from "./heartbeat.js";
 import { canonicalize } from "./canonical.js";
 import { ownerToken } from "./digest.js";
 import type { Derived } from "./key.js";
 import { warn } from "./log.js";
-import { storable, errorJson } from "./outcome.js";
+import { errorJson, readJson, unstorable, unstorableResult } from "./outcome.js";
 import type { About, Backend, Entry, StoredError } from "./store.js";
 
 /** What a verify probe learned about an interrupted attempt; a probe that throws cannot tell. */
@@ -91,7 +91,7 @@ export async function runWrite(call: WriteCall): Promise<Answer> {
     } catch (e) {
       // The store may have applied the claim before its reply was lost: release it.
       if (e instanceof StoreError && e.retryable) await release(store, tool, key, owner);
-      return unavailable(tool, key, e);
+      return storeFailed(tool, key, e);
     }
     if (entry.fingerprint !== undefined && entry.fingerprint !== call.derived.fingerprint) {
       return { outcome: "conflict", key, refused: conflictText(tool, key) };
@@ -134,7 +134,7 @@ export async function runWrite(call: WriteCall): Promise<Answer> {
       try {
         found = await store.get(key);
       } catch (e) {
-        return unavailable(tool, key, e);
+        return storeFailed(tool, key, e);
       }
       if (found?.state === "running") continue;
       if (found === undefined) reclaimed = true;
@@ -161,28 +161,29 @@ async function execute(call: WriteCall, owner: string, mayHaveRunBefore: boolean
     if (written === "not_owner") lostClaim(tool, key);
     return { outcome: "executed", key, thrown: thrown.error, permanent };
   }
-  // The handler ran: from here nothing releases the operation.
+  // The handler ran: from here nothing releases the operation. What cannot be stored as it is
+  // is stored as what stands for it: a failure that says why.
   let resultJson: string | undefined;
-  let why: string | undefined;
+  let notJson: string | undefined;
   try {
     resultJson = JSON.stringify(value) ?? "null";
-    why = storable(resultJson, 1);
   } catch (e) {
-    why = `it is not JSON (${messageOf(e)})`;
+    notJson = `it is not JSON (${messageOf(e)})`;
   }
-  if (why !== undefined || resultJson === undefined) {
-    const error: StoredError = {
-      message: `toolonce: ${tool} ran, but its result cannot be stored: ${why}. It is recorded as a permanent failure so that it is not run again.`,
-      class: "permanent",
-    };
+  if (resultJson === undefined) {
+    // Nothing to hand the first caller either: it gets the failure every duplicate gets.
+    const error = unstorable(tool, notJson as string);
+    warn(`${tool} (${key}) ran, but its result cannot be stored (${notJson}); recorded as a failure instead`);
     const written = await settle(call, owner, { failed: JSON.stringify(error) });
     if (written === "not_owner") lostClaim(tool, key);
     return { outcome: "executed", key, stored: error };
   }
-  const written = await settle(call, owner, { done: resultJson });
+  const why = unstorableResult(resultJson);
+  if (why !== undefined) warn(`${tool} (${key}) ran, but its result cannot be stored (${why}); recorded as a failure instead`);
+  const written = await settle(call, owner, why === undefined ? { done: resultJson } : { failed: JSON.stringify(unstorable(tool, why)) });
   if (written === "not_owner") lostClaim(tool, key);
-  // The first caller gets what every duplicate gets: the stored JSON, parsed.
-  return { outcome: "executed", key, result: JSON.parse(resultJson) };
+  // The first caller gets what a reader of the stored JSON gets.
+  return { outcome: "executed", key, result: readJson(resultJson) };
 }
 
 function lostClaim(tool: string, key: string): void {
@@ -210,9 +211,27 @@ async function settle(call: WriteCall, owner: string, what: Settlement): Promise
         pause *= 2;
         continue;
       }
+      // The store refused the outcome itself (a value its database cannot hold): the handler
+      // ran, so a failure that says so is recorded instead, rather than leaving it to turn unknown.
+      if (!(e instanceof StoreError && e.retryable) && !("released" in what)) {
+        const refused = await recordRefusal(call, owner, e);
+        if (refused !== undefined) return refused;
+      }
       warn(`could not record the outcome of ${call.tool} (${key}): ${messageOf(e)}; the entry becomes unknown when its lease expires`);
       return "unwritten";
     }
+  }
+}
+
+/** Records, in place of an outcome the store refused, a failure naming the refusal; undefined if that fails too. */
+async function recordRefusal(call: WriteCall, owner: string, refusal: unknown): Promise<"applied" | "not_owner" | undefined> {
+  const instead = unstorable(call.tool, `the store refused it (${messageOf(refusal)})`);
+  try {
+    const applied = await call.store.fail(call.derived.key, owner, JSON.stringify(instead), call.options.retentionMs);
+    if (applied) warn(`the store refused the outcome of ${call.tool} (${call.derived.key}); recorded as a failure that says so`);
+    return applied ? "applied" : "not_owner";
+  } catch {
+    return undefined;
   }
 }
 
@@ -226,8 +245,8 @@ async function appliedBefore(store: Backend, key: string, what: Settlement): Pro
   }
   if ("released" in what) return entry === undefined;
   if (entry === undefined) return false;
-  if ("done" in what) return entry.state === "done" && canonicalize(entry.result) === canonicalize(JSON.parse(what.done));
-  return entry.state === "failed" && canonicalize(entry.error) === canonicalize(JSON.parse(what.failed));
+  if ("done" in what) return entry.state === "done" && canonicalize(entry.result) === canonicalize(readJson(what.done));
+  return entry.state === "failed" && canonicalize(entry.error) === canonicalize(readJson(what.failed));
 }
 
 /** Releases a claim whose reply was lost with a fenced transient fail: harmless if it never applied. */
@@ -268,7 +287,7 @@ async function recordVerified(call: WriteCall, result: unknown): Promise<Answer>
   } catch (e) {
     warn(`could not record what the verify probe of ${call.tool} (${key}) found: ${messageOf(e)}; answering with it anyway`);
   }
-  return { outcome: "replayed", key, result: JSON.parse(json) };
+  return { outcome: "replayed", key, result: readJson(json) };
 }
 
 function hold(tool: string, key: string): Answer {
@@ -281,6 +300,26 @@ function hold(tool: string, key: string): Answer {
       "so it may already have taken effect. This call was not executed, and you must not retry it: running it again could perform it " +
       `twice. A person must check whether it took effect and settle it (\`toolonce resolve ${key}\`). Tell the user it needs ` +
       "checking, and do not assume it happened or did not.",
+  };
+}
+
+/**
+ * The answer when a claim or a read failed. An entry that is there but cannot be decoded is not
+ * "nothing happened": the operation was begun, perhaps done, by a writer this reader cannot
+ * follow, so it is held as unknown for a person. Anything else is the store being unavailable.
+ */
+function storeFailed(tool: string, key: string, e: unknown): Answer {
+  if (!(e instanceof CorruptEntry)) return unavailable(tool, key, e);
+  warn(`${tool} (${key}): its entry cannot be read (${e.message}); held as unknown for a person to check`);
+  return {
+    outcome: "unknown",
+    key,
+    refused:
+      `Outcome unknown: an earlier identical call of \`${tool}\` (operation ${key}) is recorded, but its record cannot be read here ` +
+      `(${e.message}), so it may already have taken effect. This call was not executed, and you must not retry it: running it again ` +
+      `could perform it twice. A person must check it (\`toolonce show ${key}\`) and settle it. Tell the user it needs checking, ` +
+      "and do not assume it happened or did not.",
+    detail: { store_error: e.message },
   };
 }
 

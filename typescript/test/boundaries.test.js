@@ -24,51 +24,91 @@ test.describe("results that cannot be stored", () => {
     await store.close();
   });
 
-  const unreadable = {
-    "a string with a lone surrogate (JSON.stringify writes it, serde_json refuses it)": () => ({ name: "\ud800x" }),
-    "a result nested 150 levels deep (beyond every reader's nesting limit)": () => {
-      let deep = { end: true };
-      for (let i = 0; i < 150; i++) deep = { d: deep };
-      return deep;
-    },
-    "a BigInt (not JSON at all)": () => ({ n: 10n }),
-  };
-  for (const [what, make] of Object.entries(unreadable)) {
-    test(`${what} is recorded as a permanent failure and never run again`, async () => {
-      let runs = 0;
-      const tool = idempotent({ kind: "write", name: "send", run: async () => (runs++, make()) }, store);
-      const ctx = { runId: uniqueRunId("unstorable") };
-      const first = await tool.runDetailed({}, ctx);
-      assert.equal(first.outcome, "executed");
-      assert.ok(first.error instanceof PermanentError, String(first.error));
-      assert.match(first.error.message, /ran, but its result cannot be stored/);
-      const again = await tool.runDetailed({}, ctx);
-      assert.equal(again.outcome, "replayed_failure");
-      assert.equal(again.error.message, first.error.message);
-      assert.equal(runs, 1);
-    });
-  }
+  test("a result nested deeper than 100 levels goes to the first caller, and every duplicate gets a recorded failure; it never runs again", async () => {
+    let deep = { end: true };
+    for (let i = 0; i < 150; i++) deep = { d: deep };
+    let runs = 0;
+    const tool = idempotent({ kind: "write", name: "send", run: async () => (runs++, deep) }, store);
+    const ctx = { runId: uniqueRunId("too-deep") };
+    assert.deepEqual(await tool.run({}, ctx), deep);
+    const again = await tool.runDetailed({}, ctx);
+    assert.equal(again.outcome, "replayed_failure");
+    assert.match(again.error.message, /ran, but its result cannot be stored: it is nested 151 levels deep, more than the 100/);
+    assert.deepEqual(again.error.detail, { unstorable: "it is nested 151 levels deep, more than the 100 levels a stored result may have" });
+    assert.equal(runs, 1);
+  });
 
-  test("a result nested as deep as readers allow is stored and replayed as it was", async () => {
+  test("a result that is not JSON at all (a BigInt) is a permanent failure for the first caller too, and never runs again", async () => {
+    let runs = 0;
+    const tool = idempotent({ kind: "write", name: "send", run: async () => (runs++, { n: 10n }) }, store);
+    const ctx = { runId: uniqueRunId("bigint") };
+    const first = await tool.runDetailed({}, ctx);
+    assert.equal(first.outcome, "executed");
+    assert.ok(first.error instanceof PermanentError, String(first.error));
+    assert.match(first.error.message, /ran, but its result cannot be stored: it is not JSON/);
+    const again = await tool.runDetailed({}, ctx);
+    assert.equal(again.outcome, "replayed_failure");
+    assert.equal(again.error.message, first.error.message);
+    assert.equal(runs, 1);
+  });
+
+  test("a result with a lone surrogate (a string cut inside an emoji) is stored, and read as U+FFFD by the first caller and every duplicate", async () => {
+    let runs = 0;
+    const tool = idempotent({ kind: "write", name: "send", run: async () => (runs++, { text: "cut \ud83d", "\ud83d": 1 }) }, store);
+    const ctx = { runId: uniqueRunId("surrogate") };
+    assert.deepEqual(await tool.run({}, ctx), { text: "cut \ufffd", "\ufffd": 1 });
+    const again = await tool.runDetailed({}, ctx);
+    assert.equal(again.outcome, "replayed");
+    assert.deepEqual(again.result, { text: "cut \ufffd", "\ufffd": 1 });
+    assert.equal(runs, 1);
+  });
+
+  test("a result nested exactly 100 levels is stored and replayed as it was", async () => {
     let deep = 1;
-    for (let i = 0; i < 120; i++) deep = [deep];
+    for (let i = 0; i < 100; i++) deep = [deep];
     const tool = idempotent({ kind: "write", name: "send", run: async () => deep }, store);
     const ctx = { runId: uniqueRunId("deep-ok") };
     assert.deepEqual(await tool.run({}, ctx), deep);
-    assert.equal((await tool.runDetailed({}, ctx)).outcome, "replayed");
+    const again = await tool.runDetailed({}, ctx);
+    assert.equal(again.outcome, "replayed");
+    assert.deepEqual(again.result, deep);
   });
 
-  test("an error detail that cannot be stored is left out, and the failure is still stored with its message", async () => {
-    const tool = idempotent(
-      { kind: "write", name: "charge", run: async () => { throw new PermanentError("declined \ud800", { detail: { n: 1n } }); } },
-      store,
-    );
-    const ctx = { runId: uniqueRunId("detail") };
-    await assert.rejects(tool.run({}, ctx), PermanentError);
-    const again = await tool.runDetailed({}, ctx);
-    assert.equal(again.outcome, "replayed_failure");
-    assert.equal(again.error.message, "declined \ufffd");
-    assert.equal(again.error.detail, undefined);
+  test("an entry that cannot be decoded is held as unknown, never run over", async () => {
+    const Redis = require("ioredis");
+    const redis = new Redis(urls.redis);
+    try {
+      for (const garbage of ["not json", '{"status":"exploded"}', '{"status":"done"}', "[1,2]"]) {
+        let runs = 0;
+        const tool = idempotent({ kind: "write", name: "send", run: async () => ++runs }, store);
+        const runId = uniqueRunId("corrupt");
+        await redis.set(require("..").idemKey(runId, "send", {}), garbage);
+        const answer = await tool.runDetailed({}, { runId });
+        assert.equal(answer.outcome, "unknown", garbage);
+        assert.ok(answer.error instanceof OutcomeUnknown, String(answer.error));
+        assert.match(answer.error.message, /record cannot be read here/);
+        assert.equal(runs, 0, garbage);
+      }
+    } finally {
+      redis.disconnect();
+    }
+  });
+
+  test("an error detail that cannot be stored is left out, the message saying so, and the failure is stored", async () => {
+    let deep = 0;
+    for (let i = 0; i < 120; i++) deep = [deep];
+    for (const [detail, why] of [[{ n: 1n }, /\(its detail was not stored: it is not JSON/], [deep, /\(its detail was not stored: it is nested 120 levels deep, more than the 100/]]) {
+      const tool = idempotent(
+        { kind: "write", name: "charge", run: async () => { throw new PermanentError("declined \ud800", { detail }); } },
+        store,
+      );
+      const ctx = { runId: uniqueRunId("detail") };
+      await assert.rejects(tool.run({}, ctx), PermanentError);
+      const again = await tool.runDetailed({}, ctx);
+      assert.equal(again.outcome, "replayed_failure");
+      assert.ok(again.error.message.startsWith("declined \ufffd "), again.error.message);
+      assert.match(again.error.message, why);
+    }
   });
 });
 
@@ -131,3 +171,23 @@ for (const name of ["sqlite", "redis"]) {
     });
   });
 }
+
+test("a result the store refuses to keep is recorded as a failure naming the refusal, never released", async () => {
+  const { Store } = require("..");
+  const { MemoryBackend } = require("../dist/stores/memory.js");
+  const { StoreError } = require("../dist/errors.js");
+  // A store that cannot hold this result (as a database refuses a value it cannot store).
+  const backend = new MemoryBackend();
+  backend.complete = async () => {
+    throw new StoreError("value too large to store", false);
+  };
+  const store = new Store(backend, {});
+  let runs = 0;
+  const tool = idempotent({ kind: "write", name: "upload", run: async () => (runs++, { big: true }) }, store);
+  const ctx = { runId: uniqueRunId("refused") };
+  assert.deepEqual(await tool.run({}, ctx), { big: true });
+  const again = await tool.runDetailed({}, ctx);
+  assert.equal(again.outcome, "replayed_failure");
+  assert.match(again.error.message, /ran, but its result cannot be stored: the store refused it \(value too large to store\)/);
+  assert.equal(runs, 1);
+});

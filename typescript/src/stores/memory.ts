@@ -3,6 +3,7 @@
 // retention passed count as absent and are swept now and then.
 
 import { StoreError } from "../errors.js";
+import { readJson } from "../outcome.js";
 import { type Backend, type Claim, type ClaimRequest, type Entry, type Resolution, type Resolved, type StoredError, decodeError } from "../store.js";
 
 interface Held {
@@ -66,7 +67,7 @@ export class MemoryBackend implements Backend {
         return { state: now < e.leaseUntil ? "running" : "unknown", fingerprint: e.fingerprint };
       case "done":
         // Parsed afresh for every duplicate, so none sees another's changes to its copy.
-        return { state: "done", fingerprint: e.fingerprint, result: JSON.parse(e.resultJson ?? "null") };
+        return { state: "done", fingerprint: e.fingerprint, result: readJson(e.resultJson ?? "null") };
       case "failed":
         return { state: "failed", fingerprint: e.fingerprint, error: structuredClone(e.error as StoredError) };
     }

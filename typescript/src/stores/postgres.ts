@@ -4,7 +4,8 @@
 // which decides and reads in one atomic step (a settled entry is answered without calling it).
 // Leases and expiry are the database server's `now()`.
 
-import { ConfigError, StoreError } from "../errors.js";
+import { ConfigError, CorruptEntry, StoreError } from "../errors.js";
+import { readJson } from "../outcome.js";
 import { type Backend, type Claim, type ClaimRequest, type Entry, type Resolution, type Resolved, decodeError } from "../store.js";
 import { redactUrl } from "../url.js";
 import { type Queryable, checkTableName, migrate, quote } from "./postgres-schema.js";
@@ -60,19 +61,26 @@ interface EntryRow {
 
 function entryOf(key: string, row: EntryRow): Entry {
   const fingerprint = row.fingerprint ?? undefined;
+  const read = (text: string | null): unknown => {
+    try {
+      return text === null ? undefined : readJson(text);
+    } catch (e) {
+      throw new CorruptEntry(`the entry of ${key} cannot be read: it is not JSON (${(e as Error).message})`, e);
+    }
+  };
   switch (row.state) {
     case "running":
     case "unknown":
       return { state: row.state, fingerprint };
     case "done":
-      return { state: "done", fingerprint, result: JSON.parse(row.result ?? "null") };
+      return { state: "done", fingerprint, result: read(row.result) ?? null };
     case "failed": {
-      const error = decodeError(row.error === null ? undefined : JSON.parse(row.error));
-      if (error === undefined) throw new StoreError(`the entry of ${key} has an unreadable error`, false);
+      const error = decodeError(read(row.error));
+      if (error === undefined) throw new CorruptEntry(`the entry of ${key} cannot be read: its error is unreadable`);
       return { state: "failed", fingerprint, error };
     }
     default:
-      throw new StoreError(`the entry of ${key} has an unknown state ${JSON.stringify(row.state)}`, false);
+      throw new CorruptEntry(`the entry of ${key} cannot be read: unknown state ${JSON.stringify(row.state)}`);
   }
 }
 

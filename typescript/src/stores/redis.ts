@@ -8,7 +8,8 @@
 import { createHash } from "node:crypto";
 import { LUA } from "../artifacts.generated.js";
 import { hexDigest } from "../digest.js";
-import { StoreError } from "../errors.js";
+import { CorruptEntry, StoreError } from "../errors.js";
+import { readJson } from "../outcome.js";
 import { type Backend, type Claim, type ClaimRequest, type Entry, type Resolution, type Resolved, clampMs, decodeError, isFingerprint } from "../store.js";
 import { type RedisLink, storeError } from "./redis-link.js";
 
@@ -72,8 +73,8 @@ function runningValue(req: ClaimRequest, startedMs: number, retentionMs: number)
   return out + "}";
 }
 
-function corrupt(key: string, why: string): StoreError {
-  return new StoreError(`the entry of ${key} cannot be read: ${why}`, false);
+function corrupt(key: string, why: string): CorruptEntry {
+  return new CorruptEntry(`the entry of ${key} cannot be read: ${why}`);
 }
 
 /**
@@ -87,7 +88,7 @@ function decode(key: string, raw: string, pttl: number | undefined, serverNow: n
 function parseWire(key: string, raw: string): Wire {
   let wire: Wire;
   try {
-    wire = JSON.parse(raw) as Wire;
+    wire = readJson(raw) as Wire;
   } catch (e) {
     throw corrupt(key, `not JSON (${(e as Error).message})`);
   }

@@ -9,7 +9,8 @@
 // lock is a retry on a timer instead, for as long as the store's busy timeout allows.
 
 import type { DatabaseSync, StatementSync } from "node:sqlite";
-import { ConfigError, StoreError } from "../errors.js";
+import { ConfigError, CorruptEntry, StoreError } from "../errors.js";
+import { readJson } from "../outcome.js";
 import { type Backend, type Claim, type ClaimRequest, type Entry, type Resolution, type Resolved, decodeError } from "../store.js";
 import { migrate } from "./sqlite-schema.js";
 
@@ -154,23 +155,31 @@ export class SqliteBackend implements Backend {
   private error(doing: string, e: unknown): StoreError {
     if (e instanceof StoreError) return e;
     // A lock held past the busy timeout may clear; anything else is the database refusing.
+    if (e instanceof CorruptEntry) return e;
     return new StoreError(`SQLite database ${this.path}: cannot ${doing}: ${(e as Error).message}`, isBusy(e), e);
   }
 
   private entryOf(row: Row, now: number): Entry {
     const fingerprint = row.fingerprint ?? undefined;
+    const payload = (): unknown => {
+      try {
+        return row.payload === null ? undefined : readJson(row.payload);
+      } catch (e) {
+        throw new CorruptEntry(`the entry of ${row.key} cannot be read: its payload is not JSON (${(e as Error).message})`, e);
+      }
+    };
     switch (row.state) {
       case "running":
         return { state: row.lease_until !== null && row.lease_until > now ? "running" : "unknown", fingerprint };
       case "done":
-        return { state: "done", fingerprint, result: JSON.parse(row.payload ?? "null") };
+        return { state: "done", fingerprint, result: payload() ?? null };
       case "failed": {
-        const error = decodeError(row.payload === null ? undefined : JSON.parse(row.payload));
-        if (error === undefined) throw new StoreError(`the entry of ${row.key} has an unreadable error`, false);
+        const error = decodeError(payload());
+        if (error === undefined) throw new CorruptEntry(`the entry of ${row.key} cannot be read: its error is unreadable`);
         return { state: "failed", fingerprint, error };
       }
       default:
-        throw new StoreError(`the entry of ${row.key} has an unknown state ${JSON.stringify(row.state)}`, false);
+        throw new CorruptEntry(`the entry of ${row.key} cannot be read: unknown state ${JSON.stringify(row.state)}`);
     }
   }
 
