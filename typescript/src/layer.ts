@@ -276,8 +276,11 @@ async function recordVerified(call: WriteCall, result: unknown): Promise<Answer>
     warn(`the verify probe of ${call.tool} (${key}) answered a result that is not JSON (${messageOf(e)}); held`);
     return hold(call.tool, key);
   }
+  // Beyond the stored-depth limit, what is recorded is the failure that says so (rule 5).
+  const why = unstorableResult(json);
+  const resolution = why === undefined ? { done: json } : { failed: unstorable(call.tool, why) };
   try {
-    const resolved = await call.store.resolve(key, { done: json }, call.options.retentionMs);
+    const resolved = await call.store.resolve(key, resolution, call.options.retentionMs);
     if (resolved.kind === "settled") {
       const entry = resolved.entry;
       if (entry.state === "done") return { outcome: "replayed", key, result: entry.result };

@@ -101,6 +101,21 @@ test.describe("verify on sqlite", () => {
     assert.deepEqual(runs, []);
   });
 
+  test("a probe that finds a result too deep to store answers it, and records the failure that says so", async () => {
+    const runId = uniqueRunId("crash-verify-deep");
+    await crashAfterClaim(url, runId);
+    let deep = { found: true };
+    for (let i = 0; i < 150; i++) deep = [deep];
+    const runs = [];
+    const charge = idempotent(chargeTool(runs), store, { onExpired: { verify: async () => ({ status: "done", result: deep }) } });
+    await sleep(LEASE_MS + 300);
+    assert.deepEqual(await charge.run(ARGS, { runId }), deep);
+    const again = await charge.runDetailed(ARGS, { runId });
+    assert.equal(again.outcome, "replayed_failure");
+    assert.match(again.error.message, /cannot be stored: it is nested 151 levels deep/);
+    assert.deepEqual(runs, []);
+  });
+
   test("a probe that finds nothing lets the duplicate run; one that cannot tell holds", async () => {
     const runs = [];
     const notDone = idempotent(chargeTool(runs), store, { onExpired: { verify: async () => ({ status: "not_done" }) } });
