@@ -12,6 +12,7 @@
 //! | `hang` | none | counts, never answers |
 //! | `fail` | none | counts, answers `isError: true` |
 //! | `crash` | none | counts, answers a JSON-RPC error `-32603` (an exception after the effect) |
+//! | `garbled` | none | counts, answers a result serde_json cannot read: `how` = `surrogate` (a text cut inside an emoji, `\ud83d`, as `JSON.stringify` writes it) or `deep` (`structuredContent` nested 150 levels) |
 //!
 //! Every result echoes the request's `params._meta` (so tests see the operation key) and
 //! carries fields no client knows (`x-extra`). Other methods: `initialize`, `tools/list`,
@@ -114,6 +115,8 @@ fn tools(lookup_writes: bool) -> Value {
         {"name": "fail", "description": "Answers isError.", "inputSchema": {"type": "object"}},
         {"name": "crash", "description": "Answers a JSON-RPC internal error after counting.",
          "inputSchema": {"type": "object"}},
+        {"name": "garbled", "description": "Answers a result a strict parser refuses.",
+         "inputSchema": {"type": "object", "properties": {"how": {"type": "string"}}}},
     ])
 }
 
@@ -208,6 +211,21 @@ fn call_tool(server: &Arc<Server>, id: Value, params: Value) -> Option<Value> {
         }
         "hang" => {
             server.execute(&tool, &params);
+            None
+        }
+        "garbled" => {
+            let n = server.execute(&tool, &params);
+            let id = serde_json::to_string(&id).unwrap();
+            let structured = match params.pointer("/arguments/how").and_then(Value::as_str) {
+                Some("deep") => format!("{}{n}{}", "[".repeat(150), "]".repeat(150)),
+                _ => format!("{{\"execution\":{n}}}"),
+            };
+            // Written by hand: serde_json would neither write the lone surrogate nor (on the
+            // client side) read the nesting, which is the point.
+            let line = format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"garbled #{n} \ud83d"}}],"structuredContent":{structured}}}}}"#
+            );
+            server.send_raw(line.as_bytes());
             None
         }
         "slow" | "late" => {

@@ -468,3 +468,45 @@ fn the_late_answer_to_a_call_given_up_is_dropped_and_frees_its_id() {
     assert!(text(&answer).contains("charge done"), "{answer}");
     assert_eq!(peer.count("charge"), 1);
 }
+
+/// The answer to `id`, as the bytes that arrived (a strict parser may refuse them).
+fn raw_answer(peer: &mut Peer, id: u64) -> Vec<u8> {
+    let needle = format!(r#""id":{id},"#);
+    for _ in 0..50 {
+        let line = peer.recv_line();
+        if String::from_utf8_lossy(&line).contains(&needle) {
+            return line;
+        }
+    }
+    panic!("no answer to {id}");
+}
+
+#[test]
+fn an_answer_serde_json_cannot_read_is_recorded_as_it_came_and_never_run_again() {
+    for how in ["surrogate", "deep"] {
+        let mut peer = ready(Spawn::proxy());
+        let mut answers = Vec::new();
+        for id in [101_u64, 102, 103] {
+            let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                              "params": {"name": "garbled", "arguments": {"how": how}}});
+            peer.send(&call);
+            answers.push(String::from_utf8(raw_answer(&mut peer, id)).unwrap());
+        }
+        assert_eq!(
+            peer.count("garbled"),
+            1,
+            "{how}: the write ran again: {answers:?}"
+        );
+        // The first caller gets the server's bytes; every duplicate the same bytes under its
+        // own id.
+        let first = &answers[0];
+        assert!(first.contains(r"garbled #1 \ud83d"), "{how}: {first}");
+        for (answer, id) in answers.iter().zip([101, 102, 103]) {
+            assert_eq!(
+                answer.replace(&format!(r#""id":{id},"#), r#""id":101,"#),
+                *first,
+                "{how}: the duplicate {id} did not get the first answer's bytes"
+            );
+        }
+    }
+}

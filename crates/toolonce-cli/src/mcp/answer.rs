@@ -11,6 +11,7 @@
 //! | server answer | recorded as | a duplicate gets |
 //! |---|---|---|
 //! | `result` | done, for the retention | the same `result` |
+//! | an answer serde_json cannot read (a lone surrogate, nesting deeper than 127, not an object) | done, for the retention, the answer's text kept as it came: the tool may have taken effect | the same bytes, under its own id |
 //! | `result` with `isError: true` | `on_tool_error = "keep"` (default): failed, for the failure retention, the whole result kept; `"release"`: forgotten | the same `result`; or a fresh run |
 //! | JSON-RPC `error` -32700, -32600, -32601, -32602 (refused before the tool ran: parse error, invalid request, method not found, invalid params or unknown tool), and 2026-07-28's -32020, -32021, -32022 (header mismatch, missing client capability, unsupported protocol version) | never recorded | a fresh run |
 //! | any other JSON-RPC `error` (such as -32603, an exception that may follow the effect) | `on_error = "keep"` (default): failed, for the failure retention; `"release"`: forgotten | the same `error`; or a fresh run |
@@ -62,6 +63,15 @@ pub(super) fn completed(mut result: Value, modern: bool) -> Value {
 /// The answer to a call that the server did not answer this time, as one line: a
 /// `CallToolResult` with the outcome in `_meta`, or a kept JSON-RPC error as it came.
 pub(super) fn replay(id: &Value, answer: WriteAnswer, modern: bool) -> Vec<u8> {
+    if let Ok(recorded) = &answer.result
+        && let Some(raw) = recorded.get(UNREADABLE_ANSWER).and_then(Value::as_str)
+    {
+        // An answer kept as it came: the same bytes under this caller's id.
+        if let Some(mut line) = jsonrpc::with_id(raw.trim_end().as_bytes(), id) {
+            line.push(b'\n');
+            return line;
+        }
+    }
     let outcome = match answer.outcome {
         // Executed, yet not answered by the server: it was never sent (cancelled first, or
         // the server's input closed).
@@ -98,6 +108,10 @@ pub(super) fn replay(id: &Value, answer: WriteAnswer, modern: bool) -> Vec<u8> {
     let result = with_outcome(result, outcome, answer.key.as_str());
     jsonrpc::result_line(id, &completed(result, modern))
 }
+
+/// Where an answer of the server that serde_json cannot read is recorded, as the text it came
+/// as (see [`interpret`]).
+pub(super) const UNREADABLE_ANSWER: &str = "toolonce/unreadable_answer";
 
 /// Where a kept JSON-RPC error is stored in the failure's detail.
 const JSONRPC_ERROR: &str = "jsonrpc_error";
@@ -220,9 +234,11 @@ const REFUSED_BEFORE_RUNNING: [i64; 7] = [
 /// What the server's answer means for the store (see the module's table).
 pub(super) fn interpret(line: &[u8], policy: &Policy) -> Result<Value, ToolError> {
     let Ok(Value::Object(mut message)) = serde_json::from_slice::<Value>(line) else {
-        return Err(ToolError::transient(
-            "The MCP server's answer is not a JSON object.",
-        ));
+        // The server answered, and the tool may have taken effect; what it answered cannot be
+        // read here (a text cut inside an emoji, nesting deeper than serde_json reads, not an
+        // object). Calling that transient would release the operation and run it again for
+        // every duplicate: it is recorded as it came instead, and replayed byte for byte.
+        return Ok(json!({ UNREADABLE_ANSWER: String::from_utf8_lossy(line) }));
     };
     let failure = |on_error: OnError, text: String| match on_error {
         OnError::Keep => ToolError::permanent(text),
@@ -292,6 +308,26 @@ mod tests {
             .unwrap()
             .policy("t"))
         .clone()
+    }
+
+    #[test]
+    fn an_answer_serde_json_cannot_read_is_recorded_as_it_came_not_released() {
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"result":{{"structuredContent":{}1{}}}}}"#,
+            "[".repeat(150),
+            "]".repeat(150)
+        );
+        for line in [
+            br#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"caf\ud83d"}]}}"#.to_vec(),
+            deep.into_bytes(),
+            b"[1,2]".to_vec(),
+        ] {
+            let recorded = interpret(&line, &policy("")).expect("recorded, never released");
+            assert_eq!(
+                recorded[UNREADABLE_ANSWER].as_str().map(str::as_bytes),
+                Some(&line[..])
+            );
+        }
     }
 
     #[test]

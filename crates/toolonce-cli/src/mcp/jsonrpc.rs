@@ -225,6 +225,19 @@ pub(crate) fn add_meta_key(request: &[u8], key: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// `answer` (a response, read or not by serde_json) with its top-level `id` replaced by `id`,
+/// everything else as it came: how a duplicate gets the very bytes the first caller got.
+/// `None` if no top-level `id` member is found.
+pub(crate) fn with_id(answer: &[u8], id: &Value) -> Option<Vec<u8>> {
+    let span = member_span(answer, 0, "id")?;
+    let id = id.to_string();
+    let mut out = Vec::with_capacity(answer.len() + id.len());
+    out.extend_from_slice(&answer[..span.start]);
+    out.extend_from_slice(id.as_bytes());
+    out.extend_from_slice(&answer[span.end..]);
+    Some(out)
+}
+
 /// `member` prefixed with a comma unless the object spanning `object` is empty.
 fn with_comma(text: &[u8], object: std::ops::Range<usize>, member: String) -> String {
     let inner = &text[object.start + 1..object.end - 1];
@@ -247,6 +260,18 @@ pub(crate) fn error_line(id: Option<&Value>, code: i64, message: &str) -> Vec<u8
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn with_id_replaces_only_the_top_level_id_of_bytes_serde_json_refuses() {
+        let answer = br#"{"jsonrpc":"2.0","id":7,"result":{"id":"inner","text":"caf\ud83d"}}"#;
+        let swapped = super::with_id(answer, &serde_json::json!("dup-1")).unwrap();
+        assert_eq!(
+            swapped,
+            br#"{"jsonrpc":"2.0","id":"dup-1","result":{"id":"inner","text":"caf\ud83d"}}"#
+                .to_vec()
+        );
+        assert!(super::with_id(b"not json", &serde_json::json!(1)).is_none());
+    }
+
     use super::*;
 
     fn splice(text: &str) -> Value {
