@@ -47,8 +47,9 @@ Exit codes (the same for every subcommand):
            was changed
   69       the store is unavailable: nothing was done; try again later
   70       internal error: a bug or an answer toolonce does not understand
-  73       exec: unknown: an earlier run ended without a recorded outcome and may have taken
-           effect; not run (--on-expired hold). Check, then `toolonce resolve KEY`
+  73       exec: unknown: an earlier run ended without a recorded outcome (or its record
+           cannot be read) and may have taken effect; not run (--on-expired hold). Check,
+           then `toolonce resolve KEY`
   75       in flight: the same operation is running elsewhere; not run (exec without --wait,
            or the wait ran out)
   126      exec: the command could not be executed (nothing recorded)
@@ -58,7 +59,8 @@ Exit codes (the same for every subcommand):
   141      stdout was closed early (a reader such as `head` went away)
 Otherwise exec exits with the command's own code, run now or replayed. When exec ends with a
 code of its own (2 to 127, or 128+N before the command started), it writes a line on stderr
-starting with \"toolonce:\"; with the command's own code it adds nothing to stderr.";
+starting with \"toolonce:\". A replay ends stderr with a line starting with \"toolonce: not
+run:\"; a command that ran gets nothing added to its stderr.";
 
 /// An error with the exit code it must end the process with.
 #[derive(Debug)]

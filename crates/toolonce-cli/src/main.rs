@@ -8,6 +8,9 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Subcommand};
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 mod args;
 mod bench;
@@ -100,13 +103,25 @@ fn main() -> ExitCode {
         Command::Demo(_) => "error",
         _ => "warn",
     };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        // Colours only for a person at a terminal, never into a log file or a pipe.
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
+    let (filter, quiet) = match tracing_subscriber::EnvFilter::try_from_env("RUST_LOG") {
+        Ok(asked) => (asked, false),
+        // exec says itself what a person must act on; the library's log line of it would be
+        // a second message (only when nobody asked for logs).
+        Err(_) => (
+            tracing_subscriber::EnvFilter::new(default_filter),
+            matches!(cli.command, Command::Exec(_)),
+        ),
+    };
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                // Colours only for a person at a terminal, never into a log file or a pipe.
+                .with_ansi(std::io::stderr().is_terminal())
+                .with_filter(filter)
+                .with_filter(tracing_subscriber::filter::filter_fn(move |meta| {
+                    !(quiet && exec::says_itself(meta))
+                })),
         )
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -223,13 +223,20 @@ fn an_entry_toolonce_cannot_read_is_exit_70() {
         assert_eq!(code(&out), 70, "{args:?}: {}", stderr(&out));
         assert!(stderr(&out).contains("corrupt entry"), "{}", stderr(&out));
     }
-    // For exec the store cannot be used for this operation: fail closed, as for an outage, in
-    // the operator's words rather than the model's.
+    // For exec the operation was begun, perhaps done, by a run whose record cannot be read:
+    // not run, and its outcome is unknown until a person checks (exit 73), in the operator's
+    // words rather than the model's, in one message.
     let again = exec(dir.path(), "n", &[], "echo ran >> counter");
-    assert_eq!(code(&again), 69, "{}", stderr(&again));
+    assert_eq!(code(&again), 73, "{}", stderr(&again));
     let text = stderr(&again);
-    assert!(text.contains("the command was not run"), "{text}");
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(text.contains("not run"), "{text}");
     assert!(text.contains("corrupt entry"), "{text}");
+    assert!(text.contains("cannot be read"), "{text}");
+    assert!(
+        text.contains(&format!("`toolonce show {key} --store {store}`")),
+        "{text}"
+    );
     assert!(!text.contains("Not executed"), "{text}");
     assert!(!dir.path().join("counter").exists());
 }
