@@ -192,7 +192,7 @@ fn transient_exit_lets_the_next_call_run_the_command_again() {
 #[test]
 fn a_concurrent_duplicate_is_refused_with_exit_code_75_unless_told_to_wait() {
     let dir = tempfile::tempdir().unwrap();
-    let script = "touch started; echo ran >> counter; sleep 2; echo slow";
+    let script = "touch started; echo ran >> counter; sleep 3; echo slow";
     let first = std::process::Command::new(env!("CARGO_BIN_EXE_toolonce"))
         .current_dir(dir.path())
         .env_remove("TOOLONCE_STORE")
@@ -217,7 +217,14 @@ fn a_concurrent_duplicate_is_refused_with_exit_code_75_unless_told_to_wait() {
         "{}",
         stderr(&refused)
     );
+    assert!(stderr(&refused).contains("--wait SECONDS"));
     assert!(refused.stdout.is_empty());
+    // A wait that runs out does not advise waiting: it says that it waited.
+    let short = exec(dir.path(), "slow", &["--wait", "0.2"], script);
+    assert_eq!(code(&short), 75, "{}", stderr(&short));
+    let text = stderr(&short);
+    assert!(text.contains("after waiting 0.2s"), "{text}");
+    assert!(!text.contains("pass --wait"), "{text}");
 
     let waited = exec(dir.path(), "slow", &["--wait", "30"], script);
     assert_eq!(code(&waited), 0, "{}", stderr(&waited));

@@ -82,6 +82,8 @@ fn a_bad_store_url_is_exit_2_for_every_subcommand() {
 fn a_missing_key_is_exit_66_for_show_rm_and_resolve() {
     let dir = tempfile::tempdir().unwrap();
     let store = sqlite_url(dir.path());
+    // A store with another operation in it: these commands never create one.
+    assert_eq!(code(&exec(dir.path(), "other", &[], "true")), 0);
     for args in [
         &["show", KEY][..],
         &["rm", KEY],
