@@ -160,7 +160,15 @@ pub(crate) fn key_fields(pointers: &[String]) -> anyhow::Result<Option<KeyFields
     if pointers.is_empty() {
         return Ok(None);
     }
-    Ok(Some(KeyFields::new(pointers.iter().cloned())?))
+    let fields = KeyFields::new(pointers.iter().cloned());
+    // A field name given bare (`--key-field id`) is the likely mistake: show it as a pointer.
+    let bare = pointers
+        .iter()
+        .find(|p| !p.is_empty() && !p.starts_with('/'));
+    match (fields, bare) {
+        (Err(e), Some(bare)) => bail!("{e}; did you mean --key-field \"/{bare}\"?"),
+        (fields, _) => Ok(Some(fields?)),
+    }
 }
 
 #[cfg(test)]

@@ -35,7 +35,11 @@ pub(crate) const NOT_FOUND_COMMAND: u8 = 127;
 /// The reader of stdout went away: what a shell reports for a tool killed by SIGPIPE.
 pub(crate) const BROKEN_PIPE: u8 = 128 + 13;
 
-/// The table, as `--help` shows it after every subcommand's options.
+/// What each subcommand's help says instead of repeating the table.
+pub(crate) const POINTER: &str =
+    "Exit codes: the same table for every subcommand, in `toolonce --help`.";
+
+/// The table, as the top-level `--help` shows it.
 pub(crate) const TABLE: &str = "\
 Exit codes (the same for every subcommand):
   0        done

@@ -370,7 +370,7 @@ pub(crate) async fn resolve(a: ResolveArgs) -> anyhow::Result<ExitCode> {
     // All input is checked before the store is opened.
     let key: OperationKey = a.key.parse()?;
     let resolution = match (&a.done, &a.failed) {
-        (Some(text), _) => Resolution::Done(args::read_value(text, "--done")?),
+        (Some(text), _) => Resolution::Done(done_value(text)?),
         (_, Some(message)) if message.trim().is_empty() => {
             bail!("--failed needs a message saying what happened")
         }
@@ -424,6 +424,22 @@ pub(crate) async fn resolve(a: ResolveArgs) -> anyhow::Result<ExitCode> {
             "unexpected answer from the store to resolve {key}"
         ))),
     }
+}
+
+/// `--done JSON`; text that does not even start like JSON gets the JSON string it may have
+/// meant in the error.
+fn done_value(text: &str) -> anyhow::Result<Value> {
+    args::read_value(text, "--done").map_err(|e| {
+        let starts_like_json = text.trim_start().starts_with(['{', '[', '"']);
+        match serde_json::to_string(text) {
+            Ok(quoted) if !starts_like_json && text != "-" => anyhow::anyhow!(
+                "{e:#}; --done takes JSON: to record a text, give it as a JSON string: --done \
+                 '{}'",
+                quoted.replace('\'', r"'\''")
+            ),
+            _ => e,
+        }
+    })
 }
 
 pub(crate) async fn rm(a: RmArgs) -> anyhow::Result<ExitCode> {

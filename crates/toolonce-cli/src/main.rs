@@ -39,7 +39,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Show the four ways an agent runs a write tool twice, without and with toolonce.
+    /// Show five scenarios in which an agent runs a write tool twice (and a control),
+    /// without and with toolonce.
     Demo(demo::DemoArgs),
     /// Run a shell command at most once per operation; duplicates replay its exit code and output.
     Exec(exec::ExecArgs),
@@ -67,18 +68,19 @@ enum Command {
     ExecShim(exec::shim::ShimArgs),
 }
 
-/// Parses the command line, with the exit-code table after every subcommand's help.
+/// Parses the command line. The exit-code table is in the top-level help only; each
+/// subcommand's help points to it.
 fn parse() -> Result<Cli, clap::Error> {
     let command = Cli::command().mut_subcommands(|sub| {
         if sub.is_hide_set() {
             return sub;
         }
-        let with_table = |text: Option<&clap::builder::StyledStr>| match text {
-            Some(text) => format!("{text}\n\n{}", exit::TABLE),
-            None => exit::TABLE.to_owned(),
+        let with_pointer = |text: Option<&clap::builder::StyledStr>| match text {
+            Some(text) => format!("{text}\n\n{}", exit::POINTER),
+            None => exit::POINTER.to_owned(),
         };
-        let long = sub.get_after_long_help().map(|t| with_table(Some(t)));
-        let short = with_table(sub.get_after_help());
+        let long = sub.get_after_long_help().map(|t| with_pointer(Some(t)));
+        let short = with_pointer(sub.get_after_help());
         let sub = sub.after_help(short);
         match long {
             Some(long) => sub.after_long_help(long),

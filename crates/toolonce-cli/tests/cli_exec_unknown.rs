@@ -453,4 +453,12 @@ fn resolve_needs_exactly_one_resolution_and_valid_json() {
     }
     let out = run(dir.path(), &["resolve", key, "--done", "{\"a\":"]);
     assert!(stderr(&out).contains("line 1 column"), "{}", stderr(&out));
+    // Plain text is not JSON: the message shows how to give it as a JSON string.
+    let out = run(dir.path(), &["resolve", key, "--done", "sent by hand"]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(r#"--done '"sent by hand"'"#),
+        "{}",
+        stderr(&out)
+    );
 }

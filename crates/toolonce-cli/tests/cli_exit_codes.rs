@@ -183,22 +183,35 @@ fn a_conflict_and_the_commands_own_codes_are_kept_apart() {
 }
 
 #[test]
-fn the_exit_code_table_is_in_the_help_of_every_subcommand() {
-    for sub in [
-        vec!["--help"],
-        vec!["exec", "--help"],
-        vec!["ls", "--help"],
-        vec!["show", "--help"],
-        vec!["rm", "--help"],
-        vec!["purge", "--help"],
-        vec!["resolve", "--help"],
-        vec!["key", "--help"],
-    ] {
-        let out = toolonce().args(&sub).output().unwrap();
+fn the_exit_code_table_is_in_the_top_level_help_once_and_every_subcommand_points_to_it() {
+    for help in ["--help", "-h"] {
+        let out = toolonce().arg(help).output().unwrap();
         assert_eq!(code(&out), 0);
         let text = cli_support::stdout(&out);
-        for line in ["Exit codes", "69", "75", "65", "66", "67", "70", "73"] {
-            assert!(text.contains(line), "{sub:?} lacks {line}: {text}");
+        assert_eq!(text.matches("Exit codes").count(), 1, "{text}");
+        for line in [
+            "  69 ", "  75 ", "  65 ", "  66 ", "  67 ", "  70 ", "  73 ",
+        ] {
+            assert!(text.contains(line), "{help} lacks {line}: {text}");
+        }
+    }
+    for sub in [
+        "exec", "ls", "show", "rm", "purge", "resolve", "key", "mcp", "bench", "demo",
+    ] {
+        for help in ["--help", "-h"] {
+            let out = toolonce().args([sub, help]).output().unwrap();
+            assert_eq!(code(&out), 0);
+            let text = cli_support::stdout(&out);
+            assert!(
+                !text.contains("  69 "),
+                "{sub} {help} repeats the table: {text}"
+            );
+            assert!(
+                text.contains(
+                    "Exit codes: the same table for every subcommand, in `toolonce --help`."
+                ),
+                "{sub} {help}: {text}"
+            );
         }
     }
 }
