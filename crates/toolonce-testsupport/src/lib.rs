@@ -23,6 +23,8 @@
 //!   connection instead of forwarding a chosen reply, delays replies, and
 //!   refuses or closes connections, to lose a reply after the server
 //!   applied the request.
+//! - [`Intercepted`]: a toolonce `Store` that forwards every call to a real one except those
+//!   its [`Intercept`] takes over, for tests that count, hold or fail some calls.
 //! - [`TestCertificates`]: a CA and a server certificate for 127.0.0.1, made by `openssl`.
 //! - [`shared_redis`], [`shared_redis_cluster`] and [`shared_postgres`]:
 //!   one server per test binary, started by the first test that asks.
@@ -57,6 +59,7 @@
 //! ```
 
 mod fault_proxy;
+mod intercepted;
 mod postgres;
 mod process;
 mod redis;
@@ -68,6 +71,7 @@ use std::net::{Ipv4Addr, TcpListener};
 use std::sync::{Mutex, OnceLock};
 
 pub use crate::fault_proxy::FaultProxy;
+pub use crate::intercepted::{Intercept, Intercepted};
 pub use crate::postgres::PostgresServer;
 pub use crate::redis::{RedisCluster, RedisServer};
 pub use crate::resp::Reply;

@@ -1,5 +1,4 @@
 //! A real PostgreSQL server in a temporary data directory.
-
 use std::ffi::OsStr;
 use std::fs;
 use std::io;
@@ -16,9 +15,15 @@ use tempfile::TempDir;
 
 use crate::free_port;
 use crate::process::{
-    LogFile, POLL, PORT_ATTEMPTS, Spawned, StartError, Watchdog, find_on_path, is_executable,
+    LogFile, PORT_ATTEMPTS, Spawned, StartError, Watchdog, find_on_path, is_executable,
     running_as_root, tail, wait_ready,
 };
+
+mod install;
+mod shm;
+
+use install::{OS_USER, PgBins, os_user_ids, temp_base};
+use shm::{shm_attached, shm_segment, wait_segment_detached};
 
 /// How long the postmaster may take to accept connections.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -26,13 +31,6 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 const STOP_GRACE: Duration = Duration::from_secs(15);
 /// How long `kill()` waits for the killed server's backends to exit.
 const BACKENDS_EXIT_TIMEOUT: Duration = Duration::from_secs(10);
-
-const MISSING_SERVER: &str =
-    "postgres/initdb not found: run scripts/install-test-deps (Debian package postgresql)";
-
-/// The OS user that runs PostgreSQL when the tests run as root, since
-/// PostgreSQL refuses to run as root.
-const OS_USER: &str = "postgres";
 
 /// What the watchdog does when the test process is gone: `$1` is the
 /// postmaster's pid, `$2` the temporary directory, `$3` the data directory.
@@ -54,167 +52,9 @@ if [ -e "$pidfile" ]; then
 fi
 rm -rf "$2""#;
 
-/// The PostgreSQL programs of one installation.
-#[derive(Debug, Clone)]
-struct PgBins {
-    initdb: PathBuf,
-    postgres: PathBuf,
-    /// The directory of the real `postgres` binary, where `psql` and
-    /// `pg_isready` of the same version usually are.
-    bindir: PathBuf,
-}
-
-impl PgBins {
-    /// `initdb` and `postgres` on `PATH`, else in the highest-numbered
-    /// `/usr/lib/postgresql/*/bin` (Debian's layout).
-    fn find() -> PgBins {
-        if let (Some(initdb), Some(postgres)) = (find_on_path("initdb"), find_on_path("postgres")) {
-            let postgres = fs::canonicalize(&postgres).unwrap_or(postgres);
-            let bindir = postgres.parent().map(Path::to_path_buf).unwrap_or_default();
-            return PgBins {
-                initdb,
-                postgres,
-                bindir,
-            };
-        }
-        let mut versions: Vec<(Vec<u32>, PathBuf)> = fs::read_dir("/usr/lib/postgresql")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|entry| {
-                let name = entry.file_name().into_string().ok()?;
-                let version = name
-                    .split('.')
-                    .map(str::parse)
-                    .collect::<Result<Vec<u32>, _>>()
-                    .ok()?;
-                let bindir = entry.path().join("bin");
-                (is_executable(&bindir.join("initdb")) && is_executable(&bindir.join("postgres")))
-                    .then_some((version, bindir))
-            })
-            .collect();
-        versions.sort();
-        let (_, bindir) = versions.pop().unwrap_or_else(|| panic!("{MISSING_SERVER}"));
-        PgBins {
-            initdb: bindir.join("initdb"),
-            postgres: bindir.join("postgres"),
-            bindir,
-        }
-    }
-
-    /// A client program (`psql`, `pg_isready`) of the same installation if
-    /// it has one, else from `PATH`.
-    fn client(&self, name: &str) -> Option<PathBuf> {
-        let beside = self.bindir.join(name);
-        if is_executable(&beside) {
-            Some(beside)
-        } else {
-            find_on_path(name)
-        }
-    }
-
-    /// Whether the `pg_stat_statements` module is installed.
-    fn has_pg_stat_statements(&self) -> bool {
-        let Some(prefix) = self.bindir.parent() else {
-            return false;
-        };
-        let candidates = [
-            prefix.join("lib/pg_stat_statements.so"),
-            prefix.join("lib/postgresql/pg_stat_statements.so"),
-        ];
-        if candidates.iter().any(|p| p.is_file()) {
-            return true;
-        }
-        let Some(pg_config) = self.client("pg_config") else {
-            return false;
-        };
-        Command::new(pg_config)
-            .arg("--pkglibdir")
-            .stderr(Stdio::null())
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-            .is_some_and(|dir| Path::new(&dir).join("pg_stat_statements.so").is_file())
-    }
-}
-
-/// The uid and gid of the `postgres` OS user.
-fn os_user_ids() -> (u32, u32) {
-    let id = |flag: &str| -> Option<u32> {
-        let out = Command::new("id")
-            .args([flag, OS_USER])
-            .stderr(Stdio::null())
-            .output()
-            .ok()?;
-        if !out.status.success() {
-            return None;
-        }
-        String::from_utf8_lossy(&out.stdout).trim().parse().ok()
-    };
-    match (id("-u"), id("-g")) {
-        (Some(uid), Some(gid)) => (uid, gid),
-        _ => panic!(
-            "the tests run as root and PostgreSQL refuses to, but there is no `{OS_USER}` OS \
-             user to run it as: run scripts/install-test-deps (Debian package postgresql \
-             creates it)"
-        ),
-    }
-}
-
-/// Where to make the temporary directory: the usual temporary directory,
-/// unless the server runs as another user who could not reach it, or the
-/// path is so long that the Unix socket path would pass its 107-byte limit.
-fn temp_base(for_other_user: bool) -> PathBuf {
-    let base = std::env::temp_dir();
-    let reachable = !for_other_user
-        || base.ancestors().all(|dir| {
-            dir.metadata()
-                .is_ok_and(|m| m.permissions().mode() & 0o001 != 0)
-        });
-    if reachable && base.as_os_str().len() <= 60 {
-        base
-    } else {
-        PathBuf::from("/tmp")
-    }
-}
-
 /// Quotes a value for a libpq connection string.
 fn conninfo_quote(value: &str) -> String {
     format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
-}
-
-/// The System V shared memory segment (key, id) named on line 7 of a
-/// `postmaster.pid`.
-fn shm_segment(data_dir: &Path) -> Option<(i64, i64)> {
-    let text = fs::read_to_string(data_dir.join("postmaster.pid")).ok()?;
-    let mut fields = text.lines().nth(6)?.split_whitespace();
-    let key = fields.next()?.parse().ok()?;
-    let id = fields.next()?.parse().ok()?;
-    Some((key, id))
-}
-
-/// How many processes have the segment attached, `None` if it is gone.
-fn shm_attached(segment: (i64, i64)) -> Option<u64> {
-    let table = fs::read_to_string("/proc/sysvipc/shm").ok()?;
-    table.lines().skip(1).find_map(|row| {
-        let cols: Vec<&str> = row.split_whitespace().collect();
-        let key: i64 = cols.first()?.parse().ok()?;
-        let id: i64 = cols.get(1)?.parse().ok()?;
-        ((key, id) == segment)
-            .then(|| cols.get(6)?.parse().ok())
-            .flatten()
-    })
-}
-
-/// Waits until no process has the segment attached: after a SIGKILL of the
-/// postmaster, its backends notice and exit on their own.
-fn wait_segment_detached(segment: Option<(i64, i64)>, timeout: Duration) {
-    let Some(segment) = segment else { return };
-    let deadline = Instant::now() + timeout;
-    while shm_attached(segment).is_some_and(|n| n > 0) && Instant::now() < deadline {
-        thread::sleep(POLL);
-    }
 }
 
 /// A PostgreSQL server on a free loopback port, with its own `initdb`'d

@@ -14,9 +14,10 @@ use tokio::sync::Notify;
 use toolonce::key::{self, Derived};
 use toolonce::store::memory::Clock;
 use toolonce::{
-    Claim, ClaimRequest, Entry, Error, Fenced, Layer, ListQuery, MemoryStore, OperationKey,
-    Outcome, OwnerToken, Page, Resolution, Resolved, State, Store, ToolError, WriteOptions,
+    Error, Fenced, Layer, MemoryStore, OperationKey, Outcome, OwnerToken, State, Store, ToolError,
+    WriteOptions,
 };
+use toolonce_testsupport::{Intercept, Intercepted};
 
 /// The store's clock, following Tokio's (paused in these tests).
 #[derive(Debug)]
@@ -79,9 +80,15 @@ impl Write for Logs {
 
 /// A memory store whose renewals can be held at a gate, made to fail, and counted, and which
 /// records the order of renewals and settles.
+type Gated = Intercepted<Gate>;
+
+fn gated(inner: Arc<MemoryStore>) -> Gated {
+    Intercepted::new(inner, Gate::default())
+}
+
+/// The interception of [`Gated`]: renewals and settles; every other call goes straight through.
 #[derive(Debug, Default)]
-struct Gated {
-    inner: Arc<MemoryStore>,
+struct Gate {
     /// While set, a renewal waits for `open` before it reaches the store.
     hold: AtomicBool,
     open: Notify,
@@ -93,26 +100,17 @@ struct Gated {
     events: Mutex<Vec<&'static str>>,
 }
 
-impl Gated {
-    fn new(inner: Arc<MemoryStore>) -> Self {
-        Gated {
-            inner,
-            ..Gated::default()
-        }
-    }
-
+impl Gate {
     fn events(&self) -> Vec<&'static str> {
         self.events.lock().unwrap().clone()
     }
 }
 
 #[async_trait]
-impl Store for Gated {
-    async fn claim(&self, req: &ClaimRequest<'_>) -> toolonce::Result<Claim> {
-        self.inner.claim(req).await
-    }
+impl Intercept for Gate {
     async fn renew(
         &self,
+        inner: &dyn Store,
         key: &OperationKey,
         owner: &OwnerToken,
         lease: Duration,
@@ -130,51 +128,33 @@ impl Store for Gated {
             let opened = self.open.notified();
             self.waiting.notify_one();
             opened.await;
-            let renewed = self.inner.renew(key, owner, lease).await;
+            let renewed = inner.renew(key, owner, lease).await;
             self.events.lock().unwrap().push("renew answered");
             return renewed;
         }
-        self.inner.renew(key, owner, lease).await
+        inner.renew(key, owner, lease).await
     }
     async fn complete(
         &self,
+        inner: &dyn Store,
         key: &OperationKey,
         owner: OwnerToken,
         result: &Value,
         retention: Duration,
     ) -> toolonce::Result<Fenced> {
         self.events.lock().unwrap().push("complete");
-        self.inner.complete(key, owner, result, retention).await
+        inner.complete(key, owner, result, retention).await
     }
     async fn fail(
         &self,
+        inner: &dyn Store,
         key: &OperationKey,
         owner: OwnerToken,
         error: &ToolError,
         sticky: Option<Duration>,
     ) -> toolonce::Result<Fenced> {
         self.events.lock().unwrap().push("fail");
-        self.inner.fail(key, owner, error, sticky).await
-    }
-    async fn get(&self, key: &OperationKey) -> toolonce::Result<Option<Entry>> {
-        self.inner.get(key).await
-    }
-    async fn list(&self, query: &ListQuery) -> toolonce::Result<Page> {
-        self.inner.list(query).await
-    }
-    async fn resolve(
-        &self,
-        key: &OperationKey,
-        resolution: &Resolution,
-        retention: Duration,
-    ) -> toolonce::Result<Resolved> {
-        self.inner.resolve(key, resolution, retention).await
-    }
-    async fn delete(&self, key: &OperationKey) -> toolonce::Result<bool> {
-        self.inner.delete(key).await
-    }
-    async fn purge_expired(&self) -> toolonce::Result<u64> {
-        self.inner.purge_expired().await
+        inner.fail(key, owner, error, sticky).await
     }
 }
 
@@ -291,7 +271,7 @@ async fn a_call_dropped_mid_run_is_no_longer_renewed_while_the_others_still_are(
 #[tokio::test(start_paused = true)]
 async fn a_renewal_in_flight_when_the_tool_returns_is_waited_out_before_the_result_is_recorded() {
     let logs = Logs::capture();
-    let store = Arc::new(Gated::new(memory_on_tokio_clock()));
+    let store = Arc::new(gated(memory_on_tokio_clock()));
     store.hold.store(true, Ordering::SeqCst);
     let layer = Arc::new(Layer::new(store.clone()));
     let options = WriteOptions::new().lease(Duration::from_secs(3));
@@ -335,7 +315,7 @@ async fn a_renewal_in_flight_when_the_tool_returns_is_waited_out_before_the_resu
 
 #[tokio::test(start_paused = true)]
 async fn a_call_dropped_with_its_renewal_in_flight_frees_its_slot_once_the_renewal_returns() {
-    let store = Arc::new(Gated::new(memory_on_tokio_clock()));
+    let store = Arc::new(gated(memory_on_tokio_clock()));
     store.hold.store(true, Ordering::SeqCst);
     let layer = Arc::new(Layer::new(store.clone()));
     let options = WriteOptions::new().lease(Duration::from_secs(3));
@@ -378,7 +358,7 @@ async fn a_call_dropped_with_its_renewal_in_flight_frees_its_slot_once_the_renew
 #[tokio::test(start_paused = true)]
 async fn a_renewal_error_is_retried_at_the_next_period_and_the_lease_holds() {
     let logs = Logs::capture();
-    let store = Arc::new(Gated::new(memory_on_tokio_clock()));
+    let store = Arc::new(gated(memory_on_tokio_clock()));
     // The first renewal fails: the next, a period later, still comes before the lease ends.
     store.fail_renewals.store(1, Ordering::SeqCst);
     let layer = Layer::new(store.clone());
@@ -417,7 +397,7 @@ async fn a_renewal_error_is_retried_at_the_next_period_and_the_lease_holds() {
 #[tokio::test(start_paused = true)]
 async fn a_lost_lease_is_logged_once_and_no_longer_renewed() {
     let logs = Logs::capture();
-    let store = Arc::new(Gated::new(memory_on_tokio_clock()));
+    let store = Arc::new(gated(memory_on_tokio_clock()));
     let layer = Layer::new(store.clone());
     let options = WriteOptions::new().lease(Duration::from_secs(3));
     let op = op("lost", 0);

@@ -5,7 +5,8 @@
 
 use rusqlite::Connection;
 
-use super::{Immediate, sql_error};
+use super::error::sql_error;
+use super::worker::Immediate;
 use crate::store::DEFAULT_UNKNOWN_RETENTION;
 use crate::{Error, Result};
 

@@ -1,5 +1,5 @@
-//! The statements the store runs, public only so that the benchmark can run exactly the same
-//! SQL on a raw connection as its baseline. Not a stable API.
+//! The statements the store runs, private to it (no benchmark or other crate uses them: the
+//! CLI's raw SQLite floor writes its own SQL).
 //!
 //! Every write runs between [`BEGIN`] and [`COMMIT`]: `BEGIN IMMEDIATE` takes the database's
 //! write lock up front (waiting up to the busy timeout for another connection or process to
@@ -11,12 +11,12 @@
 //! which the store decodes by position.
 
 /// Takes the write lock for the operation's transaction.
-pub const BEGIN: &str = "BEGIN IMMEDIATE";
+pub(super) const BEGIN: &str = "BEGIN IMMEDIATE";
 /// Ends it.
-pub const COMMIT: &str = "COMMIT";
+pub(super) const COMMIT: &str = "COMMIT";
 
 /// The live entry of a key: `?1` key, `?2` now.
-pub const SELECT_LIVE: &str = "SELECT key, state, owner, fingerprint, started_at, lease_until, \
+pub(super) const SELECT_LIVE: &str = "SELECT key, state, owner, fingerprint, started_at, lease_until, \
      kept_until, settled_at, payload, scope, tool, detail, first_started_at, attempts \
      FROM toolonce_entries WHERE key = ?1 AND kept_until > ?2";
 
@@ -27,7 +27,7 @@ pub const SELECT_LIVE: &str = "SELECT key, state, owner, fingerprint, started_at
 /// (`running`, `unknown` or settled) alone; the number of changed rows (1 or 0) says which.
 /// (`RETURNING` would not help: it returns no row in exactly the case where the row is needed,
 /// when the `DO UPDATE`'s `WHERE` is false.)
-pub const CLAIM: &str = "INSERT INTO toolonce_entries \
+pub(super) const CLAIM: &str = "INSERT INTO toolonce_entries \
      (key, state, owner, fingerprint, started_at, lease_until, kept_until, settled_at, payload, \
       scope, tool, detail, first_started_at, attempts) \
      VALUES (?1, 'running', ?2, ?3, ?4, ?5, ?6, NULL, NULL, ?7, ?8, ?9, ?4, 1) \
@@ -41,14 +41,14 @@ pub const CLAIM: &str = "INSERT INTO toolonce_entries \
 /// A claim re-sent with the token that holds the entry, live or `unknown`: renews the lease and
 /// keeps the row at least as long as a new claim would. `?1` key, `?2` owner, `?3` lease
 /// deadline, `?4` lease deadline plus retention.
-pub const RECLAIM_OWN: &str = "UPDATE toolonce_entries \
+pub(super) const RECLAIM_OWN: &str = "UPDATE toolonce_entries \
      SET lease_until = ?3, kept_until = MAX(kept_until, ?4) \
      WHERE key = ?1 AND state = 'running' AND owner = ?2";
 
 /// A takeover of an `unknown` entry: a new owner and lease, one more attempt (an unknown count,
 /// `0`, stays unknown), the first start, what the entry is and its fingerprint kept. `?1` key,
 /// `?2` new owner, `?3` now, `?4` lease deadline, `?5` lease deadline plus retention.
-pub const TAKEOVER: &str = "UPDATE toolonce_entries \
+pub(super) const TAKEOVER: &str = "UPDATE toolonce_entries \
      SET owner = ?2, started_at = ?3, lease_until = ?4, kept_until = ?5, \
      attempts = CASE WHEN attempts = 0 THEN 0 ELSE attempts + 1 END \
      WHERE key = ?1 AND state = 'running' AND lease_until <= ?3 AND kept_until > ?3";
@@ -56,7 +56,7 @@ pub const TAKEOVER: &str = "UPDATE toolonce_entries \
 /// Extends the lease of a running (or `unknown`) entry the caller holds, keeping the row as
 /// long after the new lease as it was after the old one: `?1` key, `?2` owner, `?3` new lease
 /// deadline, `?4` now.
-pub const RENEW: &str = "UPDATE toolonce_entries SET lease_until = ?3, \
+pub(super) const RENEW: &str = "UPDATE toolonce_entries SET lease_until = ?3, \
      kept_until = CASE WHEN kept_until - lease_until > 9223372036854775807 - ?3 \
          THEN 9223372036854775807 ELSE ?3 + (kept_until - lease_until) END \
      WHERE key = ?1 AND state = 'running' AND owner = ?2 AND kept_until > ?4";
@@ -64,41 +64,42 @@ pub const RENEW: &str = "UPDATE toolonce_entries SET lease_until = ?3, \
 /// Records a result: `?1` key, `?2` owner, `?3` result JSON, `?4` now, `?5` retention end. The
 /// fence is the owner, not the lease: an owner whose lease ran out and whom nobody took over
 /// still records what its tool did.
-pub const COMPLETE: &str = "UPDATE toolonce_entries SET state = 'done', owner = NULL, \
+pub(super) const COMPLETE: &str = "UPDATE toolonce_entries SET state = 'done', owner = NULL, \
      lease_until = NULL, payload = ?3, settled_at = ?4, kept_until = ?5 \
      WHERE key = ?1 AND state = 'running' AND owner = ?2 AND kept_until > ?4";
 
 /// Records a permanent error, same parameters as [`COMPLETE`] with the error JSON as `?3`.
-pub const FAIL_STICKY: &str = "UPDATE toolonce_entries SET state = 'failed', owner = NULL, \
+pub(super) const FAIL_STICKY: &str = "UPDATE toolonce_entries SET state = 'failed', owner = NULL, \
      lease_until = NULL, payload = ?3, settled_at = ?4, kept_until = ?5 \
      WHERE key = ?1 AND state = 'running' AND owner = ?2 AND kept_until > ?4";
 
 /// Drops an owned entry after a transient error: `?1` key, `?2` owner, `?3` now.
-pub const FAIL_DELETE: &str = "DELETE FROM toolonce_entries \
+pub(super) const FAIL_DELETE: &str = "DELETE FROM toolonce_entries \
      WHERE key = ?1 AND state = 'running' AND owner = ?2 AND kept_until > ?3";
 
 /// An operator settles a `running` or `unknown` entry, whoever holds it: `?1` key, `?2` the
 /// new state (`done` or `failed`), `?3` payload JSON, `?4` now, `?5` retention end. A settled
 /// or absent entry matches nothing.
-pub const RESOLVE_SETTLE: &str = "UPDATE toolonce_entries SET state = ?2, owner = NULL, \
+pub(super) const RESOLVE_SETTLE: &str = "UPDATE toolonce_entries SET state = ?2, owner = NULL, \
      lease_until = NULL, payload = ?3, settled_at = ?4, kept_until = ?5 \
      WHERE key = ?1 AND state = 'running' AND kept_until > ?4";
 
 /// An operator forgets a `running` or `unknown` entry, so the next call runs: `?1` key, `?2`
 /// now.
-pub const RESOLVE_RELEASE: &str = "DELETE FROM toolonce_entries \
+pub(super) const RESOLVE_RELEASE: &str = "DELETE FROM toolonce_entries \
      WHERE key = ?1 AND state = 'running' AND kept_until > ?2";
 
 /// Deletes a key whatever its state, saying whether its row was live: `?1` key, `?2` now.
-pub const DELETE: &str = "DELETE FROM toolonce_entries WHERE key = ?1 RETURNING kept_until > ?2";
+pub(super) const DELETE: &str =
+    "DELETE FROM toolonce_entries WHERE key = ?1 RETURNING kept_until > ?2";
 
 /// Deletes rows no longer kept (never an `unknown` one within its retention): `?1` now.
-pub const PURGE: &str = "DELETE FROM toolonce_entries WHERE kept_until <= ?1";
+pub(super) const PURGE: &str = "DELETE FROM toolonce_entries WHERE kept_until <= ?1";
 
 /// A page of live entries: `?1` keys after this one, `?2` now, `?3` state (`running`,
 /// `unknown`, `done`, `failed`) or NULL for all, `?4` how many, `?5` scope or NULL, `?6` tool or
 /// NULL.
-pub const LIST: &str = "SELECT key, state, owner, fingerprint, started_at, lease_until, \
+pub(super) const LIST: &str = "SELECT key, state, owner, fingerprint, started_at, lease_until, \
      kept_until, settled_at, payload, scope, tool, detail, first_started_at, attempts \
      FROM toolonce_entries \
      WHERE key > ?1 AND kept_until > ?2 \

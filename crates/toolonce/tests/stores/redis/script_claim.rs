@@ -2,7 +2,7 @@
 //! `SET … NX GET`) run for every claim, forced here on the machine's Redis with
 //! `RedisStoreBuilder::native_claim(false)`.
 
-mod conformance;
+use crate::conformance;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

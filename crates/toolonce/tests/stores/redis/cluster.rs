@@ -2,7 +2,7 @@
 //! `redis+cluster://` URL: every operation touches one key, so each script runs on the master
 //! that owns the key's slot, and listings scan every master.
 
-mod conformance;
+use crate::conformance;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

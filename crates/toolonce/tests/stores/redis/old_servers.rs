@@ -3,8 +3,7 @@
 //! refuses `NX` and `GET` together). On both, `connect` must find no native claim, so that
 //! every claim is the claim script; the whole conformance suite then runs unchanged.
 
-mod conformance;
-mod redis_round_trips;
+use crate::{conformance, redis_round_trips};
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,6 +1,6 @@
 //! The store conformance suite on `MemoryStore`.
 
-mod conformance;
+use crate::conformance;
 
 store_conformance!(async { std::sync::Arc::new(toolonce::MemoryStore::new()) });
 

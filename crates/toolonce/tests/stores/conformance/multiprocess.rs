@@ -19,6 +19,16 @@ const LOG: &str = "TOOLONCE_MP_LOG";
 const SCOPE: &str = "TOOLONCE_MP_SCOPE";
 const OPS: &str = "TOOLONCE_MP_OPS";
 
+/// The full name the test harness gives the test `name` of the module whose `module_path!()`
+/// is `module`: its path without the binary's own name (`sqlite::processes::worker`), as
+/// `--exact` wants it.
+pub fn test_name(module: &str, name: &str) -> String {
+    match module.split_once("::") {
+        Some((_, path)) => format!("{path}::{name}"),
+        None => name.to_owned(),
+    }
+}
+
 /// Whether this process is a worker started by [`run_workers`].
 pub fn is_worker() -> bool {
     std::env::var_os(ROLE).is_some()

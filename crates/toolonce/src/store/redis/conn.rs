@@ -1,0 +1,279 @@
+//! Connecting: the builder (URL, prefix, TLS, eviction check, claim mode), the connection to a
+//! single server or a cluster behind one type, and what connecting asks the servers (the
+//! masters of a cluster, whether each has the native claim).
+
+use std::fmt;
+use std::time::Duration;
+
+use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use ::redis::cluster::ClusterClientBuilder;
+use ::redis::cluster_async::ClusterConnection;
+use ::redis::{Cmd, RedisFuture, Value};
+
+use crate::store::redact_url;
+use crate::{Error, Result};
+
+use super::error::{config_error, to_error};
+use super::url::Target;
+use super::{RedisStore, SCRIPTS};
+
+/// One connection, to a single server or to a cluster. Both multiplex every request of the
+/// store over their connections and reconnect by themselves, so cloning one per request is
+/// cheap (an `Arc`) and a store survives a server restart without being rebuilt.
+#[derive(Clone)]
+pub(super) enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a ::redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// Options of a [`RedisStore`], from [`RedisStore::builder`].
+#[derive(Clone)]
+#[must_use]
+pub struct RedisStoreBuilder {
+    url: String,
+    prefix: Option<String>,
+    allow_eviction: Option<bool>,
+    response_timeout: Duration,
+    connection_timeout: Duration,
+    reconnect_attempts: usize,
+    native_claim: bool,
+}
+
+impl fmt::Debug for RedisStoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStoreBuilder")
+            .field("url", &redact_url(&self.url))
+            .field("prefix", &self.prefix)
+            .field("allow_eviction", &self.allow_eviction)
+            .field("response_timeout", &self.response_timeout)
+            .field("connection_timeout", &self.connection_timeout)
+            .field("reconnect_attempts", &self.reconnect_attempts)
+            .field("native_claim", &self.native_claim)
+            .finish()
+    }
+}
+
+impl RedisStoreBuilder {
+    /// The defaults, for [`RedisStore::builder`].
+    pub(super) fn new(url: String) -> RedisStoreBuilder {
+        RedisStoreBuilder {
+            url,
+            prefix: None,
+            allow_eviction: None,
+            response_timeout: Duration::from_secs(2),
+            connection_timeout: Duration::from_secs(1),
+            reconnect_attempts: 3,
+            native_claim: true,
+        }
+    }
+
+    /// A namespace put before every key (`app:` stores `idem:…` under `app:idem:…`). Overrides
+    /// a `?prefix=` in the URL. On Redis Cluster a prefix with a hash tag (`{app}:`) would put
+    /// every entry in one slot, on one node: usually not what you want.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// Whether to start on a server whose `maxmemory-policy` is not `noeviction` (default
+    /// no). Every entry has an expiry, so under an `allkeys-*` or `volatile-*` policy Redis
+    /// deletes live entries when its memory is full, and a duplicate call then runs the tool
+    /// again. [`connect`](Self::connect) reads the policy of the server (of every master of a
+    /// cluster) and refuses such a server, or one whose policy it cannot read, unless this is
+    /// set; then it logs a warning. Overrides an `?allow_eviction=` in the URL.
+    pub fn allow_eviction(mut self, allow: bool) -> Self {
+        self.allow_eviction = Some(allow);
+        self
+    }
+
+    /// How long to wait for an answer before the operation fails as
+    /// [`Error::Unavailable`] (default 2 s). The operation may still have been applied.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// How long one connection attempt may take (default 1 s).
+    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
+        self.connection_timeout = timeout;
+        self
+    }
+
+    /// How many times a lost connection is retried, with exponential backoff from 50 ms,
+    /// before the requests waiting on it fail (default 3). The next request after that starts
+    /// reconnecting again, so a store outlives any outage; fewer attempts make calls fail
+    /// closed sooner while the server is down.
+    pub fn reconnect_attempts(mut self, attempts: usize) -> Self {
+        self.reconnect_attempts = attempts;
+        self
+    }
+
+    /// Whether a claim may use the native `SET … NX GET PX` where the server has it (default
+    /// yes). [`connect`](Self::connect) reads the version of the server (of every master of a
+    /// cluster) and claims with one native command on Redis 7 or later, with the claim script
+    /// before 7 or when this is `false`. The entries and every answer are the same either way;
+    /// the native claim costs the server a fraction of the script's CPU. `false` is for
+    /// comparing the two, and for servers that report 7 without implementing it.
+    pub fn native_claim(mut self, native: bool) -> Self {
+        self.native_claim = native;
+        self
+    }
+
+    /// Connects (to one node of a cluster at least), checks that Redis will not evict entries
+    /// (see [`allow_eviction`](Self::allow_eviction)), reads whether every master has the
+    /// native claim (see [`native_claim`](Self::native_claim)) and loads the scripts.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for a malformed URL, a `rediss://` URL in a build without the
+    /// `redis-tls` feature, options the driver refuses, or a server that may evict entries;
+    /// [`Error::Unavailable`] when the server cannot be reached; [`Error::Store`] when it
+    /// refuses us (a wrong password).
+    pub async fn connect(self) -> Result<RedisStore> {
+        let target = Target::parse(&self.url)?;
+        let prefix = self.prefix.or(target.prefix).unwrap_or_default();
+        let allow_eviction = self
+            .allow_eviction
+            .or(target.allow_eviction)
+            .unwrap_or(false);
+        #[cfg(feature = "redis-tls")]
+        if target.tls {
+            // redis uses rustls without choosing a crypto provider; pick ring (no C toolchain
+            // needed) unless the program installed one already.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let conn = if target.cluster {
+            let client = ClusterClientBuilder::new(target.nodes.clone())
+                .connection_timeout(self.connection_timeout)
+                .response_timeout(self.response_timeout)
+                .retries(u32::try_from(self.reconnect_attempts).unwrap_or(u32::MAX))
+                .build()
+                .map_err(config_error)?;
+            Conn::Cluster(client.get_async_connection().await.map_err(to_error)?)
+        } else {
+            let client = ::redis::Client::open(target.nodes[0].as_str()).map_err(config_error)?;
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(self.connection_timeout))
+                .set_response_timeout(Some(self.response_timeout))
+                .set_number_of_retries(self.reconnect_attempts)
+                .set_min_delay(Duration::from_millis(50))
+                .set_max_delay(Duration::from_secs(1));
+            Conn::Single(
+                ConnectionManager::new_with_config(client, config)
+                    .await
+                    .map_err(to_error)?,
+            )
+        };
+        let mut store = RedisStore {
+            conn,
+            prefix,
+            display: target.display,
+            native_claim: false,
+        };
+        store.check_eviction(allow_eviction).await?;
+        store.native_claim = self.native_claim && store.every_master_claims_natively().await?;
+        let scripts = &*SCRIPTS;
+        for script in [
+            &scripts.claim,
+            &scripts.read,
+            &scripts.renew,
+            &scripts.complete,
+            &scripts.fail,
+            &scripts.resolve,
+        ] {
+            // On a cluster `SCRIPT LOAD` goes to every master.
+            script
+                .prepare_invoke()
+                .load_async(&mut store.conn())
+                .await
+                .map_err(to_error)?;
+        }
+        Ok(store)
+    }
+}
+
+/// The distinct master addresses in a `CLUSTER SLOTS` reply.
+pub(super) fn cluster_masters(reply: Value) -> Result<Vec<(String, u16)>> {
+    let bad = || Error::store("unexpected CLUSTER SLOTS reply");
+    let Value::Array(ranges) = reply else {
+        return Err(bad());
+    };
+    let mut masters = Vec::new();
+    for range in ranges {
+        let Value::Array(fields) = range else {
+            return Err(bad());
+        };
+        let Some(Value::Array(master)) = fields.get(2) else {
+            return Err(bad());
+        };
+        let host = match master.first() {
+            Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+            Some(Value::SimpleString(s)) => s.clone(),
+            _ => return Err(bad()),
+        };
+        let port = match master.get(1) {
+            Some(Value::Int(p)) => u16::try_from(*p).map_err(|_| bad())?,
+            _ => return Err(bad()),
+        };
+        masters.push((host, port));
+    }
+    Ok(masters)
+}
+
+/// Whether an `INFO server` reply reports Redis 7 or later (`redis_version:7.0.15`).
+pub(super) fn has_native_claim(info: &str) -> bool {
+    info.lines()
+        .find_map(|line| line.strip_prefix("redis_version:"))
+        .and_then(|version| version.trim().split('.').next()?.parse::<u32>().ok())
+        .is_some_and(|major| major >= 7)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_native_claim_needs_redis_7() {
+        for (info, native) in [
+            (
+                "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n",
+                true,
+            ),
+            ("redis_version:8.2.1\r\n", true),
+            ("redis_version:6.2.14\r\n", false),
+            ("redis_version:5.0.7\r\n", false),
+            ("redis_version:garbage\r\n", false),
+            ("# Server\r\n", false),
+        ] {
+            assert_eq!(has_native_claim(info), native, "{info}");
+        }
+    }
+}

@@ -1,0 +1,538 @@
+//! The shared wire format of an entry, both ways side by side: the encoder of a new running
+//! entry (the owner's digest, the about members) and the decoder of every entry a script or
+//! `GET` returns, whichever writer made it (this store, the scripts, a TypeScript worker of the
+//! reference design), with the server's clock deciding whether a lease ran out.
+
+use std::borrow::Cow;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use ::redis::Value;
+use serde::{Deserialize, Deserializer};
+use serde_json::Value as Json;
+
+use crate::key::{Fingerprint, OperationKey};
+use crate::store::{About, ClaimRequest, Entry, EntryState, OwnerToken};
+use crate::tool::ToolError;
+use crate::{Error, Result};
+
+/// The about members of a new entry as the claim script splices them in: `}` when nothing is
+/// recorded, else `,"scope":…,"tool":…,"detail":…}` with the members that are set, JSON-encoded.
+#[cfg(test)]
+pub(super) fn about_members(about: &About) -> Result<String> {
+    let mut out = String::new();
+    about_members_into(about, &mut out)?;
+    Ok(out)
+}
+
+/// Appends [`about_members`] to `out`.
+pub(super) fn about_members_into(about: &About, out: &mut String) -> Result<()> {
+    for (name, value) in [
+        ("scope", &about.scope),
+        ("tool", &about.tool),
+        ("detail", &about.detail),
+    ] {
+        if let Some(value) = value {
+            out.push_str(",\"");
+            out.push_str(name);
+            out.push_str("\":");
+            out.push_str(&serde_json::to_string(value).map_err(Error::store)?);
+        }
+    }
+    out.push('}');
+    Ok(())
+}
+
+/// The SHA-1 of an owner token as 40 lowercase hex digits, as the scripts compute it with
+/// `redis.sha1hex`: what a running entry stores instead of the token, so that whoever reads the
+/// entry cannot settle it.
+pub(super) fn owner_digest(owner: &OwnerToken) -> [u8; 40] {
+    let mut hex = [0u8; 40];
+    crate::key::hex_into(
+        &sha1_smol::Sha1::from(owner.as_str()).digest().bytes(),
+        &mut hex,
+    );
+    hex
+}
+
+/// The running entry a claim writes for `req` (in the shape `ours` in entry.lua and `owned` in
+/// owned.lua read): started at `started_ms` on this machine's clock, first attempt, kept
+/// `retention_ms` after its lease. Built by hand, not with `format!`: it is made for every
+/// claim, replays included, since the native claim sends it before it knows.
+pub(super) fn running_value(
+    req: &ClaimRequest<'_>,
+    started_ms: u64,
+    retention_ms: u64,
+) -> Result<String> {
+    let digest = owner_digest(req.owner);
+    let mut started = itoa::Buffer::new();
+    let started = started.format(started_ms);
+    let mut retention = itoa::Buffer::new();
+    let mut out = String::with_capacity(256);
+    out.push_str(r#"{"status":"running","startedAt":"#);
+    out.push_str(started);
+    out.push_str(r#","owner":""#);
+    out.push_str(std::str::from_utf8(&digest).expect("hex is ASCII"));
+    out.push_str(r#"","retention":"#);
+    out.push_str(retention.format(retention_ms));
+    out.push_str(r#","fingerprint":""#);
+    out.push_str(req.fingerprint.as_str());
+    out.push_str(r#"","firstStartedAt":"#);
+    out.push_str(started);
+    out.push_str(r#","attempts":1"#);
+    about_members_into(req.about, &mut out)?;
+    Ok(out)
+}
+
+/// Decodes `{value, PTTL, now}` from the claim, read and resolve scripts.
+///
+/// Redis decides the expiry and the server's clock (`now`) whether a lease ran out; the
+/// remaining times it reports are turned into instants on this machine's clock, which is what
+/// a caller compares them with.
+pub(super) fn decode_read(key: &OperationKey, reply: Value) -> Result<Entry> {
+    let bad = |what: &str| Error::store(format!("unexpected reply from the script: {what}"));
+    let Value::Array(parts) = reply else {
+        return Err(bad("not an array"));
+    };
+    // The server's clock comes only with a value that has a `leaseUntil` (see `existing` in
+    // entry.lua).
+    let mut parts = parts.into_iter();
+    let (Some(raw), Some(pttl), now, None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(bad("not two or three elements"));
+    };
+    let Value::BulkString(raw) = raw else {
+        return Err(bad("value"));
+    };
+    let Value::Int(pttl) = pttl else {
+        return Err(bad("PTTL"));
+    };
+    let now = match now {
+        None => None,
+        Some(Value::Int(now)) => Some(now),
+        Some(_) => return Err(bad("TIME")),
+    };
+    decode_entry(key, &raw, Some(pttl), now, SystemTime::now())
+}
+
+/// An entry in the wire format. Every field but `status` is optional: workers of the reference
+/// design write only `status`, `startedAt` and `result`, today's version of toolonce writes no
+/// `leaseUntil` and none of what an entry says it is, and fields we do not know are ignored.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct Wire<'a> {
+    /// Borrowed from the value unless it has escapes (then owned), like `fingerprint`: one
+    /// allocation less each on every replay.
+    #[serde(borrow)]
+    pub(super) status: Cow<'a, str>,
+    #[serde(default)]
+    pub(super) started_at: Option<f64>,
+    /// The lease deadline of a running entry of the previous version, on the server's clock.
+    #[serde(default)]
+    pub(super) lease_until: Option<f64>,
+    /// How long a running entry of today's shape is kept after its lease (ms): its lease is
+    /// live while the key's PTTL is above this.
+    #[serde(default)]
+    pub(super) retention: Option<f64>,
+    #[serde(default)]
+    pub(super) completed_at: Option<f64>,
+    #[serde(default)]
+    pub(super) failed_at: Option<f64>,
+    #[serde(default)]
+    pub(super) settled_at: Option<f64>,
+    #[serde(default)]
+    pub(super) first_started_at: Option<f64>,
+    #[serde(default)]
+    pub(super) attempts: Option<f64>,
+    #[serde(default)]
+    pub(super) owner: Option<String>,
+    #[serde(default, borrow)]
+    pub(super) fingerprint: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pub(super) scope: Option<String>,
+    #[serde(default)]
+    pub(super) tool: Option<String>,
+    #[serde(default)]
+    pub(super) detail: Option<String>,
+    /// `Some(Null)` for a stored `null` result, `None` when the field is missing.
+    #[serde(default, deserialize_with = "present")]
+    pub(super) result: Option<Json>,
+    #[serde(default)]
+    pub(super) error: Option<Json>,
+}
+
+pub(super) fn present<'de, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<Json>, D::Error> {
+    Json::deserialize(d).map(Some)
+}
+
+/// Milliseconds since the epoch to a time (negative or non-finite values clamp to the epoch).
+pub(super) fn epoch_ms(ms: f64) -> SystemTime {
+    if ms.is_finite() && ms > 0.0 {
+        UNIX_EPOCH + Duration::from_micros((ms * 1000.0).round() as u64)
+    } else {
+        UNIX_EPOCH
+    }
+}
+
+/// `local_now` moved by `ms` (negative: back), saturating at the epoch.
+pub(super) fn shifted(local_now: SystemTime, ms: f64) -> SystemTime {
+    let by = Duration::from_millis(ms.abs().min(u64::MAX as f64) as u64);
+    if ms >= 0.0 {
+        local_now.checked_add(by).unwrap_or(local_now)
+    } else {
+        local_now.checked_sub(by).unwrap_or(UNIX_EPOCH)
+    }
+}
+
+/// Decodes the value `raw` of `key`, read when its key had `pttl` ms left (-1: no expiry;
+/// `None`: not read, as by the native claim, which never decodes a running entry) and the
+/// server's clock said `server_now` (ms since the epoch), on this machine at `local_now`.
+///
+/// A running entry with a `retention` is `unknown` once its key's PTTL is down to it; one with
+/// a `leaseUntil` (the previous version's) once `server_now` reached it; one with neither
+/// (a TypeScript worker's, or older) is running for as long as its key lives, as its writer
+/// meant.
+pub(super) fn decode_entry(
+    key: &OperationKey,
+    raw: &[u8],
+    pttl: Option<i64>,
+    server_now: Option<i64>,
+    local_now: SystemTime,
+) -> Result<Entry> {
+    let wire: Wire = serde_json::from_slice(raw).map_err(|e| Error::corrupt(key, e))?;
+    entry_of(key, wire, pttl, server_now, local_now)
+}
+
+/// The entry of a decoded value: see [`decode_entry`].
+pub(super) fn entry_of(
+    key: &OperationKey,
+    wire: Wire<'_>,
+    pttl: Option<i64>,
+    server_now: Option<i64>,
+    local_now: SystemTime,
+) -> Result<Entry> {
+    let fingerprint = match &wire.fingerprint {
+        Some(f) => Some(
+            f.parse::<Fingerprint>()
+                .map_err(|e| Error::corrupt(key, e))?,
+        ),
+        None => None,
+    };
+    let key_expiry = pttl
+        .and_then(|ms| u64::try_from(ms).ok())
+        .map(|ms| shifted(local_now, ms as f64));
+    let completed_at = wire.completed_at.map(epoch_ms);
+    let failed_at = wire.failed_at.map(epoch_ms);
+    let (state, expires_at) = match &*wire.status {
+        "running" => match (wire.retention, wire.lease_until) {
+            (Some(retention), _) => {
+                let pttl = pttl
+                    .ok_or_else(|| Error::store("a running entry read without its key's expiry"))?;
+                // The key lives for the lease plus the retention: what is left above the
+                // retention is what is left of the lease (-1, no expiry, is not ours: unknown).
+                let left = if pttl < 0 {
+                    0.0
+                } else {
+                    pttl as f64 - retention
+                };
+                let deadline = Some(shifted(local_now, left));
+                if left > 0.0 {
+                    (EntryState::Running { owner: wire.owner }, deadline)
+                } else {
+                    (EntryState::Unknown { owner: wire.owner }, deadline)
+                }
+            }
+            (None, Some(until)) => {
+                let server_now = server_now.ok_or_else(|| {
+                    Error::store("unexpected reply from the script: a leaseUntil without TIME")
+                })?;
+                let left = until - server_now as f64;
+                let deadline = Some(shifted(local_now, left));
+                if left > 0.0 {
+                    (EntryState::Running { owner: wire.owner }, deadline)
+                } else {
+                    (EntryState::Unknown { owner: wire.owner }, deadline)
+                }
+            }
+            (None, None) => (EntryState::Running { owner: wire.owner }, key_expiry),
+        },
+        "done" => (
+            EntryState::Done {
+                result: wire
+                    .result
+                    .ok_or_else(|| Error::corrupt(key, "a done entry without a result"))?,
+                completed_at,
+            },
+            key_expiry,
+        ),
+        "failed" => (
+            EntryState::Failed {
+                error: decode_error(key, wire.error)?,
+                failed_at,
+            },
+            key_expiry,
+        ),
+        other => return Err(Error::corrupt(key, format!("unknown status {other:?}"))),
+    };
+    let settled_at = wire.settled_at.map(epoch_ms).or(completed_at).or(failed_at);
+    // `startedAt` is required of running entries only; a settled entry of another writer
+    // without one reads as started when it settled (or at the epoch, if that is unknown too).
+    let started_at = wire
+        .started_at
+        .map(epoch_ms)
+        .or(settled_at)
+        .unwrap_or(UNIX_EPOCH);
+    let attempts = wire
+        .attempts
+        .filter(|n| n.is_finite() && *n >= 0.0)
+        .map_or(0, |n| n.min(f64::from(u32::MAX)) as u32);
+    Ok(
+        Entry::new(key.clone(), fingerprint, started_at, expires_at, state)
+            .with_about(
+                About::default()
+                    .with_scope(wire.scope)
+                    .with_tool(wire.tool)
+                    .with_detail(wire.detail),
+            )
+            .with_first_started_at(wire.first_started_at.map(epoch_ms))
+            .with_attempts(attempts)
+            .with_settled_at(settled_at),
+    )
+}
+
+/// Our `{"message","class","detail"?}`, or, from other writers, a bare message or an object
+/// with a `message` (read as permanent: it was stored to be replayed).
+pub(super) fn decode_error(key: &OperationKey, error: Option<Json>) -> Result<ToolError> {
+    match error {
+        Some(Json::String(message)) => Ok(ToolError::permanent(message)),
+        Some(value) => match serde_json::from_value::<ToolError>(value.clone()) {
+            Ok(error) => Ok(error),
+            Err(e) => match value.get("message").and_then(Json::as_str) {
+                Some(message) => Ok(ToolError::permanent(message).with_detail(value.clone())),
+                None => Err(Error::corrupt(key, format!("undecodable error: {e}"))),
+            },
+        },
+        None => Err(Error::corrupt(key, "a failed entry without an error")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> OperationKey {
+        "idem:0123456789abcdef0123456789abcdef".parse().unwrap()
+    }
+
+    /// The server's clock in the decoding tests.
+    const SERVER_NOW: i64 = 1_764_400_010_000;
+
+    /// Decodes `raw` read with a minute of `PTTL` left at [`SERVER_NOW`].
+    fn decode(raw: &[u8]) -> Result<Entry> {
+        decode_entry(
+            &key(),
+            raw,
+            Some(60_000),
+            Some(SERVER_NOW),
+            SystemTime::now(),
+        )
+    }
+
+    #[test]
+    fn a_running_entry_past_its_lease_deadline_on_the_server_clock_is_unknown() {
+        let raw = br#"{"status":"running","startedAt":1764400000000,"leaseUntil":1764400010000,"owner":"ab","fingerprint":"0000000000000000000000000000000000000000000000000000000000000000","firstStartedAt":1764390000000,"attempts":2,"scope":"run-1","tool":"send_email","detail":"smtp \"x\""}"#;
+        let local = UNIX_EPOCH + Duration::from_secs(2_000_000_000);
+        let e = decode_entry(&key(), raw, Some(86_400_000), Some(SERVER_NOW), local).unwrap();
+        assert_eq!(
+            e.state,
+            EntryState::Unknown {
+                owner: Some("ab".into())
+            }
+        );
+        assert_eq!(
+            e.expires_at,
+            Some(local),
+            "the lease deadline, on the local clock"
+        );
+        assert_eq!(e.attempts, 2);
+        assert_eq!(
+            e.first_started_at,
+            Some(UNIX_EPOCH + Duration::from_millis(1_764_390_000_000))
+        );
+        assert_eq!(e.about.scope.as_deref(), Some("run-1"));
+        assert_eq!(e.about.tool.as_deref(), Some("send_email"));
+        assert_eq!(e.about.detail.as_deref(), Some("smtp \"x\""));
+        // One millisecond earlier on the server's clock it was still running.
+        let e = decode_entry(&key(), raw, Some(86_400_000), Some(SERVER_NOW - 1), local).unwrap();
+        assert!(matches!(e.state, EntryState::Running { .. }), "{e:?}");
+        assert_eq!(e.expires_at, Some(local + Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn a_running_entry_of_today_is_running_while_its_key_outlives_its_retention() {
+        let raw = br#"{"status":"running","startedAt":1,"owner":"ab","retention":60000,"fingerprint":"0000000000000000000000000000000000000000000000000000000000000000","firstStartedAt":1,"attempts":1}"#;
+        let local = UNIX_EPOCH + Duration::from_secs(2_000_000_000);
+        // No server clock needed, and the start (from a client's clock) plays no part.
+        let e = decode_entry(&key(), raw, Some(60_001), None, local).unwrap();
+        assert!(matches!(e.state, EntryState::Running { .. }), "{e:?}");
+        assert_eq!(e.expires_at, Some(local + Duration::from_millis(1)));
+        let e = decode_entry(&key(), raw, Some(60_000), None, local).unwrap();
+        assert!(matches!(e.state, EntryState::Unknown { .. }), "{e:?}");
+        assert_eq!(e.expires_at, Some(local));
+        // Without the key's TTL it cannot be judged.
+        assert!(decode_entry(&key(), raw, None, None, local).is_err());
+    }
+
+    #[test]
+    fn the_owner_digest_is_the_sha1_that_redis_computes() {
+        // redis-cli EVAL "return redis.sha1hex(ARGV[1])" 0 0123456789abcdef0123456789abcdef
+        let owner = OwnerToken::from_stored("0123456789abcdef0123456789abcdef");
+        assert_eq!(
+            &owner_digest(&owner),
+            b"b1775a785f09a6ebaf2dc33d6eaeb98974d9cdb8"
+        );
+    }
+
+    #[test]
+    fn the_running_value_built_by_hand_is_the_shape_the_scripts_read() {
+        let owner = OwnerToken::from_stored("0123456789abcdef0123456789abcdef");
+        let fp: Fingerprint = "ab".repeat(32).parse().unwrap();
+        let about = About::new("run \"1\"", "charge");
+        let k = key();
+        let req = ClaimRequest::new(&k, &fp, &owner, Duration::from_secs(60)).about(&about);
+        let value = running_value(&req, 1_764_400_000_123, 86_400_000).unwrap();
+        assert_eq!(
+            value,
+            format!(
+                r#"{{"status":"running","startedAt":1764400000123,"owner":"b1775a785f09a6ebaf2dc33d6eaeb98974d9cdb8","retention":86400000,"fingerprint":"{}","firstStartedAt":1764400000123,"attempts":1,"scope":"run \"1\"","tool":"charge"}}"#,
+                fp.as_str()
+            )
+        );
+        let e = decode_entry(
+            &key(),
+            value.as_bytes(),
+            Some(86_400_001),
+            None,
+            SystemTime::now(),
+        )
+        .unwrap();
+        assert_eq!(e.about, about);
+        assert_eq!((e.attempts, e.fingerprint), (1, Some(fp)));
+    }
+
+    #[test]
+    fn a_running_entry_without_a_lease_deadline_is_running_while_its_key_lives() {
+        // Today's version's shape: the key's PTTL is the lease.
+        let raw = br#"{"status":"running","startedAt":1700000000000,"owner":"ab","fingerprint":"0000000000000000000000000000000000000000000000000000000000000000"}"#;
+        let local = UNIX_EPOCH + Duration::from_secs(2_000_000_000);
+        let e = decode_entry(&key(), raw, Some(5_000), Some(SERVER_NOW), local).unwrap();
+        assert_eq!(
+            e.state,
+            EntryState::Running {
+                owner: Some("ab".into())
+            }
+        );
+        assert_eq!(e.expires_at, Some(local + Duration::from_secs(5)));
+        assert_eq!((e.attempts, e.first_started_at), (0, None));
+        assert!(e.about.is_empty());
+    }
+
+    #[test]
+    fn a_settled_entry_read_without_the_server_clock_decodes_and_a_lease_without_it_is_refused() {
+        let done = br#"{"status":"done","result":{"n":1},"startedAt":1764400000000,"completedAt":1764400000001,"settledAt":1764400000001,"fingerprint":"0000000000000000000000000000000000000000000000000000000000000000"}"#;
+        let two =
+            |raw: &[u8]| Value::Array(vec![Value::BulkString(raw.to_vec()), Value::Int(60_000)]);
+        let e = decode_read(&key(), two(done)).unwrap();
+        assert!(matches!(e.state, EntryState::Done { .. }), "{e:?}");
+        // A running entry of another writer (no lease deadline) needs no clock either.
+        let theirs = br#"{"status":"running","startedAt":1700000000000}"#;
+        let e = decode_read(&key(), two(theirs)).unwrap();
+        assert!(matches!(e.state, EntryState::Running { .. }), "{e:?}");
+        // Ours has a lease deadline: without the server's clock it cannot be judged.
+        let ours = br#"{"status":"running","startedAt":1764400000000,"leaseUntil":1764400010000,"owner":"ab","fingerprint":"0000000000000000000000000000000000000000000000000000000000000000","firstStartedAt":1764390000000,"attempts":1}"#;
+        assert!(decode_read(&key(), two(ours)).is_err());
+        let three = Value::Array(vec![
+            Value::BulkString(ours.to_vec()),
+            Value::Int(60_000),
+            Value::Int(SERVER_NOW),
+        ]);
+        assert!(matches!(
+            decode_read(&key(), three).unwrap().state,
+            EntryState::Unknown { .. }
+        ));
+        let four = Value::Array(vec![Value::Nil, Value::Nil, Value::Nil, Value::Nil]);
+        assert!(decode_read(&key(), four).is_err());
+    }
+
+    #[test]
+    fn about_members_are_json_encoded_and_absent_ones_left_out() {
+        assert_eq!(about_members(&About::default()).unwrap(), "}");
+        let about = About::new("run \"1\"", "charge").detail("line\nbreak");
+        assert_eq!(
+            about_members(&about).unwrap(),
+            r#","scope":"run \"1\"","tool":"charge","detail":"line\nbreak"}"#
+        );
+    }
+
+    #[test]
+    fn an_entry_of_the_reference_design_decodes_without_owner_or_fingerprint() {
+        let raw = br#"{"status":"done","result":{"id":"ch_1","amount":500},"startedAt":1764400000000,"worker":"ts"}"#;
+        let e = decode(raw).unwrap();
+        assert_eq!(e.fingerprint, None);
+        assert_eq!(
+            e.started_at,
+            UNIX_EPOCH + Duration::from_millis(1_764_400_000_000)
+        );
+        assert_eq!(
+            e.state,
+            EntryState::Done {
+                result: serde_json::json!({"id": "ch_1", "amount": 500}),
+                completed_at: None
+            }
+        );
+        let raw = br#"{"status":"running","startedAt":1764400000000}"#;
+        let e = decode(raw).unwrap();
+        assert_eq!(e.state, EntryState::Running { owner: None });
+    }
+
+    #[test]
+    fn a_null_result_is_a_result_and_a_missing_one_is_corrupt() {
+        let e = decode(br#"{"status":"done","result":null}"#).unwrap();
+        assert!(matches!(
+            e.state,
+            EntryState::Done {
+                result: Json::Null,
+                ..
+            }
+        ));
+        assert!(matches!(
+            decode(br#"{"status":"done"}"#),
+            Err(Error::Corrupt { .. })
+        ));
+    }
+
+    #[test]
+    fn garbage_and_unknown_states_are_corrupt() {
+        for raw in [&b"not json"[..], b"[1]", br#"{"status":"paused"}"#, b"null"] {
+            assert!(
+                matches!(decode(raw), Err(Error::Corrupt { .. })),
+                "{}",
+                String::from_utf8_lossy(raw)
+            );
+        }
+    }
+
+    #[test]
+    fn errors_of_other_writers_decode_leniently() {
+        let e = decode(br#"{"status":"failed","error":"declined"}"#).unwrap();
+        assert!(
+            matches!(e.state, EntryState::Failed { ref error, .. } if error.message == "declined")
+        );
+        let e = decode(br#"{"status":"failed","error":{"message":"declined","code":42}}"#).unwrap();
+        assert!(
+            matches!(e.state, EntryState::Failed { ref error, .. } if error.message == "declined")
+        );
+    }
+}

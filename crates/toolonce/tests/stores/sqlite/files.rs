@@ -1,0 +1,139 @@
+//! Schema and files.
+
+use super::*;
+
+fn config_message(result: toolonce::Result<SqliteStore>) -> String {
+    match result {
+        Err(Error::Config(message)) => message,
+        other => panic!("expected a configuration error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn reopening_a_database_keeps_its_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("keep.db");
+    let (key, fp) = conformance::op("keep");
+    {
+        let store = SqliteStore::open(&path).unwrap();
+        let owner = conformance::won(
+            store
+                .claim_fresh(&key, &fp, conformance::LONG)
+                .await
+                .unwrap(),
+        );
+        let result = json!({"receipt": "r_1", "ratio": 0.1});
+        assert_eq!(
+            store
+                .complete(&key, owner, &result, conformance::LONG)
+                .await
+                .unwrap(),
+            Fenced::Applied
+        );
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    match conformance::existing(
+        store
+            .claim_fresh(&key, &fp, conformance::LONG)
+            .await
+            .unwrap(),
+    )
+    .state
+    {
+        EntryState::Done { result, .. } => {
+            assert_eq!(result, json!({"receipt": "r_1", "ratio": 0.1}))
+        }
+        other => panic!("expected the completed entry, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_database_with_a_newer_schema_is_refused_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("future.db");
+    drop(SqliteStore::open(&path).unwrap());
+    raw(&path)
+        .pragma_update(None, "user_version", SCHEMA_VERSION + 6)
+        .unwrap();
+    let message = config_message(SqliteStore::open(&path));
+    let expected = format!(
+        "has schema version {}, newer than this toolonce knows ({SCHEMA_VERSION}): upgrade toolonce",
+        SCHEMA_VERSION + 6
+    );
+    assert!(message.contains(&expected), "{message}");
+    assert!(message.contains("future.db"), "{message}");
+}
+
+#[test]
+fn a_database_of_another_program_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("other.db");
+    let conn = raw(&path);
+    conn.execute_batch("CREATE TABLE notes (body TEXT); PRAGMA user_version = 3;")
+        .unwrap();
+    drop(conn);
+    let message = config_message(SqliteStore::open(&path));
+    assert!(message.contains("is not a toolonce database"), "{message}");
+}
+
+#[test]
+fn a_missing_directory_is_a_clear_error_and_is_not_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("no").join("such").join("dir.db");
+    let message = config_message(SqliteStore::open(&path));
+    assert!(message.contains("does not exist"), "{message}");
+    assert!(message.contains("dir.db"), "{message}");
+    assert!(!dir.path().join("no").exists());
+}
+
+#[test]
+fn a_file_that_is_not_a_database_is_a_store_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.txt");
+    std::fs::write(&path, "x".repeat(4096)).unwrap();
+    match SqliteStore::open(&path) {
+        Err(e @ Error::Store(_)) => {
+            let text = e.report().to_string();
+            assert!(text.contains("notes.txt"), "{text}");
+        }
+        other => panic!("expected a store error, got {other:?}"),
+    }
+}
+
+/// `../..` up to the root from the current directory, then `path`: a relative spelling of an
+/// absolute path.
+fn relative_to_cwd(path: &Path) -> PathBuf {
+    let cwd = std::env::current_dir().unwrap();
+    let mut relative = PathBuf::new();
+    for _ in cwd.components().skip(1) {
+        relative.push("..");
+    }
+    relative.join(path.strip_prefix("/").unwrap())
+}
+
+#[tokio::test]
+async fn store_urls_open_relative_absolute_and_in_memory_databases() {
+    let dir = tempfile::tempdir().unwrap();
+    let absolute = dir.path().join("abs.db");
+    let relative = relative_to_cwd(&dir.path().join("rel.db"));
+    assert!(relative.is_relative());
+    for url in [
+        format!("sqlite://{}", absolute.display()),
+        format!("sqlite://{}", relative.display()),
+        "sqlite://:memory:".to_owned(),
+    ] {
+        let store = toolonce::store::open(&url).await.unwrap();
+        let (key, fp) = conformance::op("url");
+        conformance::won(
+            store
+                .claim_fresh(&key, &fp, conformance::LONG)
+                .await
+                .unwrap(),
+        );
+        assert!(store.get(&key).await.unwrap().is_some(), "{url}");
+    }
+    assert!(absolute.exists());
+    assert!(dir.path().join("rel.db").exists());
+    let err = toolonce::store::open("sqlite://").await.unwrap_err();
+    assert!(matches!(err, Error::Config(_)), "{err:?}");
+}
