@@ -255,3 +255,79 @@ fn an_entry_toolonce_cannot_read_is_exit_70() {
     assert!(!text.contains("Not executed"), "{text}");
     assert!(!dir.path().join("counter").exists());
 }
+
+/// Every store-using subcommand, the MCP proxy included (it exits before it starts its server).
+fn every_store_command() -> Vec<Vec<&'static str>> {
+    let mut all = store_commands();
+    all.push(vec!["mcp", "--scope", "s", "--", "true"]);
+    all
+}
+
+#[test]
+fn a_store_that_can_never_work_is_exit_2_for_every_subcommand_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    // A file that is not a SQLite database.
+    let not_a_db = dir.path().join("notes.db");
+    std::fs::write(
+        &not_a_db,
+        "these are my notes, not a database\n".repeat(200),
+    )
+    .unwrap();
+    // A server of its own that needs a password (set once it is up: the support's readiness
+    // check has none to give).
+    let locked = toolonce_testsupport::RedisServer::start();
+    locked.command(&["CONFIG", "SET", "requirepass", "s3cret"]);
+    let open = toolonce_testsupport::shared_redis();
+    let postgres = toolonce_testsupport::shared_postgres();
+    postgres.create_user_with_password("toolonce_cli_exit", "right-secret");
+    let cases = [
+        (format!("sqlite://{}", not_a_db.display()), "not a database"),
+        (
+            format!("redis://:wrong-secret@127.0.0.1:{}", locked.port()),
+            "password",
+        ),
+        // A server that needs a password and got none says so.
+        (
+            format!("redis://127.0.0.1:{}", locked.port()),
+            "needs a password",
+        ),
+        (
+            format!("redis://127.0.0.1:{}/99999", open.port()),
+            "database index",
+        ),
+        (
+            format!(
+                "postgres://toolonce_cli_exit:wrong-secret@127.0.0.1:{}/postgres",
+                postgres.port()
+            ),
+            "password",
+        ),
+    ];
+    // Every wrong answer is listed, not only the first.
+    let mut wrong = Vec::new();
+    for (store, why) in &cases {
+        for args in every_store_command() {
+            // bench measures SQLite in a fresh file of its own beside the one named: that
+            // file is never opened.
+            if args[0] == "bench" && store.starts_with("sqlite://") {
+                continue;
+            }
+            let out = run(&args, store, dir.path());
+            let text = stderr(&out);
+            let right = code(&out) == 2
+                && text.starts_with("toolonce: ")
+                && text.contains(why)
+                && !text.contains("try again later")
+                && !text.contains("allow_eviction");
+            if !right {
+                wrong.push(format!(
+                    "{args:?} {store} (want {why:?}): {}: {text}",
+                    code(&out)
+                ));
+            }
+            assert!(!text.contains("wrong-secret"), "{text}");
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    assert!(!dir.path().join("ran").exists(), "exec ran without a store");
+}
