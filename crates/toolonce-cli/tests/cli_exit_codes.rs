@@ -75,6 +75,20 @@ fn a_bad_store_url_is_exit_2_for_every_subcommand() {
             assert_eq!(code(&out), 2, "{args:?} {store}: {}", stderr(&out));
         }
     }
+    // A malformed Redis URL says what is wrong with it (not "did not parse").
+    for (store, words) in [
+        ("redis://127.0.0.1:99999", "is not a number from 1 to 65535"),
+        ("redis://:pw@[::1", "has no closing \"]\""),
+        ("redis://127.0.0.1/abc", "the database \"abc\""),
+    ] {
+        for args in store_commands() {
+            let out = run(&args, store, dir.path());
+            let text = stderr(&out);
+            assert_eq!(code(&out), 2, "{args:?} {store}: {text}");
+            assert!(text.contains(words), "{args:?} {store}: {text}");
+            assert!(!text.contains("did not parse"), "{text}");
+        }
+    }
     assert!(!dir.path().join("ran").exists());
 }
 
