@@ -10,7 +10,8 @@ use std::fmt;
 use std::io;
 use std::process::ExitCode;
 
-/// Bad input or configuration: nothing was done. Also clap's code for a usage error.
+/// Bad input or configuration: nothing was done. Also clap's code for a usage error, and a
+/// store that can never work as given (the library's `Error::Config`).
 pub(crate) const USAGE: u8 = 2;
 /// The key fields match an earlier operation whose other arguments differ (`EX_DATAERR`).
 pub(crate) const CONFLICT: u8 = 65;
@@ -44,7 +45,9 @@ pub(crate) const TABLE: &str = "\
 Exit codes (the same for every subcommand):
   0        done
   1        demo: a figure came out wrong
-  2        bad input or configuration: nothing was done
+  2        bad input or configuration: nothing was done; also a store that can never work
+           as given (a wrong password, a file that is not a SQLite database, a missing one
+           for ls, show, rm, resolve, purge)
   65       conflict: the key fields match an earlier operation with other arguments; not run
   66       not found: no live entry for the key (show, rm, resolve)
   67       resolve: the entry is already done or failed (perhaps settled meanwhile); nothing
