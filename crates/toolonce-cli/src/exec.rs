@@ -9,7 +9,7 @@
 //! The command runs in a process group of its own, tied to toolonce's life (see [`child`] and
 //! [`shim`]): signals to toolonce reach it, and it does not outlive toolonce.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -142,27 +142,6 @@ impl From<OnExpiredArg> for OnExpired {
     }
 }
 
-/// The command line as a person would type it (POSIX shell quoting where needed), for the
-/// entry's description (`toolonce ls` and `show` display it) and a replay's note.
-fn command_line<S: AsRef<OsStr>>(command: &[S]) -> String {
-    let words: Vec<String> = command
-        .iter()
-        .map(|word| {
-            let word = word.as_ref().to_string_lossy();
-            let plain = !word.is_empty()
-                && word
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "_-./=:,+@%^".contains(c));
-            if plain {
-                word.into_owned()
-            } else {
-                format!("'{}'", word.replace('\'', r"'\''"))
-            }
-        })
-        .collect();
-    words.join(" ")
-}
-
 /// Parses a size in bytes: `1000`, `64K`, `1M` (binary units).
 fn bytes(text: &str) -> Result<usize, String> {
     let (digits, unit) = match text.strip_suffix(['K', 'k']) {
@@ -215,7 +194,7 @@ pub(crate) async fn run(a: ExecArgs) -> anyhow::Result<ExitCode> {
         .retention(a.retention)
         .in_flight(a.wait.map_or(InFlight::Reject, InFlight::Wait))
         .on_expired(a.on_expired.into());
-    let this_command_line = command_line(&a.command);
+    let this_command_line = record::command_line(&a.command);
     let about = About::new(a.scope.clone(), a.name.clone()).detail(this_command_line.clone());
 
     // Set only if the command ran here (its output has then been streamed already).
@@ -440,20 +419,6 @@ mod tests {
         for bad in ["65M", "-1", "lots", "1G", "", "K", "99999999999999999999"] {
             assert!(bytes(bad).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn the_command_line_is_described_as_a_shell_would_take_it() {
-        let line =
-            |words: &[&str]| command_line(&words.iter().map(OsString::from).collect::<Vec<_>>());
-        assert_eq!(
-            line(&["./deploy.sh", "--env=prod"]),
-            "./deploy.sh --env=prod"
-        );
-        assert_eq!(
-            line(&["sh", "-c", "echo it's $HOME", ""]),
-            r"sh -c 'echo it'\''s $HOME' ''"
-        );
     }
 
     #[test]

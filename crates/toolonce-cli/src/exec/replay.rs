@@ -9,7 +9,7 @@ use std::time::SystemTime;
 
 use toolonce::{Entry, OperationKey, ToolError};
 
-use super::record::Record;
+use super::record::{Record, command_line};
 use crate::exit;
 use crate::output;
 
@@ -77,7 +77,7 @@ fn record_and_note(record: &Record, state: &str, about: &Replayed<'_>) -> ExitCo
     drop(stderr);
     let what = format!("exit code {}", record.exit_code);
     let mut line = about.line(state, &what);
-    let recorded = super::command_line(&record.command);
+    let recorded = command_line(&record.command);
     if record.command.is_empty() {
         line.push_str(" The record has no command line (it was set with `toolonce resolve`).");
     } else if recorded != about.command_line {
