@@ -66,8 +66,8 @@ set otherwise, not even inherited.
 
 The operation is identified by --scope, --name and --args, never by the command line.
 The command gets the operation key in TOOLONCE_KEY and IDEMPOTENCY_KEY: hand it to any
-downstream service that deduplicates requests. Set RUST_LOG=toolonce=info to see whether a
-call executed or replayed.";
+downstream service that deduplicates requests. Set RUST_LOG=toolonce=info for the library's
+log line of every call (with RUST_LOG set, its warning about an unknown outcome is shown too).";
 
 /// The largest `--max-output`: a record must stay well within what every store accepts.
 const MAX_OUTPUT_LIMIT: usize = 64 << 20;
