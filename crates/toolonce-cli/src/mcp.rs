@@ -47,18 +47,27 @@
 //! # Layout
 //!
 //! - [`config`]: the TOML configuration and per-tool policies.
+//! - [`protocol`]: every header name, `_meta` member and JSON-RPC code, defined once.
 //! - [`jsonrpc`]: looking at messages without decoding them, the `_meta` splice, answers.
-//! - [`tools`]: read/write classification from `tools/list`.
-//! - [`proxy`]: routing between the client and the server, and the lifecycle.
+//! - [`tools`]: read/write classification from `tools/list`, and the proxy's own listing.
+//! - [`proxy`]: routing between the client and the server.
+//! - [`lifecycle`]: one proxy's life: start, the end of either side, shutdown in order.
+//! - [`route`]: the routing tables, and sending a request whose answer comes back.
+//! - [`server`]: the server's end, a child process or an HTTP server, behind one handle.
 //! - [`call`]: one intercepted write call through the layer.
-//! - [`batch`]: batches (protocol 2025-03-26) that hold write calls.
+//! - [`answer`]: what the server's answer means for the store, and the answers the proxy
+//!   writes itself (replays, explanations): MCP semantics without I/O.
+//! - [`batch`]: batches (protocol 2025-03-26) that hold write calls: how they are split
+//!   (the proxy acts on the plan), and their answers collected into one array.
 //! - [`store`]: a store opened lazily, so an outage at start-up fails writes, not the proxy
 //!   (a store that can never work fails the proxy at start).
 //! - [`stdio`]: the client's side: the proxy's stdin and stdout.
-//! - [`http`]: the server's side when it is a Streamable HTTP server.
+//! - [`http`]: the server's side when it is a Streamable HTTP server: its client (connections,
+//!   session, requests), one exchange per POST, server-sent events, the target URL.
 //! - [`listen`]: `--listen`, the client's side as a Streamable HTTP server (a gateway): one
 //!   proxy and server process (or HTTP server session) per client session, all sharing the
-//!   store and the scope.
+//!   store and the scope. Its sessions, their routing, request bodies and the HTTP checks each
+//!   have a file under `listen/`.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -68,13 +77,18 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+mod answer;
 mod batch;
 mod call;
 mod config;
 mod http;
 mod jsonrpc;
+mod lifecycle;
 mod listen;
+mod protocol;
 mod proxy;
+mod route;
+mod server;
 mod stdio;
 mod store;
 mod tools;
@@ -180,7 +194,7 @@ pub(crate) async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
     let server = match &args.upstream {
         Some(url) => {
             let (upstream, incoming) = http::Upstream::new(url, &args.header)?;
-            proxy::Server::Http(upstream, incoming)
+            server::Server::Http(upstream, incoming)
         }
         None if !args.header.is_empty() => {
             anyhow::bail!("--header is for an --upstream server")
@@ -192,7 +206,7 @@ pub(crate) async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
                 .context("no server command after --")?;
             let mut command = tokio::process::Command::new(program);
             command.args(server_args);
-            proxy::Server::Command(command)
+            server::Server::Command(command)
         }
     };
     let scope = match args.scope {
@@ -232,12 +246,12 @@ pub(crate) async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
             );
         }
         let backend = match server {
-            proxy::Server::Command(command) => listen::Backend::Command {
+            server::Server::Command(command) => listen::Backend::Command {
                 program: command.as_std().get_program().to_owned(),
                 args: command.as_std().get_args().map(ToOwned::to_owned).collect(),
             },
             // Checked above; each session opens its own (see `listen`).
-            proxy::Server::Http(..) => listen::Backend::Http {
+            server::Server::Http(..) => listen::Backend::Http {
                 url: args.upstream.clone().expect("an HTTP server has a URL"),
                 headers: args.header.clone(),
                 forward_authorization: token.is_none(),
@@ -319,7 +333,7 @@ struct Settings {
     scope: String,
     server_id: String,
     config: Arc<config::Config>,
-    server: proxy::Server,
+    server: server::Server,
 }
 
 /// Opens the store. One that can never work stops the proxy before the server starts (exit
@@ -346,7 +360,7 @@ async fn serve(settings: Settings) -> anyhow::Result<std::process::ExitStatus> {
         config: settings.config,
         store: Arc::new(store),
     };
-    let status = proxy::run(
+    let status = lifecycle::run(
         proxy,
         settings.server,
         client_in,

@@ -37,37 +37,25 @@
 //!   key never names the same operation as arguments do, and the server sees one key format.
 //!   Key fields do not apply. A read passes through with whatever `_meta` it has.
 //!
-//! How the server's answer is recorded (`on_error`, `on_tool_error` and `failure_retention`
-//! are per-tool settings, see [`config`](super::config)):
-//!
-//! | server answer | recorded as | a duplicate gets |
-//! |---|---|---|
-//! | `result` | done, for the retention | the same `result` |
-//! | `result` with `isError: true` | `on_tool_error = "keep"` (default): failed, for the failure retention, the whole result kept; `"release"`: forgotten | the same `result`; or a fresh run |
-//! | JSON-RPC `error` -32700, -32600, -32601, -32602 (refused before the tool ran: parse error, invalid request, method not found, invalid params or unknown tool), and 2026-07-28's -32020, -32021, -32022 (header mismatch, missing client capability, unsupported protocol version) | never recorded | a fresh run |
-//! | any other JSON-RPC `error` (such as -32603, an exception that may follow the effect) | `on_error = "keep"` (default): failed, for the failure retention; `"release"`: forgotten | the same `error`; or a fresh run |
-//! | `result` with `resultType: "input_required"` (2026-07-28: the server asks for input first) | never recorded: nothing took effect | a fresh run (see *What names the operation* above) |
-//! | none: timeout, cancel, server exit | left running until its lease expires, then `unknown` (it may or may not have taken effect) | `in_flight`; after the lease, `on_expired = "hold"` (default): `unknown`, not forwarded, until a person runs `toolonce resolve`; `"rerun"`: a fresh run with the same key |
-//!
-//! An answer the proxy gives from the store (a replay, or its own explanation: in flight,
-//! conflict, store unavailable) carries `_meta["toolonce/outcome"]` and `_meta["toolonce/key"]`
-//! beside whatever `_meta` the first answer had; `content` and `isError` are exactly as first
-//! recorded. A replayed JSON-RPC error carries the two in its `data` instead. The server's own
-//! answer to an executed call passes on untouched.
+//! How the server's answer is recorded, and what a duplicate gets, is [`answer`](super::answer)'s
+//! to say.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
 use toolonce::key::{self, Derived, Fingerprint, OperationKey};
-use toolonce::{About, OnExpired, Outcome, ToolError, WriteAnswer};
+use toolonce::{About, Layer, Outcome, ToolError};
 
+use super::answer::{GiveUp, completed, give_up_answer, interpret, proxy_result, replay};
 use super::batch::Batch;
-use super::config::{OnError, Policy};
-use super::jsonrpc::{self, IdKey, META_KEY};
-use super::proxy::{Route, Shared, UnsentCall};
+use super::config::{Config, Policy};
+use super::jsonrpc::{self, IdKey};
+use super::protocol::{INVALID_PARAMS, META_KEY, META_PROTOCOL_VERSION};
+use super::route::{NotSent, Router, UnsentCall};
 use super::stdio::ClientOut;
+use super::store::LazyStore;
+use super::tools::Tools;
 
 /// A write call taken from the client's stream.
 #[derive(Debug)]
@@ -83,6 +71,37 @@ pub(super) struct Call {
     pub(super) modern: bool,
     /// The request as the client sent it.
     pub(super) request: Vec<u8>,
+}
+
+impl Call {
+    /// The write call in `message` (whose bytes are `request`), if it is one: a `tools/call`
+    /// with an id of a tool `tools` classes as a write.
+    pub(super) fn of(tools: &Tools, message: Value, request: Vec<u8>) -> Option<Call> {
+        if message.get("method").and_then(Value::as_str) != Some("tools/call") {
+            return None;
+        }
+        let id = message.get("id").filter(|id| !id.is_null())?.clone();
+        let params = message.get("params")?;
+        let tool = params.get("name")?.as_str()?;
+        if !tools.is_write(tool) {
+            return None;
+        }
+        // MCP makes `arguments` optional: no arguments and `{}` are the same operation.
+        let arguments = match params.get("arguments") {
+            None | Some(Value::Null) => Value::Object(serde_json::Map::new()),
+            Some(args) => args.clone(),
+        };
+        let meta = params.get("_meta");
+        Some(Call {
+            id_key: IdKey::of(&id),
+            id,
+            tool: tool.to_owned(),
+            arguments,
+            client_key: meta.and_then(|m| m.get(META_KEY)).cloned(),
+            modern: meta.is_some_and(|m| m.get(META_PROTOCOL_VERSION).is_some()),
+            request,
+        })
+    }
 }
 
 /// Where the answer to a call goes.
@@ -106,22 +125,22 @@ impl Sink {
     }
 }
 
-/// Why a forwarded call stopped waiting for the server. The layer's future is then dropped,
-/// which stops the lease heartbeat: the entry stays `running` until its lease expires, because
-/// the server may or may not have performed the operation.
+/// What every write call of one proxy needs: how to name its operation, the layer, and the
+/// routing handle through which it reaches the server.
 #[derive(Debug)]
-enum GiveUp {
-    /// The client cancelled and the server did not answer within the grace period.
-    Cancelled,
-    /// The server did not answer within the call timeout.
-    TimedOut(Duration),
-    /// The server exited without answering.
-    ServerGone,
+pub(super) struct Context {
+    pub(super) scope: String,
+    /// The server's part of every operation key's tool part (see `--server-id`).
+    pub(super) server_id: String,
+    pub(super) config: Arc<Config>,
+    pub(super) store: Arc<LazyStore>,
+    pub(super) layer: Layer,
+    pub(super) router: Arc<Router>,
 }
 
 /// Runs one call to the end and answers it.
 pub(super) async fn run(
-    shared: Arc<Shared>,
+    shared: Arc<Context>,
     call: Call,
     cancel: watch::Receiver<bool>,
     sink: Sink,
@@ -129,12 +148,12 @@ pub(super) async fn run(
 ) {
     let answer = answer(&shared, &call, cancel, &unsent).await;
     drop(unsent);
-    shared.routes().calls.remove(&call.id_key);
+    shared.router.call_ended(&call.id_key);
     sink.answer(answer);
 }
 
 async fn answer(
-    shared: &Shared,
+    shared: &Context,
     call: &Call,
     cancel: watch::Receiver<bool>,
     unsent: &UnsentCall,
@@ -216,7 +235,7 @@ async fn answer(
     let answer = tokio::select! {
         answer = run => answer,
         Ok(reason) = give_up_rx => {
-            return give_up_answer(call, &policy, &derived, reason, error_line);
+            return give_up_answer(&call.tool, &policy, &derived, reason, error_line);
         }
     };
     // Executed and answered by the server: its own bytes, which carry the client's id.
@@ -243,9 +262,6 @@ async fn answer(
     }
     Some(replay(&call.id, answer, call.modern))
 }
-
-/// The JSON-RPC error code of "Invalid params", for a malformed client key.
-const INVALID_PARAMS: i64 = -32602;
 
 /// The longest client key accepted, in characters (as an HTTP idempotency key is commonly
 /// bounded), so a key stays readable in logs.
@@ -291,161 +307,9 @@ fn derive_from_client_key(
     })
 }
 
-/// A result the proxy writes itself for a call of protocol 2026-07-28 or later says it is
-/// complete, as every result of that version does (a server's own results carry their
-/// `resultType` already and are left alone).
-fn completed(mut result: Value, modern: bool) -> Value {
-    if modern && let Some(result) = result.as_object_mut() {
-        result
-            .entry("resultType")
-            .or_insert_with(|| json!("complete"));
-    }
-    result
-}
-
-/// The answer to a call that the server did not answer this time, as one line: a
-/// `CallToolResult` with the outcome in `_meta`, or a kept JSON-RPC error as it came.
-fn replay(id: &Value, answer: WriteAnswer, modern: bool) -> Vec<u8> {
-    let outcome = match answer.outcome {
-        // Executed, yet not answered by the server: it was never sent (cancelled first, or
-        // the server's input closed).
-        Outcome::Executed => "not_executed",
-        other => other.as_str(),
-    };
-    let result = match (answer.outcome, answer.result) {
-        (_, Ok(result)) => as_call_tool_result(result),
-        // The whole answer the server gave the first time is kept in the detail.
-        (Outcome::ReplayedFailure, Err(e)) => match e.detail {
-            Some(detail) if is_call_tool_result(&detail) => detail,
-            Some(Value::Object(mut detail)) if detail.contains_key(JSONRPC_ERROR) => {
-                let mut error = detail.remove(JSONRPC_ERROR).unwrap_or(Value::Null);
-                // An error has no `_meta`: the outcome goes into its `data` (when that is
-                // absent or an object), its code and message as first recorded.
-                if let Some(error) = error.as_object_mut() {
-                    let data = error
-                        .entry("data")
-                        .or_insert_with(|| Value::Object(serde_json::Map::new()));
-                    if let Some(data) = data.as_object_mut() {
-                        data.insert(OUTCOME_KEY.to_owned(), Value::String(outcome.to_owned()));
-                        data.insert(
-                            META_KEY.to_owned(),
-                            Value::String(answer.key.as_str().to_owned()),
-                        );
-                    }
-                }
-                return jsonrpc::line(&json!({"jsonrpc": "2.0", "id": id, "error": error}));
-            }
-            _ => jsonrpc::tool_error(&e.message),
-        },
-        (_, Err(e)) => jsonrpc::tool_error(&e.message),
-    };
-    let result = with_outcome(result, outcome, answer.key.as_str());
-    jsonrpc::result_line(id, &completed(result, modern))
-}
-
-/// Where a kept JSON-RPC error is stored in the failure's detail.
-const JSONRPC_ERROR: &str = "jsonrpc_error";
-
-/// `result` with `_meta["toolonce/outcome"]` and `_meta["toolonce/key"]` added (a `_meta`
-/// that is not an object is left alone).
-fn with_outcome(mut result: Value, outcome: &str, key: &str) -> Value {
-    if let Some(result) = result.as_object_mut() {
-        let meta = result
-            .entry("_meta")
-            .or_insert_with(|| Value::Object(serde_json::Map::new()));
-        if let Some(meta) = meta.as_object_mut() {
-            meta.insert(OUTCOME_KEY.to_owned(), Value::String(outcome.to_owned()));
-            meta.insert(META_KEY.to_owned(), Value::String(key.to_owned()));
-        }
-    }
-    result
-}
-
-/// The member of `_meta` that tells a replay from a first answer.
-const OUTCOME_KEY: &str = "toolonce/outcome";
-
-fn is_call_tool_result(value: &Value) -> bool {
-    value.get("content").is_some_and(Value::is_array)
-}
-
-/// A stored result that is not a `CallToolResult` (written by another kind of worker sharing
-/// the store) is wrapped into one.
-fn as_call_tool_result(result: Value) -> Value {
-    if is_call_tool_result(&result) {
-        return result;
-    }
-    let text = match &result {
-        Value::String(text) => text.clone(),
-        other => other.to_string(),
-    };
-    json!({"content": [{"type": "text", "text": text}], "structuredContent": result})
-}
-
-fn give_up_answer(
-    call: &Call,
-    policy: &Policy,
-    derived: &Derived,
-    reason: GiveUp,
-    error_line: impl Fn(&str, &str, Option<&str>) -> Option<Vec<u8>>,
-) -> Option<Vec<u8>> {
-    let lease = policy.options.lease;
-    let (tool, key) = (&call.tool, &derived.key);
-    let after_lease = match policy.options.expired_policy() {
-        OnExpired::Rerun => "after that an identical call runs it again with the same \
-                             idempotency key."
-            .to_owned(),
-        _ => format!(
-            "after that it stays unknown: an identical call is not run but answered that a \
-             person must check whether it took effect and settle it (toolonce resolve {key})."
-        ),
-    };
-    match reason {
-        GiveUp::Cancelled => None,
-        GiveUp::TimedOut(after) => error_line(
-            &format!(
-                "Timed out: the MCP server did not answer this call of `{tool}` within \
-                 {after:?}, so whether it took effect is unknown. Do not retry it: the \
-                 operation ({key}) stays locked for up to {lease:?}; {after_lease}"
-            ),
-            "timed_out",
-            Some(key.as_str()),
-        ),
-        GiveUp::ServerGone => error_line(
-            &format!(
-                "The MCP server exited (or the connection to it broke) before answering this \
-                 call of `{tool}`, so whether it took effect is unknown. Do not retry it: the \
-                 operation ({key}) stays locked for up to {lease:?}; {after_lease}"
-            ),
-            "server_gone",
-            Some(key.as_str()),
-        ),
-    }
-}
-
-/// An `isError` result the proxy writes itself, with its outcome (and the key, once there is
-/// one) in `_meta`, as one line.
-pub(super) fn proxy_answer(id: &Value, text: &str, outcome: &str, key: Option<&str>) -> Vec<u8> {
-    jsonrpc::result_line(id, &proxy_result(text, outcome, key))
-}
-
-/// The `result` of a [`proxy_answer`].
-fn proxy_result(text: &str, outcome: &str, key: Option<&str>) -> Value {
-    let mut result = jsonrpc::tool_error(text);
-    let meta = result
-        .as_object_mut()
-        .expect("a tool error is an object")
-        .entry("_meta")
-        .or_insert_with(|| json!({}));
-    meta[OUTCOME_KEY] = json!(outcome);
-    if let Some(key) = key {
-        meta[META_KEY] = json!(key);
-    }
-    result
-}
-
 /// The part of a call that runs once the claim is won.
 struct Forward<'a> {
-    shared: &'a Shared,
+    shared: &'a Context,
     call: &'a Call,
     policy: &'a Policy,
     derived: &'a Derived,
@@ -471,31 +335,25 @@ impl Forward<'_> {
             unsent,
         } = self;
         let request = with_key(&call.request, derived.key.as_str());
-        let (tx, mut rx) = oneshot::channel();
-        {
-            // Holding stdin, the client's cancel is checked and the route put in place before
-            // the request leaves: neither the answer nor a cancel can overtake it (see
-            // `Shared::cancel`).
-            let mut stdin = shared.server_in.lock().await;
-            if *cancel.borrow() {
+        // Neither the answer nor a cancel can overtake the request (see `Router`).
+        let sent = shared
+            .router
+            .send_awaiting(&call.id_key, &request, &cancel, unsent)
+            .await;
+        let mut rx = match sent {
+            Ok(rx) => rx,
+            Err(NotSent::Cancelled) => {
                 return Err(ToolError::transient(
                     "Cancelled by the client before it reached the MCP server; nothing ran.",
                 ));
             }
-            shared
-                .routes()
-                .pending
-                .insert(call.id_key.clone(), Route::Call(tx));
-            let sent = stdin.send(&request).await;
-            unsent.settle();
-            if !sent {
-                shared.routes().pending.remove(&call.id_key);
+            Err(NotSent::Unreachable) => {
                 return Err(ToolError::transient(
                     "Not executed: the MCP server cannot be reached (its input is closed, or its \
                      URL does not answer), so the call was not sent.",
                 ));
             }
-        }
+        };
         let deadline = tokio::time::sleep(policy.call_timeout);
         tokio::pin!(deadline);
         let reply = tokio::select! {
@@ -515,7 +373,7 @@ impl Forward<'_> {
                     "toolonce: no answer within {:?}", policy.call_timeout
                 );
                 shared
-                    .server_in
+                    .router
                     .send(&jsonrpc::cancelled_line(&call.id, &reason))
                     .await;
                 return abandon(shared, call, give_up, GiveUp::TimedOut(policy.call_timeout))
@@ -547,13 +405,13 @@ async fn cancelled(cancel: &mut watch::Receiver<bool>) {
 
 /// Stops waiting for the server: its answer, if it ever comes, is dropped.
 async fn abandon(
-    shared: &Shared,
+    shared: &Context,
     call: &Call,
     give_up: oneshot::Sender<GiveUp>,
     reason: GiveUp,
 ) -> Result<Value, ToolError> {
     tracing::warn!(target: "toolonce::mcp", tool = %call.tool, id = ?call.id_key, ?reason, "gave up waiting for the server");
-    shared.routes().abandon(&call.id_key);
+    shared.router.abandon(&call.id_key);
     let _ = give_up.send(reason);
     std::future::pending().await
 }
@@ -572,119 +430,10 @@ fn with_key(request: &[u8], key: &str) -> Vec<u8> {
     jsonrpc::line(&message)
 }
 
-/// The `resultType` of a protocol 2026-07-28 answer that asks the client for input first.
-const INPUT_REQUIRED: &str = "input_required";
-
-/// JSON-RPC error codes that mean the server refused the request before running anything:
-/// parse error, invalid request, method not found, invalid params (which includes an unknown
-/// tool and, in 2026-07-28, a request without its required `_meta`), and the refusals
-/// protocol 2026-07-28 defines: header mismatch, missing required client capability,
-/// unsupported protocol version. Such an answer is never recorded, whatever the configuration:
-/// a client that is refused a version retries with another one, and that retry must run.
-const REFUSED_BEFORE_RUNNING: [i64; 7] = [-32700, -32600, -32601, -32602, -32020, -32021, -32022];
-
-/// What the server's answer means for the store (see the module's table).
-fn interpret(line: &[u8], policy: &Policy) -> Result<Value, ToolError> {
-    let Ok(Value::Object(mut message)) = serde_json::from_slice::<Value>(line) else {
-        return Err(ToolError::transient(
-            "The MCP server's answer is not a JSON object.",
-        ));
-    };
-    let failure = |on_error: OnError, text: String| match on_error {
-        OnError::Keep => ToolError::permanent(text),
-        OnError::Release => ToolError::transient(text),
-    };
-    if let Some(error) = message.remove("error") {
-        let text = error
-            .get("message")
-            .and_then(Value::as_str)
-            .unwrap_or("no message");
-        let code = error.get("code").and_then(Value::as_i64);
-        let on_error = match code {
-            Some(code) if REFUSED_BEFORE_RUNNING.contains(&code) => OnError::Release,
-            _ => policy.on_error,
-        };
-        return Err(failure(
-            on_error,
-            format!("The MCP server answered with an error: {text}"),
-        )
-        .with_detail(json!({ JSONRPC_ERROR: error })));
-    }
-    let result = message.remove("result").unwrap_or(Value::Null);
-    // Protocol 2026-07-28: the server needs the user's input before it does anything. Never
-    // recorded: the claim is released, the answer passes on, and the client's continuation
-    // claims the operation again.
-    if result.get("resultType").and_then(Value::as_str) == Some(INPUT_REQUIRED) {
-        return Err(ToolError::transient(
-            "The MCP server asked for more input (resultType input_required); nothing has \
-             taken effect yet.",
-        ));
-    }
-    if result.get("isError") == Some(&Value::Bool(true)) {
-        let text = result
-            .pointer("/content/0/text")
-            .and_then(Value::as_str)
-            .unwrap_or("The tool reported an error.")
-            .to_owned();
-        return Err(failure(policy.on_tool_error, text).with_detail(result));
-    }
-    Ok(result)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use toolonce::ErrorClass;
-
-    fn policy(toml: &str) -> Policy {
-        (*super::super::config::Config::from_toml(toml)
-            .unwrap()
-            .policy("t"))
-        .clone()
-    }
-
-    #[test]
-    fn results_are_recorded_whole() {
-        let line = br#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"x":1}}"#;
-        assert_eq!(
-            interpret(line, &policy("")).unwrap(),
-            json!({"content": [], "x": 1})
-        );
-    }
-
-    #[test]
-    fn is_error_results_are_kept_by_default_with_the_whole_result() {
-        let result =
-            json!({"content": [{"type": "text", "text": "card declined"}], "isError": true});
-        let line = jsonrpc::result_line(&json!(1), &result);
-        let e = interpret(&line, &policy("")).unwrap_err();
-        assert_eq!(e.class, ErrorClass::Permanent);
-        assert_eq!(e.message, "card declined");
-        assert_eq!(e.detail, Some(result));
-        let released = interpret(&line, &policy("[defaults]\non_tool_error = \"release\""));
-        assert!(released.unwrap_err().is_transient());
-    }
-
-    #[test]
-    fn refusals_before_running_are_released_whatever_the_configuration() {
-        for code in REFUSED_BEFORE_RUNNING {
-            let line = format!(
-                r#"{{"jsonrpc":"2.0","id":1,"error":{{"code":{code},"message":"Unknown tool"}}}}"#
-            );
-            let e =
-                interpret(line.as_bytes(), &policy("[defaults]\non_error = \"keep\"")).unwrap_err();
-            assert!(e.is_transient(), "{code}");
-            assert!(e.message.contains("Unknown tool"));
-        }
-    }
-
-    #[test]
-    fn input_required_is_never_recorded() {
-        let line = br#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"input_required","requestState":"s"}}"#;
-        assert!(interpret(line, &policy("")).unwrap_err().is_transient());
-        let line = br#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete","content":[]}}"#;
-        assert!(interpret(line, &policy("")).is_ok());
-    }
+    use serde_json::json;
 
     #[test]
     fn client_keys_of_the_documented_shape_are_accepted() {
@@ -732,44 +481,6 @@ mod tests {
                 by_key.key
             );
         }
-    }
-
-    #[test]
-    fn the_proxys_own_results_say_complete_to_a_modern_client_only() {
-        let result = proxy_result("in flight", "in_flight", None);
-        assert_eq!(completed(result.clone(), true)["resultType"], "complete");
-        assert!(completed(result, false).get("resultType").is_none());
-        let kept = json!({"content": [], "resultType": "x-ext"});
-        assert_eq!(completed(kept, true)["resultType"], "x-ext");
-    }
-
-    #[test]
-    fn other_errors_follow_on_error() {
-        let line = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"boom"}}"#;
-        let kept = interpret(line, &policy("")).unwrap_err();
-        assert_eq!(kept.class, ErrorClass::Permanent);
-        let released = interpret(line, &policy("[defaults]\non_error = \"release\""));
-        assert!(released.unwrap_err().is_transient());
-    }
-
-    #[test]
-    fn replays_carry_the_outcome_beside_the_existing_meta() {
-        let result = json!({"content": [], "_meta": {"a": 1}, "isError": false});
-        let out = with_outcome(result, "replayed", "idem:k");
-        assert_eq!(
-            out["_meta"],
-            json!({"a": 1, "toolonce/outcome": "replayed", "toolonce/key": "idem:k"})
-        );
-        assert_eq!(out["isError"], json!(false));
-    }
-
-    #[test]
-    fn foreign_results_are_wrapped_into_call_tool_results() {
-        let wrapped = as_call_tool_result(json!({"receipt": 7}));
-        assert_eq!(wrapped["content"][0]["text"], "{\"receipt\":7}");
-        assert_eq!(wrapped["structuredContent"], json!({"receipt": 7}));
-        let native = json!({"content": [{"type": "text", "text": "ok"}]});
-        assert_eq!(as_call_tool_result(native.clone()), native);
     }
 
     #[test]

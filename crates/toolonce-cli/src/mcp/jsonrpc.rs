@@ -1,13 +1,24 @@
 //! Just enough JSON-RPC 2.0 to route messages without re-encoding them: a cheap look at a line
 //! (its `method` and `id`, skipping everything else), request ids as map keys, the byte splice
 //! that adds the operation key to a request's `params._meta`, and the few answers the proxy
-//! writes itself.
+//! writes itself. The splice stands on a scanner of JSON text (`scan`); the reading of what
+//! serde_json refuses is in `lenient`.
 
 use std::fmt;
 
 use serde::Deserialize;
 use serde::de::{Deserializer, IgnoredAny};
 use serde_json::{Value, json};
+
+mod lenient;
+mod scan;
+
+pub(crate) use lenient::{Lenient, array_members, lenient_meta};
+use scan::member_span;
+
+use super::protocol::{
+    META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_KEY, META_PROTOCOL_VERSION, OUTCOME_KEY,
+};
 
 /// What routing needs to know about one message, read without building a tree of the rest.
 #[derive(Debug, Default, Deserialize)]
@@ -140,20 +151,9 @@ pub(crate) fn line(value: &Value) -> Vec<u8> {
     out
 }
 
-/// The member name under `params._meta` that carries the operation key to the server, and
-/// from the client a key of its own (see [`call`](super::call)).
-pub(crate) const META_KEY: &str = "toolonce/key";
-
-/// The `params._meta` member in which a request of protocol 2026-07-28 or later names its
-/// protocol version (earlier versions agree on one in `initialize`).
-pub(crate) const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-
 /// The other per-request members a 2026-07-28 server needs (the client's capabilities are
 /// required) or may want (who is asking), copied to the proxy's own requests.
-const CLIENT_META: [&str; 2] = [
-    "io.modelcontextprotocol/clientCapabilities",
-    "io.modelcontextprotocol/clientInfo",
-];
+const CLIENT_META: [&str; 2] = [META_CLIENT_CAPABILITIES, META_CLIENT_INFO];
 
 /// For the `params` of a request of protocol 2026-07-28 or later: its protocol version, and
 /// the `_meta` for a request the proxy sends on the client's behalf to the same server (the
@@ -163,9 +163,12 @@ const CLIENT_META: [&str; 2] = [
 /// earlier).
 pub(crate) fn own_request_meta(params: &Value) -> Option<(String, Value)> {
     let meta = params.get("_meta")?.as_object()?;
-    let version = meta.get(PROTOCOL_VERSION)?.as_str()?.to_owned();
+    let version = meta.get(META_PROTOCOL_VERSION)?.as_str()?.to_owned();
     let mut own = serde_json::Map::new();
-    own.insert(PROTOCOL_VERSION.to_owned(), Value::String(version.clone()));
+    own.insert(
+        META_PROTOCOL_VERSION.to_owned(),
+        Value::String(version.clone()),
+    );
     for name in CLIENT_META {
         if let Some(value) = meta.get(name) {
             own.insert(name.to_owned(), value.clone());
@@ -232,239 +235,14 @@ fn with_comma(text: &[u8], object: std::ops::Range<usize>, member: String) -> St
     }
 }
 
-/// The byte range of the value of member `name` of the object that starts at `start` (after
-/// any whitespace). Scans the text once, skipping nested values; member names with escapes are
-/// decoded before comparing. With duplicate names the last one counts, as in serde_json.
-fn member_span(text: &[u8], start: usize, name: &str) -> Option<std::ops::Range<usize>> {
-    let mut i = skip_ws(text, start);
-    if text.get(i) != Some(&b'{') {
-        return None;
-    }
-    i = skip_ws(text, i + 1);
-    let mut found = None;
-    if text.get(i) == Some(&b'}') {
-        return None;
-    }
-    loop {
-        let name_end = skip_string(text, i)?;
-        let raw = &text[i..name_end];
-        let matches = if raw.contains(&b'\\') {
-            decode_string(raw)?.0 == name
-        } else {
-            &raw[1..raw.len() - 1] == name.as_bytes()
-        };
-        i = skip_ws(text, name_end);
-        if text.get(i) != Some(&b':') {
-            return None;
-        }
-        let value_start = skip_ws(text, i + 1);
-        let value_end = skip_value(text, value_start)?;
-        if matches {
-            found = Some(value_start..value_end);
-        }
-        i = skip_ws(text, value_end);
-        match text.get(i) {
-            Some(b',') => i = skip_ws(text, i + 1),
-            Some(b'}') => return found,
-            _ => return None,
-        }
-    }
-}
-
-/// `{"_meta": …}` with the `params._meta` of a request serde_json cannot read as a whole (see
-/// [`Lenient`]), if that part of it is exact JSON.
-pub(crate) fn lenient_meta(text: &[u8]) -> Option<Value> {
-    let params = member_span(text, skip_ws(text, 0), "params")?;
-    let meta = member_span(text, params.start, "_meta")?;
-    let meta: Value = serde_json::from_slice(&text[meta]).ok()?;
-    Some(json!({ "_meta": meta }))
-}
-
-/// What a lenient reading finds in one JSON object that serde_json refuses (invalid UTF-8, a
-/// lone surrogate escape, a number beyond f64, nesting deeper than 127 levels): the parsers of
-/// JavaScript and Python servers accept all of these, so the proxy must know whether such a
-/// line is a write call before it lets it through.
-#[derive(Debug, Default)]
-pub(crate) struct Lenient {
-    pub(crate) method: Option<String>,
-    /// The id, as the client wrote it if serde_json can read it, else its lenient decoding
-    /// (a string) or `null`.
-    pub(crate) id: Option<Value>,
-    /// `params.name`, and whether it was decoded exactly (no invalid UTF-8, no lone surrogate).
-    pub(crate) tool: Option<(String, bool)>,
-}
-
-impl Lenient {
-    /// Reads the object spanning `text`. `None` if it is not an object even to a lenient
-    /// parser (unbalanced, a member without a value): no JSON parser accepts it either.
-    pub(crate) fn of(text: &[u8]) -> Option<Lenient> {
-        let start = skip_ws(text, 0);
-        // The scan must reach the end of the object: a line that is not even that is refused
-        // by every parser.
-        skip_value(text, start)?;
-        let method = member_span(text, start, "method")
-            .and_then(|span| decode_string(&text[span]))
-            .map(|(method, _)| method);
-        let id = member_span(text, start, "id").map(|span| {
-            let raw = &text[span];
-            serde_json::from_slice::<Value>(raw)
-                .ok()
-                .or_else(|| decode_string(raw).map(|(s, _)| Value::String(s)))
-                .unwrap_or(Value::Null)
-        });
-        let tool = member_span(text, start, "params")
-            .and_then(|params| member_span(text, params.start, "name"))
-            .and_then(|span| decode_string(&text[span]));
-        Some(Lenient {
-            method,
-            id: id.filter(|id| !id.is_null()),
-            tool,
-        })
-    }
-}
-
-/// The members of the JSON array spanning `text`, as byte ranges, read leniently (see
-/// [`Lenient`]). `None` if it is not an array even to a lenient parser.
-pub(crate) fn array_members(text: &[u8]) -> Option<Vec<std::ops::Range<usize>>> {
-    let mut i = skip_ws(text, 0);
-    if text.get(i) != Some(&b'[') {
-        return None;
-    }
-    i = skip_ws(text, i + 1);
-    let mut members = Vec::new();
-    if text.get(i) == Some(&b']') {
-        return Some(members);
-    }
-    loop {
-        let end = skip_value(text, i)?;
-        members.push(i..end);
-        i = skip_ws(text, end);
-        match text.get(i) {
-            Some(b',') => i = skip_ws(text, i + 1),
-            Some(b']') => return Some(members),
-            _ => return None,
-        }
-    }
-}
-
-/// Decodes a JSON string (with its quotes) as a lenient parser would: invalid UTF-8 and lone
-/// surrogate escapes become U+FFFD. The flag says whether the decoding was exact.
-fn decode_string(raw: &[u8]) -> Option<(String, bool)> {
-    let inner = raw.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
-    let mut exact = std::str::from_utf8(inner).is_ok();
-    let mut bytes = Vec::with_capacity(inner.len());
-    let mut units: Vec<u16> = Vec::new();
-    let flush = |units: &mut Vec<u16>, bytes: &mut Vec<u8>, exact: &mut bool| {
-        for c in char::decode_utf16(units.drain(..)) {
-            let c = c.unwrap_or_else(|_| {
-                *exact = false;
-                char::REPLACEMENT_CHARACTER
-            });
-            bytes.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
-        }
-    };
-    let mut i = 0;
-    while i < inner.len() {
-        if inner[i] != b'\\' {
-            flush(&mut units, &mut bytes, &mut exact);
-            bytes.push(inner[i]);
-            i += 1;
-            continue;
-        }
-        let escaped = *inner.get(i + 1)?;
-        if escaped == b'u' {
-            let hex = std::str::from_utf8(inner.get(i + 2..i + 6)?).ok()?;
-            units.push(u16::from_str_radix(hex, 16).ok()?);
-            i += 6;
-            continue;
-        }
-        flush(&mut units, &mut bytes, &mut exact);
-        bytes.push(match escaped {
-            b'b' => 0x08,
-            b'f' => 0x0c,
-            b'n' => b'\n',
-            b'r' => b'\r',
-            b't' => b'\t',
-            other => other,
-        });
-        i += 2;
-    }
-    flush(&mut units, &mut bytes, &mut exact);
-    Some((String::from_utf8_lossy(&bytes).into_owned(), exact))
-}
-
 /// A JSON-RPC error answer the proxy gives to a request it did not send on, with `id` (or
 /// `null`), as one line; its `data` says that nothing ran.
 pub(crate) fn error_line(id: Option<&Value>, code: i64, message: &str) -> Vec<u8> {
     line(&json!({
         "jsonrpc": "2.0",
         "id": id.cloned().unwrap_or(Value::Null),
-        "error": {"code": code, "message": message, "data": {"toolonce/outcome": "not_executed"}},
+        "error": {"code": code, "message": message, "data": {OUTCOME_KEY: "not_executed"}},
     }))
-}
-
-fn skip_ws(text: &[u8], mut i: usize) -> usize {
-    while text
-        .get(i)
-        .is_some_and(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
-    {
-        i += 1;
-    }
-    i
-}
-
-/// The index just past the string starting at `i`.
-fn skip_string(text: &[u8], i: usize) -> Option<usize> {
-    if text.get(i) != Some(&b'"') {
-        return None;
-    }
-    let mut j = i + 1;
-    loop {
-        match text.get(j)? {
-            b'"' => return Some(j + 1),
-            b'\\' => j += 2,
-            _ => j += 1,
-        }
-    }
-}
-
-/// The index just past the value starting at `i`.
-fn skip_value(text: &[u8], i: usize) -> Option<usize> {
-    match text.get(i)? {
-        b'"' => skip_string(text, i),
-        b'{' | b'[' => {
-            let mut depth = 0usize;
-            let mut j = i;
-            loop {
-                match text.get(j)? {
-                    b'"' => {
-                        j = skip_string(text, j)?;
-                        continue;
-                    }
-                    b'{' | b'[' => depth += 1,
-                    b'}' | b']' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            return Some(j + 1);
-                        }
-                    }
-                    _ => {}
-                }
-                j += 1;
-            }
-        }
-        _ => {
-            // A number, true, false or null: up to the next delimiter.
-            let mut j = i;
-            while text
-                .get(j)
-                .is_some_and(|b| !matches!(b, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'))
-            {
-                j += 1;
-            }
-            (j > i).then_some(j)
-        }
-    }
 }
 
 #[cfg(test)]
@@ -573,57 +351,6 @@ mod tests {
         let p = Peek::of(br#"{"method":"ping","method":"tools/call","id":1}"#).unwrap();
         assert_eq!(p.method.as_deref(), Some("tools/call"));
         assert!(Peek::of(b"{oops").is_none());
-    }
-
-    #[test]
-    fn lenient_reading_finds_method_id_and_tool_in_what_serde_json_refuses() {
-        let deep = format!(
-            r#"{{"id":3,"method":"tools/call","params":{{"name":"t","arguments":{}{}}}}}"#,
-            "[".repeat(300),
-            "]".repeat(300)
-        );
-        for text in [
-            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{"to":"\ud800"}}}"#.to_vec(),
-            br#"{"id":1,"method":"tools\/call","params":{"arguments":{"n":1e400},"name":"t"}}"#.to_vec(),
-            b"{\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"t\",\"arguments\":{\"s\":\"\xff\"}}}".to_vec(),
-            deep.into_bytes(),
-        ] {
-            assert!(serde_json::from_slice::<Value>(&text).is_err());
-            let l = Lenient::of(&text).expect("read leniently");
-            assert_eq!(l.method.as_deref(), Some("tools/call"));
-            assert!(l.id.is_some());
-            assert_eq!(l.tool, Some(("t".to_owned(), true)));
-        }
-        // A tool name that cannot be read exactly says so.
-        let l = Lenient::of(br#"{"id":"a","method":"tools/call","params":{"name":"t\udc00"}}"#)
-            .unwrap();
-        assert_eq!(l.id, Some(json!("a")));
-        assert!(!l.tool.unwrap().1);
-        // What no parser accepts is not read at all.
-        assert!(Lenient::of(b"{\"id\":1,\"method\":").is_none());
-    }
-
-    #[test]
-    fn the_meta_of_an_unreadable_request_is_read_if_it_is_exact() {
-        let text = br#"{"id":1,"method":"tools/call","params":{"_meta":{"v":"x"},"arguments":{"s":"\ud800"}}}"#;
-        assert!(serde_json::from_slice::<Value>(text).is_err());
-        assert_eq!(lenient_meta(text), Some(json!({"_meta": {"v": "x"}})));
-        let text = br#"{"id":1,"params":{"_meta":{"v":"\ud800"}}}"#;
-        assert_eq!(lenient_meta(text), None);
-        assert_eq!(lenient_meta(br#"{"id":1,"params":{}}"#), None);
-    }
-
-    #[test]
-    fn array_members_are_found_without_parsing_them() {
-        let text = br#"[ {"a":"\ud800"} , 1e400, [[["x"]]] ]"#;
-        let members = array_members(text).unwrap();
-        let parts: Vec<&[u8]> = members.iter().map(|r| &text[r.clone()]).collect();
-        assert_eq!(
-            parts,
-            [&br#"{"a":"\ud800"}"#[..], b"1e400", br#"[[["x"]]]"#]
-        );
-        assert_eq!(array_members(b"[]").unwrap().len(), 0);
-        assert!(array_members(b"[1,").is_none());
     }
 
     #[test]

@@ -1,54 +1,31 @@
-//! The proxy itself: starts the server (or reaches it over HTTP), routes every message between
-//! the client and the server, hands write calls to [`call`], lists the server's tools itself,
-//! and runs the lifecycle (the server's exit ends the proxy; the client hanging up ends the
-//! server, or the HTTP session).
+//! The proxy itself: routes every message between the client and the server, hands write calls
+//! to [`call`], has the server's tools listed ([`Listing`]), and splits batches that hold write
+//! calls. Its life (start, the end of either side, shutdown) is [`lifecycle`](super::lifecycle)'s.
 //!
-//! Request ids: write calls go to the server under the client's own id, so the proxy never
-//! lets two requests in progress share one: a write call whose id is taken (by a request in
-//! progress, or by a call given up whose answer may still come) is refused, and so is a
-//! request forwarded as it came whose id an intercepted call is waiting on. An answer is only
-//! ever stored for the request it answers. The proxy's own requests (its `tools/list`) use
-//! string ids with a random prefix no client picks.
+//! Which request ids may be used when, and how a request and its cancel keep their order, is
+//! [`route`](super::route)'s to say. The proxy's own requests (its `tools/list`) use string ids
+//! with a random prefix no client picks.
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::process::{ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use anyhow::Context;
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
-use tokio::sync::{Notify, mpsc, oneshot, watch};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use toolonce::Layer;
 
-use super::batch::Batch;
+use super::answer;
+use super::batch::{self, Member, Plan};
 use super::call::{self, Call, Sink};
 use super::config::Config;
-use super::http::{self, Incoming, Upstream};
+use super::http;
 use super::jsonrpc::{self, IdKey, Lenient, Peek};
+use super::protocol::INVALID_REQUEST;
+use super::route::{Route, Router, Routes};
+use super::server::ServerHandle;
 use super::stdio::ClientOut;
 use super::store::LazyStore;
-use super::tools::Tools;
-
-/// How long the proxy waits, after the server exited, for the rest of the server's output and
-/// for the calls it left unanswered to settle.
-const DRAIN: Duration = Duration::from_secs(2);
-
-/// How many given-up request ids are remembered so that a late answer is dropped rather than
-/// sent to a client that already has one.
-const ABANDONED_MEMORY: usize = 4096;
-
-/// How long the proxy waits for the server to answer one of its own `tools/list` requests, and
-/// how long a tool call waits for a listing in progress before being classified without it.
-const LIST_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The JSON-RPC error code of "Invalid params", used for a write call the proxy cannot key,
-/// and of "Invalid Request", used for a request whose id is taken.
-const INVALID_PARAMS: i64 = -32602;
-const INVALID_REQUEST: i64 = -32600;
+use super::tools::{Listing, Tools};
 
 /// What the proxy needs besides the server command.
 pub(crate) struct Settings {
@@ -59,232 +36,31 @@ pub(crate) struct Settings {
     pub(crate) store: Arc<LazyStore>,
 }
 
-/// The server: a command the proxy starts, or a Streamable HTTP server it reaches.
-pub(crate) enum Server {
-    Command(Command),
-    Http(Arc<Upstream>, mpsc::UnboundedReceiver<Incoming>),
-}
-
-/// The server's input: its stdin, or the HTTP upstream. Whoever has a message writes it
-/// directly (no writer task in between: one wake-up less per message); the async mutex keeps
-/// messages whole and in order, and a full pipe holds the writer back, as it would hold back
-/// the client without the proxy.
-#[derive(Debug)]
-pub(super) struct ServerIn(tokio::sync::Mutex<Option<ServerEnd>>);
-
-#[derive(Debug)]
-pub(super) enum ServerEnd {
-    Stdin(ChildStdin),
-    Http(Arc<Upstream>),
-}
-
-/// Exclusive use of the server's input, for writes that must keep an order with routing.
-pub(super) struct ServerInGuard<'a>(tokio::sync::MutexGuard<'a, Option<ServerEnd>>);
-
-impl ServerIn {
-    pub(super) async fn lock(&self) -> ServerInGuard<'_> {
-        ServerInGuard(self.0.lock().await)
-    }
-
-    /// Writes one message; `false` if the server's stdin is closed.
-    pub(super) async fn send(&self, message: &[u8]) -> bool {
-        self.lock().await.send(message).await
-    }
-
-    /// Closes the server's stdin.
-    async fn close(&self) {
-        self.0.lock().await.take();
-    }
-}
-
-impl ServerInGuard<'_> {
-    /// Writes one message; `false` if the server's stdin is closed. After a write error (the
-    /// server closed its end) it is closed for good. An HTTP server that cannot be reached
-    /// now may be reached by the next message.
-    pub(super) async fn send(&mut self, message: &[u8]) -> bool {
-        let stdin = match self.0.as_mut() {
-            None => return false,
-            Some(ServerEnd::Http(upstream)) => return upstream.send(message).await,
-            Some(ServerEnd::Stdin(stdin)) => stdin,
-        };
-        // `write_all` is not cancel-safe (a dropped write may leave half a line), so no caller
-        // drops this future: the routing loop awaits it, and calls are aborted only at exit.
-        match stdin.write_all(message).await {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::debug!(target: "toolonce::mcp", error = %e, "cannot write to the server");
-                *self.0 = None;
-                false
-            }
-        }
-    }
-}
-
-/// Where the answer to a request id the proxy consumes goes.
-#[derive(Debug)]
-pub(super) enum Route {
-    /// A forwarded write call waiting for the server's answer.
-    Call(oneshot::Sender<Vec<u8>>),
-    /// A member of a split batch: its answer fills a slot of the batch.
-    Batch(Arc<Batch>, usize),
-    /// One of the proxy's own `tools/list` requests.
-    List(oneshot::Sender<Vec<u8>>),
-}
-
-/// The request ids the proxy keeps track of.
-#[derive(Debug, Default)]
-pub(super) struct Routes {
-    /// Server answers the proxy consumes instead of passing them on.
-    pub(super) pending: HashMap<IdKey, Route>,
-    /// `tools/list` requests whose answers teach the proxy the tools' kinds.
-    pub(super) lists: HashSet<IdKey>,
-    /// Intercepted write calls in progress, with the switch that tells them the client
-    /// cancelled.
-    pub(super) calls: HashMap<IdKey, watch::Sender<bool>>,
-    /// Calls given up (timed out, cancelled): a late answer from the server is dropped.
-    abandoned: HashSet<IdKey>,
-    abandoned_order: VecDeque<IdKey>,
-    /// The HTTP server, told when a request is given up (so it stops waiting for its answer).
-    upstream: Option<Arc<Upstream>>,
-    /// Client requests forwarded as they came and not answered yet: a write call must not
-    /// take their ids, or their answers would be recorded as its own.
-    passing: HashSet<IdKey>,
-}
-
-impl Routes {
-    /// Why a write call may not use `id` now, if it may not.
-    fn id_taken(&self, id: &IdKey) -> Option<&'static str> {
-        if self.calls.contains_key(id) || self.pending.contains_key(id) || self.passing.contains(id)
-        {
-            Some("reuses the request id of a request still in progress")
-        } else if self.abandoned.contains(id) {
-            Some("reuses the request id of a call given up, whose answer may still come")
-        } else {
-            None
-        }
-    }
-
-    /// Whether no request is waiting for the server's answer (given-up calls aside).
-    fn answered(&self) -> bool {
-        self.pending.is_empty() && self.passing.is_empty()
-    }
-
-    /// Stops dropping answers to `id`; returns whether they were being dropped.
-    fn forget_abandoned(&mut self, id: &IdKey) -> bool {
-        let abandoned = self.abandoned.remove(id);
-        if abandoned {
-            self.abandoned_order.retain(|k| k != id);
-        }
-        abandoned
-    }
-
-    /// Forgets the call `id` is waiting for and drops the server's answer if one comes later.
-    pub(super) fn abandon(&mut self, id: &IdKey) {
-        self.pending.remove(id);
-        if let Some(upstream) = &self.upstream {
-            upstream.give_up(id);
-        }
-        if self.abandoned.insert(id.clone()) {
-            self.abandoned_order.push_back(id.clone());
-            if self.abandoned_order.len() > ABANDONED_MEMORY
-                && let Some(old) = self.abandoned_order.pop_front()
-            {
-                self.abandoned.remove(&old);
-            }
-        }
-    }
-}
-
-/// Counts the write calls whose request has not gone to the server yet (being claimed, or
-/// waiting for another run of the operation), so that a client that sends a call and hangs up
-/// at once still has it delivered before the server's input is closed, as without the proxy.
-#[derive(Debug, Default)]
-pub(super) struct Unsent {
-    count: AtomicUsize,
-    drained: Notify,
-}
-
-impl Unsent {
-    /// Returns once no call is left unsent.
-    async fn drained(&self) {
-        loop {
-            let drained = self.drained.notified();
-            tokio::pin!(drained);
-            drained.as_mut().enable();
-            if self.count.load(Ordering::Acquire) == 0 {
-                return;
-            }
-            drained.await;
-        }
-    }
-}
-
-/// One call's place in [`Unsent`], given up when its request is sent or the call ends.
-#[derive(Debug)]
-pub(super) struct UnsentCall {
-    shared: Arc<Shared>,
-    settled: AtomicBool,
-}
-
-impl UnsentCall {
-    fn new(shared: Arc<Shared>) -> Self {
-        shared.unsent.count.fetch_add(1, Ordering::AcqRel);
-        UnsentCall {
-            shared,
-            settled: AtomicBool::new(false),
-        }
-    }
-
-    /// The request went out, or never will.
-    pub(super) fn settle(&self) {
-        if !self.settled.swap(true, Ordering::AcqRel)
-            && self.shared.unsent.count.fetch_sub(1, Ordering::AcqRel) == 1
-        {
-            self.shared.unsent.drained.notify_waiters();
-        }
-    }
-}
-
-impl Drop for UnsentCall {
-    fn drop(&mut self) {
-        self.settle();
-    }
-}
-
-/// State shared by the routing loop, the server reader and the calls.
+/// State shared by the routing loop, the server reader and the proxy's own listings.
 #[derive(Debug)]
 pub(super) struct Shared {
-    pub(super) scope: String,
-    pub(super) server_id: String,
-    pub(super) store: Arc<LazyStore>,
-    /// How many of the proxy's own listings of the tools are in progress: tool calls wait for
-    /// none to be.
-    listing: watch::Sender<usize>,
-    /// The prefix of the proxy's own request ids, and their counter.
-    own_prefix: String,
-    own_count: AtomicU64,
+    /// What the write calls share (they get this, not the routing loop's state).
+    context: Arc<call::Context>,
+    /// The routing tables and the server's end (the same as `context.router`).
+    router: Arc<Router>,
+    /// The proxy's own listing of the tools, and what it learnt.
+    listing: Arc<Listing>,
     /// Whether the client has initialized the session (the proxy may send requests of its own).
     initialized: AtomicBool,
-    pub(super) config: Arc<Config>,
-    pub(super) tools: Tools,
-    pub(super) layer: Layer,
-    pub(super) server_in: ServerIn,
-    /// The HTTP server, when the server is one.
-    upstream: Option<Arc<Upstream>>,
-    unsent: Unsent,
-    pub(super) to_client: ClientOut,
-    /// A std mutex: every critical section is a few map operations and channel sends that
-    /// never block, and none holds it across an `.await`.
-    routes: Mutex<Routes>,
+    to_client: ClientOut,
 }
 
 impl Shared {
-    pub(super) fn routes(&self) -> MutexGuard<'_, Routes> {
-        self.routes.lock().unwrap_or_else(|p| p.into_inner())
+    pub(super) fn routes(&self) -> std::sync::MutexGuard<'_, Routes> {
+        self.router.routes()
     }
 
     /// Handles one message from the client.
-    async fn on_client_message(self: &Arc<Self>, line: Vec<u8>, calls: &mut JoinSet<()>) {
+    pub(super) async fn on_client_message(
+        self: &Arc<Self>,
+        line: Vec<u8>,
+        calls: &mut JoinSet<()>,
+    ) {
         match line.trim_ascii_start().first() {
             Some(b'{') => {
                 let Some(peek) = Peek::of(&line) else {
@@ -307,7 +83,9 @@ impl Shared {
                         self.listed().await;
                         match message {
                             Ok(message) => {
-                                if let Some(call) = self.write_call(message, line.clone()) {
+                                if let Some(call) =
+                                    Call::of(&self.listing.tools, message, line.clone())
+                                {
                                     self.start_call(
                                         call,
                                         Sink::Client(self.to_client.clone()),
@@ -335,7 +113,7 @@ impl Shared {
                     }
                     (Some("notifications/initialized"), None) => {
                         // The session is open: the proxy may now ask for the tools itself.
-                        self.server_in.send(&line).await;
+                        self.router.send(&line).await;
                         self.initialized.store(true, Ordering::Release);
                         self.list_tools(None);
                         return;
@@ -360,8 +138,8 @@ impl Shared {
     /// answer from it, so its requests are answered here (a stdio server whose input is closed
     /// is exiting, and ends the proxy).
     async fn forward(&self, line: &[u8]) {
-        if !self.server_in.send(line).await
-            && let Some(upstream) = &self.upstream
+        if !self.router.send(line).await
+            && let Some(upstream) = self.router.server().upstream()
         {
             self.fail_requests(&http::request_ids(line), |id| {
                 http::unsent_line(id, upstream.shown())
@@ -372,7 +150,7 @@ impl Shared {
     /// Answers requests the server will not answer (not sent, or lost on the way back): a
     /// request passed on as it came, or a member of a split batch, gets `answer`; a write call
     /// or the proxy's own listing learns it from its route being dropped.
-    fn fail_requests(&self, ids: &[Value], answer: impl Fn(&Value) -> Vec<u8>) {
+    pub(super) fn fail_requests(&self, ids: &[Value], answer: impl Fn(&Value) -> Vec<u8>) {
         for id in ids {
             let key = IdKey::of(id);
             let (route, passing) = {
@@ -416,86 +194,18 @@ impl Shared {
 
     /// Waits (a bounded time) for the proxy's own listing of the tools, if one is in progress.
     async fn listed(&self) {
-        let mut listing = self.listing.subscribe();
-        let _ = tokio::time::timeout(LIST_TIMEOUT, listing.wait_for(|n| *n == 0)).await;
+        self.listing.listed().await;
     }
 
-    /// Lists the tools before classifying a call of protocol 2026-07-28 or later, if the proxy
-    /// has not listed for its version, or its listing is stale (see [`tools`](super::tools)).
-    fn list_for_modern(self: &Arc<Self>, params: Option<&Value>) {
-        if let Some((version, meta)) = params.and_then(jsonrpc::own_request_meta)
-            && let Some(meta) = self.tools.modern_listing(&version, &meta)
-        {
-            self.list_tools(Some(meta));
-        }
+    /// Lists the tools before classifying a call of protocol 2026-07-28 or later, if needed
+    /// (see [`Listing::list_for_modern`]).
+    fn list_for_modern(&self, params: Option<&Value>) {
+        self.listing.list_for_modern(params);
     }
 
-    /// Starts listing the server's tools with the proxy's own requests (every page), so that
-    /// classification never depends on whether the client listed them. Tool calls received
-    /// from now on wait for it. `meta`: the `params._meta` of each request (protocol
-    /// 2026-07-28 or later, whose server refuses a request without one).
-    fn list_tools(self: &Arc<Self>, meta: Option<Value>) {
-        self.listing.send_modify(|n| *n += 1);
-        let shared = self.clone();
-        tokio::spawn(async move {
-            let mut cursor: Option<Value> = None;
-            // How long the listing stays fresh (2026-07-28): the least `ttlMs` of its pages,
-            // absent or negative meaning 0; `None` if it failed.
-            let mut ttl = Some(u64::MAX);
-            loop {
-                let n = shared.own_count.fetch_add(1, Ordering::Relaxed);
-                let id = Value::String(format!("{}-{n}", shared.own_prefix));
-                let (tx, rx) = oneshot::channel();
-                shared
-                    .routes()
-                    .pending
-                    .insert(IdKey::of(&id), Route::List(tx));
-                let mut params = match &cursor {
-                    Some(cursor) => serde_json::json!({"cursor": cursor}),
-                    None => serde_json::json!({}),
-                };
-                if let Some(meta) = &meta {
-                    params["_meta"] = meta.clone();
-                }
-                let request = jsonrpc::line(&serde_json::json!({
-                    "jsonrpc": "2.0", "id": id, "method": "tools/list", "params": params,
-                }));
-                let answer = if shared.server_in.send(&request).await {
-                    tokio::time::timeout(LIST_TIMEOUT, rx)
-                        .await
-                        .ok()
-                        .and_then(Result::ok)
-                } else {
-                    None
-                };
-                let result = answer
-                    .and_then(|line| serde_json::from_slice::<Value>(&line).ok())
-                    .and_then(|mut message| message.get_mut("result").map(Value::take));
-                let Some(result) = result else {
-                    ttl = None;
-                    shared.routes().abandon(&IdKey::of(&id));
-                    tracing::warn!(
-                        target: "toolonce::mcp",
-                        "the server did not list its tools; tools it has not listed are writes"
-                    );
-                    break;
-                };
-                shared.tools.learn(&result);
-                let page_ttl = result.get("ttlMs").and_then(Value::as_u64).unwrap_or(0);
-                ttl = ttl.map(|ttl| ttl.min(page_ttl));
-                match result.get("nextCursor") {
-                    Some(next) if !next.is_null() && cursor.as_ref() != Some(next) => {
-                        cursor = Some(next.clone());
-                    }
-                    _ => break,
-                }
-            }
-            if let Some(meta) = &meta {
-                let ttl = ttl.map(Duration::from_millis);
-                shared.tools.modern_listed(meta, ttl);
-            }
-            shared.listing.send_modify(|n| *n -= 1);
-        });
+    /// Starts the proxy's own listing of the server's tools (see [`Listing::list`]).
+    fn list_tools(&self, meta: Option<Value>) {
+        self.listing.list(meta);
     }
 
     /// Answers a line that serde_json cannot read, if it holds a write call: a JSON-RPC error,
@@ -509,7 +219,7 @@ impl Shared {
             return false;
         }
         tracing::warn!(target: "toolonce::mcp", tool = ?lenient.tool, "refused a write call that cannot be read exactly");
-        self.to_client.send(self.unparsable_error(&lenient));
+        self.to_client.send(answer::unreadable_call(&lenient));
         true
     }
 
@@ -520,53 +230,10 @@ impl Shared {
         }
         self.listed().await;
         match &message.tool {
-            Some((name, true)) => self.tools.is_write(name),
+            Some((name, true)) => self.listing.tools.is_write(name),
             // A name that cannot be read exactly is no tool the proxy knows as a read.
             _ => true,
         }
-    }
-
-    fn unparsable_error(&self, message: &Lenient) -> Vec<u8> {
-        let tool = message.tool.as_ref().map_or("?", |(name, _)| name.as_str());
-        jsonrpc::error_line(
-            message.id.as_ref(),
-            INVALID_PARAMS,
-            &format!(
-                "toolonce: this call of the write tool `{tool}` is not exactly readable JSON \
-                 (invalid UTF-8, a lone surrogate escape such as \\ud800, a number beyond double \
-                 precision, or nesting deeper than 127 levels), so no operation key can be \
-                 derived for it and it was not sent to the server: nothing ran. Send the \
-                 arguments as valid JSON (whole characters, representable numbers)."
-            ),
-        )
-    }
-
-    /// The write call in `message` (whose bytes are `request`), if it is one.
-    fn write_call(&self, message: Value, request: Vec<u8>) -> Option<Call> {
-        if message.get("method").and_then(Value::as_str) != Some("tools/call") {
-            return None;
-        }
-        let id = message.get("id").filter(|id| !id.is_null())?.clone();
-        let params = message.get("params")?;
-        let tool = params.get("name")?.as_str()?;
-        if !self.tools.is_write(tool) {
-            return None;
-        }
-        // MCP makes `arguments` optional: no arguments and `{}` are the same operation.
-        let arguments = match params.get("arguments") {
-            None | Some(Value::Null) => Value::Object(serde_json::Map::new()),
-            Some(args) => args.clone(),
-        };
-        let meta = params.get("_meta");
-        Some(Call {
-            id_key: IdKey::of(&id),
-            id,
-            tool: tool.to_owned(),
-            arguments,
-            client_key: meta.and_then(|m| m.get(jsonrpc::META_KEY)).cloned(),
-            modern: meta.is_some_and(|m| m.get(jsonrpc::PROTOCOL_VERSION).is_some()),
-            request,
-        })
     }
 
     /// Registers `call` for cancellation and starts it.
@@ -586,7 +253,7 @@ impl Shared {
                      apart. Nothing ran; send it with a new id.",
                     call.tool
                 );
-                sink.answer(Some(call::proxy_answer(
+                sink.answer(Some(answer::proxy_answer(
                     &call.id,
                     &text,
                     "not_executed",
@@ -596,8 +263,14 @@ impl Shared {
             }
             routes.calls.insert(call.id_key.clone(), cancel_tx);
         }
-        let unsent = UnsentCall::new(self.clone());
-        calls.spawn(call::run(self.clone(), call, cancel_rx, sink, unsent));
+        let unsent = self.router.unsent_call();
+        calls.spawn(call::run(
+            self.context.clone(),
+            call,
+            cancel_rx,
+            sink,
+            unsent,
+        ));
     }
 
     /// Handles a `notifications/cancelled` (parsed `message`, bytes `line`). Returns whether it
@@ -607,122 +280,92 @@ impl Shared {
         let Some(id) = message.pointer("/params/requestId") else {
             return false;
         };
-        let id = IdKey::of(id);
-        match self.routes().calls.get(&id) {
-            Some(switch) => switch.send_replace(true),
-            None => return false,
-        };
-        // A call forwards its request holding the server's stdin, and checks the switch after
-        // taking it. So with stdin held here, either the request is out (its route is in place)
-        // and the cancel follows it, or the request never goes out: a cancel never overtakes
-        // its request, and never reaches the server for a request the server did not get.
-        let mut stdin = self.server_in.lock().await;
-        if self.routes().pending.contains_key(&id) {
-            stdin.send(line).await;
-        }
-        true
+        self.router.cancel_call(&IdKey::of(id), line).await
     }
 
     /// Splits a batch that holds write calls (see [`batch`](super::batch)). Returns `false`
     /// if the batch passes through as it is.
     async fn split_batch(self: &Arc<Self>, line: &[u8], calls: &mut JoinSet<()>) -> bool {
-        let is_call = |m: &Value| m.get("method").and_then(Value::as_str) == Some("tools/call");
-        if may_hold_call(line) {
+        if batch::may_hold_call(line) {
             self.listed().await;
         }
         let Ok(members) = serde_json::from_slice::<Vec<Value>>(line) else {
             return self.refuse_unparsable_batch(line).await;
         };
-        let request_id = |m: &Value| {
-            m.get("method")
-                .and(m.get("id"))
-                .filter(|id| !id.is_null())
-                .map(IdKey::of)
-        };
-        let is_list = |m: &Value| m.get("method").and_then(Value::as_str) == Some("tools/list");
-        let writes: Vec<bool> = members
-            .iter()
-            .map(|m| is_call(m) && self.write_call(m.clone(), Vec::new()).is_some())
-            .collect();
-        let ids: Vec<IdKey> = members.iter().filter_map(request_id).collect();
-        let refuse = |why: &str| {
-            tracing::warn!(target: "toolonce::mcp", "refused a batch that {why}");
-            let text = format!(
-                "toolonce: this batch {why}, so answers could not be told apart; nothing in it \
-                 was sent. Send it with ids of its own."
-            );
-            let answers: Vec<Value> = members
-                .iter()
-                .filter_map(|m| m.get("method").and(m.get("id")).filter(|id| !id.is_null()))
-                .map(|id| {
-                    serde_json::from_slice(&jsonrpc::error_line(Some(id), INVALID_REQUEST, &text))
-                        .expect("an answer the proxy made is JSON")
-                })
-                .collect();
-            if !answers.is_empty() {
-                self.to_client.send(jsonrpc::line(&Value::Array(answers)));
-            }
-            true
-        };
+        let plan = Plan::of(members, |m| {
+            Call::of(&self.listing.tools, m.clone(), Vec::new()).is_some()
+        });
         {
             let mut routes = self.routes();
-            let unique: HashSet<&IdKey> = ids.iter().collect();
-            if unique.len() != ids.len() && writes.contains(&true) {
+            if plan.reuses_an_id() {
                 drop(routes);
-                return refuse("with write calls uses one request id twice");
+                return self.refuse_batch(&plan, "with write calls uses one request id twice");
             }
             let taken = |id: &IdKey| {
-                if writes.contains(&true) {
+                if plan.has_writes() {
                     routes.id_taken(id).is_some()
                 } else {
                     routes.calls.contains_key(id) || routes.pending.contains_key(id)
                 }
             };
-            if ids.iter().any(taken) {
+            if plan.ids().iter().any(taken) {
                 drop(routes);
-                return refuse("reuses the request id of a request still in progress");
+                return self.refuse_batch(
+                    &plan,
+                    "reuses the request id of a request still in progress",
+                );
             }
-            if !writes.contains(&true) {
-                for member in &members {
-                    if let Some(id) = request_id(member) {
-                        if is_list(member) {
-                            routes.lists.insert(id.clone());
-                        }
-                        routes.passing.insert(id);
+            if !plan.has_writes() {
+                for (id, list) in plan.requests() {
+                    if list {
+                        routes.lists.insert(id.clone());
                     }
+                    routes.passing.insert(id);
                 }
                 return false;
             }
         }
-        let batch = Arc::new(Batch::new(ids.len(), self.to_client.clone()));
-        let mut slot = 0;
-        for (member, is_write) in members.into_iter().zip(writes) {
-            let id = request_id(&member);
-            if is_write {
-                let request = jsonrpc::line(&member);
-                let call = self
-                    .write_call(member, request)
-                    .expect("classified as a write call above");
-                self.start_call(call, Sink::Batch(batch.clone(), slot), calls);
-                slot += 1;
-            } else if let Some(id) = id {
-                {
-                    let mut routes = self.routes();
-                    if is_list(&member) {
-                        routes.lists.insert(id.clone());
-                    }
-                    routes.pending.insert(id, Route::Batch(batch.clone(), slot));
+        let (batch, members) = plan.split(self.to_client.clone());
+        for member in members {
+            match member {
+                Member::Write { message, slot } => {
+                    let request = jsonrpc::line(&message);
+                    let call = Call::of(&self.listing.tools, message, request)
+                        .expect("classified as a write call above");
+                    self.start_call(call, Sink::Batch(batch.clone(), slot), calls);
                 }
-                self.forward(&jsonrpc::line(&member)).await;
-                slot += 1;
-            } else {
-                let line = jsonrpc::line(&member);
-                let is_cancel =
-                    member.get("method").and_then(Value::as_str) == Some("notifications/cancelled");
-                if !(is_cancel && self.cancel(&member, &line).await) {
-                    self.forward(&line).await;
+                Member::Request {
+                    message,
+                    id,
+                    slot,
+                    list,
+                } => {
+                    {
+                        let mut routes = self.routes();
+                        if list {
+                            routes.lists.insert(id.clone());
+                        }
+                        routes.pending.insert(id, Route::Batch(batch.clone(), slot));
+                    }
+                    self.forward(&jsonrpc::line(&message)).await;
+                }
+                Member::Notification(message) => {
+                    let line = jsonrpc::line(&message);
+                    let is_cancel = message.get("method").and_then(Value::as_str)
+                        == Some("notifications/cancelled");
+                    if !(is_cancel && self.cancel(&message, &line).await) {
+                        self.forward(&line).await;
+                    }
                 }
             }
+        }
+        true
+    }
+
+    /// Answers every request of a batch refused whole; returns `true` (it was handled).
+    fn refuse_batch(&self, plan: &Plan, why: &str) -> bool {
+        if let Some(answer) = plan.refusal(why) {
+            self.to_client.send(answer);
         }
         true
     }
@@ -752,30 +395,13 @@ impl Shared {
             }
             return false;
         }
-        let answers: Vec<Value> = members
-            .iter()
-            .filter(|m| m.method.is_some() && m.id.is_some())
-            .map(|m| {
-                let line = if m.method.as_deref() == Some("tools/call") {
-                    self.unparsable_error(m)
-                } else {
-                    jsonrpc::error_line(
-                        m.id.as_ref(),
-                        INVALID_REQUEST,
-                        "toolonce: not sent, because a write call in the same batch cannot be \
-                         read exactly; send the other requests again on their own.",
-                    )
-                };
-                serde_json::from_slice(&line).expect("an answer the proxy made is JSON")
-            })
-            .collect();
-        tracing::warn!(target: "toolonce::mcp", "refused a batch with a write call that cannot be read exactly");
-        self.to_client.send(jsonrpc::line(&Value::Array(answers)));
+        let answer = batch::unreadable_refusal(&members, answer::unreadable_call);
+        self.to_client.send(answer);
         true
     }
 
     /// Handles one message from the server.
-    fn on_server_message(self: &Arc<Self>, line: Vec<u8>) {
+    pub(super) fn on_server_message(self: &Arc<Self>, line: Vec<u8>) {
         match line.trim_ascii_start().first() {
             Some(b'{') => {
                 let peek = Peek::of(&line);
@@ -785,7 +411,7 @@ impl Shared {
                 {
                     if self.initialized.load(Ordering::Acquire) {
                         self.list_tools(None);
-                    } else if let Some(meta) = self.tools.modern_meta() {
+                    } else if let Some(meta) = self.listing.tools.modern_meta() {
                         self.list_tools(Some(meta));
                     }
                 }
@@ -866,272 +492,40 @@ impl Shared {
 
     fn learn(&self, response: &Value) {
         if let Some(result) = response.get("result") {
-            self.tools.learn(result);
+            self.listing.tools.learn(result);
         }
     }
 }
 
-/// Whether a line may hold a `tools/call` (a cheap test before waiting for the tool list).
-fn may_hold_call(line: &[u8]) -> bool {
-    line.windows(4).any(|w| w == b"call")
-}
-
-/// Runs the proxy until the server exits; returns the server's exit status.
-///
-/// `client_in` yields the client's messages (closing when the client hangs up) and
-/// `client_out` takes the messages for the client; the caller owns the client's pipes, so
-/// tests and benches can drive the proxy without a process of its own.
-pub(crate) async fn run(
-    settings: Settings,
-    server: Server,
-    mut client_in: mpsc::UnboundedReceiver<Vec<u8>>,
-    client_out: ClientOut,
-    shutdown_timeout: Duration,
-) -> anyhow::Result<ExitStatus> {
-    let (end, mut child, upstream, output) = match server {
-        Server::Command(command) => {
-            let (child, stdin, stdout) = start(command)?;
-            (
-                ServerEnd::Stdin(stdin),
-                Some(child),
-                None,
-                Output::Stdout(stdout),
-            )
-        }
-        Server::Http(upstream, incoming) => (
-            ServerEnd::Http(upstream.clone()),
-            None,
-            Some(upstream),
-            Output::Http(incoming),
-        ),
-    };
-    let mut random = [0u8; 8];
-    getrandom::fill(&mut random)
-        .map_err(|e| anyhow::anyhow!("no randomness for the proxy's request ids: {e}"))?;
-    let shared = Arc::new(Shared {
-        scope: settings.scope,
-        server_id: settings.server_id,
-        store: settings.store.clone(),
-        listing: watch::Sender::new(0),
-        own_prefix: format!("toolonce-{:016x}", u64::from_le_bytes(random)),
-        own_count: AtomicU64::new(0),
-        initialized: AtomicBool::new(false),
-        tools: Tools::new(settings.config.clone()),
-        config: settings.config,
-        layer: Layer::new(settings.store),
-        server_in: ServerIn(tokio::sync::Mutex::new(Some(end))),
-        upstream: upstream.clone(),
-        unsent: Unsent::default(),
-        to_client: client_out.clone(),
-        routes: Mutex::new(Routes {
-            upstream: upstream.clone(),
-            ..Routes::default()
-        }),
-    });
-    let mut reader = match output {
-        Output::Stdout(stdout) => tokio::spawn(read_server(shared.clone(), stdout)),
-        Output::Http(incoming) => tokio::spawn(read_upstream(shared.clone(), incoming)),
-    };
-    let mut calls = JoinSet::new();
-    let mut terminate =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-
-    enum End {
-        ServerExited(ExitStatus),
-        ClientHungUp,
+impl Shared {
+    /// The routing state of one proxy whose server end is `server`.
+    pub(super) fn new(
+        settings: Settings,
+        server: ServerHandle,
+        to_client: ClientOut,
+    ) -> anyhow::Result<Arc<Self>> {
+        let router = Arc::new(Router::new(server));
+        let listing = Listing::new(Tools::new(settings.config.clone()), router.clone())?;
+        let listing = Arc::new(listing);
+        let context = Arc::new(call::Context {
+            scope: settings.scope,
+            server_id: settings.server_id,
+            store: settings.store.clone(),
+            config: settings.config.clone(),
+            layer: Layer::new(settings.store),
+            router: router.clone(),
+        });
+        Ok(Arc::new(Shared {
+            context,
+            router,
+            listing,
+            initialized: AtomicBool::new(false),
+            to_client,
+        }))
     }
-    let end = loop {
-        tokio::select! {
-            status = async { child.as_mut()?.wait().await.ok() }, if child.is_some() => {
-                break End::ServerExited(status.context("cannot wait for the server")?);
-            }
-            line = client_in.recv() => match line {
-                Some(line) => shared.on_client_message(line, &mut calls).await,
-                None => break End::ClientHungUp,
-            },
-            Some(_) = calls.join_next(), if !calls.is_empty() => {}
-            Some(()) = async { terminate.as_mut()?.recv().await }, if terminate.is_some() => {
-                // Pass the request to stop on; the server's exit then ends the proxy. An HTTP
-                // server goes on: the proxy stops as if the client had hung up.
-                tracing::info!(target: "toolonce::mcp", "SIGTERM: stopping the server");
-                match &child {
-                    Some(child) => signal(child, "TERM").await,
-                    None => break End::ClientHungUp,
-                }
-            }
-        }
-    };
-    let mut drain = DRAIN;
-    let status = match (end, child.as_mut(), &upstream) {
-        (End::ServerExited(status), _, _) => status,
-        (End::ClientHungUp, Some(child), _) => hang_up(&shared, child, shutdown_timeout).await?,
-        (End::ClientHungUp, None, Some(upstream)) => {
-            // Calls sent before the hang-up still go out, and the requests in progress may be
-            // answered (write calls' answers are recorded); a request given up, whose answer
-            // may never come, is not waited for.
-            let settled = async {
-                shared.unsent.drained().await;
-                while !(calls.is_empty() && shared.routes().answered()) {
-                    tokio::select! {
-                        Some(_) = calls.join_next(), if !calls.is_empty() => {}
-                        () = tokio::time::sleep(Duration::from_millis(20)) => {}
-                    }
-                }
-            };
-            if tokio::time::timeout(shutdown_timeout, settled)
-                .await
-                .is_err()
-            {
-                tracing::warn!(
-                    target: "toolonce::mcp",
-                    ?shutdown_timeout,
-                    "the client hung up; stopping with requests still unanswered"
-                );
-            }
-            shared.server_in.close().await;
-            upstream.close();
-            // Every answer that came is routed: the reader has nothing left to do.
-            drain = Duration::ZERO;
-            std::os::unix::process::ExitStatusExt::from_raw(0)
-        }
-        (End::ClientHungUp, None, None) => unreachable!("a server is a command or a URL"),
-    };
-    tracing::debug!(target: "toolonce::mcp", %status, "the server exited");
 
-    // Read what the server wrote before it exited (a grandchild holding its stdout must not
-    // keep us here), then settle the calls it never answered: dropping their routes tells them.
-    if tokio::time::timeout(drain, &mut reader).await.is_err() {
-        reader.abort();
-    }
-    if let Some(upstream) = &upstream {
-        upstream.end_session().await;
-    }
-    let unanswered: Vec<Route> = shared.routes().pending.drain().map(|(_, r)| r).collect();
-    drop(unanswered);
-    let settled = tokio::time::timeout(DRAIN, async { while calls.join_next().await.is_some() {} });
-    if settled.await.is_err() {
-        calls.abort_all();
-    }
-    client_out.close();
-    Ok(status)
-}
-
-/// Where the server's messages come from.
-enum Output {
-    Stdout(ChildStdout),
-    Http(mpsc::UnboundedReceiver<Incoming>),
-}
-
-/// Starts the server command with piped stdin and stdout.
-fn start(mut command: Command) -> anyhow::Result<(Child, ChildStdin, ChildStdout)> {
-    command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true);
-    let program = command
-        .as_std()
-        .get_program()
-        .to_string_lossy()
-        .into_owned();
-    let mut child = command
-        .spawn()
-        .with_context(|| format!("cannot start the MCP server `{program}`"))?;
-    let stdin = child
-        .stdin
-        .take()
-        .context("the server's stdin is not piped")?;
-    let stdout = child
-        .stdout
-        .take()
-        .context("the server's stdout is not piped")?;
-    Ok((child, stdin, stdout))
-}
-
-/// Routes what an HTTP server sends, until the upstream is closed and its exchanges are over.
-async fn read_upstream(shared: Arc<Shared>, mut incoming: mpsc::UnboundedReceiver<Incoming>) {
-    while let Some(message) = incoming.recv().await {
-        match message {
-            Incoming::Message(line) => shared.on_server_message(line),
-            Incoming::Lost(ids, why) => {
-                let upstream = shared.upstream.as_ref().map_or("", |u| u.shown());
-                shared.fail_requests(&ids, |id| http::lost_line(id, upstream, &why));
-            }
-        }
-    }
-}
-
-/// The client closed its input: close the server's, as the client would have done without the
-/// proxy, and give the server time to exit before asking harder.
-async fn hang_up(
-    shared: &Shared,
-    child: &mut Child,
-    timeout: Duration,
-) -> anyhow::Result<ExitStatus> {
-    // Write calls the client sent before hanging up still reach the server first (one waiting
-    // for another run of its operation, at most for the shutdown timeout).
-    tokio::select! {
-        drained = tokio::time::timeout(timeout, shared.unsent.drained()) => {
-            if drained.is_err() {
-                tracing::warn!(
-                    target: "toolonce::mcp",
-                    "closing the server's input with write calls not sent yet"
-                );
-            }
-        }
-        status = child.wait() => return Ok(status?),
-    }
-    shared.server_in.close().await;
-    if let Ok(status) = tokio::time::timeout(timeout, child.wait()).await {
-        return Ok(status?);
-    }
-    tracing::warn!(
-        target: "toolonce::mcp",
-        ?timeout,
-        "the server did not exit after its input closed; sending SIGTERM"
-    );
-    signal(child, "TERM").await;
-    if let Ok(status) = tokio::time::timeout(timeout, child.wait()).await {
-        return Ok(status?);
-    }
-    tracing::warn!(target: "toolonce::mcp", "the server ignored SIGTERM; killing it");
-    child.kill().await?;
-    Ok(child.wait().await?)
-}
-
-/// Sends a signal by name to the child through `kill(1)`: the standard library only offers
-/// SIGKILL, and unsafe code (for `libc::kill`) is forbidden in this workspace.
-async fn signal(child: &Child, name: &str) {
-    let Some(pid) = child.id() else { return };
-    let sent = Command::new("kill")
-        .args(["-s", name, &pid.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .await;
-    if let Err(e) = sent {
-        tracing::warn!(target: "toolonce::mcp", error = %e, "cannot run kill(1)");
-    }
-}
-
-/// Reads the server's messages and routes each, until its stdout closes.
-async fn read_server(shared: Arc<Shared>, stdout: ChildStdout) {
-    let mut input = BufReader::with_capacity(64 * 1024, stdout);
-    loop {
-        let mut line = Vec::new();
-        match input.read_until(b'\n', &mut line).await {
-            Ok(0) => break,
-            Ok(_) => {
-                if line.last() != Some(&b'\n') {
-                    line.push(b'\n');
-                }
-                shared.on_server_message(line);
-            }
-            Err(e) => {
-                tracing::warn!(target: "toolonce::mcp", error = %e, "cannot read from the server");
-                break;
-            }
-        }
+    /// The routing tables and the server's end.
+    pub(super) fn router(&self) -> &Router {
+        &self.router
     }
 }

@@ -1,4 +1,5 @@
-//! Which tools pass through: learnt from the server's `tools/list` answers (the proxy's own
+//! Which tools pass through, and the proxy's own listing of them ([`Listing`]): learnt from the
+//! server's `tools/list` answers (the proxy's own
 //! listing at start and after `notifications/tools/list_changed`, and the client's as they pass
 //! by), overridden by the configuration.
 //!
@@ -20,12 +21,16 @@
 //! cost of every call).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tokio::sync::watch;
 
 use super::config::{Config, Kind};
+use super::jsonrpc::{self, IdKey};
+use super::route::Router;
 
 /// The classification of the server's tools.
 #[derive(Debug)]
@@ -148,6 +153,116 @@ impl Tools {
             tracing::debug!(target: "toolonce::mcp", tool = name, kind, "tool listed");
             read_only.insert(name.to_owned(), hint);
         }
+    }
+}
+
+/// How long the proxy waits for the server to answer one of its own `tools/list` requests, and
+/// how long a tool call waits for a listing in progress before being classified without it.
+const LIST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The proxy's own listing of the server's tools, which keeps [`Tools`] up to date whether or
+/// not the client lists them. Its requests use string ids with a random prefix no client picks.
+#[derive(Debug)]
+pub(super) struct Listing {
+    pub(super) tools: Tools,
+    router: Arc<Router>,
+    /// How many of the proxy's own listings are in progress: tool calls wait for none to be.
+    in_progress: watch::Sender<usize>,
+    /// The prefix of the proxy's own request ids, and their counter.
+    own_prefix: String,
+    own_count: AtomicU64,
+}
+
+impl Listing {
+    pub(super) fn new(tools: Tools, router: Arc<Router>) -> anyhow::Result<Self> {
+        let mut random = [0u8; 8];
+        getrandom::fill(&mut random)
+            .map_err(|e| anyhow::anyhow!("no randomness for the proxy's request ids: {e}"))?;
+        Ok(Listing {
+            tools,
+            router,
+            in_progress: watch::Sender::new(0),
+            own_prefix: format!("toolonce-{:016x}", u64::from_le_bytes(random)),
+            own_count: AtomicU64::new(0),
+        })
+    }
+
+    /// Waits (a bounded time) for the proxy's own listing of the tools, if one is in progress.
+    pub(super) async fn listed(&self) {
+        let mut listing = self.in_progress.subscribe();
+        let _ = tokio::time::timeout(LIST_TIMEOUT, listing.wait_for(|n| *n == 0)).await;
+    }
+
+    /// Lists the tools before classifying a call of protocol 2026-07-28 or later, if the proxy
+    /// has not listed for its version, or its listing is stale (see the module's documentation).
+    pub(super) fn list_for_modern(self: &Arc<Self>, params: Option<&Value>) {
+        if let Some((version, meta)) = params.and_then(jsonrpc::own_request_meta)
+            && let Some(meta) = self.tools.modern_listing(&version, &meta)
+        {
+            self.list(Some(meta));
+        }
+    }
+
+    /// Starts listing the server's tools with the proxy's own requests (every page), so that
+    /// classification never depends on whether the client listed them. Tool calls received
+    /// from now on wait for it. `meta`: the `params._meta` of each request (protocol
+    /// 2026-07-28 or later, whose server refuses a request without one).
+    pub(super) fn list(self: &Arc<Self>, meta: Option<Value>) {
+        self.in_progress.send_modify(|n| *n += 1);
+        let listing = self.clone();
+        tokio::spawn(async move {
+            let mut cursor: Option<Value> = None;
+            // How long the listing stays fresh (2026-07-28): the least `ttlMs` of its pages,
+            // absent or negative meaning 0; `None` if it failed.
+            let mut ttl = Some(u64::MAX);
+            loop {
+                let n = listing.own_count.fetch_add(1, Ordering::Relaxed);
+                let id = Value::String(format!("{}-{n}", listing.own_prefix));
+                let mut params = match &cursor {
+                    Some(cursor) => serde_json::json!({"cursor": cursor}),
+                    None => serde_json::json!({}),
+                };
+                if let Some(meta) = &meta {
+                    params["_meta"] = meta.clone();
+                }
+                let request = jsonrpc::line(&serde_json::json!({
+                    "jsonrpc": "2.0", "id": id, "method": "tools/list", "params": params,
+                }));
+                let answer = match listing.router.request(&IdKey::of(&id), &request).await {
+                    Some(rx) => tokio::time::timeout(LIST_TIMEOUT, rx)
+                        .await
+                        .ok()
+                        .and_then(Result::ok),
+                    None => None,
+                };
+                let result = answer
+                    .and_then(|line| serde_json::from_slice::<Value>(&line).ok())
+                    .and_then(|mut message| message.get_mut("result").map(Value::take));
+                let Some(result) = result else {
+                    ttl = None;
+                    listing.router.abandon(&IdKey::of(&id));
+                    tracing::warn!(
+                        target: "toolonce::mcp",
+                        "the server did not list its tools; tools it has not listed are writes"
+                    );
+                    break;
+                };
+                listing.tools.learn(&result);
+                let page_ttl = result.get("ttlMs").and_then(Value::as_u64).unwrap_or(0);
+                ttl = ttl.map(|ttl| ttl.min(page_ttl));
+                match result.get("nextCursor") {
+                    Some(next) if !next.is_null() && cursor.as_ref() != Some(next) => {
+                        cursor = Some(next.clone());
+                    }
+                    _ => break,
+                }
+            }
+            if let Some(meta) = &meta {
+                let ttl = ttl.map(Duration::from_millis);
+                listing.tools.modern_listed(meta, ttl);
+            }
+            listing.in_progress.send_modify(|n| *n -= 1);
+        });
     }
 }
 

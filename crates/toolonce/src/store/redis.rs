@@ -14,8 +14,8 @@ use async_trait::async_trait;
 use serde_json::Value as Json;
 
 use super::{
-    Claim, ClaimRequest, Entry, Fenced, ListQuery, OwnerToken, Page, Resolution, Resolved, Store,
-    millis,
+    Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, Resolution,
+    Resolved, Store, millis,
 };
 use crate::key::OperationKey;
 use crate::tool::ToolError;
@@ -29,12 +29,13 @@ mod url;
 mod wire;
 
 pub use conn::RedisStoreBuilder;
+#[doc(hidden)]
+pub use conn::{Conn, connect_client};
 
-use conn::Conn;
 use conn::has_native_claim;
 use error::to_error;
 use list::{ListCursor, MAX_SCANS_PER_PAGE, glob_escape};
-use wire::{Wire, decode_read, entry_of, running_value};
+use wire::{decode_entry, decode_read, running_value};
 
 /// The scripts, each assembled from the shared helpers it needs. `Script` sends `EVALSHA` and,
 /// if the server answers `NOSCRIPT` (it restarted, or `SCRIPT FLUSH` ran), loads the script and
@@ -276,11 +277,12 @@ impl Store for RedisStore {
             match reply {
                 Ok(Value::Nil) => return Ok(Claim::Won),
                 Ok(Value::BulkString(raw)) => {
-                    let wire: Wire =
-                        serde_json::from_slice(&raw).map_err(|e| Error::corrupt(req.key, e))?;
-                    if wire.status != "running" {
-                        return entry_of(req.key, wire, None, None, SystemTime::now())
-                            .map(Claim::Existing);
+                    let entry = decode_entry(req.key, &raw, None, None, SystemTime::now())?;
+                    if !matches!(
+                        entry.state,
+                        EntryState::Running { .. } | EntryState::Unknown { .. }
+                    ) {
+                        return Ok(Claim::Existing(entry));
                     }
                 }
                 Ok(_) => return Err(Error::store("unexpected reply to SET … NX GET")),

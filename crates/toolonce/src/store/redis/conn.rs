@@ -19,9 +19,11 @@ use super::{RedisStore, SCRIPTS};
 
 /// One connection, to a single server or to a cluster. Both multiplex every request of the
 /// store over their connections and reconnect by themselves, so cloning one per request is
-/// cheap (an `Arc`) and a store survives a server restart without being rebuilt.
+/// cheap (an `Arc`) and a store survives a server restart without being rebuilt. Public only
+/// for [`connect_client`].
+#[doc(hidden)]
 #[derive(Clone)]
-pub(super) enum Conn {
+pub enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
 }
@@ -160,11 +162,42 @@ impl RedisStoreBuilder {
     /// when it refuses us otherwise.
     pub async fn connect(self) -> Result<RedisStore> {
         let target = Target::parse(&self.url)?;
+        let conn = self.open(&target).await?;
         let prefix = self.prefix.or(target.prefix).unwrap_or_default();
         let allow_eviction = self
             .allow_eviction
             .or(target.allow_eviction)
             .unwrap_or(false);
+        let mut store = RedisStore {
+            conn,
+            prefix,
+            display: target.display,
+            native_claim: false,
+        };
+        store.check_eviction(allow_eviction).await?;
+        store.native_claim = self.native_claim && store.every_master_claims_natively().await?;
+        let scripts = &*SCRIPTS;
+        for script in [
+            &scripts.claim,
+            &scripts.read,
+            &scripts.renew,
+            &scripts.complete,
+            &scripts.fail,
+            &scripts.resolve,
+        ] {
+            // On a cluster `SCRIPT LOAD` goes to every master.
+            script
+                .prepare_invoke()
+                .load_async(&mut store.conn())
+                .await
+                .map_err(to_error)?;
+        }
+        Ok(store)
+    }
+
+    /// The connection to what `target` names, with this builder's timeouts and reconnection
+    /// settings.
+    async fn open(&self, target: &Target) -> Result<Conn> {
         #[cfg(feature = "redis-tls")]
         if target.tls {
             // redis uses rustls without choosing a crypto provider; pick ring (no C toolchain
@@ -198,31 +231,7 @@ impl RedisStoreBuilder {
                     .map_err(|e| at_connect(e, &target.display))?,
             )
         };
-        let mut store = RedisStore {
-            conn,
-            prefix,
-            display: target.display,
-            native_claim: false,
-        };
-        store.check_eviction(allow_eviction).await?;
-        store.native_claim = self.native_claim && store.every_master_claims_natively().await?;
-        let scripts = &*SCRIPTS;
-        for script in [
-            &scripts.claim,
-            &scripts.read,
-            &scripts.renew,
-            &scripts.complete,
-            &scripts.fail,
-            &scripts.resolve,
-        ] {
-            // On a cluster `SCRIPT LOAD` goes to every master.
-            script
-                .prepare_invoke()
-                .load_async(&mut store.conn())
-                .await
-                .map_err(to_error)?;
-        }
-        Ok(store)
+        Ok(conn)
     }
 }
 
@@ -230,6 +239,19 @@ impl RedisStoreBuilder {
 /// other error of the driver.
 fn at_connect(e: RedisError, display: &str) -> Error {
     refused_setup(&e, &format!("Redis at {display}")).unwrap_or_else(|| to_error(e))
+}
+
+/// One connection made as a store makes its own (the URL's nodes without toolonce's own
+/// parameters, TLS, the default timeouts and reconnection settings), without the store's
+/// checks and scripts. For programs that send their own commands beside a store and want them
+/// to pay what the store's commands pay, as `toolonce bench`'s raw floor does.
+///
+/// # Errors
+///
+/// As [`RedisStoreBuilder::connect`], less the refusal of a server that may evict entries.
+#[doc(hidden)]
+pub async fn connect_client(url: &str) -> Result<Conn> {
+    RedisStore::builder(url).open(&Target::parse(url)?).await
 }
 
 /// The distinct master addresses in a `CLUSTER SLOTS` reply.
@@ -271,6 +293,23 @@ pub(super) fn has_native_claim(info: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_client_connection_refuses_a_bad_url_and_an_absent_server_as_the_store_does() {
+        assert!(matches!(
+            connect_client("http://h").await,
+            Err(Error::Config(_))
+        ));
+        // Port 1 on loopback: nothing listens there, so the connection is refused at once.
+        assert!(matches!(
+            connect_client("redis://127.0.0.1:1").await,
+            Err(Error::Unavailable(_))
+        ));
+        assert!(matches!(
+            RedisStore::connect("redis://127.0.0.1:1").await,
+            Err(Error::Unavailable(_))
+        ));
+    }
 
     #[test]
     fn the_native_claim_needs_redis_7() {

@@ -1,0 +1,377 @@
+//! What the server's answer to a write call means, and the answers the proxy writes itself: pure
+//! MCP semantics, without I/O. [`interpret`] reads the server's answer into what the layer
+//! records; [`replay`] turns a recorded outcome into the answer a duplicate gets; the rest shapes
+//! results (`_meta["toolonce/outcome"]`, `resultType`, a stored result that is not a
+//! `CallToolResult`) and writes the texts the model reads when nothing ran or the outcome is
+//! unknown.
+//!
+//! How the server's answer is recorded (`on_error`, `on_tool_error` and `failure_retention`
+//! are per-tool settings, see [`config`](super::config)):
+//!
+//! | server answer | recorded as | a duplicate gets |
+//! |---|---|---|
+//! | `result` | done, for the retention | the same `result` |
+//! | `result` with `isError: true` | `on_tool_error = "keep"` (default): failed, for the failure retention, the whole result kept; `"release"`: forgotten | the same `result`; or a fresh run |
+//! | JSON-RPC `error` -32700, -32600, -32601, -32602 (refused before the tool ran: parse error, invalid request, method not found, invalid params or unknown tool), and 2026-07-28's -32020, -32021, -32022 (header mismatch, missing client capability, unsupported protocol version) | never recorded | a fresh run |
+//! | any other JSON-RPC `error` (such as -32603, an exception that may follow the effect) | `on_error = "keep"` (default): failed, for the failure retention; `"release"`: forgotten | the same `error`; or a fresh run |
+//! | `result` with `resultType: "input_required"` (2026-07-28: the server asks for input first) | never recorded: nothing took effect | a fresh run (see *What names the operation* above) |
+//! | none: timeout, cancel, server exit | left running until its lease expires, then `unknown` (it may or may not have taken effect) | `in_flight`; after the lease, `on_expired = "hold"` (default): `unknown`, not forwarded, until a person runs `toolonce resolve`; `"rerun"`: a fresh run with the same key |
+//!
+//! An answer the proxy gives from the store (a replay, or its own explanation: in flight,
+//! conflict, store unavailable) carries `_meta["toolonce/outcome"]` and `_meta["toolonce/key"]`
+//! beside whatever `_meta` the first answer had; `content` and `isError` are exactly as first
+//! recorded. A replayed JSON-RPC error carries the two in its `data` instead. The server's own
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use toolonce::key::Derived;
+use toolonce::{OnExpired, Outcome, ToolError, WriteAnswer};
+
+use super::config::{OnError, Policy};
+use super::jsonrpc::{self, Lenient};
+use super::protocol::{
+    HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, META_KEY, METHOD_NOT_FOUND,
+    MISSING_CLIENT_CAPABILITY, OUTCOME_KEY, PARSE_ERROR, UNSUPPORTED_PROTOCOL_VERSION,
+};
+
+/// Why a forwarded call stopped waiting for the server. The layer's future is then dropped,
+/// which stops the lease heartbeat: the entry stays `running` until its lease expires, because
+/// the server may or may not have performed the operation.
+#[derive(Debug)]
+pub(super) enum GiveUp {
+    /// The client cancelled and the server did not answer within the grace period.
+    Cancelled,
+    /// The server did not answer within the call timeout.
+    TimedOut(Duration),
+    /// The server exited without answering.
+    ServerGone,
+}
+
+/// A result the proxy writes itself for a call of protocol 2026-07-28 or later says it is
+/// complete, as every result of that version does (a server's own results carry their
+/// `resultType` already and are left alone).
+pub(super) fn completed(mut result: Value, modern: bool) -> Value {
+    if modern && let Some(result) = result.as_object_mut() {
+        result
+            .entry("resultType")
+            .or_insert_with(|| json!("complete"));
+    }
+    result
+}
+
+/// The answer to a call that the server did not answer this time, as one line: a
+/// `CallToolResult` with the outcome in `_meta`, or a kept JSON-RPC error as it came.
+pub(super) fn replay(id: &Value, answer: WriteAnswer, modern: bool) -> Vec<u8> {
+    let outcome = match answer.outcome {
+        // Executed, yet not answered by the server: it was never sent (cancelled first, or
+        // the server's input closed).
+        Outcome::Executed => "not_executed",
+        other => other.as_str(),
+    };
+    let result = match (answer.outcome, answer.result) {
+        (_, Ok(result)) => as_call_tool_result(result),
+        // The whole answer the server gave the first time is kept in the detail.
+        (Outcome::ReplayedFailure, Err(e)) => match e.detail {
+            Some(detail) if is_call_tool_result(&detail) => detail,
+            Some(Value::Object(mut detail)) if detail.contains_key(JSONRPC_ERROR) => {
+                let mut error = detail.remove(JSONRPC_ERROR).unwrap_or(Value::Null);
+                // An error has no `_meta`: the outcome goes into its `data` (when that is
+                // absent or an object), its code and message as first recorded.
+                if let Some(error) = error.as_object_mut() {
+                    let data = error
+                        .entry("data")
+                        .or_insert_with(|| Value::Object(serde_json::Map::new()));
+                    if let Some(data) = data.as_object_mut() {
+                        data.insert(OUTCOME_KEY.to_owned(), Value::String(outcome.to_owned()));
+                        data.insert(
+                            META_KEY.to_owned(),
+                            Value::String(answer.key.as_str().to_owned()),
+                        );
+                    }
+                }
+                return jsonrpc::line(&json!({"jsonrpc": "2.0", "id": id, "error": error}));
+            }
+            _ => jsonrpc::tool_error(&e.message),
+        },
+        (_, Err(e)) => jsonrpc::tool_error(&e.message),
+    };
+    let result = with_outcome(result, outcome, answer.key.as_str());
+    jsonrpc::result_line(id, &completed(result, modern))
+}
+
+/// Where a kept JSON-RPC error is stored in the failure's detail.
+const JSONRPC_ERROR: &str = "jsonrpc_error";
+
+/// `result` with `_meta["toolonce/outcome"]` and `_meta["toolonce/key"]` added (a `_meta`
+/// that is not an object is left alone).
+fn with_outcome(mut result: Value, outcome: &str, key: &str) -> Value {
+    if let Some(result) = result.as_object_mut() {
+        let meta = result
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if let Some(meta) = meta.as_object_mut() {
+            meta.insert(OUTCOME_KEY.to_owned(), Value::String(outcome.to_owned()));
+            meta.insert(META_KEY.to_owned(), Value::String(key.to_owned()));
+        }
+    }
+    result
+}
+
+fn is_call_tool_result(value: &Value) -> bool {
+    value.get("content").is_some_and(Value::is_array)
+}
+
+/// A stored result that is not a `CallToolResult` (written by another kind of worker sharing
+/// the store) is wrapped into one.
+fn as_call_tool_result(result: Value) -> Value {
+    if is_call_tool_result(&result) {
+        return result;
+    }
+    let text = match &result {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    json!({"content": [{"type": "text", "text": text}], "structuredContent": result})
+}
+
+/// The answer to a call given up: the client cancelled (no answer), or the server did not
+/// answer in time or at all (its outcome is unknown, and the text says what happens next).
+pub(super) fn give_up_answer(
+    tool: &str,
+    policy: &Policy,
+    derived: &Derived,
+    reason: GiveUp,
+    error_line: impl Fn(&str, &str, Option<&str>) -> Option<Vec<u8>>,
+) -> Option<Vec<u8>> {
+    let lease = policy.options.lease;
+    let key = &derived.key;
+    let after_lease = match policy.options.expired_policy() {
+        OnExpired::Rerun => "after that an identical call runs it again with the same \
+                             idempotency key."
+            .to_owned(),
+        _ => format!(
+            "after that it stays unknown: an identical call is not run but answered that a \
+             person must check whether it took effect and settle it (toolonce resolve {key})."
+        ),
+    };
+    match reason {
+        GiveUp::Cancelled => None,
+        GiveUp::TimedOut(after) => error_line(
+            &format!(
+                "Timed out: the MCP server did not answer this call of `{tool}` within \
+                 {after:?}, so whether it took effect is unknown. Do not retry it: the \
+                 operation ({key}) stays locked for up to {lease:?}; {after_lease}"
+            ),
+            "timed_out",
+            Some(key.as_str()),
+        ),
+        GiveUp::ServerGone => error_line(
+            &format!(
+                "The MCP server exited (or the connection to it broke) before answering this \
+                 call of `{tool}`, so whether it took effect is unknown. Do not retry it: the \
+                 operation ({key}) stays locked for up to {lease:?}; {after_lease}"
+            ),
+            "server_gone",
+            Some(key.as_str()),
+        ),
+    }
+}
+
+/// An `isError` result the proxy writes itself, with its outcome (and the key, once there is
+/// one) in `_meta`, as one line.
+pub(super) fn proxy_answer(id: &Value, text: &str, outcome: &str, key: Option<&str>) -> Vec<u8> {
+    jsonrpc::result_line(id, &proxy_result(text, outcome, key))
+}
+
+/// The `result` of a [`proxy_answer`].
+pub(super) fn proxy_result(text: &str, outcome: &str, key: Option<&str>) -> Value {
+    let mut result = jsonrpc::tool_error(text);
+    let meta = result
+        .as_object_mut()
+        .expect("a tool error is an object")
+        .entry("_meta")
+        .or_insert_with(|| json!({}));
+    meta[OUTCOME_KEY] = json!(outcome);
+    if let Some(key) = key {
+        meta[META_KEY] = json!(key);
+    }
+    result
+}
+
+/// The `resultType` of a protocol 2026-07-28 answer that asks the client for input first.
+const INPUT_REQUIRED: &str = "input_required";
+
+/// JSON-RPC error codes that mean the server refused the request before running anything:
+/// parse error, invalid request, method not found, invalid params (which includes an unknown
+/// tool and, in 2026-07-28, a request without its required `_meta`), and the refusals
+/// protocol 2026-07-28 defines: header mismatch, missing required client capability,
+/// unsupported protocol version. Such an answer is never recorded, whatever the configuration:
+/// a client that is refused a version retries with another one, and that retry must run.
+const REFUSED_BEFORE_RUNNING: [i64; 7] = [
+    PARSE_ERROR,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    INVALID_PARAMS,
+    HEADER_MISMATCH,
+    MISSING_CLIENT_CAPABILITY,
+    UNSUPPORTED_PROTOCOL_VERSION,
+];
+
+/// What the server's answer means for the store (see the module's table).
+pub(super) fn interpret(line: &[u8], policy: &Policy) -> Result<Value, ToolError> {
+    let Ok(Value::Object(mut message)) = serde_json::from_slice::<Value>(line) else {
+        return Err(ToolError::transient(
+            "The MCP server's answer is not a JSON object.",
+        ));
+    };
+    let failure = |on_error: OnError, text: String| match on_error {
+        OnError::Keep => ToolError::permanent(text),
+        OnError::Release => ToolError::transient(text),
+    };
+    if let Some(error) = message.remove("error") {
+        let text = error
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or("no message");
+        let code = error.get("code").and_then(Value::as_i64);
+        let on_error = match code {
+            Some(code) if REFUSED_BEFORE_RUNNING.contains(&code) => OnError::Release,
+            _ => policy.on_error,
+        };
+        return Err(failure(
+            on_error,
+            format!("The MCP server answered with an error: {text}"),
+        )
+        .with_detail(json!({ JSONRPC_ERROR: error })));
+    }
+    let result = message.remove("result").unwrap_or(Value::Null);
+    // Protocol 2026-07-28: the server needs the user's input before it does anything. Never
+    // recorded: the claim is released, the answer passes on, and the client's continuation
+    // claims the operation again.
+    if result.get("resultType").and_then(Value::as_str) == Some(INPUT_REQUIRED) {
+        return Err(ToolError::transient(
+            "The MCP server asked for more input (resultType input_required); nothing has \
+             taken effect yet.",
+        ));
+    }
+    if result.get("isError") == Some(&Value::Bool(true)) {
+        let text = result
+            .pointer("/content/0/text")
+            .and_then(Value::as_str)
+            .unwrap_or("The tool reported an error.")
+            .to_owned();
+        return Err(failure(policy.on_tool_error, text).with_detail(result));
+    }
+    Ok(result)
+}
+
+/// The JSON-RPC error answering a write call serde_json cannot read exactly (see
+/// [`Lenient`]), which is not sent: no operation key can be derived for it.
+pub(super) fn unreadable_call(message: &Lenient) -> Vec<u8> {
+    let tool = message.tool.as_ref().map_or("?", |(name, _)| name.as_str());
+    jsonrpc::error_line(
+        message.id.as_ref(),
+        INVALID_PARAMS,
+        &format!(
+            "toolonce: this call of the write tool `{tool}` is not exactly readable JSON \
+                 (invalid UTF-8, a lone surrogate escape such as \\ud800, a number beyond double \
+                 precision, or nesting deeper than 127 levels), so no operation key can be \
+                 derived for it and it was not sent to the server: nothing ran. Send the \
+                 arguments as valid JSON (whole characters, representable numbers)."
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolonce::ErrorClass;
+
+    fn policy(toml: &str) -> Policy {
+        (*super::super::config::Config::from_toml(toml)
+            .unwrap()
+            .policy("t"))
+        .clone()
+    }
+
+    #[test]
+    fn results_are_recorded_whole() {
+        let line = br#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"x":1}}"#;
+        assert_eq!(
+            interpret(line, &policy("")).unwrap(),
+            json!({"content": [], "x": 1})
+        );
+    }
+
+    #[test]
+    fn is_error_results_are_kept_by_default_with_the_whole_result() {
+        let result =
+            json!({"content": [{"type": "text", "text": "card declined"}], "isError": true});
+        let line = jsonrpc::result_line(&json!(1), &result);
+        let e = interpret(&line, &policy("")).unwrap_err();
+        assert_eq!(e.class, ErrorClass::Permanent);
+        assert_eq!(e.message, "card declined");
+        assert_eq!(e.detail, Some(result));
+        let released = interpret(&line, &policy("[defaults]\non_tool_error = \"release\""));
+        assert!(released.unwrap_err().is_transient());
+    }
+
+    #[test]
+    fn refusals_before_running_are_released_whatever_the_configuration() {
+        for code in REFUSED_BEFORE_RUNNING {
+            let line = format!(
+                r#"{{"jsonrpc":"2.0","id":1,"error":{{"code":{code},"message":"Unknown tool"}}}}"#
+            );
+            let e =
+                interpret(line.as_bytes(), &policy("[defaults]\non_error = \"keep\"")).unwrap_err();
+            assert!(e.is_transient(), "{code}");
+            assert!(e.message.contains("Unknown tool"));
+        }
+    }
+
+    #[test]
+    fn input_required_is_never_recorded() {
+        let line = br#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"input_required","requestState":"s"}}"#;
+        assert!(interpret(line, &policy("")).unwrap_err().is_transient());
+        let line = br#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete","content":[]}}"#;
+        assert!(interpret(line, &policy("")).is_ok());
+    }
+
+    #[test]
+    fn the_proxys_own_results_say_complete_to_a_modern_client_only() {
+        let result = proxy_result("in flight", "in_flight", None);
+        assert_eq!(completed(result.clone(), true)["resultType"], "complete");
+        assert!(completed(result, false).get("resultType").is_none());
+        let kept = json!({"content": [], "resultType": "x-ext"});
+        assert_eq!(completed(kept, true)["resultType"], "x-ext");
+    }
+
+    #[test]
+    fn other_errors_follow_on_error() {
+        let line = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"boom"}}"#;
+        let kept = interpret(line, &policy("")).unwrap_err();
+        assert_eq!(kept.class, ErrorClass::Permanent);
+        let released = interpret(line, &policy("[defaults]\non_error = \"release\""));
+        assert!(released.unwrap_err().is_transient());
+    }
+
+    #[test]
+    fn replays_carry_the_outcome_beside_the_existing_meta() {
+        let result = json!({"content": [], "_meta": {"a": 1}, "isError": false});
+        let out = with_outcome(result, "replayed", "idem:k");
+        assert_eq!(
+            out["_meta"],
+            json!({"a": 1, "toolonce/outcome": "replayed", "toolonce/key": "idem:k"})
+        );
+        assert_eq!(out["isError"], json!(false));
+    }
+
+    #[test]
+    fn foreign_results_are_wrapped_into_call_tool_results() {
+        let wrapped = as_call_tool_result(json!({"receipt": 7}));
+        assert_eq!(wrapped["content"][0]["text"], "{\"receipt\":7}");
+        assert_eq!(wrapped["structuredContent"], json!({"receipt": 7}));
+        let native = json!({"content": [{"type": "text", "text": "ok"}]});
+        assert_eq!(as_call_tool_result(native.clone()), native);
+    }
+}

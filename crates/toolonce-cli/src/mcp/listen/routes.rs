@@ -1,0 +1,181 @@
+//! One client session of the gateway: its proxy's input, and where the messages of its server
+//! go (the answer to a request on that request's stream or body, progress on the stream of the
+//! request that asked for it, anything else on the newest request's stream or the `GET`
+//! stream).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hyper::header::HeaderValue;
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::mcp::http::Upstream;
+use crate::mcp::jsonrpc::{IdKey, Peek};
+
+/// How many messages outside any answer wait for a client that has no `GET` stream open; older
+/// ones are dropped first.
+const QUEUE_LIMIT: usize = 1024;
+
+/// One client session: the input of its proxy and where the server's messages go.
+pub(super) struct Session {
+    pub(super) to_proxy: mpsc::UnboundedSender<Vec<u8>>,
+    pub(super) routes: Arc<Mutex<Routes>>,
+    /// The HTTP server, when the client's `Authorization` is passed on to it.
+    pub(super) forward_to: Option<Arc<Upstream>>,
+    /// For a sessionless proxy whose server gets the client's `Authorization`: the one it was
+    /// started for. Only requests with that same header share it, so one client's credentials
+    /// never carry another's request.
+    pub(super) bound: Option<HeaderValue>,
+    /// When the client last sent a request, or was last seen with one in progress or its
+    /// `GET` stream open: idleness counts from there.
+    pub(super) touched: Mutex<Instant>,
+}
+
+impl Session {
+    pub(super) fn routes(&self) -> MutexGuard<'_, Routes> {
+        lock(&self.routes)
+    }
+
+    pub(super) fn touch(&self) {
+        *lock(&self.touched) = Instant::now();
+    }
+
+    /// Whether the session is idle for `idle`: nothing in progress, no `GET` stream open, and
+    /// no request for that long. A busy session counts as just touched.
+    pub(super) fn idle_for(&self, idle: Duration) -> bool {
+        let busy = {
+            let routes = self.routes();
+            !routes.waiting.is_empty() || routes.stream.as_ref().is_some_and(|s| !s.is_closed())
+        };
+        if busy {
+            self.touch();
+            return false;
+        }
+        lock(&self.touched).elapsed() >= idle
+    }
+}
+
+/// Where the messages of one session's server go.
+#[derive(Default)]
+pub(super) struct Routes {
+    /// Requests waiting for their answers, by request id.
+    pub(super) waiting: HashMap<IdKey, Waiter>,
+    /// The progress tokens of requests answered on an event stream, and the requests.
+    pub(super) progress: HashMap<IdKey, IdKey>,
+    /// The client's `GET` stream, for messages outside any request.
+    pub(super) stream: Option<mpsc::UnboundedSender<Bytes>>,
+    /// Messages outside any answer, kept until the client opens a `GET` stream.
+    pub(super) queued: VecDeque<Bytes>,
+    /// Numbers the event streams, so that the newest one is known and a stream that ends
+    /// removes only its own waiter.
+    pub(super) next: u64,
+    /// The session's proxy has ended: nothing more will come.
+    pub(super) ended: bool,
+}
+
+/// How a request waits for its answer.
+pub(super) enum Waiter {
+    /// As one JSON body.
+    Json(oneshot::Sender<Vec<u8>>),
+    /// On an event stream, which also carries what the server sends while handling it.
+    Events {
+        tx: mpsc::UnboundedSender<Bytes>,
+        seq: u64,
+        progress: Option<IdKey>,
+        /// The request's id, to answer it if the server never does.
+        id: Value,
+    },
+}
+
+impl Routes {
+    /// Routes one message from the session's proxy.
+    pub(super) fn deliver(&mut self, line: Vec<u8>) {
+        let peek = Peek::of(&line);
+        if let Some(peek) = &peek
+            && peek.is_response()
+            && let Some(id) = &peek.id
+            && let Some(waiter) = self.waiting.remove(&IdKey::of(id))
+        {
+            match waiter {
+                Waiter::Json(tx) => {
+                    let _ = tx.send(line);
+                }
+                // The stream ends with its answer: the sender is dropped here.
+                Waiter::Events { tx, progress, .. } => {
+                    let _ = tx.send(event(&line));
+                    if let Some(token) = progress {
+                        self.progress.remove(&token);
+                    }
+                }
+            }
+            return;
+        }
+        if peek.as_ref().is_some_and(Peek::is_response) {
+            // Its request is gone (the client closed its stream): no other request's stream
+            // may carry an answer its client never asked for.
+            tracing::debug!(target: "toolonce::mcp", "dropped an answer nobody waits for");
+            return;
+        }
+        let frame = event(&line);
+        // Progress goes to the stream of the request that asked for it.
+        if peek.as_ref().and_then(|p| p.method.as_deref()) == Some("notifications/progress")
+            && let Some(token) = serde_json::from_slice::<Value>(&line)
+                .ok()
+                .and_then(|m| m.pointer("/params/progressToken").map(IdKey::of))
+            && let Some(request) = self.progress.get(&token)
+            && let Some(Waiter::Events { tx, .. }) = self.waiting.get(request)
+            && tx.send(frame.clone()).is_ok()
+        {
+            return;
+        }
+        // Anything else (the server's own requests, log messages) goes on the newest request's
+        // stream: while a request is in progress, what the
+        // server sends most likely belongs to it (an elicitation, a sampling request), and the
+        // client reads every stream alike. Otherwise on the GET stream, or it waits for one.
+        let newest = self
+            .waiting
+            .values()
+            .filter_map(|w| match w {
+                Waiter::Events { tx, seq, .. } => Some((*seq, tx)),
+                Waiter::Json(_) => None,
+            })
+            .max_by_key(|(seq, _)| *seq);
+        if let Some((_, tx)) = newest
+            && tx.send(frame.clone()).is_ok()
+        {
+            return;
+        }
+        if let Some(stream) = &self.stream {
+            if stream.send(frame.clone()).is_ok() {
+                return;
+            }
+            self.stream = None;
+        }
+        if self.queued.len() == QUEUE_LIMIT {
+            self.queued.pop_front();
+            tracing::debug!(
+                target: "toolonce::mcp",
+                "dropped a message outside an answer: the client opened no GET stream"
+            );
+        }
+        self.queued.push_back(frame);
+    }
+}
+
+/// One message as a server-sent event.
+pub(super) fn event(line: &[u8]) -> Bytes {
+    let message = line.trim_ascii_end();
+    let mut frame = Vec::with_capacity(message.len() + 24);
+    frame.extend_from_slice(b"event: message\ndata: ");
+    // A message is one line (the proxy's framing), so it is one `data` field.
+    frame.extend_from_slice(message);
+    frame.extend_from_slice(b"\n\n");
+    Bytes::from(frame)
+}
+
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -1,0 +1,300 @@
+//! The gateway's sessions: opening one (its own proxy and server process, or session on the
+//! HTTP server) within `--max-sessions`, the pool of proxies for requests without a session
+//! (protocol 2026-07-28), and ending the sessions idle for `--session-idle`.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use hyper::header::HeaderValue;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::mcp::http::Upstream;
+use crate::mcp::jsonrpc::{self, IdKey};
+use crate::mcp::lifecycle;
+use crate::mcp::protocol::INTERNAL_ERROR;
+use crate::mcp::proxy;
+use crate::mcp::server;
+use crate::mcp::stdio::ClientOut;
+
+use super::routes::{Routes, Session, Waiter, event, lock};
+
+/// What the gateway needs to start a proxy for each session.
+pub(crate) struct Gateway {
+    pub(crate) addr: SocketAddr,
+    /// The bearer token clients must present, if one is required.
+    pub(crate) token: Option<String>,
+    pub(crate) backend: Backend,
+    pub(crate) scope: String,
+    pub(crate) server_id: String,
+    pub(crate) config: Arc<crate::mcp::config::Config>,
+    pub(crate) store: Arc<crate::mcp::store::LazyStore>,
+    /// A session with nothing in progress and no request for this long is ended.
+    pub(crate) session_idle: Duration,
+    /// How many sessions may be open at once.
+    pub(crate) max_sessions: usize,
+}
+
+/// The server behind the gateway.
+pub(crate) enum Backend {
+    /// A command started for each session.
+    Command {
+        program: OsString,
+        args: Vec<OsString>,
+    },
+    /// A Streamable HTTP server: each client session of the gateway has its own session there.
+    Http {
+        url: String,
+        headers: Vec<String>,
+        /// Whether the client's `Authorization` goes on to the server (not when the gateway
+        /// checks a token of its own: that one is the gateway's, and stays there).
+        forward_authorization: bool,
+    },
+}
+
+pub(super) struct State {
+    pub(super) gateway: Gateway,
+    pub(super) sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// Proxies for requests without a session (protocol 2026-07-28 has none). A request goes to
+    /// the first whose requests in progress do not use its id; another is started when all do.
+    pub(super) sessionless: Mutex<Vec<Arc<Session>>>,
+    pub(super) proxies: Mutex<JoinSet<()>>,
+}
+
+impl State {
+    pub(super) fn sessions(&self) -> MutexGuard<'_, HashMap<String, Arc<Session>>> {
+        lock(&self.sessions)
+    }
+}
+
+/// Ends the sessions idle for `--session-idle`, as `DELETE` would: dropping a session's input
+/// is the client hanging up, so its proxy stops the server (or ends the HTTP server's session).
+/// Checked a few times per idle period, so a session lasts at most a quarter longer.
+pub(super) async fn end_idle_sessions(state: std::sync::Weak<State>) {
+    let Some(idle) = state.upgrade().map(|s| s.gateway.session_idle) else {
+        return;
+    };
+    let period = (idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(30));
+    loop {
+        tokio::time::sleep(period).await;
+        let Some(state) = state.upgrade() else {
+            return;
+        };
+        let mut ended = Vec::new();
+        state.sessions().retain(|id, session| {
+            let idle = session.idle_for(idle);
+            if idle {
+                ended.push(id.clone());
+            }
+            !idle
+        });
+        for id in ended {
+            tracing::info!(
+                target: "toolonce::mcp",
+                session = %id,
+                "ended a session idle for --session-idle"
+            );
+        }
+    }
+}
+
+/// How many sessionless proxies may run at once; beyond, an idle one is ended for a new one.
+const SESSIONLESS_LIMIT: usize = 64;
+
+/// Every sessionless proxy is busy and there may be no more.
+#[derive(Debug)]
+pub(super) struct Busy;
+
+impl std::fmt::Display for Busy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("every proxy for requests without a session is busy")
+    }
+}
+
+impl std::error::Error for Busy {}
+
+/// The proxy for a message without a session: for a request, the first proxy (for the same
+/// `Authorization`, when that goes on to the server) whose requests in progress do not use
+/// `id`, or a new one; a notification goes to the first one (`None` when there is none:
+/// nothing is in progress that it could be about).
+pub(super) fn sessionless_proxy(
+    state: &Arc<State>,
+    id: Option<IdKey>,
+    authorization: &Option<HeaderValue>,
+) -> anyhow::Result<Option<Arc<Session>>> {
+    let forwards = matches!(
+        state.gateway.backend,
+        Backend::Http {
+            forward_authorization: true,
+            ..
+        }
+    );
+    let bound = if forwards {
+        authorization.clone()
+    } else {
+        None
+    };
+    let mut proxies = lock(&state.sessionless);
+    proxies.retain(|p| !p.routes().ended);
+    let found = proxies
+        .iter()
+        .filter(|p| p.bound == bound)
+        .find(|p| {
+            id.as_ref()
+                .is_none_or(|id| !p.routes().waiting.contains_key(id))
+        })
+        .cloned();
+    match (found, id) {
+        (Some(session), _) => Ok(Some(session)),
+        (None, None) => Ok(None),
+        (None, Some(_)) => {
+            if proxies.len() >= SESSIONLESS_LIMIT {
+                // Dropping an idle proxy's input is a client hanging up: it ends.
+                let idle = proxies
+                    .iter()
+                    .position(|p| p.routes().waiting.is_empty())
+                    .ok_or(Busy)?;
+                proxies.remove(idle);
+            }
+            let session = start_session(state, None, bound)?;
+            proxies.push(session.clone());
+            Ok(Some(session))
+        }
+    }
+}
+
+/// As many sessions are open as `--max-sessions` allows.
+#[derive(Debug)]
+pub(super) struct AtLimit(usize);
+
+impl std::fmt::Display for AtLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the gateway has {} sessions open, its limit (--max-sessions): end one with DELETE \
+             or try again later",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for AtLimit {}
+
+/// Opens a session: a new id, and its proxy; [`AtLimit`] at `--max-sessions`, before any server
+/// is started.
+pub(super) fn open_session(state: &Arc<State>) -> anyhow::Result<(String, Arc<Session>)> {
+    let mut random = [0u8; 16];
+    getrandom::fill(&mut random).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+    let id: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    // Counted and inserted under one lock, so concurrent `initialize`s never pass the limit.
+    // (Starting a session only prepares its server: the process starts in its proxy's task.)
+    let mut sessions = state.sessions();
+    let max = state.gateway.max_sessions;
+    if sessions.len() >= max {
+        return Err(AtLimit(max).into());
+    }
+    let session = start_session(state, Some(id.clone()), None)?;
+    sessions.insert(id.clone(), session.clone());
+    Ok((id, session))
+}
+
+/// Starts a proxy, and the server command or a session with the HTTP server, for the session
+/// `id` (`None`: for requests without a session, with the `Authorization` it is `bound` to).
+pub(super) fn start_session(
+    state: &Arc<State>,
+    id: Option<String>,
+    bound: Option<HeaderValue>,
+) -> anyhow::Result<Arc<Session>> {
+    let gateway = &state.gateway;
+    let (server, forward_to) = match &gateway.backend {
+        Backend::Command { program, args } => {
+            let mut command = tokio::process::Command::new(program);
+            command.args(args);
+            (server::Server::Command(command), None)
+        }
+        Backend::Http {
+            url,
+            headers,
+            forward_authorization,
+        } => {
+            let (upstream, incoming) = Upstream::new(url, headers)?;
+            let forward_to = forward_authorization.then(|| upstream.clone());
+            (server::Server::Http(upstream, incoming), forward_to)
+        }
+    };
+    let (to_proxy, client_in) = mpsc::unbounded_channel();
+    let (client_out, mut out_rx) = ClientOut::channel();
+    let routes: Arc<Mutex<Routes>> = Arc::default();
+    let settings = proxy::Settings {
+        scope: gateway.scope.clone(),
+        server_id: gateway.server_id.clone(),
+        config: gateway.config.clone(),
+        store: gateway.store.clone(),
+    };
+    let shutdown_timeout = gateway.config.proxy.shutdown_timeout;
+    let delivered = routes.clone();
+    let state_for_end = Arc::downgrade(state);
+    let session_id = id;
+    lock(&state.proxies).spawn(async move {
+        let routing = delivered.clone();
+        let deliver = tokio::spawn(async move {
+            while let Some(line) = out_rx.recv().await {
+                if line.is_empty() {
+                    break;
+                }
+                lock(&routing).deliver(line);
+            }
+        });
+        let status = lifecycle::run(
+            settings,
+            server,
+            client_in,
+            client_out.clone(),
+            shutdown_timeout,
+        )
+        .await;
+        client_out.close();
+        let _ = deliver.await;
+        // Requests the server never answered learn it: a JSON one from its sender being
+        // dropped (502), one on an event stream from an error answer. The GET stream ends.
+        {
+            let mut routes = lock(&delivered);
+            routes.ended = true;
+            for (_, waiter) in routes.waiting.drain() {
+                if let Waiter::Events { tx, id, .. } = waiter {
+                    let _ = tx.send(event(&jsonrpc::error_line(
+                        Some(&id),
+                        INTERNAL_ERROR,
+                        "toolonce: the server exited before answering this request",
+                    )));
+                }
+            }
+            routes.progress.clear();
+            routes.stream = None;
+            routes.queued.clear();
+        }
+        match status {
+            Ok(status) => {
+                tracing::info!(target: "toolonce::mcp", %status, "a session's server exited");
+            }
+            Err(e) => {
+                tracing::warn!(target: "toolonce::mcp", error = %e, "a session's proxy failed");
+            }
+        }
+        if let Some(state) = state_for_end.upgrade()
+            && let Some(id) = &session_id
+        {
+            state.sessions().remove(id);
+        }
+    });
+    Ok(Arc::new(Session {
+        to_proxy,
+        routes,
+        forward_to,
+        bound,
+        touched: Mutex::new(Instant::now()),
+    }))
+}

@@ -1,0 +1,134 @@
+// `npm run bench [-- --json] [-- --store redis://…] [-- --package PATH]`: the reference design
+// (its TypeScript worker with ioredis: SET NX PX to claim, GET for a duplicate, SET PX to
+// complete; crates/toolonce/tests/interop/reference_worker.ts) against toolonce's `idempotent`
+// on one Redis, in the same run: first-time calls and replays, 1 and 8 concurrent callers,
+// OPERATIONS calls per measurement, ROUNDS rounds with the two designs alternating, the best
+// round of each kept. Then toolonce alone on memory:// (no store I/O): microseconds per call.
+//
+// Redis: --store URL, else a redis-server of its own on a free port. --package PATH measures
+// another build of the `toolonce` API (the napi package this one replaced, for the table
+// before/after). A benchmark, not a test: nothing here fails on a slow machine.
+
+"use strict";
+
+const path = require("node:path");
+const Redis = require("ioredis");
+const { compileReferenceWorker, startRedis } = require("../test/support.js");
+
+const OPERATIONS = Number(process.env.TOOLONCE_BENCH_OPERATIONS ?? 2000);
+const ROUNDS = Number(process.env.TOOLONCE_BENCH_ROUNDS ?? 5);
+const REPLAY_KEYS = 64;
+
+function option(name) {
+  const i = process.argv.indexOf(name);
+  return i < 0 ? undefined : process.argv[i + 1];
+}
+
+async function main() {
+  const json = process.argv.includes("--json");
+  const pkg = option("--package") ?? path.join(__dirname, "..");
+  const { openStore, idempotent } = require(path.resolve(pkg));
+  const url = option("--store") ?? (await startRedis()).url;
+  const reference = require(compileReferenceWorker());
+  const redis = new Redis(url);
+  const store = await openStore(url);
+  const handler = async (args) => ({ ok: true, n: args.n });
+  const tag = `bench-${process.pid}-${Date.now()}`;
+  const toolOn = (s) => {
+    const tool = idempotent({ kind: "write", name: "create_ticket", run: handler }, s, { lease: 30_000, retention: 86_400_000 });
+    return (runId, args) => tool.run(args, { runId });
+  };
+  // Each design as `call(runId, args)`, both with a 30 s lease and 24 h retention.
+  const designs = {
+    reference: reference.idempotent({ name: "create_ticket", run: handler }, { redis, leaseMs: 30_000, retentionMs: 86_400_000 }),
+    toolonce: toolOn(store),
+  };
+
+  let fresh = 0;
+  const workloads = [];
+  for (const concurrency of [1, 8]) {
+    // A new operation every call.
+    workloads.push({ workload: "first_time", concurrency, args: (d) => [`${tag}-${d}`, { n: ++fresh, queue: "support" }] });
+    workloads.push({
+      workload: "replay",
+      concurrency,
+      // One of REPLAY_KEYS operations, each executed beforehand.
+      args: (d) => [`${tag}-${d}-replay`, { n: fresh++ % REPLAY_KEYS, queue: "support" }],
+      async setup(d, call) {
+        for (let n = 0; n < REPLAY_KEYS; n++) await call(`${tag}-${d}-replay`, { n, queue: "support" });
+      },
+    });
+  }
+
+  /** OPERATIONS calls of `w` on design `d` by `w.concurrency` callers: ops/s. */
+  async function measure(w, d) {
+    const call = designs[d];
+    let left = OPERATIONS;
+    async function lane() {
+      while (left > 0) {
+        left--;
+        const [runId, args] = w.args(d);
+        const answer = await call(runId, args);
+        // The reference answers `{outcome, result}`, toolonce the result itself.
+        if (answer === undefined || answer.outcome === "in_flight") throw new Error(`${d}: unexpected answer ${JSON.stringify(answer)}`);
+      }
+    }
+    const start = performance.now();
+    await Promise.all(Array.from({ length: w.concurrency }, lane));
+    return OPERATIONS / ((performance.now() - start) / 1000);
+  }
+
+  for (const d of Object.keys(designs)) {
+    for (const w of workloads) if (w.setup) await w.setup(d, designs[d]);
+    await measure(workloads[0], d); // Warm-up: connections, JIT.
+  }
+  const results = [];
+  for (const w of workloads) {
+    const best = { reference: 0, toolonce: 0 };
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const d of round % 2 ? ["toolonce", "reference"] : ["reference", "toolonce"]) best[d] = Math.max(best[d], await measure(w, d));
+    }
+    results.push({
+      workload: w.workload,
+      concurrency: w.concurrency,
+      reference_ops_s: Math.round(best.reference),
+      toolonce_ops_s: Math.round(best.toolonce),
+      ratio: Number((best.toolonce / best.reference).toFixed(2)),
+    });
+  }
+
+  // toolonce's own cost: the same calls on memory://, no store I/O.
+  const memory = await openStore("memory://");
+  designs.memory = toolOn(memory);
+  const perCall = {};
+  for (const w of workloads.filter((w) => w.concurrency === 1)) {
+    if (w.setup) await w.setup("memory", designs.memory);
+    let best = 0;
+    for (let round = 0; round < ROUNDS; round++) best = Math.max(best, await measure(w, "memory"));
+    perCall[w.workload] = Number((1e6 / best).toFixed(2));
+  }
+
+  const shown = url.replace(/:[^:@/]*@/, ":***@");
+  if (json) {
+    process.stdout.write(JSON.stringify({ store: shown, package: path.resolve(pkg), node: process.version, operations: OPERATIONS, rounds: ROUNDS, results, memory_us_per_call: perCall }) + "\n");
+  } else {
+    console.log(`Redis ${shown}, node ${process.version}, ${OPERATIONS} operations per measurement, best of ${ROUNDS} rounds, ${path.resolve(pkg)}\n`);
+    const header = ["workload", "callers", "reference ops/s", "toolonce ops/s", "ratio"];
+    const rows = results.map((r) => [r.workload, r.concurrency, r.reference_ops_s, r.toolonce_ops_s, r.ratio.toFixed(2) + "×"]);
+    const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => String(r[i]).length)));
+    const line = (cells) => "| " + cells.map((c, i) => String(c).padEnd(widths[i])).join(" | ") + " |";
+    console.log(line(header));
+    console.log("|" + widths.map((w) => "-".repeat(w + 2)).join("|") + "|");
+    for (const r of rows) console.log(line(r));
+    console.log(`\ntoolonce on memory:// (1 caller, no store I/O): first-time ${perCall.first_time} µs per call, replay ${perCall.replay} µs per call`);
+  }
+  redis.disconnect();
+  await store.close();
+  await memory.close();
+  process.exit(0);
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});

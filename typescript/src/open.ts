@@ -1,0 +1,101 @@
+// `openStore(url | client, defaults)`: picks the backend for a URL (memory://, sqlite://PATH,
+// redis://, rediss://, redis+cluster://, postgres://) or for a client the program already has
+// (an ioredis client or cluster, a node-redis client or cluster, a pg Pool or Client), and
+// wraps it in the `Store` that `idempotent` takes. Each backend loads its driver only when opened.
+
+import { ConfigError, InvalidArguments, StoreError, StoreUnavailable, messageOf } from "./errors.js";
+import { type StoreOptions, normalize } from "./options.js";
+import type { Backend } from "./store.js";
+import { MemoryBackend } from "./stores/memory.js";
+import { openPostgres, postgresFromClient } from "./stores/postgres.js";
+import { openRedisUrl, redisFromClient } from "./stores/redis-url.js";
+import { openSqlite } from "./stores/sqlite.js";
+import { redactUrl } from "./url.js";
+
+const BACKENDS = new WeakMap<Store, Backend>();
+
+/** A store of operations; `defaults` are the options of every tool wrapped on it. */
+export class Store {
+  /** The defaults given to `openStore`, applied to every tool wrapped on this store. */
+  readonly defaults: Readonly<StoreOptions>;
+
+  /** Made by `openStore`. */
+  constructor(backend: Backend, defaults: StoreOptions) {
+    BACKENDS.set(this, backend);
+    this.defaults = Object.freeze({ ...defaults });
+  }
+
+  /** The URL, without its password. */
+  get url(): string {
+    return backendOf(this).url;
+  }
+
+  /** Closes the store (and the connections it opened itself); calls made after it reject with `StoreUnavailable`. */
+  async close(): Promise<void> {
+    await backendOf(this).close();
+  }
+}
+
+/** The backend of a store made by `openStore`. */
+export function backendOf(store: Store): Backend {
+  const backend = BACKENDS.get(store);
+  if (backend === undefined) throw new TypeError("store must come from openStore()");
+  return backend;
+}
+
+/**
+ * Opens a store: `memory://` (this process only), `sqlite://PATH`, `redis://…`, `rediss://…`,
+ * `redis+cluster://HOST:PORT,HOST:PORT/`, `postgres://…`, or a client of your own: an ioredis
+ * `Redis` or `Cluster`, a node-redis client or cluster, a pg `Pool` or `Client`. Rejects with
+ * `StoreUnavailable` when the server cannot be reached, `InvalidArguments` for a malformed URL.
+ */
+export async function openStore(target: string | object, options: StoreOptions = {}): Promise<Store> {
+  normalize(options, "openStore"); // Bad defaults are refused here, not at the first tool.
+  try {
+    return new Store(await backendFor(target), options);
+  } catch (e) {
+    if (e instanceof InvalidArguments || e instanceof StoreUnavailable) throw e;
+    const shown = typeof target === "string" ? redactUrl(target) : "the client given";
+    if (e instanceof ConfigError || e instanceof TypeError) {
+      throw new InvalidArguments(`openStore(${shown}): ${e.message}`, { outcome: "invalid_arguments", cause: e });
+    }
+    const retryable = e instanceof StoreError ? e.retryable : true;
+    const Kind = retryable ? StoreUnavailable : InvalidArguments;
+    throw new Kind(`openStore(${shown}): ${messageOf(e)}`, { outcome: retryable ? "store_unavailable" : "invalid_arguments", cause: e });
+  }
+}
+
+async function backendFor(target: string | object): Promise<Backend> {
+  if (typeof target !== "string") {
+    if (target === null || typeof target !== "object") throw new TypeError("openStore(url): url must be a string or a client");
+    return clientBackend(target);
+  }
+  const scheme = /^([a-z][a-z0-9+.-]*):/i.exec(target)?.[1]?.toLowerCase();
+  switch (scheme) {
+    case "memory":
+      return new MemoryBackend();
+    case "sqlite":
+      return openSqlite(target);
+    case "redis":
+    case "rediss":
+    case "redis+cluster":
+    case "rediss+cluster":
+      return openRedisUrl(target);
+    case "postgres":
+    case "postgresql":
+      return openPostgres(target);
+    default:
+      throw new ConfigError(
+        `unknown store scheme ${scheme === undefined ? "(none)" : JSON.stringify(scheme)}: expected memory://, sqlite://, redis://, rediss://, redis+cluster:// or postgres://`,
+      );
+  }
+}
+
+async function clientBackend(client: object): Promise<Backend> {
+  const c = client as Record<string, unknown>;
+  // pg: a Pool or a Client has query() and connect(), and neither Redis client has query().
+  if (typeof c.query === "function" && typeof c.connect === "function") {
+    return postgresFromClient(client);
+  }
+  return redisFromClient(client);
+}

@@ -1,0 +1,101 @@
+// What a store may hold (docs/contract.md, "The layer", rule 5): every writer checks the same
+// nesting limit before it stores a result or an error's detail, so that every reader, in any
+// language, reads back what was stored (the Rust core's readers stop at 127 levels, and an
+// entry wraps a result one level deep and an error's detail two). A result beyond the limit is
+// recorded as a failure that says so; a detail beyond it is left out, the message saying so.
+// Readers read a lone UTF-16 surrogate (JSON.stringify writes one for a string cut inside an
+// emoji) as U+FFFD, as every other reader does.
+
+import { messageOf } from "./errors.js";
+import { toWellFormed } from "./canonical.js";
+import type { StoredError } from "./store.js";
+
+/** The deepest a stored result, or a stored error's detail, may nest (a scalar is 0). */
+export const MAX_STORED_DEPTH = 100;
+
+/** How deep the JSON text `json` nests: 0 for a scalar, 1 for `[]` or `{}`, one more per level. */
+export function nestingDepth(json: string): number {
+  let depth = 0;
+  let deepest = 0;
+  let inString = false;
+  for (let i = 0; i < json.length; i++) {
+    const c = json.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c /* \ */) i++;
+      else if (c === 0x22 /* " */) inString = false;
+    } else if (c === 0x22) {
+      inString = true;
+    } else if (c === 0x7b /* { */ || c === 0x5b /* [ */) {
+      if (++depth > deepest) deepest = depth;
+    } else if (c === 0x7d || c === 0x5d) {
+      depth--;
+    }
+  }
+  return deepest;
+}
+
+/** Why the result `json` cannot be stored, or undefined when it can. */
+export function unstorableResult(json: string): string | undefined {
+  const depth = nestingDepth(json);
+  if (depth <= MAX_STORED_DEPTH) return undefined;
+  return `it is nested ${depth} levels deep, more than the ${MAX_STORED_DEPTH} levels a stored result may have`;
+}
+
+/** The failure recorded for a handler that ran but whose result cannot be stored, as the core words it. */
+export function unstorable(tool: string, why: string): StoredError {
+  return {
+    message:
+      `The tool \`${tool}\` ran, but its result cannot be stored: ${why}. So that it does not run again, the operation is ` +
+      "recorded as failed with this message: the first call got the result, every duplicate gets this. Do not retry it; " +
+      "if its effect is needed, check the system it acted on.",
+    class: "permanent",
+    detail: { unstorable: why },
+  };
+}
+
+/** The stored form of the error `e` thrown by a handler, as text: `{"message","class","detail"?}`. */
+export function errorJson(e: unknown, errorClass: "permanent" | "transient"): string {
+  let message = toWellFormed(messageOf(e));
+  const error: { message: string; class: string; detail?: unknown } = { message, class: errorClass };
+  const detail = e !== null && typeof e === "object" ? (e as { detail?: unknown }).detail : undefined;
+  if (detail !== undefined) {
+    let text: string | undefined;
+    try {
+      text = JSON.stringify(detail);
+    } catch (err) {
+      message += ` (its detail was not stored: it is not JSON: ${messageOf(err)})`;
+    }
+    if (text !== undefined) {
+      const depth = nestingDepth(text);
+      if (depth <= MAX_STORED_DEPTH) {
+        error.detail = JSON.parse(text);
+      } else {
+        message += ` (its detail was not stored: it is nested ${depth} levels deep, more than the ${MAX_STORED_DEPTH} levels a stored error may have)`;
+        error.detail = { unstorable: "detail too deep", depth };
+      }
+    }
+    error.message = message;
+  }
+  return JSON.stringify(error);
+}
+
+const LONE_SURROGATE_ESCAPE = /\\u[dD][89abAB]/;
+
+/** `value` with every lone surrogate in its strings (keys too) replaced by U+FFFD. */
+function wellFormed(value: unknown): unknown {
+  if (typeof value === "string") return toWellFormed(value);
+  if (value === null || typeof value !== "object") return value;
+  if (Array.isArray(value)) return value.map(wellFormed);
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(value)) {
+    // Defined, not assigned: a member named "__proto__" stays a member.
+    Object.defineProperty(out, toWellFormed(k), { value: wellFormed(v), enumerable: true, writable: true, configurable: true });
+  }
+  return out;
+}
+
+/** Parses stored JSON text as every reader does: lone surrogates are read as U+FFFD. */
+export function readJson(json: string): unknown {
+  const value: unknown = JSON.parse(json);
+  return LONE_SURROGATE_ESCAPE.test(json) ? wellFormed(value) : value;
+}

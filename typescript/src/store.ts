@@ -1,0 +1,90 @@
+// The store operations every backend implements (docs/contract.md, "Store operations"): claim,
+// renew, complete, fail (fenced by the owner token), resolve, get. Each is one atomic step on
+// the store, judged by the store's clock. Results and errors travel as the JSON text the layer
+// made once, so a backend splices it in and never re-encodes it.
+
+/** What an entry says it is, for people: the scope, the tool, a detail. */
+export interface About {
+  scope?: string;
+  tool?: string;
+  detail?: string;
+}
+
+/** A claim of `key` by the holder of `owner` (32 hex digits, made afresh for the call). */
+export interface ClaimRequest {
+  key: string;
+  fingerprint: string;
+  owner: string;
+  leaseMs: number;
+  retentionMs: number;
+  /** Take an `unknown` entry of the same fingerprint over. */
+  takeover: boolean;
+  about: About;
+}
+
+/** A stored error: the tool's message, its class, its structured detail. */
+export interface StoredError {
+  message: string;
+  class: "permanent" | "transient";
+  detail?: unknown;
+}
+
+/** A live entry, as a duplicate needs it. */
+export type Entry =
+  | { state: "running" | "unknown"; fingerprint?: string | undefined }
+  | { state: "done"; fingerprint?: string | undefined; result: unknown }
+  | { state: "failed"; fingerprint?: string | undefined; error: StoredError };
+
+export type Claim = { kind: "won" } | { kind: "took_over" } | { kind: "existing"; entry: Entry };
+
+/** An operator's (or a verify probe's) settlement of a running or unknown entry. */
+export type Resolution = { done: string } | { failed: StoredError } | "release";
+
+export type Resolved = { kind: "applied" } | { kind: "absent" } | { kind: "settled"; entry: Entry };
+
+/** One store backend. Every method rejects with a `StoreError` when it fails. */
+export interface Backend {
+  /** The store's URL without its password. */
+  readonly url: string;
+  claim(req: ClaimRequest): Promise<Claim>;
+  /** Extends the lease of our running or unknown entry; false when `owner` no longer holds it. */
+  renew(key: string, owner: string, leaseMs: number): Promise<boolean>;
+  /** Makes our entry `done` with `resultJson`; false when `owner` no longer holds it. */
+  complete(key: string, owner: string, resultJson: string, retentionMs: number): Promise<boolean>;
+  /**
+   * `errorJson` undefined: deletes our entry (a transient error); else makes it `failed` for
+   * `retentionMs`. False when `owner` no longer holds it.
+   */
+  fail(key: string, owner: string, errorJson: string | undefined, retentionMs: number): Promise<boolean>;
+  resolve(key: string, resolution: Resolution, retentionMs: number): Promise<Resolved>;
+  get(key: string): Promise<Entry | undefined>;
+  close(): Promise<void>;
+}
+
+/** Redis's `PX` range, and the range of every lease and retention: 1 ms to 100 years. */
+export const MAX_MS = 100 * 365 * 24 * 60 * 60 * 1000;
+
+export function clampMs(ms: number): number {
+  return Math.min(Math.max(Math.round(ms), 1), MAX_MS);
+}
+
+const FINGERPRINT = /^[0-9a-f]{64}$/;
+
+/** Whether `text` is a fingerprint: 64 lowercase hex digits. */
+export function isFingerprint(text: unknown): text is string {
+  return typeof text === "string" && FINGERPRINT.test(text);
+}
+
+/** The stored error in `value`: ours, or another writer's bare message or object with a `message`. */
+export function decodeError(value: unknown): StoredError | undefined {
+  if (typeof value === "string") return { message: value, class: "permanent" };
+  if (value === null || typeof value !== "object") return undefined;
+  const e = value as Record<string, unknown>;
+  if (typeof e.message !== "string") return undefined;
+  if (e.class === "permanent" || e.class === "transient") {
+    const error: StoredError = { message: e.message, class: e.class };
+    if (e.detail !== undefined && e.detail !== null) error.detail = e.detail;
+    return error;
+  }
+  return { message: e.message, class: "permanent", detail: value };
+}

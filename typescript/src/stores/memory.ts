@@ -1,0 +1,189 @@
+// The in-memory store: this process only, judged by the system clock (or one a test injects).
+// Every operation runs to completion on the JavaScript thread, so each is atomic; entries whose
+// retention passed count as absent and are swept now and then.
+
+import { StoreError } from "../errors.js";
+import { readJson } from "../outcome.js";
+import { type Backend, type Claim, type ClaimRequest, type Entry, type Resolution, type Resolved, type StoredError, decodeError } from "../store.js";
+
+interface Held {
+  status: "running" | "done" | "failed";
+  owner: string | undefined;
+  fingerprint: string;
+  /** Running: when the lease ends. */
+  leaseUntil: number;
+  /** Running: kept this long after the lease, as unknown. */
+  retentionMs: number;
+  /** When the entry is gone: the lease plus the retention while running, then the retention. */
+  expiresAt: number;
+  resultJson?: string;
+  error?: StoredError;
+  startedAt: number;
+  firstStartedAt: number;
+  attempts: number;
+  about: Record<string, string | undefined>;
+}
+
+/** How many entries each write checks for expiry: the sweep walks the map a little at a time. */
+const SWEEP_STEP = 4;
+
+export class MemoryBackend implements Backend {
+  readonly url = "memory://";
+  private readonly entries = new Map<string, Held>();
+  private closed = false;
+  /** Where the sweep is: an iterator over the map, which stays valid as entries come and go. */
+  private sweeping: Iterator<[string, Held]> | undefined;
+
+  constructor(private readonly now: () => number = Date.now) {}
+
+  private live(key: string, now: number): Held | undefined {
+    if (this.closed) throw new StoreError("the store is closed", false);
+    const e = this.entries.get(key);
+    if (e === undefined) return undefined;
+    if (now >= e.expiresAt) {
+      this.entries.delete(key);
+      return undefined;
+    }
+    return e;
+  }
+
+  /** Forgets a few expired entries, so memory stays bounded by the live ones at a constant cost per write. */
+  private sweep(now: number): void {
+    for (let i = 0; i < SWEEP_STEP; i++) {
+      this.sweeping ??= this.entries.entries();
+      const next = this.sweeping.next();
+      if (next.done === true) {
+        this.sweeping = undefined;
+        return;
+      }
+      const [key, e] = next.value;
+      if (now >= e.expiresAt) this.entries.delete(key);
+    }
+  }
+
+  private view(e: Held, now: number): Entry {
+    switch (e.status) {
+      case "running":
+        return { state: now < e.leaseUntil ? "running" : "unknown", fingerprint: e.fingerprint };
+      case "done":
+        // Parsed afresh for every duplicate, so none sees another's changes to its copy.
+        return { state: "done", fingerprint: e.fingerprint, result: readJson(e.resultJson ?? "null") };
+      case "failed":
+        return { state: "failed", fingerprint: e.fingerprint, error: structuredClone(e.error as StoredError) };
+    }
+  }
+
+  /** Our running or unknown entry held by `owner`. */
+  private owned(key: string, owner: string, now: number): Held | undefined {
+    const e = this.live(key, now);
+    return e !== undefined && e.status === "running" && e.owner === owner ? e : undefined;
+  }
+
+  private lease(e: Held, leaseMs: number, retentionMs: number, now: number): void {
+    e.leaseUntil = now + leaseMs;
+    e.retentionMs = retentionMs;
+    e.expiresAt = e.leaseUntil + retentionMs;
+  }
+
+  async claim(req: ClaimRequest): Promise<Claim> {
+    const now = this.now();
+    const e = this.live(req.key, now);
+    if (e === undefined) {
+      const held: Held = {
+        status: "running",
+        owner: req.owner,
+        fingerprint: req.fingerprint,
+        leaseUntil: 0,
+        retentionMs: 0,
+        expiresAt: 0,
+        startedAt: now,
+        firstStartedAt: now,
+        attempts: 1,
+        about: { scope: req.about.scope, tool: req.about.tool, detail: req.about.detail },
+      };
+      this.lease(held, req.leaseMs, req.retentionMs, now);
+      this.entries.set(req.key, held);
+      this.sweep(now);
+      return { kind: "won" };
+    }
+    if (e.status === "running" && e.owner === req.owner) {
+      this.lease(e, req.leaseMs, req.retentionMs, now);
+      return { kind: "won" };
+    }
+    if (e.status === "running" && now >= e.leaseUntil && req.takeover && e.fingerprint === req.fingerprint) {
+      e.owner = req.owner;
+      e.attempts += 1;
+      e.startedAt = now;
+      this.lease(e, req.leaseMs, req.retentionMs, now);
+      return { kind: "took_over" };
+    }
+    return { kind: "existing", entry: this.view(e, now) };
+  }
+
+  async renew(key: string, owner: string, leaseMs: number): Promise<boolean> {
+    const now = this.now();
+    const e = this.owned(key, owner, now);
+    if (e === undefined) return false;
+    this.lease(e, leaseMs, e.retentionMs, now);
+    return true;
+  }
+
+  private settle(e: Held, now: number, retentionMs: number): void {
+    e.owner = undefined;
+    e.expiresAt = now + retentionMs;
+  }
+
+  async complete(key: string, owner: string, resultJson: string, retentionMs: number): Promise<boolean> {
+    const now = this.now();
+    const e = this.owned(key, owner, now);
+    if (e === undefined) return false;
+    e.status = "done";
+    e.resultJson = resultJson;
+    this.settle(e, now, retentionMs);
+    return true;
+  }
+
+  async fail(key: string, owner: string, errorJson: string | undefined, retentionMs: number): Promise<boolean> {
+    const now = this.now();
+    const e = this.owned(key, owner, now);
+    if (e === undefined) return false;
+    if (errorJson === undefined) {
+      this.entries.delete(key);
+      return true;
+    }
+    e.status = "failed";
+    e.error = decodeError(JSON.parse(errorJson));
+    this.settle(e, now, retentionMs);
+    return true;
+  }
+
+  async resolve(key: string, resolution: Resolution, retentionMs: number): Promise<Resolved> {
+    const now = this.now();
+    const e = this.live(key, now);
+    if (e === undefined) return { kind: "absent" };
+    if (e.status !== "running") return { kind: "settled", entry: this.view(e, now) };
+    if (resolution === "release") {
+      this.entries.delete(key);
+    } else if ("done" in resolution) {
+      e.status = "done";
+      e.resultJson = resolution.done;
+      this.settle(e, now, retentionMs);
+    } else {
+      e.status = "failed";
+      e.error = resolution.failed;
+      this.settle(e, now, retentionMs);
+    }
+    return { kind: "applied" };
+  }
+
+  async get(key: string): Promise<Entry | undefined> {
+    const now = this.now();
+    const e = this.live(key, now);
+    return e === undefined ? undefined : this.view(e, now);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    this.entries.clear();
+  }
+}

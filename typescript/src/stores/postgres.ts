@@ -1,0 +1,212 @@
+// The PostgreSQL store through `pg`: the Rust core's table and claim function (postgres-schema.ts
+// applies its migrations), and the statements the core runs, so processes of either side share
+// one table. Every operation is one statement, one round trip; a claim calls the claim function,
+// which decides and reads in one atomic step (a settled entry is answered without calling it).
+// Leases and expiry are the database server's `now()`.
+
+import { ConfigError, CorruptEntry, StoreError } from "../errors.js";
+import { readJson } from "../outcome.js";
+import { type Backend, type Claim, type ClaimRequest, type Entry, type Resolution, type Resolved, decodeError } from "../store.js";
+import { redactUrl } from "../url.js";
+import { type Queryable, checkTableName, migrate, quote } from "./postgres-schema.js";
+
+const DEFAULT_TABLE = "toolonce_entries";
+
+const ENTRY_COLUMNS =
+  "(CASE WHEN state = 'running' AND lease_until <= now() THEN 'unknown' ELSE state END) AS state, fingerprint, result::text AS result, error::text AS error";
+const FENCE = "key = $1 AND state = 'running' AND owner = $2 AND expires_at > now()";
+const UNSETTLED = "key = $1 AND state = 'running' AND expires_at > now()";
+
+/** The core's statements for `table` (crates/toolonce/src/store/postgres.rs, `Sql::new`). */
+function statements(table: string) {
+  const t = quote(table);
+  const claim = quote(`${table}_claim`);
+  const lease = "now() + $3::bigint * interval '1 millisecond'";
+  const retention = "now() + $4::bigint * interval '1 millisecond'";
+  return {
+    claim:
+      `(SELECT false AS won, false AS took_over, state, fingerprint, result::text AS result, error::text AS error FROM ${t} ` +
+      "WHERE key = $1 AND expires_at > now() AND state <> 'running') UNION ALL " +
+      `(SELECT (c).won, (c).took_over, (c).state, (c).fingerprint, (c).result, (c).error FROM (SELECT ${claim}(` +
+      "$1, $2, $3, $4::bigint, $5::bigint, $6::boolean, $7, $8, $9) AS c OFFSET 0) AS called) LIMIT 1",
+    renew: `UPDATE ${t} SET lease_until = ${lease}, expires_at = ${lease} + (expires_at - lease_until) WHERE ${FENCE}`,
+    complete: `UPDATE ${t} SET state = 'done', owner = NULL, lease_until = NULL, result = $3::text::json, settled_at = now(), expires_at = ${retention} WHERE ${FENCE}`,
+    failSticky: `UPDATE ${t} SET state = 'failed', owner = NULL, lease_until = NULL, error = $3::text::json, settled_at = now(), expires_at = ${retention} WHERE ${FENCE}`,
+    failDelete: `DELETE FROM ${t} WHERE ${FENCE}`,
+    get: `SELECT ${ENTRY_COLUMNS} FROM ${t} WHERE key = $1 AND expires_at > now()`,
+    resolveDone: `UPDATE ${t} SET state = 'done', owner = NULL, lease_until = NULL, result = $2::text::json, settled_at = now(), expires_at = now() + $3::bigint * interval '1 millisecond' WHERE ${UNSETTLED}`,
+    resolveFailed: `UPDATE ${t} SET state = 'failed', owner = NULL, lease_until = NULL, error = $2::text::json, settled_at = now(), expires_at = now() + $3::bigint * interval '1 millisecond' WHERE ${UNSETTLED}`,
+    resolveRelease: `DELETE FROM ${t} WHERE ${UNSETTLED}`,
+  };
+}
+
+/** SQLSTATEs after which trying again may help: the connection, the server starting or stopping, load. */
+const RETRYABLE_STATES = /^(08|57P0[1-3]|53300|40001|40P01)/;
+
+function storeError(e: unknown, doing: string): StoreError {
+  if (e instanceof StoreError) return e;
+  const code = (e as { code?: unknown }).code;
+  const message = e instanceof Error ? e.message : String(e);
+  // A SQLSTATE is five characters; anything else (ECONNREFUSED, a terminated connection, a timeout) is the connection.
+  const refused = typeof code === "string" && /^[0-9A-Z]{5}$/.test(code) && !RETRYABLE_STATES.test(code);
+  return new StoreError(`PostgreSQL ${refused ? "refused to" : "is unavailable: cannot"} ${doing}: ${message}`, !refused, e);
+}
+
+interface EntryRow {
+  state: string;
+  fingerprint: string | null;
+  result: string | null;
+  error: string | null;
+}
+
+function entryOf(key: string, row: EntryRow): Entry {
+  const fingerprint = row.fingerprint ?? undefined;
+  const read = (text: string | null): unknown => {
+    try {
+      return text === null ? undefined : readJson(text);
+    } catch (e) {
+      throw new CorruptEntry(`the entry of ${key} cannot be read: it is not JSON (${(e as Error).message})`, e);
+    }
+  };
+  switch (row.state) {
+    case "running":
+    case "unknown":
+      return { state: row.state, fingerprint };
+    case "done":
+      return { state: "done", fingerprint, result: read(row.result) ?? null };
+    case "failed": {
+      const error = decodeError(read(row.error));
+      if (error === undefined) throw new CorruptEntry(`the entry of ${key} cannot be read: its error is unreadable`);
+      return { state: "failed", fingerprint, error };
+    }
+    default:
+      throw new CorruptEntry(`the entry of ${key} cannot be read: unknown state ${JSON.stringify(row.state)}`);
+  }
+}
+
+/** What the store needs of pg: a Pool (or a Client) to query, and whether closing the store ends it. */
+interface Pg extends Queryable {
+  connect(): Promise<unknown>;
+  end(): Promise<void>;
+}
+
+export class PostgresBackend implements Backend {
+  private readonly sql: ReturnType<typeof statements>;
+  private closed = false;
+
+  private constructor(
+    private readonly pg: Pg,
+    readonly url: string,
+    private readonly owned: boolean,
+    table: string,
+  ) {
+    this.sql = statements(table);
+  }
+
+  /** Migrates `table` on a connection of its own, then serves from `pg`. */
+  static async open(pg: Pg, url: string, owned: boolean, table: string): Promise<PostgresBackend> {
+    checkTableName(table);
+    const isPool = typeof (pg as { totalCount?: unknown }).totalCount === "number";
+    try {
+      if (isPool) {
+        const client = (await pg.connect()) as Queryable & { release(error?: unknown): void };
+        try {
+          await migrate(client, table);
+        } finally {
+          client.release();
+        }
+      } else {
+        await migrate(pg, table);
+      }
+    } catch (e) {
+      throw storeError(e, `migrate table ${table}`);
+    }
+    return new PostgresBackend(pg, url, owned, table);
+  }
+
+  private async query(text: string, values: unknown[], doing: string): Promise<{ rows: Record<string, unknown>[]; rowCount: number | null }> {
+    if (this.closed) throw new StoreError("the store is closed", false);
+    try {
+      return await this.pg.query(text, values);
+    } catch (e) {
+      throw storeError(e, doing);
+    }
+  }
+
+  async claim(req: ClaimRequest): Promise<Claim> {
+    const { rows } = await this.query(
+      this.sql.claim,
+      [req.key, req.owner, req.fingerprint, Math.round(req.leaseMs), Math.round(req.retentionMs), req.takeover, req.about.scope ?? null, req.about.tool ?? null, req.about.detail ?? null],
+      "claim",
+    );
+    const row = rows[0] as unknown as (EntryRow & { won: boolean; took_over: boolean }) | undefined;
+    if (row === undefined) throw new StoreError("the claim function returned no row", false);
+    if (row.won) return row.took_over ? { kind: "took_over" } : { kind: "won" };
+    return { kind: "existing", entry: entryOf(req.key, row) };
+  }
+
+  async renew(key: string, owner: string, leaseMs: number): Promise<boolean> {
+    return ((await this.query(this.sql.renew, [key, owner, Math.round(leaseMs)], "renew")).rowCount ?? 0) > 0;
+  }
+
+  async complete(key: string, owner: string, resultJson: string, retentionMs: number): Promise<boolean> {
+    return ((await this.query(this.sql.complete, [key, owner, resultJson, Math.round(retentionMs)], "complete")).rowCount ?? 0) > 0;
+  }
+
+  async fail(key: string, owner: string, errorJson: string | undefined, retentionMs: number): Promise<boolean> {
+    const result =
+      errorJson === undefined
+        ? await this.query(this.sql.failDelete, [key, owner], "fail")
+        : await this.query(this.sql.failSticky, [key, owner, errorJson, Math.round(retentionMs)], "fail");
+    return (result.rowCount ?? 0) > 0;
+  }
+
+  async resolve(key: string, resolution: Resolution, retentionMs: number): Promise<Resolved> {
+    const result =
+      resolution === "release"
+        ? await this.query(this.sql.resolveRelease, [key], "resolve")
+        : "done" in resolution
+          ? await this.query(this.sql.resolveDone, [key, resolution.done, Math.round(retentionMs)], "resolve")
+          : await this.query(this.sql.resolveFailed, [key, JSON.stringify(resolution.failed), Math.round(retentionMs)], "resolve");
+    if ((result.rowCount ?? 0) > 0) return { kind: "applied" };
+    const entry = await this.get(key);
+    return entry === undefined ? { kind: "absent" } : { kind: "settled", entry };
+  }
+
+  async get(key: string): Promise<Entry | undefined> {
+    const { rows } = await this.query(this.sql.get, [key], "read an entry");
+    const row = rows[0] as unknown as EntryRow | undefined;
+    return row === undefined ? undefined : entryOf(key, row);
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.owned) await this.pg.end();
+  }
+}
+
+/** Opens `postgres://…` with a pg Pool of 16 connections (`pg` must be installed). */
+export async function openPostgres(url: string): Promise<Backend> {
+  let pg: any;
+  try {
+    pg = require("pg");
+  } catch {
+    throw new ConfigError("a postgres:// store needs the pg driver: npm install pg");
+  }
+  // A query that gets no answer within 5 s fails (the store is unavailable), as a dropped connection does.
+  const pool = new pg.Pool({ connectionString: url, max: 16, connectionTimeoutMillis: 2000, query_timeout: 5000, application_name: "toolonce" });
+  // A connection that breaks while idle is replaced; the calls that meet the outage fail closed.
+  pool.on("error", () => {});
+  try {
+    return await PostgresBackend.open(pool, redactUrl(url), true, DEFAULT_TABLE);
+  } catch (e) {
+    await pool.end().catch(() => {});
+    throw e;
+  }
+}
+
+/** The PostgreSQL store on a pg Pool or Client of the program's; closing the store leaves it open. */
+export async function postgresFromClient(client: object): Promise<Backend> {
+  return PostgresBackend.open(client as Pg, "postgres (a client of the program's)", false, DEFAULT_TABLE);
+}

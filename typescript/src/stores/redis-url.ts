@@ -1,0 +1,182 @@
+// Opening the Redis store: from a URL, with the driver the program has installed (ioredis, else
+// node-redis), or from a client the program made itself, which it keeps owning.
+//
+// `redis://[[user]:password@]host[:port][/db][?prefix=NS][&allow_eviction=true]`, `rediss://…`
+// (TLS), `redis+cluster://[[user]:password@]host:port,host:port,…` (or `rediss+cluster://…`): a
+// few seed nodes, from which the client learns the rest.
+
+import { ConfigError, StoreError } from "../errors.js";
+import { redactUrl } from "../url.js";
+import { RedisBackend } from "./redis.js";
+import { type RedisLink, linkOf, storeError } from "./redis-link.js";
+
+interface Target {
+  tls: boolean;
+  cluster: boolean;
+  nodes: { host: string; port: number }[];
+  username: string | undefined;
+  password: string | undefined;
+  db: number;
+  prefix: string;
+  allowEviction: boolean;
+  nativeClaim: boolean;
+}
+
+function decode(text: string, what: string): string {
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    throw new ConfigError(`the ${what} of the store URL is not valid percent-encoding`);
+  }
+}
+
+function bool(name: string, value: string): boolean {
+  if (value === "true" || value === "1") return true;
+  if (value === "false" || value === "0") return false;
+  throw new ConfigError(`${name}=${value} in the store URL: expected true or false`);
+}
+
+/** Parses a Redis store URL; throws ConfigError naming what is wrong (never the password). */
+export function parseRedisUrl(url: string): Target {
+  const m = /^(rediss?)(\+cluster)?:\/\/(?:([^@/?#]*)@)?([^/?#]*)(\/[^?#]*)?(?:\?([^#]*))?$/i.exec(url);
+  if (m === null) throw new ConfigError("a malformed Redis URL");
+  const [, scheme, cluster, userinfo, hosts, path, query] = m as unknown as (string | undefined)[];
+  let username: string | undefined;
+  let password: string | undefined;
+  if (userinfo !== undefined) {
+    const colon = userinfo.indexOf(":");
+    username = decode(colon < 0 ? userinfo : userinfo.slice(0, colon), "user") || undefined;
+    password = colon < 0 ? undefined : decode(userinfo.slice(colon + 1), "password");
+  }
+  const nodes = (hosts ?? "").split(",").map((h) => {
+    const hm = /^(\[[^\]]+\]|[^:[\]]+)(?::(\d+))?$/.exec(h);
+    if (hm === null) throw new ConfigError(`the host ${JSON.stringify(h)} of the store URL is not HOST[:PORT]`);
+    const port = hm[2] === undefined ? 6379 : Number(hm[2]);
+    if (port < 1 || port > 65535) throw new ConfigError(`the port ${hm[2]} of the store URL is out of range`);
+    return { host: (hm[1] as string).replace(/^\[|\]$/g, ""), port };
+  });
+  if (nodes.length > 1 && cluster === undefined) throw new ConfigError("several hosts need a redis+cluster:// URL");
+  let db = 0;
+  const dbText = (path ?? "").replace(/^\//, "").replace(/\/$/, "");
+  if (dbText !== "") {
+    if (cluster !== undefined) throw new ConfigError("a Redis Cluster has no database number");
+    if (!/^\d+$/.test(dbText)) throw new ConfigError(`the database ${JSON.stringify(dbText)} of the store URL is not a number`);
+    db = Number(dbText);
+  }
+  const target: Target = {
+    tls: scheme?.toLowerCase() === "rediss",
+    cluster: cluster !== undefined,
+    nodes,
+    username,
+    password,
+    db,
+    prefix: "",
+    allowEviction: false,
+    nativeClaim: true,
+  };
+  for (const pair of (query ?? "").split("&").filter((p) => p !== "")) {
+    const eq = pair.indexOf("=");
+    const name = decode(eq < 0 ? pair : pair.slice(0, eq), "query");
+    const value = decode(eq < 0 ? "" : pair.slice(eq + 1), "query");
+    if (name === "prefix") target.prefix = value;
+    else if (name === "allow_eviction") target.allowEviction = bool(name, value);
+    else if (name === "native_claim") target.nativeClaim = bool(name, value);
+    else throw new ConfigError(`unknown parameter ${JSON.stringify(name)} in the store URL; expected prefix, allow_eviction or native_claim`);
+  }
+  return target;
+}
+
+/** A driver, if the program has it installed. */
+function optional(name: string): any {
+  try {
+    return require(name);
+  } catch (e) {
+    if ((e as { code?: string }).code === "MODULE_NOT_FOUND") return undefined;
+    throw e;
+  }
+}
+
+const CONNECT_TIMEOUT_MS = 1000;
+const RESPONSE_TIMEOUT_MS = 2000;
+
+/** Connects with ioredis: calls fail at once while it reconnects (fail closed), and time out after 2 s. */
+async function ioredisLink(ioredis: any, t: Target): Promise<RedisLink> {
+  const Redis = ioredis.default ?? ioredis;
+  const common = {
+    username: t.username,
+    password: t.password,
+    connectTimeout: CONNECT_TIMEOUT_MS,
+    commandTimeout: RESPONSE_TIMEOUT_MS,
+    tls: t.tls ? {} : undefined,
+  };
+  let client: any;
+  if (t.cluster) {
+    client = new Redis.Cluster(t.nodes, { lazyConnect: true, redisOptions: common, clusterRetryStrategy: (n: number) => Math.min(50 * n, 1000) });
+  } else {
+    const node = t.nodes[0] as { host: string; port: number };
+    client = new Redis({ ...common, host: node.host, port: node.port, db: t.db, lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 1 });
+  }
+  // Connection errors are answered to the calls that meet them; no unhandled "error" event.
+  client.on("error", () => {});
+  try {
+    await client.connect();
+  } catch (e) {
+    client.disconnect();
+    throw storeError(e);
+  }
+  return linkOf(client, true) as RedisLink;
+}
+
+/** Connects with node-redis, with the same timeouts. */
+async function nodeRedisLink(redis: any, t: Target): Promise<RedisLink> {
+  let ready = false;
+  const socket = {
+    connectTimeout: CONNECT_TIMEOUT_MS,
+    tls: t.tls,
+    // Reconnects once it has been up; the first connection failing fails the open.
+    reconnectStrategy: (retries: number) => (ready ? Math.min(50 * 2 ** retries, 1000) : new Error("cannot connect")),
+  };
+  const auth = { username: t.username, password: t.password };
+  const client = t.cluster
+    ? redis.createCluster({ rootNodes: t.nodes.map((n) => ({ socket: { host: n.host, port: n.port, tls: t.tls } })), defaults: { ...auth, socket } })
+    : redis.createClient({ ...auth, database: t.db, socket: { ...socket, host: t.nodes[0]?.host, port: t.nodes[0]?.port }, disableOfflineQueue: true, commandOptions: undefined });
+  client.on("error", () => {});
+  try {
+    await client.connect();
+    ready = true;
+  } catch (e) {
+    await Promise.resolve(client.destroy?.()).catch(() => {});
+    throw storeError(e);
+  }
+  return linkOf(client, true) as RedisLink;
+}
+
+/** Opens the Redis store of `url`. */
+export async function openRedisUrl(url: string): Promise<RedisBackend> {
+  const t = parseRedisUrl(url);
+  const ioredis = optional("ioredis");
+  const redis = ioredis === undefined ? optional("redis") : undefined;
+  if (ioredis === undefined && redis === undefined) {
+    throw new ConfigError("a redis:// store needs a Redis driver: npm install ioredis (or redis)");
+  }
+  const link = ioredis !== undefined ? await ioredisLink(ioredis, t) : await nodeRedisLink(redis, t);
+  try {
+    return await RedisBackend.open(link, { url: redactUrl(url), prefix: t.prefix, allowEviction: t.allowEviction, nativeClaim: t.nativeClaim });
+  } catch (e) {
+    await link.close();
+    throw e;
+  }
+}
+
+/** The Redis store on a client the program made (connected, or connecting); closing the store leaves it open. */
+export async function redisFromClient(client: object): Promise<RedisBackend> {
+  const link = linkOf(client, false);
+  if (link === undefined) {
+    throw new ConfigError("openStore(client): expected an ioredis Redis or Cluster, a node-redis client or cluster, or a pg Pool or Client");
+  }
+  try {
+    return await RedisBackend.open(link, { url: "redis (a client of the program's)", prefix: "", allowEviction: false, nativeClaim: true });
+  } catch (e) {
+    throw e instanceof StoreError || e instanceof ConfigError ? e : storeError(e);
+  }
+}

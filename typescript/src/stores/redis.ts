@@ -1,0 +1,292 @@
+// The Redis store, in the wire format the Rust core writes and reads (docs/contract.md, "Wire
+// format shared with TypeScript workers"): one JSON value per key, the lease as the key's TTL,
+// the owner as the SHA-1 of its token, and the core's own Lua scripts (artifacts/redis, copied
+// from crates/toolonce/src/store/redis at build time), assembled from the same helpers in the
+// same order. On Redis 7 or later a claim is the native `SET … NX GET PX`: one round trip for
+// every first-time call and every replay; a key found running goes on to the claim script.
+
+import { createHash } from "node:crypto";
+import { LUA } from "../artifacts.generated.js";
+import { hexDigest } from "../digest.js";
+import { CorruptEntry, StoreError } from "../errors.js";
+import { readJson } from "../outcome.js";
+import { type Backend, type Claim, type ClaimRequest, type Entry, type Resolution, type Resolved, clampMs, decodeError, isFingerprint } from "../store.js";
+import { type RedisLink, storeError } from "./redis-link.js";
+
+/** A script: its text and its SHA-1, which EVALSHA names it by. */
+interface Script {
+  text: string;
+  sha: string;
+}
+
+function script(name: string, ...helpers: string[]): Script {
+  // As the core's `script!` macro: the helpers, then the body, concatenated as they are.
+  const text = [...helpers, name].map((part) => LUA[part] ?? missing(part)).join("");
+  return { text, sha: createHash("sha1").update(text).digest("hex") };
+}
+
+function missing(part: string): never {
+  throw new Error(`the Redis script ${part}.lua is missing from this package (run npm run build)`);
+}
+
+let scripts: Record<"claim" | "read" | "renew" | "complete" | "fail" | "resolve", Script> | undefined;
+
+function theScripts() {
+  scripts ??= {
+    claim: script("claim", "now", "entry"),
+    read: script("read", "now", "entry"),
+    renew: script("renew", "owned"),
+    complete: script("complete", "now", "owned"),
+    fail: script("fail", "now", "owned"),
+    resolve: script("resolve", "now", "entry"),
+  };
+  return scripts;
+}
+
+/** How the store was opened: its key prefix and whether Redis may evict its entries. */
+export interface RedisSettings {
+  url: string;
+  prefix: string;
+  allowEviction: boolean;
+  /** Whether claims may use `SET … NX GET` where every master has it. */
+  nativeClaim: boolean;
+}
+
+/** What one JSON value says, as far as a reader needs it. Every member but `status` is optional. */
+interface Wire {
+  status?: unknown;
+  retention?: unknown;
+  leaseUntil?: unknown;
+  fingerprint?: unknown;
+  result?: unknown;
+  error?: unknown;
+}
+
+/** The running entry a claim writes (the shape entry.lua's `ours` and owned.lua's fence read). */
+function runningValue(req: ClaimRequest, startedMs: number, retentionMs: number): string {
+  const digest = hexDigest("sha1", req.owner);
+  let out = `{"status":"running","startedAt":${startedMs},"owner":"${digest}","retention":${retentionMs},"fingerprint":"${req.fingerprint}","firstStartedAt":${startedMs},"attempts":1`;
+  for (const name of ["scope", "tool", "detail"] as const) {
+    const value = req.about[name];
+    if (value !== undefined) out += `,"${name}":${JSON.stringify(value)}`;
+  }
+  return out + "}";
+}
+
+function corrupt(key: string, why: string): CorruptEntry {
+  return new CorruptEntry(`the entry of ${key} cannot be read: ${why}`);
+}
+
+/**
+ * The entry of the value `raw`, whose key had `pttl` ms left (undefined: not read, as by the
+ * native claim, which never decodes a running entry) when the server's clock said `serverNow`.
+ */
+function decode(key: string, raw: string, pttl: number | undefined, serverNow: number | undefined): Entry {
+  return entryOf(key, parseWire(key, raw), pttl, serverNow);
+}
+
+function parseWire(key: string, raw: string): Wire {
+  let wire: Wire;
+  try {
+    wire = readJson(raw) as Wire;
+  } catch (e) {
+    throw corrupt(key, `not JSON (${(e as Error).message})`);
+  }
+  if (wire === null || typeof wire !== "object" || Array.isArray(wire)) throw corrupt(key, "not a JSON object");
+  return wire;
+}
+
+/** The entry of a parsed value: see `decode`. */
+function entryOf(key: string, wire: Wire, pttl: number | undefined, serverNow: number | undefined): Entry {
+  let fingerprint: string | undefined;
+  if (wire.fingerprint !== undefined && wire.fingerprint !== null) {
+    if (!isFingerprint(wire.fingerprint)) throw corrupt(key, "its fingerprint is not 64 hex digits");
+    fingerprint = wire.fingerprint;
+  }
+  switch (wire.status) {
+    case "running": {
+      if (typeof wire.retention === "number") {
+        if (pttl === undefined) throw new StoreError("a running entry read without its key's expiry", false);
+        // The key lives for the lease plus the retention: what is left above it is the lease.
+        const left = pttl < 0 ? 0 : pttl - wire.retention;
+        return { state: left > 0 ? "running" : "unknown", fingerprint };
+      }
+      if (typeof wire.leaseUntil === "number") {
+        if (serverNow === undefined) throw new StoreError("unexpected reply from the script: a leaseUntil without TIME", false);
+        return { state: wire.leaseUntil > serverNow ? "running" : "unknown", fingerprint };
+      }
+      // Another writer's (the reference design's): running for as long as its key lives.
+      return { state: "running", fingerprint };
+    }
+    case "done":
+      if (!("result" in wire)) throw corrupt(key, "a done entry without a result");
+      return { state: "done", fingerprint, result: wire.result };
+    case "failed": {
+      const error = decodeError(wire.error);
+      if (error === undefined) throw corrupt(key, "a failed entry without a readable error");
+      return { state: "failed", fingerprint, error };
+    }
+    default:
+      throw corrupt(key, `unknown status ${JSON.stringify(wire.status)}`);
+  }
+}
+
+/** Decodes `{value, PTTL, now?}` from the claim, read and resolve scripts. */
+function decodeReply(key: string, reply: unknown): Entry {
+  if (!Array.isArray(reply) || reply.length < 2 || reply.length > 3 || typeof reply[0] !== "string") {
+    throw new StoreError(`unexpected reply from the script: ${JSON.stringify(reply)}`, false);
+  }
+  return decode(key, reply[0], Number(reply[1]), reply.length === 3 ? Number(reply[2]) : undefined);
+}
+
+/** A store on Redis or Redis Cluster, through `link`. */
+export class RedisBackend implements Backend {
+  readonly url: string;
+  private readonly prefix: string;
+  private native = false;
+  private closed = false;
+
+  private constructor(
+    private readonly link: RedisLink,
+    settings: RedisSettings,
+  ) {
+    this.url = settings.url;
+    this.prefix = settings.prefix;
+  }
+
+  /** Checks the eviction policy and the version of every master, and loads the scripts. */
+  static async open(link: RedisLink, settings: RedisSettings): Promise<RedisBackend> {
+    const store = new RedisBackend(link, settings);
+    let masters;
+    try {
+      masters = await link.masters();
+    } catch (e) {
+      throw storeError(e);
+    }
+    let native = settings.nativeClaim;
+    for (const master of masters) {
+      const memory = await master.send(["INFO", "memory"]).catch((e: unknown) => {
+        const error = storeError(e);
+        if (error.retryable) throw error;
+        return undefined;
+      });
+      const policy = typeof memory === "string" ? /^maxmemory_policy:(\S+)/m.exec(memory)?.[1] : undefined;
+      if (policy !== "noeviction" && !settings.allowEviction) {
+        throw new StoreError(
+          policy === undefined
+            ? `cannot read the maxmemory-policy of ${master.name} of ${settings.url}, so toolonce cannot tell whether Redis may evict its entries (only noeviction never does). Grant the user INFO, or accept the risk with allow_eviction=true in the store URL`
+            : `${master.name} of ${settings.url} has maxmemory-policy ${policy}: when its memory is full it evicts keys before they expire, toolonce's entries among them, and a duplicate call then runs the tool again. Set maxmemory-policy to noeviction, or accept the risk with allow_eviction=true in the store URL`,
+          false,
+        );
+      }
+      const server = await master.send(["INFO", "server"]).catch((e: unknown) => {
+        const error = storeError(e);
+        if (error.retryable) throw error;
+        return undefined;
+      });
+      const major = typeof server === "string" ? Number(/^redis_version:(\d+)/m.exec(server)?.[1]) : NaN;
+      if (!(major >= 7)) native = false;
+      // Loaded up front, on every master, so the first calls cost one round trip too.
+      for (const s of Object.values(theScripts())) await master.send(["SCRIPT", "LOAD", s.text]).catch((e: unknown) => Promise.reject(storeError(e)));
+    }
+    store.native = native;
+    return store;
+  }
+
+  private redisKey(key: string): string {
+    return this.prefix + key;
+  }
+
+  private async send(args: string[], key: string): Promise<unknown> {
+    if (this.closed) throw new StoreError("the store is closed", false);
+    try {
+      return await this.link.send(args, key);
+    } catch (e) {
+      throw storeError(e);
+    }
+  }
+
+  /** Runs a script by its hash, loading it again if the server lost it (a restart, SCRIPT FLUSH). */
+  private async evalScript(s: Script, key: string, args: string[]): Promise<unknown> {
+    const redisKey = this.redisKey(key);
+    try {
+      return await this.send(["EVALSHA", s.sha, "1", redisKey, ...args], redisKey);
+    } catch (e) {
+      if (!(e instanceof StoreError) || !/NOSCRIPT/.test(e.message)) throw e;
+      return this.send(["EVAL", s.text, "1", redisKey, ...args], redisKey);
+    }
+  }
+
+  async claim(req: ClaimRequest): Promise<Claim> {
+    const lease = clampMs(req.leaseMs);
+    const retention = clampMs(req.retentionMs);
+    // Informational, from this machine's clock: the lease is the key's TTL, on the server's.
+    const started = Date.now();
+    const value = runningValue(req, started, retention);
+    if (this.native) {
+      const redisKey = this.redisKey(req.key);
+      const reply = await this.send(["SET", redisKey, value, "NX", "GET", "PX", String(lease + retention)], redisKey);
+      if (reply === null || reply === undefined) return { kind: "won" };
+      if (typeof reply !== "string") throw new StoreError("unexpected reply to SET … NX GET", false);
+      // A settled entry is the answer (every replay: one round trip); a running one needs its
+      // key's PTTL, and may be our own lost claim or an unknown one to take over: the script.
+      const wire = parseWire(req.key, reply);
+      if (wire.status !== "running") return { kind: "existing", entry: entryOf(req.key, wire, undefined, undefined) };
+    }
+    const reply = await this.evalScript(theScripts().claim, req.key, [
+      String(lease),
+      String(retention),
+      req.owner,
+      req.fingerprint,
+      value,
+      req.takeover ? "1" : "0",
+      String(started),
+    ]);
+    if (reply === 1) return { kind: "won" };
+    if (reply === 2) return { kind: "took_over" };
+    return { kind: "existing", entry: decodeReply(req.key, reply) };
+  }
+
+  async renew(key: string, owner: string, leaseMs: number): Promise<boolean> {
+    return (await this.evalScript(theScripts().renew, key, [owner, String(clampMs(leaseMs))])) === 1;
+  }
+
+  async complete(key: string, owner: string, resultJson: string, retentionMs: number): Promise<boolean> {
+    const head = '{"status":"done","result":' + resultJson;
+    return (await this.evalScript(theScripts().complete, key, [owner, String(clampMs(retentionMs)), head])) === 1;
+  }
+
+  async fail(key: string, owner: string, errorJson: string | undefined, retentionMs: number): Promise<boolean> {
+    const args = errorJson === undefined ? [owner, "", ""] : [owner, String(clampMs(retentionMs)), '{"status":"failed","error":' + errorJson];
+    return (await this.evalScript(theScripts().fail, key, args)) === 1;
+  }
+
+  async resolve(key: string, resolution: Resolution, retentionMs: number): Promise<Resolved> {
+    let head = "";
+    let at = "";
+    if (resolution !== "release") {
+      if ("done" in resolution) {
+        head = '{"status":"done","result":' + resolution.done;
+        at = "completedAt";
+      } else {
+        head = '{"status":"failed","error":' + JSON.stringify(resolution.failed);
+        at = "failedAt";
+      }
+    }
+    const reply = await this.evalScript(theScripts().resolve, key, [String(clampMs(retentionMs)), head, at]);
+    if (reply === 1) return { kind: "applied" };
+    if (reply === 0) return { kind: "absent" };
+    return { kind: "settled", entry: decodeReply(key, reply) };
+  }
+
+  async get(key: string): Promise<Entry | undefined> {
+    const reply = await this.evalScript(theScripts().read, key, []);
+    return reply === null || reply === undefined ? undefined : decodeReply(key, reply);
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.link.close();
+  }
+}

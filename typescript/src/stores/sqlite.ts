@@ -1,0 +1,268 @@
+// The SQLite store on node:sqlite (Node 22.5 or later): one file shared by every process on the
+// machine, in the Rust core's schema (sqlite-schema.ts), so a file either side created works
+// with the other. Each write is one `BEGIN IMMEDIATE` transaction (the database's write lock,
+// with the clock read once the lock is held), in the same statements the core runs. Times are
+// this machine's clock, shared by every process on it.
+//
+// node:sqlite is synchronous. A statement that must wait for another process's lock would block
+// the JavaScript thread, heartbeats included, so the busy timeout is short and the wait for the
+// lock is a retry on a timer instead, for as long as the store's busy timeout allows.
+
+import type { DatabaseSync, StatementSync } from "node:sqlite";
+import { ConfigError, CorruptEntry, StoreError } from "../errors.js";
+import { readJson } from "../outcome.js";
+import { type Backend, type Claim, type ClaimRequest, type Entry, type Resolution, type Resolved, decodeError } from "../store.js";
+import { migrate } from "./sqlite-schema.js";
+
+const COLUMNS = "key, state, owner, fingerprint, started_at, lease_until, kept_until, settled_at, payload, scope, tool, detail, first_started_at, attempts";
+
+/** The core's statements (crates/toolonce/src/store/sqlite/sql.rs), parameters by number. */
+const SQL = {
+  selectLive: `SELECT ${COLUMNS} FROM toolonce_entries WHERE key = ?1 AND kept_until > ?2`,
+  claim:
+    `INSERT INTO toolonce_entries (${COLUMNS}) VALUES (?1, 'running', ?2, ?3, ?4, ?5, ?6, NULL, NULL, ?7, ?8, ?9, ?4, 1) ` +
+    "ON CONFLICT (key) DO UPDATE SET state = 'running', owner = excluded.owner, fingerprint = excluded.fingerprint, " +
+    "started_at = excluded.started_at, lease_until = excluded.lease_until, kept_until = excluded.kept_until, settled_at = NULL, " +
+    "payload = NULL, scope = excluded.scope, tool = excluded.tool, detail = excluded.detail, " +
+    "first_started_at = excluded.first_started_at, attempts = 1 WHERE toolonce_entries.kept_until <= ?4",
+  reclaimOwn: "UPDATE toolonce_entries SET lease_until = ?3, kept_until = MAX(kept_until, ?4) WHERE key = ?1 AND state = 'running' AND owner = ?2",
+  takeover:
+    "UPDATE toolonce_entries SET owner = ?2, started_at = ?3, lease_until = ?4, kept_until = ?5, " +
+    "attempts = CASE WHEN attempts = 0 THEN 0 ELSE attempts + 1 END " +
+    "WHERE key = ?1 AND state = 'running' AND lease_until <= ?3 AND kept_until > ?3",
+  renew:
+    "UPDATE toolonce_entries SET lease_until = ?3, kept_until = CASE WHEN kept_until - lease_until > 9223372036854775807 - ?3 " +
+    "THEN 9223372036854775807 ELSE ?3 + (kept_until - lease_until) END " +
+    "WHERE key = ?1 AND state = 'running' AND owner = ?2 AND kept_until > ?4",
+  complete:
+    "UPDATE toolonce_entries SET state = 'done', owner = NULL, lease_until = NULL, payload = ?3, settled_at = ?4, kept_until = ?5 " +
+    "WHERE key = ?1 AND state = 'running' AND owner = ?2 AND kept_until > ?4",
+  failSticky:
+    "UPDATE toolonce_entries SET state = 'failed', owner = NULL, lease_until = NULL, payload = ?3, settled_at = ?4, kept_until = ?5 " +
+    "WHERE key = ?1 AND state = 'running' AND owner = ?2 AND kept_until > ?4",
+  failDelete: "DELETE FROM toolonce_entries WHERE key = ?1 AND state = 'running' AND owner = ?2 AND kept_until > ?3",
+  resolveSettle:
+    "UPDATE toolonce_entries SET state = ?2, owner = NULL, lease_until = NULL, payload = ?3, settled_at = ?4, kept_until = ?5 " +
+    "WHERE key = ?1 AND state = 'running' AND kept_until > ?4",
+  resolveRelease: "DELETE FROM toolonce_entries WHERE key = ?1 AND state = 'running' AND kept_until > ?2",
+} as const;
+
+interface Row {
+  key: string;
+  state: string;
+  owner: string | null;
+  fingerprint: string | null;
+  lease_until: number | null;
+  payload: string | null;
+}
+
+const MAX_I64_MS = 9223372036854775807;
+/** `a + b` in milliseconds, saturating (JavaScript numbers are exact to 2^53; times are far below). */
+const after = (a: number, b: number) => Math.min(a + b, MAX_I64_MS);
+
+/** How long one statement may block the thread waiting for the lock, and how long a write waits in all. */
+const BUSY_SLICE_MS = 20;
+const BUSY_TIMEOUT_MS = 5000;
+
+function isBusy(e: unknown): boolean {
+  const text = e instanceof Error ? e.message : String(e);
+  return /database is locked|SQLITE_BUSY|database table is locked/i.test(text);
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+export class SqliteBackend implements Backend {
+  readonly url: string;
+  private readonly statements = new Map<string, StatementSync>();
+  private closed = false;
+
+  private constructor(
+    private readonly db: DatabaseSync,
+    private readonly path: string,
+  ) {
+    this.url = `sqlite://${path}`;
+  }
+
+  static open(path: string): SqliteBackend {
+    let sqlite: typeof import("node:sqlite");
+    try {
+      sqlite = require("node:sqlite");
+    } catch {
+      throw new ConfigError(`a sqlite:// store needs node:sqlite, which this runtime lacks (Node ${process.versions.node}; it needs Node 22.5 or later)`);
+    }
+    let db: DatabaseSync;
+    try {
+      db = new sqlite.DatabaseSync(path);
+    } catch (e) {
+      throw new StoreError(`cannot open SQLite database ${path}: ${(e as Error).message}`, false, e);
+    }
+    try {
+      db.exec(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`);
+      // WAL: readers and the writer do not block each other. NORMAL does not flush at commit.
+      if (path !== ":memory:") db.exec("PRAGMA journal_mode = WAL");
+      db.exec("PRAGMA synchronous = NORMAL");
+      migrate(db, path);
+      db.exec(`PRAGMA busy_timeout = ${BUSY_SLICE_MS}`);
+    } catch (e) {
+      db.close();
+      if (e instanceof ConfigError) throw e;
+      throw new StoreError(`cannot open SQLite database ${path}: ${(e as Error).message}`, false, e);
+    }
+    return new SqliteBackend(db, path);
+  }
+
+  private statement(sql: string): StatementSync {
+    let s = this.statements.get(sql);
+    if (s === undefined) {
+      s = this.db.prepare(sql);
+      this.statements.set(sql, s);
+    }
+    return s;
+  }
+
+  /** Runs `work` in one write transaction, with `now` read under the lock; waits for the lock on a timer. */
+  private async write<T>(doing: string, work: (now: number) => T): Promise<T> {
+    if (this.closed) throw new StoreError("the store is closed", false);
+    const deadline = Date.now() + BUSY_TIMEOUT_MS;
+    let pause = 1;
+    for (;;) {
+      try {
+        this.db.exec("BEGIN IMMEDIATE");
+      } catch (e) {
+        if (isBusy(e) && Date.now() < deadline) {
+          await sleep(pause);
+          pause = Math.min(pause * 2, 50);
+          if (this.closed) throw new StoreError("the store is closed", false);
+          continue;
+        }
+        throw this.error(doing, e);
+      }
+      try {
+        const result = work(Date.now());
+        this.db.exec("COMMIT");
+        return result;
+      } catch (e) {
+        try {
+          this.db.exec("ROLLBACK");
+        } catch {
+          // Already rolled back by SQLite.
+        }
+        throw this.error(doing, e);
+      }
+    }
+  }
+
+  private error(doing: string, e: unknown): StoreError {
+    if (e instanceof StoreError) return e;
+    // A lock held past the busy timeout may clear; anything else is the database refusing.
+    if (e instanceof CorruptEntry) return e;
+    return new StoreError(`SQLite database ${this.path}: cannot ${doing}: ${(e as Error).message}`, isBusy(e), e);
+  }
+
+  private entryOf(row: Row, now: number): Entry {
+    const fingerprint = row.fingerprint ?? undefined;
+    const payload = (): unknown => {
+      try {
+        return row.payload === null ? undefined : readJson(row.payload);
+      } catch (e) {
+        throw new CorruptEntry(`the entry of ${row.key} cannot be read: its payload is not JSON (${(e as Error).message})`, e);
+      }
+    };
+    switch (row.state) {
+      case "running":
+        return { state: row.lease_until !== null && row.lease_until > now ? "running" : "unknown", fingerprint };
+      case "done":
+        return { state: "done", fingerprint, result: payload() ?? null };
+      case "failed": {
+        const error = decodeError(payload());
+        if (error === undefined) throw new CorruptEntry(`the entry of ${row.key} cannot be read: its error is unreadable`);
+        return { state: "failed", fingerprint, error };
+      }
+      default:
+        throw new CorruptEntry(`the entry of ${row.key} cannot be read: unknown state ${JSON.stringify(row.state)}`);
+    }
+  }
+
+  private live(key: string, now: number): Row | undefined {
+    return this.statement(SQL.selectLive).get(key, now) as Row | undefined;
+  }
+
+  async claim(req: ClaimRequest): Promise<Claim> {
+    return this.write("claim", (now) => {
+      const leaseUntil = after(now, req.leaseMs);
+      const keptUntil = after(leaseUntil, req.retentionMs);
+      const about = req.about;
+      const wrote = this.statement(SQL.claim).run(req.key, req.owner, req.fingerprint, now, leaseUntil, keptUntil, about.scope ?? null, about.tool ?? null, about.detail ?? null);
+      if (Number(wrote.changes) === 1) return { kind: "won" } as Claim;
+      // The read runs under the same lock: it sees exactly the row that stopped the claim.
+      const row = this.live(req.key, now);
+      if (row === undefined) throw new StoreError("a claimed row vanished under the write lock", false);
+      if (row.state === "running" && row.owner === req.owner) {
+        this.statement(SQL.reclaimOwn).run(req.key, req.owner, leaseUntil, keptUntil);
+        return { kind: "won" } as Claim;
+      }
+      const entry = this.entryOf(row, now);
+      if (entry.state === "unknown" && req.takeover && (row.fingerprint === null || row.fingerprint === req.fingerprint)) {
+        this.statement(SQL.takeover).run(req.key, req.owner, now, leaseUntil, keptUntil);
+        return { kind: "took_over" } as Claim;
+      }
+      return { kind: "existing", entry } as Claim;
+    });
+  }
+
+  async renew(key: string, owner: string, leaseMs: number): Promise<boolean> {
+    return this.write("renew", (now) => Number(this.statement(SQL.renew).run(key, owner, after(now, leaseMs), now).changes) === 1);
+  }
+
+  async complete(key: string, owner: string, resultJson: string, retentionMs: number): Promise<boolean> {
+    return this.write("complete", (now) => Number(this.statement(SQL.complete).run(key, owner, resultJson, now, after(now, retentionMs)).changes) === 1);
+  }
+
+  async fail(key: string, owner: string, errorJson: string | undefined, retentionMs: number): Promise<boolean> {
+    return this.write("fail", (now) => {
+      const changed =
+        errorJson === undefined
+          ? this.statement(SQL.failDelete).run(key, owner, now).changes
+          : this.statement(SQL.failSticky).run(key, owner, errorJson, now, after(now, retentionMs)).changes;
+      return Number(changed) === 1;
+    });
+  }
+
+  async resolve(key: string, resolution: Resolution, retentionMs: number): Promise<Resolved> {
+    return this.write("resolve", (now) => {
+      const changed =
+        resolution === "release"
+          ? this.statement(SQL.resolveRelease).run(key, now).changes
+          : "done" in resolution
+            ? this.statement(SQL.resolveSettle).run(key, "done", resolution.done, now, after(now, retentionMs)).changes
+            : this.statement(SQL.resolveSettle).run(key, "failed", JSON.stringify(resolution.failed), now, after(now, retentionMs)).changes;
+      if (Number(changed) === 1) return { kind: "applied" } as Resolved;
+      const row = this.live(key, now);
+      return (row === undefined ? { kind: "absent" } : { kind: "settled", entry: this.entryOf(row, now) }) as Resolved;
+    });
+  }
+
+  async get(key: string): Promise<Entry | undefined> {
+    if (this.closed) throw new StoreError("the store is closed", false);
+    const now = Date.now();
+    try {
+      const row = this.live(key, now);
+      return row === undefined ? undefined : this.entryOf(row, now);
+    } catch (e) {
+      throw this.error("read an entry", e);
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.db.close();
+  }
+}
+
+/** Opens `sqlite://PATH` (`sqlite://toolonce.db`, `sqlite:///abs/path.db`, `sqlite://:memory:`). */
+export async function openSqlite(url: string): Promise<Backend> {
+  const path = url.replace(/^sqlite:\/\//i, "");
+  if (path === "") throw new ConfigError("a sqlite:// URL needs a path: sqlite://toolonce.db or sqlite:///abs/path.db");
+  return SqliteBackend.open(path);
+}

@@ -1,0 +1,34 @@
+// The generated declarations (dist/index.d.ts) compile a TypeScript agent's usage in strict mode, and
+// infer a handler's arguments from its zod schema (a misspelt field is a type error).
+
+"use strict";
+
+const test = require("node:test");
+const assert = require("node:assert/strict");
+const fs = require("node:fs");
+const path = require("node:path");
+const { spawnSync } = require("node:child_process");
+
+const FLAGS = ["--noEmit", "--strict", "--target", "es2022", "--module", "commonjs", "--esModuleInterop", "--types", "node"];
+const FIXTURE = path.join(__dirname, "fixtures", "types-check.ts");
+
+function tsc(file) {
+  return spawnSync(process.execPath, [require.resolve("typescript/bin/tsc"), ...FLAGS, file], { encoding: "utf8" });
+}
+
+test("the declarations type the reference design's usage in strict TypeScript", () => {
+  const out = tsc(FIXTURE);
+  assert.equal(out.status, 0, out.stdout + out.stderr);
+});
+
+test("a field the schema does not have is a type error in the handler", () => {
+  const wrong = path.join(path.dirname(FIXTURE), `types-wrong-${process.pid}.ts`);
+  fs.writeFileSync(wrong, fs.readFileSync(FIXTURE, "utf8").replace("args.amountCents < 0", "args.amountCentz < 0"));
+  try {
+    const out = tsc(wrong);
+    assert.notEqual(out.status, 0);
+    assert.match(out.stdout, /amountCentz/);
+  } finally {
+    fs.rmSync(wrong);
+  }
+});
