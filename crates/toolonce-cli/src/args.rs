@@ -2,10 +2,11 @@
 //! seconds (validated, or capped where a huge value means "forever"), and `--args` JSON read from the command line or standard input.
 
 use std::io::Read;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use serde_json::Value;
 use toolonce::Store;
 use toolonce::canonical::{self, Limits};
@@ -30,6 +31,38 @@ impl StoreArg {
             .await
             .with_context(|| format!("cannot open the store {}", redact_url(&self.url)))
     }
+}
+
+impl StoreArg {
+    /// Opens a store that must exist already, for the commands that inspect or settle what is
+    /// in one (`ls`, `show`, `rm`, `resolve`, `purge`): a SQLite file that is not there is an
+    /// error naming it, and nothing is created. Otherwise a typo in the path, or a command run
+    /// in the wrong directory, would look like an empty store and leave a new database behind.
+    /// `exec` and `mcp` create the database, as the library does.
+    pub(crate) async fn open_existing(&self) -> anyhow::Result<Arc<dyn Store>> {
+        if let Some(path) = missing_sqlite_file(&self.url) {
+            bail!(
+                "no SQLite database at {}: the file does not exist (check --store; ls, show, \
+                 rm, resolve and purge never create a database, exec and mcp do)",
+                path.display()
+            );
+        }
+        self.open().await
+    }
+}
+
+/// The file of a `sqlite://PATH` URL when that file does not exist, as an absolute path. A
+/// database in memory or given as an SQLite `file:` URI is left to the store.
+fn missing_sqlite_file(url: &str) -> Option<PathBuf> {
+    let path = url.strip_prefix("sqlite://")?;
+    if path.is_empty() || path == ":memory:" || path.starts_with("file:") {
+        return None;
+    }
+    let path = Path::new(path);
+    if path.exists() {
+        return None;
+    }
+    Some(std::path::absolute(path).unwrap_or_else(|_| path.to_owned()))
 }
 
 impl std::fmt::Debug for StoreArg {
@@ -127,7 +160,15 @@ pub(crate) fn key_fields(pointers: &[String]) -> anyhow::Result<Option<KeyFields
     if pointers.is_empty() {
         return Ok(None);
     }
-    Ok(Some(KeyFields::new(pointers.iter().cloned())?))
+    let fields = KeyFields::new(pointers.iter().cloned());
+    // A field name given bare (`--key-field id`) is the likely mistake: show it as a pointer.
+    let bare = pointers
+        .iter()
+        .find(|p| !p.is_empty() && !p.starts_with('/'));
+    match (fields, bare) {
+        (Err(e), Some(bare)) => bail!("{e}; did you mean --key-field \"/{bare}\"?"),
+        (fields, _) => Ok(Some(fields?)),
+    }
 }
 
 #[cfg(test)]

@@ -10,16 +10,13 @@
 //! [`shim`]): signals to toolonce reach it, and it does not outlive toolonce.
 
 use std::ffi::OsString;
-use std::io::Write;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use rustix::process::Signal;
-use toolonce::{
-    About, InFlight, Layer, OnExpired, OperationKey, Outcome, ToolError, WriteOptions, key,
-};
+use toolonce::{About, InFlight, Layer, OnExpired, Outcome, ToolError, WriteOptions, key};
 
 use crate::args::{self, StoreArg};
 use crate::exit;
@@ -27,6 +24,7 @@ use crate::exit;
 mod capture;
 mod child;
 mod record;
+mod replay;
 pub(crate) mod shim;
 
 use child::{NotStarted, Signals};
@@ -34,7 +32,11 @@ use record::Record;
 
 const EXEC_NOTES: &str = "\
 exec exits with the command's own code, whether it ran now or this is a duplicate replaying
-its recorded outcome (a non-zero exit is recorded too, unless --transient-exit). A command
+its recorded outcome (a non-zero exit is recorded too, unless --transient-exit). A replay
+writes the recorded stdout and stderr, then one line at the end of stderr: `toolonce: not
+run: replayed the recorded outcome of operation KEY (STATE TIME; exit code N)`, the command
+to forget the outcome so that the command runs again (`toolonce rm KEY`), and the recorded
+command line when it is not this one. A command
 that cannot be started (126, 127) and a call stopped by a signal before the command started
 (128+N) record nothing: the next call tries again.
 
@@ -58,12 +60,14 @@ lease has expired: the command may or may not have taken effect. What a duplicat
 --on-expired: `hold` (the default) does not run the command and exits 73, until a person checks
 and settles it with `toolonce resolve KEY --done JSON | --failed MESSAGE | --release`
 (`toolonce ls --state unknown` lists such operations); `rerun` runs the command again with the
-same TOOLONCE_KEY, which is safe when whatever it calls deduplicates by that key.
+same TOOLONCE_KEY and with TOOLONCE_MAY_HAVE_RUN_BEFORE=1 (an earlier attempt may have taken
+effect), which is safe when whatever it calls deduplicates by that key. The variable is never
+set otherwise, not even inherited.
 
 The operation is identified by --scope, --name and --args, never by the command line.
 The command gets the operation key in TOOLONCE_KEY and IDEMPOTENCY_KEY: hand it to any
-downstream service that deduplicates requests. Set RUST_LOG=toolonce=info to see whether a
-call executed or replayed.";
+downstream service that deduplicates requests. Set RUST_LOG=toolonce=info for the library's
+log line of every call (with RUST_LOG set, its warning about an unknown outcome is shown too).";
 
 /// The largest `--max-output`: a record must stay well within what every store accepts.
 const MAX_OUTPUT_LIMIT: usize = 64 << 20;
@@ -101,8 +105,8 @@ pub(crate) struct ExecArgs {
     lease: Duration,
     /// What to do when an earlier run of the operation ended without recording an outcome
     /// (its lease expired): `hold` runs nothing and exits 73 until `toolonce resolve` settles
-    /// it; `rerun` runs the command again with the same TOOLONCE_KEY (safe only when what it
-    /// calls deduplicates by that key).
+    /// it; `rerun` runs the command again with the same TOOLONCE_KEY and with
+    /// TOOLONCE_MAY_HAVE_RUN_BEFORE=1 (safe only when what it calls deduplicates by that key).
     #[arg(long, value_name = "POLICY", value_enum, default_value_t = OnExpiredArg::Hold)]
     on_expired: OnExpiredArg,
     /// How long the outcome is kept and replayed.
@@ -136,27 +140,6 @@ impl From<OnExpiredArg> for OnExpired {
             OnExpiredArg::Rerun => OnExpired::Rerun,
         }
     }
-}
-
-/// The command line as a person would type it (POSIX shell quoting where needed), for the
-/// entry's description: `toolonce ls` and `show` display it.
-fn command_line(command: &[OsString]) -> String {
-    let words: Vec<String> = command
-        .iter()
-        .map(|word| {
-            let word = word.to_string_lossy();
-            let plain = !word.is_empty()
-                && word
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "_-./=:,+@%^".contains(c));
-            if plain {
-                word.into_owned()
-            } else {
-                format!("'{}'", word.replace('\'', r"'\''"))
-            }
-        })
-        .collect();
-    words.join(" ")
 }
 
 /// Parses a size in bytes: `1000`, `64K`, `1M` (binary units).
@@ -211,21 +194,24 @@ pub(crate) async fn run(a: ExecArgs) -> anyhow::Result<ExitCode> {
         .retention(a.retention)
         .in_flight(a.wait.map_or(InFlight::Reject, InFlight::Wait))
         .on_expired(a.on_expired.into());
-    let about = About::new(a.scope.clone(), a.name.clone()).detail(command_line(&a.command));
+    let this_command_line = record::command_line(&a.command);
+    let about = About::new(a.scope.clone(), a.name.clone()).detail(this_command_line.clone());
 
     // Set only if the command ran here (its output has then been streamed already).
     let mut ran: Option<Result<Record, NotStarted>> = None;
     let answer = {
         let (ran, started, transient) = (&mut ran, &started, a.transient_exit);
-        let run = child::Run {
-            command: &a.command,
-            key: &op.key,
-            max_output: a.max_output,
-            grace: a.grace,
-        };
+        let (command, key, max_output, grace) = (&a.command, &op.key, a.max_output, a.grace);
         let command_signals = signals.clone();
-        let layer = Layer::new(store);
-        let call = layer.run_with_about(&a.name, &op, &about, &options, |_ctx| async move {
+        let layer = Layer::new(store.clone());
+        let call = layer.run_with_about(&a.name, &op, &about, &options, |ctx| async move {
+            let run = child::Run {
+                command,
+                key,
+                max_output,
+                grace,
+                may_have_run_before: ctx.may_have_run_before(),
+            };
             started.store(true, Ordering::SeqCst);
             let outcome = child::run(run, command_signals).await;
             let result = match &outcome {
@@ -257,42 +243,72 @@ pub(crate) async fn run(a: ExecArgs) -> anyhow::Result<ExitCode> {
         Some(Err(not_started_here)) => return Ok(not_started(&not_started_here)),
         None => {}
     }
+    let store_option = if a.store.url == crate::DEFAULT_STORE {
+        String::new()
+    } else {
+        format!(" --store {}", toolonce::store::redact_url(&a.store.url))
+    };
+    if matches!(answer.outcome, Outcome::Replayed | Outcome::ReplayedFailure) {
+        // For the note's "when": a failed read only leaves the time out of it.
+        let entry = store.get(&op.key).await.ok().flatten();
+        let about = replay::Replayed {
+            key: &op.key,
+            entry,
+            command_line: &this_command_line,
+            store_option: store_option.clone(),
+        };
+        match answer.result {
+            Ok(value) => return Ok(replay::done(&value, &about)),
+            Err(error) => return replay::failed(&error, &about),
+        }
+    }
     match (answer.outcome, answer.result) {
-        (Outcome::Replayed, Ok(value)) => replay_done(&value),
-        (Outcome::ReplayedFailure, Err(error)) => match &error.detail {
-            Some(value) => replay(&op.key, value),
-            // A permanent failure recorded by something other than exec (same scope and name).
-            None => {
-                eprintln!(
-                    "toolonce: {} (replayed failure of {})",
-                    error.message, op.key
-                );
-                Ok(ExitCode::FAILURE)
-            }
-        },
-        (Outcome::Unknown, _) => {
-            let mut resolve = format!("toolonce resolve {}", op.key);
-            if a.store.url != crate::DEFAULT_STORE {
-                resolve += &format!(" --store {}", toolonce::store::redact_url(&a.store.url));
-            }
+        // The entry is there, but the record of its run cannot be read (damaged, or written
+        // by a writer this version cannot follow): begun, perhaps done.
+        (Outcome::Unknown, Err(error)) if has_store_error(&error) => {
             eprintln!(
-                "toolonce: operation {} (scope {:?}, name {:?}) is unknown: an earlier run \
-                 ended without recording an outcome (toolonce was killed or lost its store \
-                 before the lease expired), so it may have taken effect. The command was not \
-                 run (--on-expired hold). Check whether it took effect, then settle it: \
-                 `{resolve} --done JSON` or `--failed MESSAGE` records what happened (and \
-                 duplicates replay it), `--release` lets the next call run it again with the \
-                 same TOOLONCE_KEY.",
+                "toolonce: not run: operation {} (scope {:?}, name {:?}) is recorded, but its \
+                 record cannot be read ({}), so it may have taken effect. Look at it with \
+                 `toolonce show {}{store_option}` and check whether it took effect; `toolonce \
+                 rm {}{store_option}` forgets it, so that the next call runs the command.",
+                op.key,
+                a.scope,
+                a.name,
+                store_error(&error),
+                op.key,
+                op.key
+            );
+            Ok(ExitCode::from(exit::UNKNOWN))
+        }
+        (Outcome::Unknown, _) => {
+            let resolve = format!("toolonce resolve {}{store_option}", op.key);
+            eprintln!(
+                "toolonce: not run: operation {} (scope {:?}, name {:?}) is unknown: an earlier \
+                 run ended without recording an outcome (toolonce was killed, or lost its store, \
+                 before its lease expired), so it may have taken effect, and --on-expired is \
+                 hold. Check whether it took effect, then settle it with one of: `{resolve} \
+                 --done JSON` (it took effect: duplicates replay JSON), `{resolve} --failed \
+                 MESSAGE` (it failed: duplicates replay the failure), `{resolve} --release` (it \
+                 did not: the next call runs the command again with the same TOOLONCE_KEY).",
                 op.key, a.scope, a.name
             );
             Ok(ExitCode::from(exit::UNKNOWN))
         }
         (Outcome::InFlight, _) => {
+            let advice = match a.wait {
+                // It waited already: waiting again is for the caller to decide, not advice.
+                Some(waited) => format!(
+                    "it was still running after waiting {} (--wait); the command was not \
+                     run. Once the other run ends, a new call replays its outcome.",
+                    crate::output::duration(waited)
+                ),
+                None => "the command was not run. Try again later, or pass --wait SECONDS to \
+                         wait for it and replay its outcome."
+                    .to_owned(),
+            };
             eprintln!(
                 "toolonce: operation {} (scope {:?}, name {:?}) is already running elsewhere, or \
-                 a run of it was interrupted and its lease has not expired yet; the command was \
-                 not run. Try again later, or pass --wait SECONDS to wait for it and replay its \
-                 outcome.",
+                 a run of it was interrupted and its lease has not expired yet; {advice}",
                 op.key, a.scope, a.name
             );
             Ok(ExitCode::from(exit::IN_FLIGHT))
@@ -319,6 +335,13 @@ pub(crate) async fn run(a: ExecArgs) -> anyhow::Result<ExitCode> {
             "unexpected answer from the layer: {outcome}: {result:?}"
         ))),
     }
+}
+
+/// Whether a log event is one that `exec` says itself, in its own line on stderr: the layer's
+/// warning about an `unknown` outcome (the only warning of its report module), which names
+/// only half a `resolve` command. `cli_exec_unknown` checks that a held call prints one line.
+pub(crate) fn says_itself(meta: &tracing::Metadata<'_>) -> bool {
+    meta.module_path() == Some("toolonce::layer::report") && *meta.level() == tracing::Level::WARN
 }
 
 /// Runs `work` unless one of the signals arrives first while nothing has been started
@@ -359,7 +382,16 @@ fn not_started(not_started: &NotStarted) -> ExitCode {
     ExitCode::from(not_started.exit_code)
 }
 
-/// The store's own error in a `store_unavailable` answer (the message is written for a model).
+/// Whether the layer's answer carries the store's own error (for the operator).
+fn has_store_error(error: &ToolError) -> bool {
+    error
+        .detail
+        .as_ref()
+        .is_some_and(|d| d.get(toolonce::layer::STORE_ERROR).is_some())
+}
+
+/// The store's own error in a `store_unavailable` answer, or an unreadable entry's (the
+/// message is written for a model).
 fn store_error(error: &ToolError) -> &str {
     error
         .detail
@@ -367,42 +399,6 @@ fn store_error(error: &ToolError) -> &str {
         .and_then(|d| d.get(toolonce::layer::STORE_ERROR))
         .and_then(serde_json::Value::as_str)
         .unwrap_or(&error.message)
-}
-
-/// Writes a recorded run's stdout and stderr back out and returns its exit code. A reader
-/// that went away (a closed pipe) does not change the outcome, which is the exit code.
-fn replay(key: &OperationKey, value: &serde_json::Value) -> anyhow::Result<ExitCode> {
-    let record = Record::from_json(value).map_err(|e| {
-        exit::internal(anyhow::anyhow!(
-            "the stored outcome of {key} is not an exec record: {e}"
-        ))
-    })?;
-    replay_record(&record)
-}
-
-/// A done result: an exec record replays as the run it records; any other value (an operator
-/// recorded it with `toolonce resolve --done JSON`) is printed as one line of JSON, exit 0.
-fn replay_done(value: &serde_json::Value) -> anyhow::Result<ExitCode> {
-    match Record::from_json(value) {
-        Ok(record) => replay_record(&record),
-        Err(_) => {
-            let mut stdout = std::io::stdout().lock();
-            let _ = writeln!(stdout, "{value}").and_then(|()| stdout.flush());
-            Ok(ExitCode::SUCCESS)
-        }
-    }
-}
-
-fn replay_record(record: &Record) -> anyhow::Result<ExitCode> {
-    let mut stdout = std::io::stdout().lock();
-    let _ = stdout
-        .write_all(&record.stdout)
-        .and_then(|()| stdout.flush());
-    let mut stderr = std::io::stderr().lock();
-    let _ = stderr
-        .write_all(&record.stderr)
-        .and_then(|()| stderr.flush());
-    Ok(exit_code(record.exit_code))
 }
 
 fn exit_code(code: i32) -> ExitCode {
@@ -423,20 +419,6 @@ mod tests {
         for bad in ["65M", "-1", "lots", "1G", "", "K", "99999999999999999999"] {
             assert!(bytes(bad).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn the_command_line_is_described_as_a_shell_would_take_it() {
-        let line =
-            |words: &[&str]| command_line(&words.iter().map(OsString::from).collect::<Vec<_>>());
-        assert_eq!(
-            line(&["./deploy.sh", "--env=prod"]),
-            "./deploy.sh --env=prod"
-        );
-        assert_eq!(
-            line(&["sh", "-c", "echo it's $HOME", ""]),
-            r"sh -c 'echo it'\''s $HOME' ''"
-        );
     }
 
     #[test]

@@ -10,7 +10,8 @@ use std::fmt;
 use std::io;
 use std::process::ExitCode;
 
-/// Bad input or configuration: nothing was done. Also clap's code for a usage error.
+/// Bad input or configuration: nothing was done. Also clap's code for a usage error, and a
+/// store that can never work as given (the library's `Error::Config`).
 pub(crate) const USAGE: u8 = 2;
 /// The key fields match an earlier operation whose other arguments differ (`EX_DATAERR`).
 pub(crate) const CONFLICT: u8 = 65;
@@ -35,20 +36,27 @@ pub(crate) const NOT_FOUND_COMMAND: u8 = 127;
 /// The reader of stdout went away: what a shell reports for a tool killed by SIGPIPE.
 pub(crate) const BROKEN_PIPE: u8 = 128 + 13;
 
-/// The table, as `--help` shows it after every subcommand's options.
+/// What each subcommand's help says instead of repeating the table.
+pub(crate) const POINTER: &str =
+    "Exit codes: the same table for every subcommand, in `toolonce --help`.";
+
+/// The table, as the top-level `--help` shows it.
 pub(crate) const TABLE: &str = "\
 Exit codes (the same for every subcommand):
   0        done
   1        demo: a figure came out wrong
-  2        bad input or configuration: nothing was done
+  2        bad input or configuration: nothing was done; also a store that can never work
+           as given (a wrong password, a file that is not a SQLite database, a missing one
+           for ls, show, rm, resolve, purge)
   65       conflict: the key fields match an earlier operation with other arguments; not run
   66       not found: no live entry for the key (show, rm, resolve)
   67       resolve: the entry is already done or failed (perhaps settled meanwhile); nothing
            was changed
   69       the store is unavailable: nothing was done; try again later
   70       internal error: a bug or an answer toolonce does not understand
-  73       exec: unknown: an earlier run ended without a recorded outcome and may have taken
-           effect; not run (--on-expired hold). Check, then `toolonce resolve KEY`
+  73       exec: unknown: an earlier run ended without a recorded outcome (or its record
+           cannot be read) and may have taken effect; not run (--on-expired hold). Check,
+           then `toolonce resolve KEY`
   75       in flight: the same operation is running elsewhere; not run (exec without --wait,
            or the wait ran out)
   126      exec: the command could not be executed (nothing recorded)
@@ -58,7 +66,8 @@ Exit codes (the same for every subcommand):
   141      stdout was closed early (a reader such as `head` went away)
 Otherwise exec exits with the command's own code, run now or replayed. When exec ends with a
 code of its own (2 to 127, or 128+N before the command started), it writes a line on stderr
-starting with \"toolonce:\"; with the command's own code it adds nothing to stderr.";
+starting with \"toolonce:\". A replay ends stderr with a line starting with \"toolonce: not
+run:\"; a command that ran gets nothing added to its stderr.";
 
 /// An error with the exit code it must end the process with.
 #[derive(Debug)]

@@ -113,7 +113,7 @@ pub(crate) struct PurgeArgs {
 
 pub(crate) async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
     let state: Option<State> = a.state.as_deref().map(str::parse).transpose()?;
-    let store = a.store.open().await?;
+    let store = a.store.open_existing().await?;
     // Stores list in key order: every matching entry is read, and the newest `limit` kept, so
     // memory stays bounded by the limit whatever the size of the store.
     let mut newest: BinaryHeap<Reverse<Newest>> = BinaryHeap::new();
@@ -257,7 +257,7 @@ fn cell(text: Option<&str>) -> String {
 
 pub(crate) async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
     let key: OperationKey = a.key.parse()?;
-    let store = a.store.open().await?;
+    let store = a.store.open_existing().await?;
     let Some(entry) = store.get(&key).await? else {
         return absent(&key, a.json);
     };
@@ -370,14 +370,14 @@ pub(crate) async fn resolve(a: ResolveArgs) -> anyhow::Result<ExitCode> {
     // All input is checked before the store is opened.
     let key: OperationKey = a.key.parse()?;
     let resolution = match (&a.done, &a.failed) {
-        (Some(text), _) => Resolution::Done(args::read_value(text, "--done")?),
+        (Some(text), _) => Resolution::Done(done_value(text)?),
         (_, Some(message)) if message.trim().is_empty() => {
             bail!("--failed needs a message saying what happened")
         }
         (_, Some(message)) => Resolution::Failed(ToolError::permanent(message.clone())),
         (None, None) => Resolution::Release,
     };
-    let store = a.store.open().await?;
+    let store = a.store.open_existing().await?;
     match store.resolve(&key, &resolution, a.retention).await? {
         Resolved::Applied => {
             let (word, what) = match &resolution {
@@ -426,9 +426,25 @@ pub(crate) async fn resolve(a: ResolveArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// `--done JSON`; text that does not even start like JSON gets the JSON string it may have
+/// meant in the error.
+fn done_value(text: &str) -> anyhow::Result<Value> {
+    args::read_value(text, "--done").map_err(|e| {
+        let starts_like_json = text.trim_start().starts_with(['{', '[', '"']);
+        match serde_json::to_string(text) {
+            Ok(quoted) if !starts_like_json && text != "-" => anyhow::anyhow!(
+                "{e:#}; --done takes JSON: to record a text, give it as a JSON string: --done \
+                 '{}'",
+                quoted.replace('\'', r"'\''")
+            ),
+            _ => e,
+        }
+    })
+}
+
 pub(crate) async fn rm(a: RmArgs) -> anyhow::Result<ExitCode> {
     let key: OperationKey = a.key.parse()?;
-    let store = a.store.open().await?;
+    let store = a.store.open_existing().await?;
     if !store.delete(&key).await? {
         return absent(&key, a.json);
     }
@@ -441,7 +457,7 @@ pub(crate) async fn rm(a: RmArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub(crate) async fn purge(a: PurgeArgs) -> anyhow::Result<ExitCode> {
-    let store = a.store.open().await?;
+    let store = a.store.open_existing().await?;
     let removed = store.purge_expired().await?;
     if a.json {
         outln!("{}", json!({"removed": removed}));

@@ -10,6 +10,9 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Subcommand};
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 mod args;
 mod bench;
@@ -38,7 +41,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Show the four ways an agent runs a write tool twice, without and with toolonce.
+    /// Show five scenarios in which an agent runs a write tool twice (and a control),
+    /// without and with toolonce.
     Demo(demo::DemoArgs),
     /// Run a shell command at most once per operation; duplicates replay its exit code and output.
     Exec(exec::ExecArgs),
@@ -66,18 +70,19 @@ enum Command {
     ExecShim(exec::shim::ShimArgs),
 }
 
-/// Parses the command line, with the exit-code table after every subcommand's help.
+/// Parses the command line. The exit-code table is in the top-level help only; each
+/// subcommand's help points to it.
 fn parse() -> Result<Cli, clap::Error> {
     let command = Cli::command().mut_subcommands(|sub| {
         if sub.is_hide_set() {
             return sub;
         }
-        let with_table = |text: Option<&clap::builder::StyledStr>| match text {
-            Some(text) => format!("{text}\n\n{}", exit::TABLE),
-            None => exit::TABLE.to_owned(),
+        let with_pointer = |text: Option<&clap::builder::StyledStr>| match text {
+            Some(text) => format!("{text}\n\n{}", exit::POINTER),
+            None => exit::POINTER.to_owned(),
         };
-        let long = sub.get_after_long_help().map(|t| with_table(Some(t)));
-        let short = with_table(sub.get_after_help());
+        let long = sub.get_after_long_help().map(|t| with_pointer(Some(t)));
+        let short = with_pointer(sub.get_after_help());
         let sub = sub.after_help(short);
         match long {
             Some(long) => sub.after_long_help(long),
@@ -103,13 +108,25 @@ pub fn main() -> ExitCode {
         Command::Demo(_) => "error",
         _ => "warn",
     };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        // Colours only for a person at a terminal, never into a log file or a pipe.
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
+    let (filter, quiet) = match tracing_subscriber::EnvFilter::try_from_env("RUST_LOG") {
+        Ok(asked) => (asked, false),
+        // exec says itself what a person must act on; the library's log line of it would be
+        // a second message (only when nobody asked for logs).
+        Err(_) => (
+            tracing_subscriber::EnvFilter::new(default_filter),
+            matches!(cli.command, Command::Exec(_)),
+        ),
+    };
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                // Colours only for a person at a terminal, never into a log file or a pipe.
+                .with_ansi(std::io::stderr().is_terminal())
+                .with_filter(filter)
+                .with_filter(tracing_subscriber::filter::filter_fn(move |meta| {
+                    !(quiet && exec::says_itself(meta))
+                })),
         )
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

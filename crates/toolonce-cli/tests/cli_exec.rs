@@ -25,8 +25,83 @@ fn exec_runs_once_and_replays_a_failing_commands_exit_code_stdout_and_stderr_byt
     for out in [&first, &again] {
         assert_eq!(code(out), 3);
         assert_eq!(out.stdout, b"out \xff\xfe done\n");
-        assert_eq!(out.stderr, b"err\x00\xff");
     }
+    assert_eq!(first.stderr, b"err\x00\xff");
+    // The replay's stderr is the recorded bytes, then (on a line of its own) toolonce's note.
+    let note = replay_note(&again);
+    assert_eq!(
+        again.stderr,
+        [&b"err\x00\xff\n"[..], note.as_bytes(), b"\n"].concat()
+    );
+}
+
+/// The key `exec --scope s --name <name>` uses (no `--args`).
+fn key_of(name: &str) -> String {
+    let out = toolonce()
+        .args(["key", "--json", "--scope", "s", "--tool", name])
+        .output()
+        .unwrap();
+    cli_support::json(&out)["key"].as_str().unwrap().to_owned()
+}
+
+/// The line a replay ends stderr with, checked to be toolonce's own and to say it did not run.
+fn replay_note(out: &Output) -> String {
+    let text = stderr(out);
+    let last = text.lines().last().unwrap_or_default().to_owned();
+    assert!(last.starts_with("toolonce: "), "no note in: {text}");
+    assert!(last.contains("not run"), "{last}");
+    last
+}
+
+#[test]
+fn a_replay_says_on_stderr_that_the_command_did_not_run_what_was_replayed_and_how_to_run_it_again()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_url(dir.path());
+    let script = "echo ran >> counter; echo hello; echo warning >&2";
+    let first = exec(dir.path(), "greet", &[], script);
+    // A run adds nothing to the command's own stderr.
+    assert_eq!(stderr(&first), "warning\n");
+    let again = exec(dir.path(), "greet", &[], script);
+    assert_eq!(lines(&dir.path().join("counter")), 1);
+    assert_eq!(stdout(&again), "hello\n");
+    let note = replay_note(&again);
+    assert_eq!(stderr(&again), format!("warning\n{note}\n"));
+    let key = key_of("greet");
+    for words in [
+        key.as_str(),
+        "done",
+        " ago",
+        "exit code 0",
+        &format!("`toolonce rm {key} --store {store}`"),
+    ] {
+        assert!(note.contains(words), "no {words:?} in: {note}");
+    }
+    // When it was settled, as a timestamp.
+    assert!(note.contains("Z, "), "{note}");
+    assert!(!note.contains("another command line"), "{note}");
+
+    // A recorded failure says so.
+    let failing = "echo ran >> counter; exit 5";
+    assert_eq!(code(&exec(dir.path(), "broken", &[], failing)), 5);
+    let failed = exec(dir.path(), "broken", &[], failing);
+    assert_eq!(code(&failed), 5);
+    let note = replay_note(&failed);
+    assert!(note.contains("failed"), "{note}");
+    assert!(note.contains("exit code 5"), "{note}");
+    assert_eq!(lines(&dir.path().join("counter")), 2);
+
+    // Another command line under the same operation replays the first one's outcome, and the
+    // note names the command line that was recorded.
+    let changed = exec(dir.path(), "greet", &[], "echo ran >> counter; echo bye");
+    assert_eq!(stdout(&changed), "hello\n");
+    assert_eq!(lines(&dir.path().join("counter")), 2);
+    let note = replay_note(&changed);
+    assert!(note.contains("another command line"), "{note}");
+    assert!(
+        note.contains("sh -c 'echo ran >> counter; echo hello; echo warning >&2'"),
+        "{note}"
+    );
 }
 
 #[test]
@@ -39,8 +114,9 @@ fn exec_replays_a_successful_command_without_running_it() {
     for out in [&first, &again] {
         assert_eq!(code(out), 0, "{}", stderr(out));
         assert_eq!(stdout(out), "hello\n");
-        assert_eq!(stderr(out), "warning\n");
+        assert!(stderr(out).starts_with("warning\n"), "{}", stderr(out));
     }
+    assert_eq!(stderr(&first), "warning\n");
     // Other arguments are another operation.
     let other = exec(dir.path(), "greet", &["--args", r#"{"to":"ada"}"#], script);
     assert_eq!(code(&other), 0);
@@ -116,7 +192,7 @@ fn transient_exit_lets_the_next_call_run_the_command_again() {
 #[test]
 fn a_concurrent_duplicate_is_refused_with_exit_code_75_unless_told_to_wait() {
     let dir = tempfile::tempdir().unwrap();
-    let script = "touch started; echo ran >> counter; sleep 2; echo slow";
+    let script = "touch started; echo ran >> counter; sleep 3; echo slow";
     let first = std::process::Command::new(env!("CARGO_BIN_EXE_toolonce"))
         .current_dir(dir.path())
         .env_remove("TOOLONCE_STORE")
@@ -141,11 +217,20 @@ fn a_concurrent_duplicate_is_refused_with_exit_code_75_unless_told_to_wait() {
         "{}",
         stderr(&refused)
     );
+    assert!(stderr(&refused).contains("--wait SECONDS"));
     assert!(refused.stdout.is_empty());
+    // A wait that runs out does not advise waiting: it says that it waited.
+    let short = exec(dir.path(), "slow", &["--wait", "0.2"], script);
+    assert_eq!(code(&short), 75, "{}", stderr(&short));
+    let text = stderr(&short);
+    assert!(text.contains("after waiting 0.2s"), "{text}");
+    assert!(!text.contains("pass --wait"), "{text}");
 
     let waited = exec(dir.path(), "slow", &["--wait", "30"], script);
     assert_eq!(code(&waited), 0, "{}", stderr(&waited));
     assert_eq!(stdout(&waited), "slow\n");
+    // It waited for the first run and replayed it: it says so.
+    replay_note(&waited);
 
     let first = first.wait_with_output().unwrap();
     assert_eq!(code(&first), 0, "{}", stderr(&first));
@@ -379,10 +464,12 @@ fn max_output_caps_what_is_stored_per_stream() {
             "abcdefghij".repeat(5)
         )
     );
+    // The recorded stderr, then (on a line of its own) the replay's note.
+    let note = replay_note(&again);
     assert_eq!(
         stderr(&again),
         format!(
-            "{}{marker}{}",
+            "{}{marker}{}\n{note}\n",
             "0123456789".repeat(5),
             "0123456789".repeat(5)
         )

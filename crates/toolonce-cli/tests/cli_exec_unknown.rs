@@ -16,9 +16,11 @@ use std::time::{Duration, Instant};
 use cli_support::{code, exec, json, lines, sqlite_url, stderr, stdout, toolonce};
 use serde_json::Value;
 
-/// The command: records the key it got, and on its first run only, waits to be killed (its pid
-/// in `pid` tells the test it is running); later runs end at once.
+/// The command: records the key it got (and in `before`, whether it was told that an earlier
+/// attempt may have run), and on its first run only, waits to be killed (its pid in `pid`
+/// tells the test it is running); later runs end at once.
 const SCRIPT: &str = "echo \"$TOOLONCE_KEY\" >> keys; \
+                      echo \"${TOOLONCE_MAY_HAVE_RUN_BEFORE:-unset}\" >> before; \
                       if [ ! -e first-run ]; then touch first-run; echo $$ > pid; sleep 300; fi; \
                       echo finished";
 
@@ -134,6 +136,15 @@ fn wait_until_unknown(dir: &Path, key: &str) -> Value {
     }
 }
 
+/// What each run found in TOOLONCE_MAY_HAVE_RUN_BEFORE (`unset` when it was not set).
+fn told_before(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("before"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
 /// The keys the command was run with, one per run.
 fn runs(dir: &Path) -> Vec<String> {
     std::fs::read_to_string(dir.join("keys"))
@@ -161,19 +172,22 @@ fn a_killed_run_is_held_with_exit_73_until_released_then_runs_once_with_the_same
         let held = exec(dir.path(), "deploy", &[LEASE, extra].concat(), SCRIPT);
         assert_eq!(code(&held), 73, "{extra:?}: {}", stderr(&held));
         assert!(held.stdout.is_empty(), "{}", stdout(&held));
-        // The layer's warning (a log line) may come first; toolonce's own line ends stderr, in
-        // words for an operator, not the text written for a model.
+        // One message, toolonce's own (the layer's log line would say it a second time, with
+        // half a `resolve` command), in words for an operator, not the text written for a model.
         let text = stderr(&held);
+        assert_eq!(text.lines().count(), 1, "{text}");
         let last = text.lines().last().unwrap_or_default();
         assert!(last.starts_with("toolonce: "), "{text}");
         assert!(!text.contains("you must not retry"), "{text}");
         for words in [key.as_str(), "unknown", "may have taken effect", "not run"] {
             assert!(last.contains(words), "no {words:?} in: {text}");
         }
-        assert!(
-            last.contains(&format!("toolonce resolve {key}")),
-            "no resolve hint in: {text}"
-        );
+        // Each way to settle it is a whole command that can be pasted.
+        let store = sqlite_url(dir.path());
+        for how in ["--done JSON", "--failed MESSAGE", "--release"] {
+            let command = format!("`toolonce resolve {key} --store {store} {how}`");
+            assert!(last.contains(&command), "no {command} in: {text}");
+        }
     }
     assert_eq!(runs(dir.path()).len(), 1, "a held call ran the command");
 
@@ -201,10 +215,22 @@ fn a_killed_run_is_held_with_exit_73_until_released_then_runs_once_with_the_same
     );
     assert_eq!(code(&run(dir.path(), &["show", &key])), 66);
 
-    let rerun = exec(dir.path(), "deploy", LEASE, SCRIPT);
+    // Run from a command that was itself told so: the value is not inherited.
+    let rerun = toolonce()
+        .current_dir(dir.path())
+        .env("TOOLONCE_MAY_HAVE_RUN_BEFORE", "1")
+        .args(["exec", "--store", &sqlite_url(dir.path()), "--scope", "s"])
+        .args(["--name", "deploy"])
+        .args(LEASE)
+        .args(["--", "sh", "-c", SCRIPT])
+        .output()
+        .unwrap();
     assert_eq!(code(&rerun), 0, "{}", stderr(&rerun));
     assert_eq!(stdout(&rerun), "finished\n");
     assert_eq!(runs(dir.path()), [key.clone(), key.clone()]);
+    // An operator's release says it did not take effect: the run after it is a first run, and
+    // an inherited value is not passed on.
+    assert_eq!(told_before(dir.path()), ["unset", "unset"]);
     // Settled now: a duplicate replays without running it.
     let again = exec(dir.path(), "deploy", LEASE, SCRIPT);
     assert_eq!(code(&again), 0, "{}", stderr(&again));
@@ -228,6 +254,8 @@ fn under_on_expired_rerun_a_killed_run_is_taken_over_and_runs_once_more_with_the
     assert_eq!(code(&rerun), 0, "{}", stderr(&rerun));
     assert_eq!(stdout(&rerun), "finished\n");
     assert_eq!(runs(dir.path()), [key.clone(), key.clone()]);
+    // The rerun was told that the first attempt may have taken effect; the first was not.
+    assert_eq!(told_before(dir.path()), ["unset", "1"]);
     let shown = json(&run(dir.path(), &["show", &key, "--json"]));
     assert_eq!(shown["state"], "done");
     assert_eq!(shown["attempts"], 2, "{shown}");
@@ -425,4 +453,12 @@ fn resolve_needs_exactly_one_resolution_and_valid_json() {
     }
     let out = run(dir.path(), &["resolve", key, "--done", "{\"a\":"]);
     assert!(stderr(&out).contains("line 1 column"), "{}", stderr(&out));
+    // Plain text is not JSON: the message shows how to give it as a JSON string.
+    let out = run(dir.path(), &["resolve", key, "--done", "sent by hand"]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(r#"--done '"sent by hand"'"#),
+        "{}",
+        stderr(&out)
+    );
 }

@@ -75,6 +75,20 @@ fn a_bad_store_url_is_exit_2_for_every_subcommand() {
             assert_eq!(code(&out), 2, "{args:?} {store}: {}", stderr(&out));
         }
     }
+    // A malformed Redis URL says what is wrong with it (not "did not parse").
+    for (store, words) in [
+        ("redis://127.0.0.1:99999", "is not a number from 1 to 65535"),
+        ("redis://:pw@[::1", "has no closing \"]\""),
+        ("redis://127.0.0.1/abc", "the database \"abc\""),
+    ] {
+        for args in store_commands() {
+            let out = run(&args, store, dir.path());
+            let text = stderr(&out);
+            assert_eq!(code(&out), 2, "{args:?} {store}: {text}");
+            assert!(text.contains(words), "{args:?} {store}: {text}");
+            assert!(!text.contains("did not parse"), "{text}");
+        }
+    }
     assert!(!dir.path().join("ran").exists());
 }
 
@@ -82,6 +96,8 @@ fn a_bad_store_url_is_exit_2_for_every_subcommand() {
 fn a_missing_key_is_exit_66_for_show_rm_and_resolve() {
     let dir = tempfile::tempdir().unwrap();
     let store = sqlite_url(dir.path());
+    // A store with another operation in it: these commands never create one.
+    assert_eq!(code(&exec(dir.path(), "other", &[], "true")), 0);
     for args in [
         &["show", KEY][..],
         &["rm", KEY],
@@ -181,22 +197,35 @@ fn a_conflict_and_the_commands_own_codes_are_kept_apart() {
 }
 
 #[test]
-fn the_exit_code_table_is_in_the_help_of_every_subcommand() {
-    for sub in [
-        vec!["--help"],
-        vec!["exec", "--help"],
-        vec!["ls", "--help"],
-        vec!["show", "--help"],
-        vec!["rm", "--help"],
-        vec!["purge", "--help"],
-        vec!["resolve", "--help"],
-        vec!["key", "--help"],
-    ] {
-        let out = toolonce().args(&sub).output().unwrap();
+fn the_exit_code_table_is_in_the_top_level_help_once_and_every_subcommand_points_to_it() {
+    for help in ["--help", "-h"] {
+        let out = toolonce().arg(help).output().unwrap();
         assert_eq!(code(&out), 0);
         let text = cli_support::stdout(&out);
-        for line in ["Exit codes", "69", "75", "65", "66", "67", "70", "73"] {
-            assert!(text.contains(line), "{sub:?} lacks {line}: {text}");
+        assert_eq!(text.matches("Exit codes").count(), 1, "{text}");
+        for line in [
+            "  69 ", "  75 ", "  65 ", "  66 ", "  67 ", "  70 ", "  73 ",
+        ] {
+            assert!(text.contains(line), "{help} lacks {line}: {text}");
+        }
+    }
+    for sub in [
+        "exec", "ls", "show", "rm", "purge", "resolve", "key", "mcp", "bench", "demo",
+    ] {
+        for help in ["--help", "-h"] {
+            let out = toolonce().args([sub, help]).output().unwrap();
+            assert_eq!(code(&out), 0);
+            let text = cli_support::stdout(&out);
+            assert!(
+                !text.contains("  69 "),
+                "{sub} {help} repeats the table: {text}"
+            );
+            assert!(
+                text.contains(
+                    "Exit codes: the same table for every subcommand, in `toolonce --help`."
+                ),
+                "{sub} {help}: {text}"
+            );
         }
     }
 }
@@ -223,13 +252,96 @@ fn an_entry_toolonce_cannot_read_is_exit_70() {
         assert_eq!(code(&out), 70, "{args:?}: {}", stderr(&out));
         assert!(stderr(&out).contains("corrupt entry"), "{}", stderr(&out));
     }
-    // For exec the store cannot be used for this operation: fail closed, as for an outage, in
-    // the operator's words rather than the model's.
+    // For exec the operation was begun, perhaps done, by a run whose record cannot be read:
+    // not run, and its outcome is unknown until a person checks (exit 73), in the operator's
+    // words rather than the model's, in one message.
     let again = exec(dir.path(), "n", &[], "echo ran >> counter");
-    assert_eq!(code(&again), 69, "{}", stderr(&again));
+    assert_eq!(code(&again), 73, "{}", stderr(&again));
     let text = stderr(&again);
-    assert!(text.contains("the command was not run"), "{text}");
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(text.contains("not run"), "{text}");
     assert!(text.contains("corrupt entry"), "{text}");
+    assert!(text.contains("cannot be read"), "{text}");
+    assert!(
+        text.contains(&format!("`toolonce show {key} --store {store}`")),
+        "{text}"
+    );
     assert!(!text.contains("Not executed"), "{text}");
     assert!(!dir.path().join("counter").exists());
+}
+
+/// Every store-using subcommand, the MCP proxy included (it exits before it starts its server).
+fn every_store_command() -> Vec<Vec<&'static str>> {
+    let mut all = store_commands();
+    all.push(vec!["mcp", "--scope", "s", "--", "true"]);
+    all
+}
+
+#[test]
+fn a_store_that_can_never_work_is_exit_2_for_every_subcommand_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    // A file that is not a SQLite database.
+    let not_a_db = dir.path().join("notes.db");
+    std::fs::write(
+        &not_a_db,
+        "these are my notes, not a database\n".repeat(200),
+    )
+    .unwrap();
+    // A server of its own that needs a password (set once it is up: the support's readiness
+    // check has none to give).
+    let locked = toolonce_testsupport::RedisServer::start();
+    locked.command(&["CONFIG", "SET", "requirepass", "s3cret"]);
+    let open = toolonce_testsupport::shared_redis();
+    let postgres = toolonce_testsupport::shared_postgres();
+    postgres.create_user_with_password("toolonce_cli_exit", "right-secret");
+    let cases = [
+        (format!("sqlite://{}", not_a_db.display()), "not a database"),
+        (
+            format!("redis://:wrong-secret@127.0.0.1:{}", locked.port()),
+            "password",
+        ),
+        // A server that needs a password and got none says so.
+        (
+            format!("redis://127.0.0.1:{}", locked.port()),
+            "needs a password",
+        ),
+        (
+            format!("redis://127.0.0.1:{}/99999", open.port()),
+            "database index",
+        ),
+        (
+            format!(
+                "postgres://toolonce_cli_exit:wrong-secret@127.0.0.1:{}/postgres",
+                postgres.port()
+            ),
+            "password",
+        ),
+    ];
+    // Every wrong answer is listed, not only the first.
+    let mut wrong = Vec::new();
+    for (store, why) in &cases {
+        for args in every_store_command() {
+            // bench measures SQLite in a fresh file of its own beside the one named: that
+            // file is never opened.
+            if args[0] == "bench" && store.starts_with("sqlite://") {
+                continue;
+            }
+            let out = run(&args, store, dir.path());
+            let text = stderr(&out);
+            let right = code(&out) == 2
+                && text.starts_with("toolonce: ")
+                && text.contains(why)
+                && !text.contains("try again later")
+                && !text.contains("allow_eviction");
+            if !right {
+                wrong.push(format!(
+                    "{args:?} {store} (want {why:?}): {}: {text}",
+                    code(&out)
+                ));
+            }
+            assert!(!text.contains("wrong-secret"), "{text}");
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    assert!(!dir.path().join("ran").exists(), "exec ran without a store");
 }

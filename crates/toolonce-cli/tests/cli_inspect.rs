@@ -247,3 +247,59 @@ fn an_empty_store_lists_no_entries() {
         serde_json::json!({"entries": [], "more": false})
     );
 }
+
+#[test]
+fn reading_commands_never_create_a_database_and_name_the_missing_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = "idem:0123456789abcdef0123456789abcdef";
+    let typo = dir.path().join("tolonce.db");
+    let typo_url = format!("sqlite://{}", typo.display());
+    let default = dir.path().join("toolonce.db");
+    for args in [
+        &["ls"][..],
+        &["ls", "--json"],
+        &["show", key],
+        &["rm", key],
+        &["resolve", key, "--release"],
+        &["purge"],
+    ] {
+        // The default store (toolonce.db here), and a path with a typo in it.
+        let default_out = toolonce()
+            .current_dir(dir.path())
+            .args(args)
+            .output()
+            .unwrap();
+        let typo_out = toolonce()
+            .current_dir(dir.path())
+            .args(args)
+            .args(["--store", &typo_url])
+            .output()
+            .unwrap();
+        for (out, path) in [(&default_out, &default), (&typo_out, &typo)] {
+            assert_eq!(code(out), 2, "{args:?}: {}", stderr(out));
+            let text = stderr(out);
+            assert!(text.starts_with("toolonce: "), "{text}");
+            assert!(text.contains(&path.display().to_string()), "{text}");
+            assert!(text.contains("does not exist"), "{text}");
+            assert!(out.stdout.is_empty(), "{args:?}: {}", stdout(out));
+        }
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "a reading command created {left:?}");
+
+    // exec creates the database as before; then the same commands read it.
+    let out = toolonce()
+        .current_dir(dir.path())
+        .args(["exec", "--scope", "s", "--name", "n", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(default.exists());
+    let out = toolonce()
+        .current_dir(dir.path())
+        .args(["ls", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(json(&out)["entries"].as_array().unwrap().len(), 1);
+}

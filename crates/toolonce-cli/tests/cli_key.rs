@@ -158,4 +158,11 @@ fn an_empty_scope_or_a_bad_key_field_is_refused() {
         "{}",
         stderr(&out)
     );
+    // It says what a pointer must look like, and how this one would be written.
+    assert!(
+        stderr(&out).contains("must start with \"/\""),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("\"/card\""), "{}", stderr(&out));
 }

@@ -308,7 +308,10 @@ fn check_pointer(pointer: &str) -> Result<()> {
         })
     };
     if !pointer.is_empty() && !pointer.starts_with('/') {
-        return invalid("a JSON Pointer is empty or starts with \"/\"");
+        return invalid(
+            "a JSON Pointer must start with \"/\" (such as \"/id\"), or be empty for the whole \
+             arguments",
+        );
     }
     let mut bytes = pointer.bytes();
     while let Some(b) = bytes.next() {

@@ -103,6 +103,11 @@ pub trait WriteTool: Send + Sync + 'static {
     /// returned records and replays it; [`Verified::NotDone`] runs the tool again (with the same
     /// key); [`Verified::CannotTell`] (the default) holds. A probe that fails should answer
     /// `CannotTell`: holding is always safe.
+    ///
+    /// It is asked only under [`OnExpired::Verify`]: a tool that implements it must also
+    /// return that from [`on_expired`](Self::on_expired) (or be given it in its
+    /// [`WriteOptions`](crate::WriteOptions)); otherwise the default policy applies and this
+    /// probe is never called.
     fn verify(
         &self,
         ctx: &WriteContext,

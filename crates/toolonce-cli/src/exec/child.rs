@@ -18,6 +18,10 @@ use super::capture::{self, Capture};
 use super::record::Record;
 use crate::exit;
 
+/// The variable that tells the command an earlier attempt of its operation may have taken
+/// effect, as `WriteContext::may_have_run_before` tells a library tool.
+pub(crate) const MAY_HAVE_RUN_BEFORE: &str = "TOOLONCE_MAY_HAVE_RUN_BEFORE";
+
 /// How long the pipes are still read after the command exited (see the module doc).
 const DRAIN_GRACE: Duration = Duration::from_secs(1);
 
@@ -79,6 +83,9 @@ pub(crate) struct Run<'a> {
     pub(crate) max_output: usize,
     /// How long a signalled command has before its process group is killed.
     pub(crate) grace: Duration,
+    /// An earlier attempt may have taken effect (`--on-expired rerun` took an `unknown`
+    /// operation over): the command gets `TOOLONCE_MAY_HAVE_RUN_BEFORE=1`.
+    pub(crate) may_have_run_before: bool,
 }
 
 /// Runs the command with the key in its environment, streaming its output through while
@@ -101,10 +108,15 @@ pub(crate) async fn run(run: Run<'_>, mut signals: Signals) -> Result<Record, No
         .args(run.command)
         .env("TOOLONCE_KEY", run.key.as_str())
         .env("IDEMPOTENCY_KEY", run.key.as_str())
+        // Never inherited: only this operation's own history may set it.
+        .env_remove(MAY_HAVE_RUN_BEFORE)
         .stdin(Stdio::inherit())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    if run.may_have_run_before {
+        command.env(MAY_HAVE_RUN_BEFORE, "1");
+    }
     // A signal that came before the command started: it is not started at all.
     if let Some(sig) = *signals.borrow_and_update() {
         return Err(stopped_before_start(sig));

@@ -2,7 +2,10 @@
 //! and stderr. A stream is stored as a JSON string when it is valid UTF-8 (readable in
 //! `toolonce show`) and as `{"base64": "…"}` otherwise, so any bytes round-trip. A stream longer
 //! than `--max-output` is stored as its head and tail around a marker line, with the number of
-//! bytes dropped beside it (`stdout_dropped`, `stderr_dropped`, only when not zero).
+//! bytes dropped beside it (`stdout_dropped`, `stderr_dropped`, only when not zero). The
+//! command line is kept beside them, spelled as [`command_line`] writes it.
+
+use std::ffi::OsStr;
 
 use serde_json::{Map, Value, json};
 
@@ -73,6 +76,27 @@ impl Record {
     }
 }
 
+/// The command line as a person would type it (POSIX shell quoting where needed), for the
+/// entry's description (`toolonce ls` and `show` display it) and a replay's note.
+pub(crate) fn command_line<S: AsRef<OsStr>>(command: &[S]) -> String {
+    let words: Vec<String> = command
+        .iter()
+        .map(|word| {
+            let word = word.as_ref().to_string_lossy();
+            let plain = !word.is_empty()
+                && word
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "_-./=:,+@%^".contains(c));
+            if plain {
+                word.into_owned()
+            } else {
+                format!("'{}'", word.replace('\'', r"'\''"))
+            }
+        })
+        .collect();
+    words.join(" ")
+}
+
 fn encode_stream(bytes: &[u8]) -> Value {
     match std::str::from_utf8(bytes) {
         Ok(text) => Value::String(text.to_owned()),
@@ -141,6 +165,26 @@ fn base64_decode(text: &str) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_command_line_is_described_as_a_shell_would_take_it() {
+        let line = |words: &[&str]| {
+            command_line(
+                &words
+                    .iter()
+                    .map(std::ffi::OsString::from)
+                    .collect::<Vec<_>>(),
+            )
+        };
+        assert_eq!(
+            line(&["./deploy.sh", "--env=prod"]),
+            "./deploy.sh --env=prod"
+        );
+        assert_eq!(
+            line(&["sh", "-c", "echo it's $HOME", ""]),
+            r"sh -c 'echo it'\''s $HOME' ''"
+        );
+    }
 
     #[test]
     fn base64_matches_rfc_4648_test_vectors() {

@@ -29,12 +29,13 @@ pub(in crate::bench) struct Raw {
 async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
     postgres::connect_client(url).await.map_err(|e| {
         // A refused TLS handshake (a server without TLS under a mode that requires it)
-        // is the URL's matter, not the server's availability.
-        let code = if e.report().to_string().contains("TLS") {
-            crate::exit::USAGE
-        } else {
-            crate::exit::UNAVAILABLE
-        };
+        // or login (a wrong password) is the URL's matter, not the server's availability.
+        let code =
+            if matches!(e, toolonce::Error::Config(_)) || e.report().to_string().contains("TLS") {
+                crate::exit::USAGE
+            } else {
+                crate::exit::UNAVAILABLE
+            };
         crate::exit::with_code(
             code,
             anyhow::Error::new(e).context("cannot open the raw floor's connection"),

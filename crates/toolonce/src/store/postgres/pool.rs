@@ -137,8 +137,9 @@ impl PostgresStoreBuilder {
     /// # Errors
     ///
     /// [`Error::Config`] for a malformed URL or table name, or an `sslmode` this build cannot
-    /// honour; [`Error::Unavailable`] when the server cannot be reached, [`Error::Store`] when
-    /// it refuses (wrong password, missing database, a schema newer than this build knows) or
+    /// honour, and when the server refuses the login (a wrong password, an unknown user) or has no
+    /// such database; [`Error::Unavailable`] when the server cannot be reached, [`Error::Store`]
+    /// when it refuses otherwise (a schema newer than this build knows) or
     /// the TLS handshake fails (a certificate that fails the `sslmode`'s check, a server
     /// without TLS where TLS is required).
     pub async fn connect(self) -> Result<PostgresStore> {
@@ -278,12 +279,31 @@ pub async fn connect_client(url: &str) -> Result<tokio_postgres::Client> {
 }
 
 /// A failure to open a connection: a refused TLS handshake is the store's answer (the URL
-/// asks for what the server will not do), anything else is classified like a failed statement.
+/// asks for what the server will not do); a refused login or a database that does not exist
+/// is the URL's mistake, which no retry fixes ([`Error::Config`]); anything else is classified
+/// like a failed statement.
 pub(super) fn connect_error(e: tokio_postgres::Error) -> Error {
     if tls::is_tls_refusal(&e) {
-        Error::store(e)
-    } else {
-        classify(&e).into_error(e)
+        return Error::store(e);
+    }
+    let refusal = e.as_db_error().and_then(|db| match db.code().code() {
+        // invalid_password, invalid_authorization_specification (no such role, or pg_hba.conf
+        // refuses it).
+        "28P01" | "28000" => Some(format!(
+            "PostgreSQL refused the login ({}): check the user and password in the store URL",
+            db.message()
+        )),
+        // invalid_catalog_name.
+        "3D000" => Some(format!(
+            "PostgreSQL has no such database ({}): check the database name in the store URL \
+             (toolonce creates its table, not the database)",
+            db.message()
+        )),
+        _ => None,
+    });
+    match refusal {
+        Some(message) => Error::Config(message),
+        None => classify(&e).into_error(e),
     }
 }
 

@@ -8,12 +8,12 @@ use std::time::Duration;
 use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster::ClusterClientBuilder;
 use ::redis::cluster_async::ClusterConnection;
-use ::redis::{Cmd, RedisFuture, Value};
+use ::redis::{Cmd, RedisError, RedisFuture, Value};
 
 use crate::store::redact_url;
 use crate::{Error, Result};
 
-use super::error::{config_error, to_error};
+use super::error::{config_error, refused_setup, to_error};
 use super::url::Target;
 use super::{RedisStore, SCRIPTS};
 
@@ -156,9 +156,10 @@ impl RedisStoreBuilder {
     /// # Errors
     ///
     /// [`Error::Config`] for a malformed URL, a `rediss://` URL in a build without the
-    /// `redis-tls` feature, options the driver refuses, or a server that may evict entries;
-    /// [`Error::Unavailable`] when the server cannot be reached; [`Error::Store`] when it
-    /// refuses us (a wrong password).
+    /// `redis-tls` feature, options the driver refuses, a server that may evict entries, a
+    /// wrong password or none where the server needs one, or a database index the server does
+    /// not have; [`Error::Unavailable`] when the server cannot be reached; [`Error::Store`]
+    /// when it refuses us otherwise.
     pub async fn connect(self) -> Result<RedisStore> {
         let target = Target::parse(&self.url)?;
         let conn = self.open(&target).await?;
@@ -210,7 +211,12 @@ impl RedisStoreBuilder {
                 .retries(u32::try_from(self.reconnect_attempts).unwrap_or(u32::MAX))
                 .build()
                 .map_err(config_error)?;
-            Conn::Cluster(client.get_async_connection().await.map_err(to_error)?)
+            Conn::Cluster(
+                client
+                    .get_async_connection()
+                    .await
+                    .map_err(|e| at_connect(e, &target.display))?,
+            )
         } else {
             let client = ::redis::Client::open(target.nodes[0].as_str()).map_err(config_error)?;
             let config = ConnectionManagerConfig::new()
@@ -222,11 +228,17 @@ impl RedisStoreBuilder {
             Conn::Single(
                 ConnectionManager::new_with_config(client, config)
                     .await
-                    .map_err(to_error)?,
+                    .map_err(|e| at_connect(e, &target.display))?,
             )
         };
         Ok(conn)
     }
+}
+
+/// A failure to connect: a refusal that the URL causes ([`refused_setup`]), or else as any
+/// other error of the driver.
+fn at_connect(e: RedisError, display: &str) -> Error {
+    refused_setup(&e, &format!("Redis at {display}")).unwrap_or_else(|| to_error(e))
 }
 
 /// One connection made as a store makes its own (the URL's nodes without toolonce's own

@@ -71,6 +71,32 @@ pub(super) fn to_error(e: RedisError) -> Error {
     }
 }
 
+/// A refusal no retry fixes, because the store URL is wrong: a wrong password or user, a
+/// server that needs a password and got none, a database index the server does not have. As
+/// [`Error::Config`] saying what to change; `place` names the server (without secrets).
+pub(super) fn refused_setup(e: &RedisError, place: &str) -> Option<Error> {
+    let message = if e.kind() == ErrorKind::AuthenticationFailed || e.code() == Some("WRONGPASS") {
+        format!(
+            "{place} refused the password (or user name) of the store URL ({e}): check its \
+             userinfo, redis://:PASSWORD@host or redis://USER:PASSWORD@host"
+        )
+    } else if e.code() == Some("NOAUTH") {
+        format!(
+            "{place} needs a password, and the store URL gives none: put it in the URL, \
+             redis://:PASSWORD@host (or redis://USER:PASSWORD@host for an ACL user)"
+        )
+    } else if e.to_string().contains("refused to switch database") {
+        format!(
+            "{place} has no such database index ({}): the number at the end of the store URL \
+             (redis://host/N) must be below the server's `databases` setting (16 by default)",
+            e.detail().unwrap_or("refused")
+        )
+    } else {
+        return None;
+    };
+    Some(Error::Config(message))
+}
+
 pub(super) fn config_error(e: RedisError) -> Error {
     Error::Config(format!("redis: {e}"))
 }

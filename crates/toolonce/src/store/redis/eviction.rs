@@ -10,6 +10,7 @@
 use ::redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use ::redis::{RedisError, Value};
 
+use super::error::refused_setup;
 use super::{Conn, RedisStore, to_error};
 use crate::{Error, Result};
 
@@ -41,6 +42,10 @@ impl RedisStore {
                     None => Policy::Unknown("INFO memory does not report maxmemory_policy".into()),
                 },
                 Err(e) => {
+                    // No password where one is needed: say so, not that INFO is refused.
+                    if let Some(refused) = refused_setup(&e, &place) {
+                        return Err(refused);
+                    }
                     let error = to_error(e);
                     if error.is_retryable() {
                         return Err(error);

@@ -92,6 +92,16 @@ impl Target {
         if host_list.is_empty() || host_list.iter().any(|h| h.is_empty()) {
             return Err(invalid("no host"));
         }
+        // The driver's own word for these is "did not parse": say what is wrong instead.
+        for host in &host_list {
+            check_host(host).map_err(|why| invalid(&why))?;
+        }
+        let database = path.trim_start_matches('/');
+        if !database.is_empty() && !database.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(invalid(&format!(
+                "the database {database:?} after the host is not a number (redis://host:6379/0)"
+            )));
+        }
         let nodes = host_list
             .iter()
             .map(|h| format!("{node_scheme}://{auth}{h}{path}{suffix}"))
@@ -104,6 +114,38 @@ impl Target {
             allow_eviction,
             display: redact_url(url),
         })
+    }
+}
+
+/// Checks one `host[:port]` of a URL: a closed IPv6 bracket, a port from 1 to 65535. The
+/// error says what is wrong with it.
+fn check_host(host: &str) -> std::result::Result<(), String> {
+    let port = if let Some(v6) = host.strip_prefix('[') {
+        let (_, after) = v6
+            .split_once(']')
+            .ok_or_else(|| format!("the IPv6 address in {host:?} has no closing \"]\""))?;
+        match after {
+            "" => None,
+            _ => Some(after.strip_prefix(':').ok_or_else(|| {
+                format!("{host:?}: after an IPv6 address in brackets comes \":PORT\" or nothing")
+            })?),
+        }
+    } else {
+        match host.split_once(':') {
+            Some((_, port)) if port.contains(':') => {
+                return Err(format!(
+                    "{host:?}: an IPv6 address goes in brackets, as in redis://[::1]:6379"
+                ));
+            }
+            Some((_, port)) => Some(port),
+            None => None,
+        }
+    };
+    match port {
+        Some(port) if port.parse::<u16>().map_or(true, |p| p == 0) => Err(format!(
+            "the port {port:?} of {host:?} is not a number from 1 to 65535"
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -137,6 +179,39 @@ mod tests {
         );
         assert_eq!(t.prefix.as_deref(), Some("x"));
         assert!(!format!("{:?}", t.display).contains("secret"));
+    }
+
+    #[test]
+    fn a_malformed_port_address_or_database_says_what_is_wrong() {
+        for (url, words) in [
+            ("redis://127.0.0.1:99999", "port \"99999\""),
+            ("redis://host:", "port \"\""),
+            ("redis://host:abc/0", "port \"abc\""),
+            ("redis://:secret@[::1", "no closing \"]\""),
+            ("redis://[::1]x", "after an IPv6 address"),
+            ("redis://::1:6379", "in brackets"),
+            ("redis://host/abc", "database \"abc\""),
+            ("redis+cluster://a:1,b:0/", "port \"0\""),
+        ] {
+            match Target::parse(url) {
+                Err(Error::Config(message)) => {
+                    assert!(message.contains(words), "{url}: {message}");
+                    assert!(!message.contains("secret"), "{message}");
+                }
+                other => panic!(
+                    "{url}: expected a configuration error, got {:?}",
+                    other.err()
+                ),
+            }
+        }
+        for url in [
+            "redis://[::1]:6379/2",
+            "redis://[::1]",
+            "redis://h:6379",
+            "redis://h/",
+        ] {
+            assert!(Target::parse(url).is_ok(), "{url}");
+        }
     }
 
     #[test]

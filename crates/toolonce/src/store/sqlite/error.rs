@@ -1,6 +1,7 @@
 //! What goes wrong in the SQLite store, and how it is reported: a job's fault (a SQLite error
 //! or an undecodable row), and the classification of SQLite's errors into the store's
-//! [`Error::Unavailable`] (may go away by itself) and [`Error::Store`].
+//! [`Error::Unavailable`] (may go away by itself), [`Error::Config`] (the file is not a SQLite
+//! database) and [`Error::Store`].
 
 use rusqlite::ErrorCode;
 
@@ -56,6 +57,14 @@ pub(super) fn is_busy(e: &rusqlite::Error) -> bool {
 }
 
 pub(super) fn sql_error(path: &str, doing: &'static str, source: rusqlite::Error) -> Error {
+    // A file that is something else (a typo naming another file, notes, an encrypted
+    // database): the URL's mistake, which no retry fixes.
+    if source.sqlite_error_code() == Some(ErrorCode::NotADatabase) {
+        return Error::Config(format!(
+            "{path} is not a SQLite database (could not {doing}: {source}): check the path in \
+             the store URL"
+        ));
+    }
     let transient = is_transient(&source);
     let e = SqliteError {
         path: path.to_owned(),

@@ -221,3 +221,24 @@ async fn connecting_to_a_server_that_is_down_reports_unavailable_within_the_conn
     assert!(err.is_retryable());
     assert!(started.elapsed() < Duration::from_secs(5));
 }
+
+#[tokio::test]
+async fn a_refused_login_or_a_missing_database_is_a_configuration_error() {
+    let server = shared_postgres();
+    server.create_user_with_password("toolonce_refused_login", "right-secret");
+    let wrong = format!(
+        "postgres://toolonce_refused_login:wrong-secret@127.0.0.1:{}/postgres",
+        server.port()
+    );
+    let missing = server.url_for("toolonce_no_such_database");
+    for (url, words) in [(wrong, "refused the login"), (missing, "no such database")] {
+        match PostgresStore::connect(&url).await {
+            Err(Error::Config(message)) => {
+                assert!(message.contains(words), "{message}");
+                assert!(!message.contains("wrong-secret"), "{message}");
+            }
+            Err(other) => panic!("expected a configuration error, got {}", other.report()),
+            Ok(_) => panic!("connected with {words:?}"),
+        }
+    }
+}

@@ -76,6 +76,25 @@ async fn a_password_in_the_url_authenticates_and_a_wrong_one_is_refused() {
         !err.is_retryable(),
         "a wrong password is not worth retrying: {err:?}"
     );
+    // The URL is wrong, not the store: a configuration error, as the bindings and the command
+    // report it (ConfigError, exit 2), saying what to change.
+    let config = |err: Error| match err {
+        Error::Config(message) => message,
+        other => panic!("expected a configuration error, got {}", other.report()),
+    };
+    let message = config(err);
+    assert!(message.contains("refused the password"), "{message}");
+    assert!(!message.contains("nope"), "{message}");
+    // No password at all: it says that the server needs one (not that INFO is refused).
+    let none = format!("redis://127.0.0.1:{}/", server.port());
+    let message = config(RedisStore::connect(&none).await.unwrap_err());
+    assert!(message.contains("needs a password"), "{message}");
+    assert!(!message.contains("allow_eviction"), "{message}");
+    // A database index the server does not have.
+    let index = format!("redis://:s3cret@127.0.0.1:{}/99999", server.port());
+    let message = config(RedisStore::connect(&index).await.unwrap_err());
+    assert!(message.contains("no such database index"), "{message}");
+    assert!(!message.contains("s3cret"), "{message}");
 }
 
 #[tokio::test]
