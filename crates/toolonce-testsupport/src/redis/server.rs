@@ -15,8 +15,7 @@ use tempfile::TempDir;
 
 use crate::free_port;
 use crate::process::{
-    LogFile, PORT_ATTEMPTS, Spawned, StartError, Watchdog, find_on_path, is_executable,
-    wait_ready,
+    LogFile, PORT_ATTEMPTS, Spawned, StartError, Watchdog, find_on_path, is_executable, wait_ready,
 };
 use crate::resp::{self, Reply};
 
