@@ -8,12 +8,10 @@
 //! its own for this run, and is removed at the end (also after Ctrl-C); Redis keys carry an
 //! expiry as well, so a killed run leaves nothing for long.
 //!
-//! Layout: this file is the command (its arguments, the run from start to clean-up);
-//! `workload` the write tool and the two workloads, `runner` the rounds, `floor` the raw floor
-//! of each store (one file per store), `stats` the figures of a row, `report` the table and the
-//! JSON document.
-
-use std::time::Duration;
+//! Layout: this file is the command (the run from start to clean-up); `args` its arguments and
+//! the lease and retention of what it writes, `workload` the write tool and the two workloads,
+//! `runner` the rounds, `floor` the raw floor of each store (one file per store), `stats` the
+//! figures of a row, `report` the table and the JSON document.
 
 use anyhow::Context;
 use serde_json::{Value, json};
@@ -21,41 +19,14 @@ use toolonce::store::redact_url;
 
 use crate::output::outln;
 
+mod args;
 mod floor;
 mod report;
 mod runner;
 mod stats;
 mod workload;
 
-#[derive(clap::Args, Debug)]
-#[command(after_long_help = "\
-Rows: first_time (a new operation: claim, run, record) and replay (a duplicate answered from \
-the store), at each concurrency. `ratio` is toolonce's throughput over the raw floor's; p50 and \
-p99 are toolonce's latencies per operation. The memory store has no raw floor: its rows give \
-absolute latencies.")]
-pub(crate) struct BenchArgs {
-    /// The store to measure: memory://, sqlite://PATH, redis://HOST, redis+cluster://HOSTS,
-    /// postgres://HOST. The bench writes beside what is there (its own key prefix, table, or
-    /// file next to a SQLite file) and removes what it wrote.
-    #[arg(long = "store", value_name = "URL", env = "TOOLONCE_STORE")]
-    store: String,
-    /// Operations per workload, per round and concurrency.
-    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
-    ops: u64,
-    /// Concurrent callers, as a comma-separated list.
-    #[arg(long, value_delimiter = ',', default_value = "1,8", value_parser = clap::value_parser!(u64).range(1..=1024))]
-    concurrency: Vec<u64>,
-    /// Interleaved rounds; figures are medians over them.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=1000))]
-    rounds: u64,
-    /// Print one JSON document instead of a table.
-    #[arg(long)]
-    json: bool,
-}
-
-/// Entries outlive the run by this much at most, should it be killed before it cleans up.
-const RETENTION: Duration = Duration::from_secs(600);
-const LEASE: Duration = Duration::from_secs(60);
+pub(crate) use args::BenchArgs;
 
 pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
     let run_id = format!("{:016x}", rand_u64());

@@ -13,72 +13,33 @@
 //! server has no such key, so `send_email` keeps the default policy: an unknown outcome is
 //! held, not sent again, until a person checks.
 //!
-//! Layout: this file is the command (its arguments, the run); `provider` the fake payment
-//! provider and mail server, `tools` the tools without and with toolonce, `agent` the scripted
-//! model and the agent loop, `scenario` the scenarios and one run of each, `crash` the child
-//! process killed after the effect, `report` the table and the explanations.
+//! Layout: this file is the command (the run); `args` its arguments and the crashing child's,
+//! `provider` the fake payment provider and mail server, `tools` the tools without and with
+//! toolonce, `model` the scripted model's turns and tool calls, `agent` the agent loop,
+//! `scenario` the scenarios (what each scripts and expects), `runner` one run of a scenario,
+//! `crash` the child process killed after the effect, `report` the table and the explanations.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Context;
 
-use crate::args;
 use crate::output::{self, outln};
 
 mod agent;
+mod args;
 mod crash;
+mod model;
 mod provider;
 mod report;
+mod runner;
 mod scenario;
 mod tools;
 
+pub(crate) use args::{ChildArgs, DemoArgs};
 pub(crate) use crash::child;
-use scenario::{Guard, Scenario, run_scenario};
-
-#[derive(clap::Args)]
-pub(crate) struct DemoArgs {
-    /// Run against this store instead of a fresh SQLite file in a temporary directory. Each run
-    /// uses scopes of its own, so earlier runs never interfere. (TOOLONCE_STORE is ignored
-    /// here, so the demo never writes into your store unasked.)
-    #[arg(long, value_name = "URL")]
-    store: Option<String>,
-}
-
-/// The agent process of the crash scenario, started by the demo itself.
-#[derive(clap::Args)]
-pub(crate) struct ChildArgs {
-    /// The fake provider's ledger file.
-    #[arg(long)]
-    ledger: PathBuf,
-    /// The fake mail server's outbox file.
-    #[arg(long)]
-    outbox: PathBuf,
-    /// The scenario whose agent this is (`crash` or `email-crash`).
-    #[arg(long)]
-    scenario: String,
-    /// The agent's checkpoint file.
-    #[arg(long)]
-    checkpoint: PathBuf,
-    /// Call the tool through toolonce on this store; directly when absent.
-    #[arg(long)]
-    store: Option<String>,
-    #[arg(long)]
-    scope: String,
-    #[arg(long, value_parser = args::lease)]
-    lease: Duration,
-}
-
-/// How long the provider takes to answer: long enough for parallel calls to overlap.
-const PROVIDER_LATENCY: Duration = Duration::from_millis(20);
-/// The lease in the crash scenario: the resumed run waits this long for the dead run's claim.
-const CRASH_LEASE: Duration = Duration::from_secs(1);
-/// The width the explanations are wrapped at.
-const WIDTH: usize = 96;
-/// What the crashing child prints once the effect (a charge, an email) happened, so the parent
-/// kills it then.
-const DONE_IT: &str = "done it";
+use runner::run_scenario;
+use scenario::{Guard, Scenario};
 
 pub(crate) async fn run(a: DemoArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();

@@ -9,10 +9,10 @@ use anyhow::{Context, bail};
 use serde_json::json;
 use toolonce::{OperationKey, Outcome, Store, Toolbox, WriteOptions};
 
+use super::args::{BenchArgs, LEASE, RETENTION};
 use super::floor::{self, Kind};
 use super::stats::{self, Row, Sample};
 use super::workload::{Charge, TOOL, Workload, ours_task};
-use super::{BenchArgs, LEASE, RETENTION};
 use crate::exit;
 
 pub(super) struct Bench {

@@ -1,5 +1,4 @@
-//! The scripted model (the turns of each scenario, the tool calls they ask for) and the agent
-//! loop that runs them, with its checkpoint file.
+//! The agent loop that runs the scripted model's turns, with its checkpoint file.
 
 use std::path::Path;
 
@@ -7,45 +6,8 @@ use anyhow::Context;
 use serde_json::{Value, json};
 use toolonce::{OperationKey, Outcome};
 
+use super::model::Turn;
 use super::tools::Tools;
-
-/// One `tool_use` block of a model reply.
-pub(super) struct ToolCall {
-    /// A new one for every attempt: the operation key deliberately ignores it.
-    id: &'static str,
-    pub(super) tool: &'static str,
-    pub(super) args: Value,
-}
-
-/// One turn of the scripted model: the tool calls it asks for, and whether the request that
-/// carries their results back to the model provider times out once.
-pub(super) struct Turn {
-    pub(super) calls: Vec<ToolCall>,
-    pub(super) times_out_once: bool,
-}
-
-pub(super) fn turn(calls: Vec<ToolCall>) -> Turn {
-    Turn {
-        calls,
-        times_out_once: false,
-    }
-}
-
-pub(super) fn charge(id: &'static str, card: &str) -> ToolCall {
-    ToolCall {
-        id,
-        tool: "charge_card",
-        args: json!({"payment": {"card": card, "cents": 4200}}),
-    }
-}
-
-pub(super) fn email(id: &'static str) -> ToolCall {
-    ToolCall {
-        id,
-        tool: "send_email",
-        args: json!({"to": "ada@example.com", "subject": "Your receipt"}),
-    }
-}
 
 /// The agent loop. Each turn runs the model's tool calls (in parallel, as agents do) and sends
 /// the results back; when that request times out, the turn is retried. With a checkpoint file,

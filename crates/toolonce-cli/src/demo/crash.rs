@@ -11,10 +11,10 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use toolonce::WriteOptions;
 
 use super::agent::run_agent;
+use super::args::ChildArgs;
 use super::provider::{Mailer, Provider};
-use super::scenario::{Guard, Scenario};
-use super::tools::{Charger, Tools};
-use super::{CRASH_LEASE, ChildArgs, DONE_IT};
+use super::scenario::{CRASH_LEASE, Guard, Scenario};
+use super::tools::{Charger, DONE_IT, Tools};
 
 /// Starts the crash scenario's agent as a child process and kills it with SIGKILL as soon as
 /// the provider has charged, before it records anything.

@@ -8,10 +8,12 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::PROVIDER_LATENCY;
+/// How long the provider takes to answer: long enough for parallel calls to overlap.
+const PROVIDER_LATENCY: Duration = Duration::from_millis(20);
 
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub(super) struct Payment {

@@ -6,9 +6,12 @@ use std::time::Instant;
 
 use toolonce::Outcome;
 
-use super::scenario::{Figures, Scenario};
-use super::{CRASH_LEASE, WIDTH};
+use super::runner::Figures;
+use super::scenario::{CRASH_LEASE, Scenario};
 use crate::output::{self, Align, Table, out, outln};
+
+/// The width the explanations are wrapped at.
+const WIDTH: usize = 96;
 
 fn outcomes(figures: &Figures) -> String {
     let words: Vec<&str> = figures.calls.iter().map(|(o, _)| o.as_str()).collect();

@@ -11,9 +11,12 @@ use toolonce::{
     OperationKey, Outcome, Store, ToolError, Toolbox, WriteContext, WriteOptions, WriteTool,
 };
 
-use super::DONE_IT;
-use super::agent::ToolCall;
+use super::model::ToolCall;
 use super::provider::{ChargeArgs, EmailArgs, Mailer, Provider};
+
+/// What the crashing child prints once the effect (a charge, an email) happened, so the parent
+/// kills it then.
+pub(super) const DONE_IT: &str = "done it";
 
 /// Calls the provider and the mail server; in the crashing child, stops right after the
 /// effect.

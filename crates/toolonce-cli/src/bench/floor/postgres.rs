@@ -13,7 +13,7 @@ use toolonce::store::postgres::{self, PostgresStore};
 use crate::bench::workload::{RawTask, Workload, raw_done, raw_running};
 
 /// The PostgreSQL floor: its connections, one per caller, and the run's tables.
-pub(in crate::bench) struct Raw {
+pub(crate) struct Raw {
     /// The store's URL: the floor's connections are made as the store makes its own.
     url: String,
     /// Whether the floor's connections are encrypted (as the store's are then).

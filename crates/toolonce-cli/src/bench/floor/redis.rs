@@ -13,7 +13,7 @@ use toolonce::store::redis::{self as redis_store, Conn, RedisStore};
 use crate::bench::workload::{RawTask, Workload, raw_done, raw_running};
 
 /// The Redis floor: its connection and the key prefix of its keys.
-pub(in crate::bench) struct Raw {
+pub(crate) struct Raw {
     conn: Conn,
     prefix: String,
     cluster: bool,
@@ -49,7 +49,7 @@ impl Raw {
                 .pset_ex(
                     Self::key(&self.prefix, &format!("replay:{task}")),
                     raw_done(task),
-                    crate::bench::RETENTION.as_millis() as u64,
+                    crate::bench::args::RETENTION.as_millis() as u64,
                 )
                 .await?;
         }
@@ -59,8 +59,8 @@ impl Raw {
     pub(super) fn task(&self, workload: Workload, task: u64, ops: Vec<u64>) -> RawTask {
         let mut conn = self.conn.clone();
         let prefix = self.prefix.clone();
-        let lease = crate::bench::LEASE.as_millis() as u64;
-        let retention = crate::bench::RETENTION.as_millis() as u64;
+        let lease = crate::bench::args::LEASE.as_millis() as u64;
+        let retention = crate::bench::args::RETENTION.as_millis() as u64;
         tokio::spawn(async move {
             let mut latencies = Vec::with_capacity(ops.len());
             let running = raw_running();

@@ -13,7 +13,7 @@ use toolonce::store::sqlite::SqliteStore;
 use crate::bench::workload::{RawTask, Workload, raw_done, raw_running};
 
 /// The SQLite floor: the run's own database file and the floor's connection to it.
-pub(in crate::bench) struct Raw {
+pub(crate) struct Raw {
     path: PathBuf,
     conn: Arc<Mutex<rusqlite::Connection>>,
 }

@@ -1,0 +1,34 @@
+//! The arguments of `toolonce bench`, and the lease and retention of every entry it writes
+//! (shared by the run through toolonce and the Redis floor).
+
+use std::time::Duration;
+
+#[derive(clap::Args, Debug)]
+#[command(after_long_help = "\
+Rows: first_time (a new operation: claim, run, record) and replay (a duplicate answered from \
+the store), at each concurrency. `ratio` is toolonce's throughput over the raw floor's; p50 and \
+p99 are toolonce's latencies per operation. The memory store has no raw floor: its rows give \
+absolute latencies.")]
+pub(crate) struct BenchArgs {
+    /// The store to measure: memory://, sqlite://PATH, redis://HOST, redis+cluster://HOSTS,
+    /// postgres://HOST. The bench writes beside what is there (its own key prefix, table, or
+    /// file next to a SQLite file) and removes what it wrote.
+    #[arg(long = "store", value_name = "URL", env = "TOOLONCE_STORE")]
+    pub(super) store: String,
+    /// Operations per workload, per round and concurrency.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub(super) ops: u64,
+    /// Concurrent callers, as a comma-separated list.
+    #[arg(long, value_delimiter = ',', default_value = "1,8", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub(super) concurrency: Vec<u64>,
+    /// Interleaved rounds; figures are medians over them.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub(super) rounds: u64,
+    /// Print one JSON document instead of a table.
+    #[arg(long)]
+    pub(super) json: bool,
+}
+
+/// Entries outlive the run by this much at most, should it be killed before it cleans up.
+pub(super) const RETENTION: Duration = Duration::from_secs(600);
+pub(super) const LEASE: Duration = Duration::from_secs(60);
