@@ -9,10 +9,10 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use serde_json::Value;
 
-use super::{
-    Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, Resolution,
-    Resolved, Store,
+use crate::store::contract::{
+    Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, Page, Resolution, Resolved, Store,
 };
+use crate::store::owner::OwnerToken;
 use crate::Result;
 use crate::key::OperationKey;
 use crate::tool::ToolError;

@@ -8,7 +8,9 @@ use super::postgres;
 use super::redis;
 #[cfg(feature = "sqlite")]
 use super::sqlite;
-use super::{Store, memory, redact_url};
+use super::memory;
+use crate::store::contract::Store;
+use crate::store::url::redact_url;
 use crate::Result;
 
 /// Opens the store a URL names, for programs that pick their store at run time:

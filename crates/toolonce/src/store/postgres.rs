@@ -13,10 +13,10 @@ use deadpool_postgres::Pool;
 use deadpool_postgres::tokio_postgres::error::SqlState;
 use serde_json::Value;
 
-use super::{
-    Claim, ClaimRequest, Entry, Fenced, ListQuery, OwnerToken, Page, Resolution, Resolved, State,
-    Store,
+use crate::store::contract::{
+    Claim, ClaimRequest, Entry, Fenced, ListQuery, Page, Resolution, Resolved, State, Store,
 };
+use crate::store::owner::OwnerToken;
 use crate::key::OperationKey;
 use crate::tool::ToolError;
 use crate::{Error, Result};

@@ -13,10 +13,10 @@ use ::redis::{Script, Value};
 use async_trait::async_trait;
 use serde_json::Value as Json;
 
-use super::{
-    Claim, ClaimRequest, Entry, Fenced, ListQuery, OwnerToken, Page, Resolution, Resolved, Store,
-    millis,
+use crate::store::contract::{
+    Claim, ClaimRequest, Entry, Fenced, ListQuery, Page, Resolution, Resolved, Store, millis,
 };
+use crate::store::owner::OwnerToken;
 use crate::key::OperationKey;
 use crate::tool::ToolError;
 use crate::{Error, Result};

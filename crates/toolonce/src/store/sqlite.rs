@@ -16,10 +16,10 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
-use super::{
-    Claim, ClaimRequest, Entry, Fenced, ListQuery, OwnerToken, Page, Resolution, Resolved, State,
-    Store,
+use crate::store::contract::{
+    Claim, ClaimRequest, Entry, Fenced, ListQuery, Page, Resolution, Resolved, State, Store,
 };
+use crate::store::owner::OwnerToken;
 use crate::key::OperationKey;
 use crate::tool::ToolError;
 use crate::{Error, Result};

@@ -14,7 +14,7 @@ use deadpool_postgres::{
 };
 
 use super::tls::TlsOptions;
-use crate::store::redact_url;
+use crate::store::url::redact_url;
 
 use crate::{Error, Result};
 

@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use deadpool_postgres::tokio_postgres::Row;
 
-use crate::store::{About, Entry, EntryState, Fenced};
+use crate::store::contract::{About, Entry, EntryState, Fenced};
 
 use crate::key::{Fingerprint, OperationKey};
 use crate::{Error, Result};

@@ -208,7 +208,7 @@ pub(super) fn quote(identifier: &str) -> String {
 
 /// Durations as whole milliseconds for the database, capped at [`MAX_MILLIS`].
 pub(super) fn millis(d: Duration) -> i64 {
-    i64::try_from(crate::store::millis(d))
+    i64::try_from(crate::store::contract::millis(d))
         .unwrap_or(i64::MAX)
         .min(MAX_MILLIS)
 }

@@ -10,7 +10,7 @@ use ::redis::cluster::ClusterClientBuilder;
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::{Cmd, RedisFuture, Value};
 
-use crate::store::redact_url;
+use crate::store::url::redact_url;
 use crate::{Error, Result};
 
 use super::error::{config_error, to_error};

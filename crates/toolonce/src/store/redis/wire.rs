@@ -11,7 +11,8 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Value as Json;
 
 use crate::key::{Fingerprint, OperationKey};
-use crate::store::{About, ClaimRequest, Entry, EntryState, OwnerToken};
+use crate::store::contract::{About, ClaimRequest, Entry, EntryState};
+use crate::store::owner::OwnerToken;
 use crate::tool::ToolError;
 use crate::{Error, Result};
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use rusqlite::{Connection, params};
 
 use crate::key::{Fingerprint, OperationKey};
-use crate::store::{About, Claim, ClaimRequest, Entry, EntryState};
+use crate::store::contract::{About, Claim, ClaimRequest, Entry, EntryState};
 
 use super::error::{Fault, JobResult};
 use super::row::{after, now_ms, read_live};

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::Error;
 use crate::key::{Fingerprint, OperationKey};
-use crate::store::{About, Entry, EntryState, millis};
+use crate::store::contract::{About, Entry, EntryState, millis};
 use crate::tool::ToolError;
 
 use super::error::{Fault, JobResult};
