@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::{Error, Result};
 
-use super::{MAX_MILLIS, MAX_TABLE_NAME, VERSION_TABLE};
+use super::constants::{MAX_MILLIS, MAX_TABLE_NAME, VERSION_TABLE};
 
 /// The statements of the store for one table, prepared once per connection.
 pub(super) struct Sql {

@@ -10,7 +10,8 @@
 use ::redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use ::redis::{RedisError, Value};
 
-use super::{Conn, RedisStore, to_error};
+use super::conn::{Conn, RedisStore};
+use super::error::to_error;
 use crate::{Error, Result};
 
 /// The only policy under which Redis never deletes a key before it expires.

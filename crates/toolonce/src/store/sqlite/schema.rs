@@ -6,7 +6,7 @@
 use rusqlite::Connection;
 
 use super::error::sql_error;
-use super::worker::Immediate;
+use super::transaction::Immediate;
 use crate::store::contract::DEFAULT_UNKNOWN_RETENTION;
 use crate::{Error, Result};
 
