@@ -29,11 +29,97 @@ pub(crate) fn nesting_depth(value: &Value) -> usize {
     deepest
 }
 
+/// Reads stored JSON text as `T`, reading another writer's lone surrogate escapes as U+FFFD
+/// (see [`without_lone_surrogates`]) instead of failing on them.
+pub(crate) fn read_stored<T: serde::de::DeserializeOwned>(text: &str) -> serde_json::Result<T> {
+    match serde_json::from_str(text) {
+        Ok(value) => Ok(value),
+        Err(e) => match without_lone_surrogates(text.as_bytes()) {
+            Some(readable) => serde_json::from_slice(&readable),
+            None => Err(e),
+        },
+    }
+}
+
+/// `raw` with every lone UTF-16 surrogate escape (`\ud83d` not followed by its low half, or a
+/// low half alone) replaced by `\ufffd`, or `None` if it has none. `JSON.stringify` writes a
+/// string cut inside an emoji that way, and serde_json refuses it (a Rust string cannot hold
+/// half a character), so a reader retries with this before calling an entry corrupt: what
+/// another writer stored is read, with U+FFFD where the half character was.
+pub(crate) fn without_lone_surrogates(raw: &[u8]) -> Option<Vec<u8>> {
+    let hex = |at: usize| -> Option<u16> {
+        let digits = raw.get(at..at + 4)?;
+        u16::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok()
+    };
+    let low_at = |at: usize| -> bool {
+        raw.get(at..at + 2) == Some(&b"\\u"[..])
+            && hex(at + 2).is_some_and(|u| (0xDC00..0xE000).contains(&u))
+    };
+    let mut out: Option<Vec<u8>> = None;
+    let mut copied = 0;
+    let mut i = 0;
+    while i < raw.len() {
+        if raw[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        // An escape: `\uXXXX` is six bytes, any other two.
+        if raw.get(i + 1) != Some(&b'u') {
+            i += 2;
+            continue;
+        }
+        let Some(unit) = hex(i + 2) else {
+            i += 2;
+            continue;
+        };
+        let lone = match unit {
+            0xD800..=0xDBFF if low_at(i + 6) => {
+                i += 12;
+                continue;
+            }
+            0xD800..=0xDFFF => true,
+            _ => false,
+        };
+        if lone {
+            let buffer = out.get_or_insert_with(|| Vec::with_capacity(raw.len()));
+            buffer.extend_from_slice(&raw[copied..i]);
+            buffer.extend_from_slice(b"\\ufffd");
+            copied = i + 6;
+        }
+        i += 6;
+    }
+    let mut buffer = out?;
+    buffer.extend_from_slice(&raw[copied..]);
+    Some(buffer)
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn lone_surrogates_become_replacement_characters_and_pairs_stay() {
+        let fixed = |raw: &str| {
+            without_lone_surrogates(raw.as_bytes()).map(|v| String::from_utf8(v).unwrap())
+        };
+        assert_eq!(fixed(r#""caf\ud83d""#).as_deref(), Some(r#""caf\ufffd""#));
+        assert_eq!(
+            fixed(r#""\ude00 x \ud83d\ude00""#).as_deref(),
+            Some(r#""\ufffd x \ud83d\ude00""#)
+        );
+        assert_eq!(fixed(r#""\ud83d\ude00""#), None);
+        assert_eq!(
+            fixed(r#""\\ud83d""#),
+            None,
+            "an escaped backslash, then text"
+        );
+        assert_eq!(fixed(r#"{"a":"\u00e9"}"#), None);
+        let value: Value =
+            serde_json::from_slice(&without_lone_surrogates(br#"["\udc00"]"#).unwrap()).unwrap();
+        assert_eq!(value, serde_json::json!(["\u{fffd}"]));
+    }
 
     #[test]
     fn depth_counts_levels_of_arrays_and_objects() {

@@ -17,7 +17,8 @@ use serde_json::Value as Json;
 
 use crate::key::OperationKey;
 use crate::store::contract::{
-    Claim, ClaimRequest, Entry, Fenced, ListQuery, Page, Resolution, Resolved, Store, millis,
+    Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, Page, Resolution, Resolved, Store,
+    millis,
 };
 use crate::store::owner::OwnerToken;
 use crate::tool::ToolError;
@@ -38,7 +39,7 @@ pub use conn::{RedisStore, RedisStoreBuilder};
 use error::to_error;
 use list::{ListCursor, MAX_SCANS_PER_PAGE, glob_escape};
 use scripts::SCRIPTS;
-use wire::{Wire, decode_read, entry_of, running_value};
+use wire::{decode_entry, decode_read, running_value};
 
 /// Redis refuses `PX 0`, and `PX` values whose deadline overflows its clock; a lease or
 /// retention is clamped into `1 ms ..= 100 years`.
@@ -94,11 +95,12 @@ impl Store for RedisStore {
             match reply {
                 Ok(Value::Nil) => return Ok(Claim::Won),
                 Ok(Value::BulkString(raw)) => {
-                    let wire: Wire =
-                        serde_json::from_slice(&raw).map_err(|e| Error::corrupt(req.key, e))?;
-                    if wire.status != "running" {
-                        return entry_of(req.key, wire, None, None, SystemTime::now())
-                            .map(Claim::Existing);
+                    let entry = decode_entry(req.key, &raw, None, None, SystemTime::now())?;
+                    if !matches!(
+                        entry.state,
+                        EntryState::Running { .. } | EntryState::Unknown { .. }
+                    ) {
+                        return Ok(Claim::Existing(entry));
                     }
                 }
                 Ok(_) => return Err(Error::store("unexpected reply to SET … NX GET")),

@@ -7,6 +7,7 @@ use std::time::SystemTime;
 use deadpool_postgres::tokio_postgres::Row;
 
 use crate::store::contract::{About, Entry, EntryState, Fenced};
+use crate::store::json::read_stored;
 
 use crate::key::{Fingerprint, OperationKey};
 use crate::{Error, Result};
@@ -36,7 +37,7 @@ pub(super) fn decode(key: OperationKey, row: &Row, at: usize) -> Result<Entry> {
             let text: Option<&str> = row.try_get(at + 6).map_err(|e| corrupt("result", &e))?;
             let text = text.ok_or_else(|| Error::corrupt(&key, "a done entry without a result"))?;
             EntryState::Done {
-                result: serde_json::from_str(text).map_err(|e| corrupt("result", &e))?,
+                result: read_stored(text).map_err(|e| corrupt("result", &e))?,
                 completed_at: settled_at,
             }
         }
@@ -45,7 +46,7 @@ pub(super) fn decode(key: OperationKey, row: &Row, at: usize) -> Result<Entry> {
             let text =
                 text.ok_or_else(|| Error::corrupt(&key, "a failed entry without an error"))?;
             EntryState::Failed {
-                error: serde_json::from_str(text).map_err(|e| corrupt("error", &e))?,
+                error: read_stored(text).map_err(|e| corrupt("error", &e))?,
                 failed_at: settled_at,
             }
         }

@@ -12,6 +12,7 @@ use serde_json::Value as Json;
 
 use crate::key::{Fingerprint, OperationKey};
 use crate::store::contract::{About, ClaimRequest, Entry, EntryState};
+use crate::store::json::without_lone_surrogates;
 use crate::store::owner::OwnerToken;
 use crate::tool::ToolError;
 use crate::{Error, Result};
@@ -202,7 +203,16 @@ pub(super) fn decode_entry(
     server_now: Option<i64>,
     local_now: SystemTime,
 ) -> Result<Entry> {
-    let wire: Wire = serde_json::from_slice(raw).map_err(|e| Error::corrupt(key, e))?;
+    let readable;
+    let wire: Wire = match serde_json::from_slice(raw) {
+        Ok(wire) => wire,
+        Err(e) => {
+            // Another writer's lone surrogate escape: read it as U+FFFD rather than call the
+            // entry corrupt (see `json::without_lone_surrogates`).
+            readable = without_lone_surrogates(raw).ok_or_else(|| Error::corrupt(key, e))?;
+            serde_json::from_slice(&readable).map_err(|e| Error::corrupt(key, e))?
+        }
+    };
     entry_of(key, wire, pttl, server_now, local_now)
 }
 

@@ -9,6 +9,7 @@ use serde_json::Value;
 use crate::Error;
 use crate::key::{Fingerprint, OperationKey};
 use crate::store::contract::{About, Entry, EntryState, millis};
+use crate::store::json::read_stored;
 use crate::tool::ToolError;
 
 use super::error::{Fault, JobResult};
@@ -90,7 +91,7 @@ pub(super) fn entry_from(
         }
         "done" => (
             EntryState::Done {
-                result: serde_json::from_str::<Value>(payload()?)
+                result: read_stored::<Value>(payload()?)
                     .map_err(|e| corrupt(format!("result is not JSON: {e}")))?,
                 completed_at: settled_at,
             },
@@ -98,7 +99,7 @@ pub(super) fn entry_from(
         ),
         "failed" => (
             EntryState::Failed {
-                error: serde_json::from_str::<ToolError>(payload()?)
+                error: read_stored::<ToolError>(payload()?)
                     .map_err(|e| corrupt(format!("error is not a tool error: {e}")))?,
                 failed_at: settled_at,
             },
