@@ -9,12 +9,12 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use serde_json::Value;
 
-use super::{
-    Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, Resolution,
-    Resolved, Store,
-};
 use crate::Result;
 use crate::key::OperationKey;
+use crate::store::contract::{
+    Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, Page, Resolution, Resolved, Store,
+};
+use crate::store::owner::OwnerToken;
 use crate::tool::ToolError;
 
 /// A source of the current time for [`MemoryStore`].

@@ -2,14 +2,16 @@
 //! store at run time (the `toolonce` command, the bindings). The only module that knows every
 //! backend; the backends know only the contract.
 
+use super::memory;
 #[cfg(feature = "postgres")]
 use super::postgres;
 #[cfg(feature = "redis")]
 use super::redis;
 #[cfg(feature = "sqlite")]
 use super::sqlite;
-use super::{Store, memory, redact_url};
 use crate::Result;
+use crate::store::contract::Store;
+use crate::store::url::redact_url;
 
 /// Opens the store a URL names, for programs that pick their store at run time:
 ///

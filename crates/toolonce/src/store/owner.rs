@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// The random token that marks who holds a `running` entry.
 ///
 /// The caller makes it ([`OwnerToken::generate`]) before it claims and hands it to
-/// [`Store::claim`], so a claim is idempotent for its caller: when the reply to a claim is lost
+/// [`Store::claim`](crate::store::Store::claim), so a claim is idempotent for its caller: when the reply to a claim is lost
 /// (the connection dropped after the store applied it), the caller still knows the token the
-/// entry holds, a retry of the claim with it answers [`Claim::Won`], and the caller can release
-/// it with a fenced [`Store::fail`]. [`Store::complete`] and [`Store::fail`] consume it, so an
+/// entry holds, a retry of the claim with it answers [`Claim::Won`](crate::store::Claim::Won), and the caller can release
+/// it with a fenced [`Store::fail`](crate::store::Store::fail). [`Store::complete`](crate::store::Store::complete) and [`Store::fail`](crate::store::Store::fail) consume it, so an
 /// owner cannot settle an operation twice by mistake. Stores compare it before every write
 /// (fencing): after a lease expired and somebody else took the key over, the old owner's token
 /// no longer matches and its writes are refused.

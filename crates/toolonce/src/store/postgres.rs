@@ -3,24 +3,26 @@
 //! connection with cached prepared statements; leases and retention are timed by the
 //! database's clock. The schema comes from a versioned migration, applied on connect or by
 //! [`PostgresStore::migrate`].
+//!
+//! This file declares the parts, re-exports the public API and drives the operations (the
+//! [`Store`] implementation, connecting and migrating); the parts never import it: the handle
+//! and the builder live in `pool`, the names and limits they share in `constants`.
 
-use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deadpool_postgres::Pool;
 use deadpool_postgres::tokio_postgres::error::SqlState;
 use serde_json::Value;
 
-use super::{
-    Claim, ClaimRequest, Entry, Fenced, ListQuery, OwnerToken, Page, Resolution, Resolved, State,
-    Store,
-};
 use crate::key::OperationKey;
+use crate::store::contract::{
+    Claim, ClaimRequest, Entry, Fenced, ListQuery, Page, Resolution, Resolved, State, Store,
+};
+use crate::store::owner::OwnerToken;
 use crate::tool::ToolError;
 use crate::{Error, Result};
 
+mod constants;
 mod error;
 mod pool;
 mod row;
@@ -28,121 +30,15 @@ mod schema;
 mod sql;
 mod tls;
 
-pub use pool::{PostgresStoreBuilder, connect_client};
+pub use constants::{DEFAULT_TABLE, SCHEMA_VERSION};
+pub use pool::{PostgresStore, PostgresStoreBuilder, connect_client};
 
+use constants::{ATTEMPTS, VERSION_TABLE};
 use error::discard_if_broken;
 use pool::prepare_all;
 use row::{decode, fenced};
 use schema::{migrate_on, version_of};
-use sql::{PURGE_BATCH, Sql, millis, quote};
-
-/// The table the entries live in unless [`PostgresStoreBuilder::table`] says otherwise.
-pub const DEFAULT_TABLE: &str = "toolonce_entries";
-
-/// The schema version this build creates and understands. [`PostgresStore::migrate`] brings an
-/// older table up to it; a table of a newer version is refused, since an older build could
-/// misread or damage it.
-pub const SCHEMA_VERSION: u32 = 3;
-
-/// The table that records the schema version of each entries table of the database (in the
-/// same schema as the entries table, the first of the `search_path`).
-const VERSION_TABLE: &str = "toolonce_schema";
-
-/// The longest table name accepted: PostgreSQL cuts identifiers at 63 bytes, and the index and
-/// function names append up to 11 bytes (`_expires_at`) to the table name.
-const MAX_TABLE_NAME: usize = 52;
-
-/// Durations beyond this are capped (100 years, in milliseconds): far enough to mean "forever",
-/// near enough that `now() + interval` cannot overflow a timestamp.
-const MAX_MILLIS: i64 = 100 * 365 * 24 * 60 * 60 * 1000;
-
-/// Serialization failures and deadlocks roll the statement back, so it is safe to run it again;
-/// they only happen when the database runs sessions at `REPEATABLE READ` or `SERIALIZABLE` by
-/// default. This many attempts in all before the error is reported.
-const ATTEMPTS: u32 = 3;
-
-/// Advisory lock that serializes migrations across processes: `"toolonce"` in ASCII.
-const MIGRATION_LOCK: i64 = i64::from_be_bytes(*b"toolonce");
-
-/// A [`Store`] on a PostgreSQL table.
-///
-/// # Layout
-///
-/// One row per key (`key` is the primary key, in the `"C"` collation so listings page in byte
-/// order): `state` (`running`, `done` or `failed`), `owner` (the token of a running entry),
-/// `fingerprint`, `started_at` (of the current attempt), `lease_until` (the lease deadline of
-/// a running row), `expires_at` (the row's final expiry: the lease deadline plus the claim's
-/// retention while running, the retention once settled), `settled_at`, `result` or `error` as
-/// `json`, and what the entry is and has been through: `scope`, `tool`, `detail`,
-/// `first_started_at` and `attempts`. A running row whose `lease_until` has passed is reported
-/// `unknown` (the state is not stored: it is judged on the database's clock when read). A row
-/// past its `expires_at` counts as absent for every operation;
-/// [`purge_expired`](Store::purge_expired) deletes such rows, using the index on `expires_at`.
-///
-/// Results are `json`, not `jsonb`: `json` keeps the text exactly as written, while `jsonb`
-/// would reorder object keys and rewrite numbers (`1.0` as `1`, a big integer as a numeric), and
-/// a replay must return exactly what the first caller got.
-///
-/// # Time
-///
-/// Every lease, retention and expiry check uses the database's `now()`, never the client's
-/// clock, so clients on machines with skewed clocks agree. `now()` is the start of the
-/// transaction, and every operation is its own transaction of one statement, so it is the
-/// moment the operation started, one instant for all its comparisons and new expiry times
-/// (`clock_timestamp()` would move between them). The only lag is a wait for a row lock, which
-/// the one-statement transactions of other operations hold for microseconds.
-///
-/// # Atomicity
-///
-/// `claim` is one call of a small PL/pgSQL function, created by the migration (the comments on
-/// the `Sql` struct in the source explain why it is atomic);
-/// `renew`, `complete` and `fail` are single `UPDATE`s or `DELETE`s whose `WHERE` clause is the
-/// fence (`state = 'running' AND owner = $2 AND expires_at > now()`: the owner, not the lease,
-/// so an owner whose entry went `unknown` but was not taken over still records what its tool
-/// did). Under PostgreSQL's default `READ COMMITTED`, an `UPDATE` that finds its row changed by
-/// a concurrent transaction re-evaluates that clause on the newest version, so a takeover that
-/// happened meanwhile makes the stale owner's write match nothing. `resolve` is one such
-/// statement fenced on `state = 'running'` whatever the owner, followed by a read only when it
-/// matched nothing, to say why.
-///
-/// # Upgrading from schema version 2
-///
-/// Version 3 adds the columns above and replaces the claim function; rows written before keep
-/// their state, a live running row keeps its lease and is kept 24 hours past it (so an owner
-/// that dies after the upgrade leaves it `unknown`), and their `attempts` read 0 (not
-/// recorded). Stop processes of older builds before migrating: once the table is at version 3
-/// their claims fail with an error that says to upgrade, and their lease renewals would not
-/// move the new lease column.
-///
-/// # Connections
-///
-/// A `deadpool` pool of `tokio-postgres` connections, each with its own cache of prepared
-/// statements (prepared when the connection opens). Connections broken by a server restart are
-/// dropped and replaced, so the same store recovers on its own after an outage.
-///
-/// # TLS
-///
-/// `sslmode` (`disable`, `prefer` — the default —, `require`, `verify-ca`, `verify-full`) and
-/// `sslrootcert=PATH` in the URL, with libpq's meaning, through rustls (feature
-/// `postgres-tls`); without `sslrootcert` the system's trust store is used. A build without
-/// the feature refuses the modes that require TLS rather than connect in plain text.
-pub struct PostgresStore {
-    pool: Pool,
-    table: String,
-    sql: Arc<Sql>,
-    operation_timeout: Option<Duration>,
-}
-
-impl fmt::Debug for PostgresStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let status = self.pool.status();
-        f.debug_struct("PostgresStore")
-            .field("table", &self.table)
-            .field("pool_size", &status.max_size)
-            .field("connections", &status.size)
-            .finish_non_exhaustive()
-    }
-}
+use sql::{PURGE_BATCH, millis};
 
 impl PostgresStore {
     /// Connects with the default options ([`DEFAULT_TABLE`], migration on connect); see

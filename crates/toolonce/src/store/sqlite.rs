@@ -5,128 +5,44 @@
 //! connections that never wait (busy timeout 0): a statement that would have to wait is sent
 //! to the thread instead, so the executor is never blocked for longer than a statement takes on
 //! an uncontended database (see [`SqliteStore`]).
+//!
+//! This file declares the parts, re-exports the public API and drives the operations (the
+//! [`Store`] implementation); the parts never import it: the handle and the connections live in
+//! `worker`, the options in `options`, the write transaction in `transaction`.
 
-use std::fmt;
 use std::path::Path;
-use std::sync::atomic::AtomicU32;
-use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{OptionalExtension, params};
 use serde_json::Value;
 
-use super::{
-    Claim, ClaimRequest, Entry, Fenced, ListQuery, OwnerToken, Page, Resolution, Resolved, State,
-    Store,
-};
 use crate::key::OperationKey;
+use crate::store::contract::{
+    Claim, ClaimRequest, Entry, Fenced, ListQuery, Page, Resolution, Resolved, State, Store,
+};
+use crate::store::owner::OwnerToken;
 use crate::tool::ToolError;
 use crate::{Error, Result};
 
 mod claim;
 mod error;
+mod options;
 mod row;
 mod schema;
 mod sql;
+mod transaction;
 mod worker;
 
+pub use options::SqliteOptions;
 pub use schema::SCHEMA_VERSION;
+pub use worker::SqliteStore;
 
 use claim::{Claimed, OwnedClaim, answers_claim, claim_locked, fenced};
 use row::{after, entry_from, now_ms, read_live};
-use worker::{Immediate, Job};
-
-/// How to open a [`SqliteStore`].
-///
-/// ```no_run
-/// use std::time::Duration;
-/// use toolonce::store::sqlite::SqliteOptions;
-///
-/// let store = SqliteOptions::new()
-///     .busy_timeout(Duration::from_secs(10))
-///     .open("/var/lib/agent/toolonce.db")?;
-/// # Ok::<(), toolonce::Error>(())
-/// ```
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct SqliteOptions {
-    busy_timeout: Duration,
-    readers: usize,
-    inline_writes: bool,
-    full_sync: bool,
-}
-
-impl Default for SqliteOptions {
-    fn default() -> Self {
-        SqliteOptions {
-            busy_timeout: Duration::from_secs(5),
-            readers: 2,
-            inline_writes: true,
-            full_sync: false,
-        }
-    }
-}
+use transaction::Immediate;
 
 impl SqliteOptions {
-    /// The defaults: a 5 s busy timeout, two inline reader connections, inline writes,
-    /// `synchronous=NORMAL`.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// How long an operation waits for another connection or process to release the
-    /// database's write lock before failing with [`Error::Unavailable`]. SQLite counts it in
-    /// an `i32` of milliseconds: a longer timeout (up to `Duration::MAX`) waits that maximum,
-    /// about 24.8 days.
-    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
-        self.busy_timeout = timeout;
-        self
-    }
-
-    /// How many reader connections serve point reads (the replay check of
-    /// [`claim`](Store::claim), and [`get`](Store::get)) on the caller's task. `0` sends every
-    /// statement to the connection thread, so that no SQLite call at all runs on the async
-    /// executor, at the cost of a thread hop per read; it turns off
-    /// [`inline_writes`](Self::inline_writes) too.
-    pub fn readers(mut self, readers: usize) -> Self {
-        self.readers = readers;
-        self
-    }
-
-    /// Whether writes ([`claim`](Store::claim)'s transaction, [`complete`](Store::complete),
-    /// [`fail`](Store::fail), [`renew`](Store::renew)) may run on the caller's task, on a
-    /// second writer connection whose busy timeout is 0 (default `true`).
-    ///
-    /// When that connection is free and SQLite grants the write lock at once, the write runs
-    /// inline: on an uncontended database it costs the statements themselves (tens of
-    /// microseconds with `synchronous=NORMAL`, which does not flush at commit) instead of two
-    /// thread switches, which cost several times as much. When the connection is in use by
-    /// another task, or another connection or process holds the write lock, the write goes to
-    /// the connection thread, which waits up to the [busy timeout](Self::busy_timeout): a
-    /// contended write never blocks the executor. The price is that an uncontended write
-    /// blocks the executor for as long as its statements take, which grows with
-    /// [`full_sync`](Self::full_sync) (a flush per commit): turn this off, or set
-    /// [`readers`](Self::readers)`(0)`, to keep every SQLite call off the executor.
-    pub fn inline_writes(mut self, inline: bool) -> Self {
-        self.inline_writes = inline;
-        self
-    }
-
-    /// `synchronous=FULL` instead of `NORMAL`: fsync the write-ahead log at every commit.
-    ///
-    /// With `NORMAL` (the default) every commit is durable across a crash of the process
-    /// (SIGKILL included) and the database never corrupts, but the last commits before a power
-    /// loss or an OS crash may be lost: an operation completed just before is then found
-    /// `unknown` (its claim survived, its result did not), held for a person to check, or run
-    /// again with the same key by a tool whose policy reruns; a claim made just before may be
-    /// lost altogether, so its operation runs again with the same key. `FULL` closes that gap
-    /// at the price of a disk flush per claim and per completion.
-    pub fn full_sync(mut self, full: bool) -> Self {
-        self.full_sync = full;
-        self
-    }
-
     /// Opens (creating it if needed) the database at `path`; `:memory:` is a private in-memory
     /// database. The directory must exist: toolonce does not create directories.
     ///
@@ -137,85 +53,6 @@ impl SqliteOptions {
     /// [`Error::Unavailable`] when SQLite cannot open or set up the file.
     pub fn open(&self, path: impl AsRef<Path>) -> Result<SqliteStore> {
         SqliteStore::open_with(path.as_ref(), self)
-    }
-}
-
-/// A [`Store`] in a SQLite database file.
-///
-/// # Design
-///
-/// - **One writer thread per store.** SQLite calls block, and a write may wait for the file's
-///   write lock held by another process (up to the busy timeout). So writes never run on the
-///   async executor: every store opens one connection that lives on a dedicated thread, fed
-///   jobs through a channel and answering through a oneshot. SQLite admits one writer at a time
-///   anyway, so one writer connection per process costs no concurrency.
-/// - **Inline point reads.** The read that answers a replay ([`claim`](Store::claim) of a key
-///   that has a live entry) and [`get`](Store::get) run on the caller's task, on a small pool of
-///   reader connections that never wait (a claim reads on the inline writer first, when it is
-///   free: a reader's page cache is dropped whenever another connection has committed since
-///   its last read, the writer's survives its own commits): their busy timeout is 0, a reader that is in use is
-///   skipped, and a busy database or a busy pool sends the read to the connection thread
-///   instead. In WAL mode readers do not block on writers, so such a read is a few microseconds
-///   of CPU on cached pages, less than the two thread switches it saves (with
-///   [`SqliteOptions::readers`]`(0)`, which turns this off, a replay costs three to five times
-///   as much).
-/// - **Inline writes when the lock is free.** The same idea for writes
-///   ([`SqliteOptions::inline_writes`]): a second writer connection, behind a mutex taken with
-///   `try_lock`, with busy timeout 0. A write runs on it, on the caller's task, if the mutex is
-///   free; if it is taken, or SQLite answers `SQLITE_BUSY`/`SQLITE_LOCKED` (another connection,
-///   this store's thread included, or another process holds the write lock), the write goes to
-///   the connection thread, which waits for the lock: for the inline writer's mutex first, and
-///   runs the write on it once it is free (a wait in microseconds, where SQLite's busy handler
-///   sleeps in steps of milliseconds), then, if another process holds the lock, on its own
-///   connection up to the busy timeout. Falling back is safe because a busy
-///   answer means the transaction did not commit: at `BEGIN IMMEDIATE` nothing was done, and
-///   after it (a busy `COMMIT`, possible without WAL) the transaction is rolled back before the
-///   thread runs the operation again from its start, with the same owner token; the inline
-///   connection is back in autocommit mode (holding no lock) before the fallback, or the write
-///   fails instead of falling back. The whole transaction runs within one poll of the caller's
-///   future, so a dropped future cannot leave it half done. The inline connection never runs
-///   an automatic checkpoint (that would flush the disk on the executor): every few hundred
-///   inline commits it asks the connection thread for a passive checkpoint instead.
-/// - **WAL, `synchronous=NORMAL`.** Readers and the writer do not block each other, and a
-///   commit appends to the log without a flush (see [`SqliteOptions::full_sync`] for what that
-///   trades).
-/// - **Expiry by the machine clock.** Rows hold their lease deadline and the end of their
-///   keeping in milliseconds since the epoch; every statement compares them with `now`, treats
-///   a row no longer kept as absent and a `running` row past its lease as `unknown` (nothing is
-///   written when a lease runs out). All processes that share a file run on the same machine,
-///   hence on the same clock.
-/// - **Schema versions.** `PRAGMA user_version` says which layout a file has; opening a file of
-///   an older version migrates it, under the write lock, in one transaction (see the `schema`
-///   module for version 2 and the migration from version 1).
-///
-/// # Atomicity
-///
-/// Each write is one transaction that begins with `BEGIN IMMEDIATE`, which takes the write lock
-/// of the whole database for every connection of every process. See [`claim`](Store::claim)
-/// below for the one operation that is more than a single statement.
-///
-/// # Cancellation
-///
-/// A job handed to the connection thread runs to its end even if the caller's future is dropped
-/// (a dropped [`claim`](Store::claim) may have won, as the [`Store`] contract says).
-pub struct SqliteStore {
-    path: Arc<str>,
-    jobs: mpsc::Sender<Job>,
-    readers: Box<[Mutex<Connection>]>,
-    /// The inline writer connection, if [`SqliteOptions::inline_writes`] is on (and the
-    /// database is a file and has readers).
-    writer: Option<Arc<Mutex<Connection>>>,
-    /// Commits on the inline writer, to schedule checkpoints on the connection thread.
-    inline_commits: Arc<AtomicU32>,
-}
-
-impl fmt::Debug for SqliteStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SqliteStore")
-            .field("path", &self.path)
-            .field("readers", &self.readers.len())
-            .field("inline_writes", &self.writer.is_some())
-            .finish()
     }
 }
 

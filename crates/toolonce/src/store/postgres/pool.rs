@@ -1,6 +1,7 @@
-//! Connections: the builder (URL, TLS, table, pool size, migration on connect), the driver's
-//! settings, the pool and its checkout, and the running of one prepared statement with the
-//! retries a rolled-back statement allows.
+//! Connections: the store handle ([`PostgresStore`]: its pool, table and statements), the
+//! builder (URL, TLS, table, pool size, migration on connect), the driver's settings, the pool
+//! and its checkout, and the running of one prepared statement with the retries a rolled-back
+//! statement allows.
 
 use std::fmt;
 use std::sync::Arc;
@@ -14,15 +15,95 @@ use deadpool_postgres::{
 };
 
 use super::tls::TlsOptions;
-use crate::store::redact_url;
+use crate::store::url::redact_url;
 
 use crate::{Error, Result};
 
+use super::constants::{ATTEMPTS, DEFAULT_TABLE, SCHEMA_VERSION};
 use super::error::{Kind, classify};
 use super::schema::too_new;
 use super::sql::{Sql, check_table_name};
 use super::tls;
-use super::{ATTEMPTS, DEFAULT_TABLE, PostgresStore, SCHEMA_VERSION};
+
+/// A [`Store`](crate::store::Store) on a PostgreSQL table.
+///
+/// # Layout
+///
+/// One row per key (`key` is the primary key, in the `"C"` collation so listings page in byte
+/// order): `state` (`running`, `done` or `failed`), `owner` (the token of a running entry),
+/// `fingerprint`, `started_at` (of the current attempt), `lease_until` (the lease deadline of
+/// a running row), `expires_at` (the row's final expiry: the lease deadline plus the claim's
+/// retention while running, the retention once settled), `settled_at`, `result` or `error` as
+/// `json`, and what the entry is and has been through: `scope`, `tool`, `detail`,
+/// `first_started_at` and `attempts`. A running row whose `lease_until` has passed is reported
+/// `unknown` (the state is not stored: it is judged on the database's clock when read). A row
+/// past its `expires_at` counts as absent for every operation;
+/// [`purge_expired`](crate::store::Store::purge_expired) deletes such rows, using the index on `expires_at`.
+///
+/// Results are `json`, not `jsonb`: `json` keeps the text exactly as written, while `jsonb`
+/// would reorder object keys and rewrite numbers (`1.0` as `1`, a big integer as a numeric), and
+/// a replay must return exactly what the first caller got.
+///
+/// # Time
+///
+/// Every lease, retention and expiry check uses the database's `now()`, never the client's
+/// clock, so clients on machines with skewed clocks agree. `now()` is the start of the
+/// transaction, and every operation is its own transaction of one statement, so it is the
+/// moment the operation started, one instant for all its comparisons and new expiry times
+/// (`clock_timestamp()` would move between them). The only lag is a wait for a row lock, which
+/// the one-statement transactions of other operations hold for microseconds.
+///
+/// # Atomicity
+///
+/// `claim` is one call of a small PL/pgSQL function, created by the migration (the comments on
+/// the `Sql` struct in the source explain why it is atomic);
+/// `renew`, `complete` and `fail` are single `UPDATE`s or `DELETE`s whose `WHERE` clause is the
+/// fence (`state = 'running' AND owner = $2 AND expires_at > now()`: the owner, not the lease,
+/// so an owner whose entry went `unknown` but was not taken over still records what its tool
+/// did). Under PostgreSQL's default `READ COMMITTED`, an `UPDATE` that finds its row changed by
+/// a concurrent transaction re-evaluates that clause on the newest version, so a takeover that
+/// happened meanwhile makes the stale owner's write match nothing. `resolve` is one such
+/// statement fenced on `state = 'running'` whatever the owner, followed by a read only when it
+/// matched nothing, to say why.
+///
+/// # Upgrading from schema version 2
+///
+/// Version 3 adds the columns above and replaces the claim function; rows written before keep
+/// their state, a live running row keeps its lease and is kept 24 hours past it (so an owner
+/// that dies after the upgrade leaves it `unknown`), and their `attempts` read 0 (not
+/// recorded). Stop processes of older builds before migrating: once the table is at version 3
+/// their claims fail with an error that says to upgrade, and their lease renewals would not
+/// move the new lease column.
+///
+/// # Connections
+///
+/// A `deadpool` pool of `tokio-postgres` connections, each with its own cache of prepared
+/// statements (prepared when the connection opens). Connections broken by a server restart are
+/// dropped and replaced, so the same store recovers on its own after an outage.
+///
+/// # TLS
+///
+/// `sslmode` (`disable`, `prefer` — the default —, `require`, `verify-ca`, `verify-full`) and
+/// `sslrootcert=PATH` in the URL, with libpq's meaning, through rustls (feature
+/// `postgres-tls`); without `sslrootcert` the system's trust store is used. A build without
+/// the feature refuses the modes that require TLS rather than connect in plain text.
+pub struct PostgresStore {
+    pub(super) pool: Pool,
+    pub(super) table: String,
+    pub(super) sql: Arc<Sql>,
+    pub(super) operation_timeout: Option<Duration>,
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let status = self.pool.status();
+        f.debug_struct("PostgresStore")
+            .field("table", &self.table)
+            .field("pool_size", &status.max_size)
+            .field("connections", &status.size)
+            .finish_non_exhaustive()
+    }
+}
 
 /// Options of a [`PostgresStore`], from [`PostgresStore::builder`].
 ///

@@ -6,8 +6,8 @@ use std::time::SystemTime;
 
 use deadpool_postgres::tokio_postgres::Row;
 
+use crate::store::contract::{About, Entry, EntryState, Fenced};
 use crate::store::json::read_stored;
-use crate::store::{About, Entry, EntryState, Fenced};
 
 use crate::key::{Fingerprint, OperationKey};
 use crate::{Error, Result};

@@ -4,7 +4,8 @@
 use deadpool_postgres::Object;
 use deadpool_postgres::tokio_postgres::{self, Row};
 
-use super::{MIGRATION_LOCK, SCHEMA_VERSION, VERSION_TABLE, quote};
+use super::constants::{MIGRATION_LOCK, SCHEMA_VERSION, VERSION_TABLE};
+use super::sql::quote;
 use crate::{Error, Result};
 
 /// Applies the missing migration steps in one transaction. The outer error is the database's,

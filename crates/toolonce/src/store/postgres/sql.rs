@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::{Error, Result};
 
-use super::{MAX_MILLIS, MAX_TABLE_NAME, VERSION_TABLE};
+use super::constants::{MAX_MILLIS, MAX_TABLE_NAME, VERSION_TABLE};
 
 /// The statements of the store for one table, prepared once per connection.
 pub(super) struct Sql {
@@ -208,7 +208,7 @@ pub(super) fn quote(identifier: &str) -> String {
 
 /// Durations as whole milliseconds for the database, capped at [`MAX_MILLIS`].
 pub(super) fn millis(d: Duration) -> i64 {
-    i64::try_from(crate::store::millis(d))
+    i64::try_from(crate::store::contract::millis(d))
         .unwrap_or(i64::MAX)
         .min(MAX_MILLIS)
 }

@@ -10,8 +10,8 @@
 use ::redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use ::redis::{RedisError, Value};
 
-use super::error::refused_setup;
-use super::{Conn, RedisStore, to_error};
+use super::conn::{Conn, RedisStore};
+use super::error::{refused_setup, to_error};
 use crate::{Error, Result};
 
 /// The only policy under which Redis never deletes a key before it expires.

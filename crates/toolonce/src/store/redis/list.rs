@@ -7,8 +7,7 @@ use ::redis::{RedisError, Value};
 use crate::key::OperationKey;
 use crate::{Error, Result};
 
-use super::RedisStore;
-use super::conn::{Conn, cluster_masters};
+use super::conn::{Conn, RedisStore, cluster_masters};
 use super::error::to_error;
 
 /// How many `SCAN` calls one [`Store::list`] call makes at most.

@@ -1,7 +1,7 @@
 //! Store URLs taken apart: `redis://`, `rediss://`, `redis+cluster://` and `rediss+cluster://`
 //! with their credentials, database and parameters, into what the client connects with.
 
-use crate::store::redact_url;
+use crate::store::url::redact_url;
 use crate::store::url::{parse_bool, percent_decode};
 use crate::{Error, Result};
 

@@ -11,8 +11,9 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Value as Json;
 
 use crate::key::{Fingerprint, OperationKey};
+use crate::store::contract::{About, ClaimRequest, Entry, EntryState};
 use crate::store::json::without_lone_surrogates;
-use crate::store::{About, ClaimRequest, Entry, EntryState, OwnerToken};
+use crate::store::owner::OwnerToken;
 use crate::tool::ToolError;
 use crate::{Error, Result};
 

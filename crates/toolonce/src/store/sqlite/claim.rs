@@ -7,12 +7,12 @@ use std::time::Duration;
 use rusqlite::{Connection, params};
 
 use crate::key::{Fingerprint, OperationKey};
-use crate::store::{About, Claim, ClaimRequest, Entry, EntryState};
+use crate::store::contract::{About, Claim, ClaimRequest, Entry, EntryState};
 
 use super::error::{Fault, JobResult};
 use super::row::{after, now_ms, read_live};
 use super::sql;
-use super::worker::Immediate;
+use super::transaction::Immediate;
 
 /// The outcome of [`claim_locked`]: won, or the live row that stopped the claim.
 pub(super) enum Claimed {

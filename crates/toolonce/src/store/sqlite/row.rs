@@ -8,8 +8,8 @@ use serde_json::Value;
 
 use crate::Error;
 use crate::key::{Fingerprint, OperationKey};
+use crate::store::contract::{About, Entry, EntryState, millis};
 use crate::store::json::read_stored;
-use crate::store::{About, Entry, EntryState, millis};
 use crate::tool::ToolError;
 
 use super::error::{Fault, JobResult};

@@ -6,8 +6,8 @@
 use rusqlite::Connection;
 
 use super::error::sql_error;
-use super::worker::Immediate;
-use crate::store::DEFAULT_UNKNOWN_RETENTION;
+use super::transaction::Immediate;
+use crate::store::contract::DEFAULT_UNKNOWN_RETENTION;
 use crate::{Error, Result};
 
 /// The schema version this build creates and understands, kept in `PRAGMA user_version`.

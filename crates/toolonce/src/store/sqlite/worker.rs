@@ -1,8 +1,9 @@
-//! The connections and the thread: opening the file (WAL, the per-connection settings, the
-//! reader pool and the inline writer), the connection thread that runs every statement that
-//! may wait, and the choice, per statement, between the caller's task and that thread (see
-//! `SqliteStore`'s design).
+//! The connections and the thread: the store handle ([`SqliteStore`], with its design), opening
+//! the file (WAL, the per-connection settings, the reader pool and the inline writer), the
+//! connection thread that runs every statement that may wait, and the choice, per statement,
+//! between the caller's task and that thread.
 
+use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -15,7 +16,8 @@ use tokio::sync::oneshot;
 use crate::{Error, Result};
 
 use super::error::{Fault, JobResult, is_busy, is_transient, sql_error};
-use super::{SqliteOptions, SqliteStore, schema, sql};
+use super::options::SqliteOptions;
+use super::schema;
 
 pub(super) type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 
@@ -30,32 +32,82 @@ pub(super) fn is_memory(path: &str) -> bool {
     path == ":memory:" || (path.starts_with("file:") && path.contains("mode=memory"))
 }
 
-/// An open `BEGIN IMMEDIATE` transaction that rolls back when dropped uncommitted (after an
-/// error or a panic), so the connection thread always returns to autocommit. Both statements
-/// come from the statement cache, unlike rusqlite's `Transaction`, which parses them each time.
-pub(super) struct Immediate<'c> {
-    conn: &'c Connection,
-    open: bool,
+/// A [`Store`](crate::store::Store) in a SQLite database file.
+///
+/// # Design
+///
+/// - **One writer thread per store.** SQLite calls block, and a write may wait for the file's
+///   write lock held by another process (up to the busy timeout). So writes never run on the
+///   async executor: every store opens one connection that lives on a dedicated thread, fed
+///   jobs through a channel and answering through a oneshot. SQLite admits one writer at a time
+///   anyway, so one writer connection per process costs no concurrency.
+/// - **Inline point reads.** The read that answers a replay ([`claim`](crate::store::Store::claim) of a key
+///   that has a live entry) and [`get`](crate::store::Store::get) run on the caller's task, on a small pool of
+///   reader connections that never wait (a claim reads on the inline writer first, when it is
+///   free: a reader's page cache is dropped whenever another connection has committed since
+///   its last read, the writer's survives its own commits): their busy timeout is 0, a reader that is in use is
+///   skipped, and a busy database or a busy pool sends the read to the connection thread
+///   instead. In WAL mode readers do not block on writers, so such a read is a few microseconds
+///   of CPU on cached pages, less than the two thread switches it saves (with
+///   [`SqliteOptions::readers`]`(0)`, which turns this off, a replay costs three to five times
+///   as much).
+/// - **Inline writes when the lock is free.** The same idea for writes
+///   ([`SqliteOptions::inline_writes`]): a second writer connection, behind a mutex taken with
+///   `try_lock`, with busy timeout 0. A write runs on it, on the caller's task, if the mutex is
+///   free; if it is taken, or SQLite answers `SQLITE_BUSY`/`SQLITE_LOCKED` (another connection,
+///   this store's thread included, or another process holds the write lock), the write goes to
+///   the connection thread, which waits for the lock: for the inline writer's mutex first, and
+///   runs the write on it once it is free (a wait in microseconds, where SQLite's busy handler
+///   sleeps in steps of milliseconds), then, if another process holds the lock, on its own
+///   connection up to the busy timeout. Falling back is safe because a busy
+///   answer means the transaction did not commit: at `BEGIN IMMEDIATE` nothing was done, and
+///   after it (a busy `COMMIT`, possible without WAL) the transaction is rolled back before the
+///   thread runs the operation again from its start, with the same owner token; the inline
+///   connection is back in autocommit mode (holding no lock) before the fallback, or the write
+///   fails instead of falling back. The whole transaction runs within one poll of the caller's
+///   future, so a dropped future cannot leave it half done. The inline connection never runs
+///   an automatic checkpoint (that would flush the disk on the executor): every few hundred
+///   inline commits it asks the connection thread for a passive checkpoint instead.
+/// - **WAL, `synchronous=NORMAL`.** Readers and the writer do not block each other, and a
+///   commit appends to the log without a flush (see [`SqliteOptions::full_sync`] for what that
+///   trades).
+/// - **Expiry by the machine clock.** Rows hold their lease deadline and the end of their
+///   keeping in milliseconds since the epoch; every statement compares them with `now`, treats
+///   a row no longer kept as absent and a `running` row past its lease as `unknown` (nothing is
+///   written when a lease runs out). All processes that share a file run on the same machine,
+///   hence on the same clock.
+/// - **Schema versions.** `PRAGMA user_version` says which layout a file has; opening a file of
+///   an older version migrates it, under the write lock, in one transaction (see the `schema`
+///   module for version 2 and the migration from version 1).
+///
+/// # Atomicity
+///
+/// Each write is one transaction that begins with `BEGIN IMMEDIATE`, which takes the write lock
+/// of the whole database for every connection of every process. See [`claim`](crate::store::Store::claim)
+/// below for the one operation that is more than a single statement.
+///
+/// # Cancellation
+///
+/// A job handed to the connection thread runs to its end even if the caller's future is dropped
+/// (a dropped [`claim`](crate::store::Store::claim) may have won, as the [`Store`](crate::store::Store) contract says).
+pub struct SqliteStore {
+    pub(super) path: Arc<str>,
+    pub(super) jobs: mpsc::Sender<Job>,
+    pub(super) readers: Box<[Mutex<Connection>]>,
+    /// The inline writer connection, if [`SqliteOptions::inline_writes`] is on (and the
+    /// database is a file and has readers).
+    pub(super) writer: Option<Arc<Mutex<Connection>>>,
+    /// Commits on the inline writer, to schedule checkpoints on the connection thread.
+    pub(super) inline_commits: Arc<AtomicU32>,
 }
 
-impl<'c> Immediate<'c> {
-    pub(super) fn begin(conn: &'c Connection) -> rusqlite::Result<Self> {
-        conn.prepare_cached(sql::BEGIN)?.execute([])?;
-        Ok(Immediate { conn, open: true })
-    }
-
-    pub(super) fn commit(mut self) -> rusqlite::Result<()> {
-        self.conn.prepare_cached(sql::COMMIT)?.execute([])?;
-        self.open = false;
-        Ok(())
-    }
-}
-
-impl Drop for Immediate<'_> {
-    fn drop(&mut self) {
-        if self.open && !self.conn.is_autocommit() {
-            let _ = self.conn.execute_batch("ROLLBACK");
-        }
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .field("readers", &self.readers.len())
+            .field("inline_writes", &self.writer.is_some())
+            .finish()
     }
 }
 
