@@ -13,6 +13,7 @@
 //! The files, by job:
 //! - `runtime.rs`: the runtime of each process (rebuilt after `fork()`), and the thread that
 //!   enters Python for it, so that no runtime thread waits for the GIL;
+//! - `signals.rs`: asynchronous signals kept off the module's threads, for Python's;
 //! - `store.rs`, `tool.rs`: the store handle, and a tool's settings and key derivation;
 //! - `event.rs`, `reply.rs`: what the layer tells Python, and what Python answers (where the
 //!   verdict on a tool's outcome is applied);
@@ -28,6 +29,7 @@ mod event;
 mod inline;
 mod reply;
 mod runtime;
+mod signals;
 mod store;
 mod tool;
 

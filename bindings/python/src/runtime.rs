@@ -45,6 +45,8 @@ impl Process {
     fn start(pid: u32) -> Process {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .thread_name("toolonce")
+            // Signals are for Python's threads (see `signals`).
+            .on_thread_start(crate::signals::keep_off_this_thread)
             .enable_all()
             .build()
             .expect("cannot start toolonce's Tokio runtime");
@@ -64,6 +66,7 @@ impl Process {
             std::thread::Builder::new()
                 .name("toolonce-python".into())
                 .spawn(move || {
+                    crate::signals::keep_off_this_thread();
                     for job in rx.iter() {
                         // A thread that takes the GIL while the interpreter finalizes crashes
                         // the process: after `_shutdown`, jobs are dropped unrun.

@@ -13,6 +13,7 @@ use toolonce::Layer;
 
 use crate::errors::{config_error, map_error};
 use crate::runtime::runtime;
+use crate::signals::with_blocked;
 
 /// A store opened from a URL: the core's `Arc<dyn Store>`, shared by every tool given it.
 #[pyclass(frozen, module = "toolonce._native")]
@@ -87,10 +88,11 @@ impl Store {
 }
 
 /// Opens the store `url` names (memory://, sqlite://PATH, redis://…, postgres://…), connecting
-/// with the GIL released.
+/// with the GIL released, and with signals blocked: the SQLite store's connection thread is
+/// started here, and must not take a Ctrl-C meant for Python (see `signals`).
 #[pyfunction]
 pub(crate) fn open_store(py: Python<'_>, url: &str) -> PyResult<Store> {
-    let opened = py.detach(|| runtime().block_on(toolonce::store::open(url)));
+    let opened = py.detach(|| with_blocked(|| runtime().block_on(toolonce::store::open(url))));
     let store = opened.map_err(|e| map_error(py, &e))?;
     Ok(Store {
         layer: Mutex::new(Some(Layer::new(store))),

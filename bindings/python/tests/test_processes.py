@@ -168,6 +168,48 @@ def test_ctrl_c_while_the_function_runs_records_nothing_and_the_operation_become
             charge(order="o1", scope=run_id)
 
 
+def blocked_signals(task: Path) -> set:
+    """The signals a thread (a /proc/PID/task/TID directory) blocks."""
+    for line in (task / "status").read_text().splitlines():
+        if line.startswith("SigBlk:"):
+            mask = int(line.split()[1], 16)
+            return {s for s in signal.Signals if mask >> (s.value - 1) & 1}
+    raise AssertionError(f"no SigBlk in {task}/status")
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads thread signal masks in /proc")
+def test_no_toolonce_thread_can_take_a_ctrl_c_meant_for_the_sleeping_caller(tmp_path, run_id):
+    # A process-directed SIGINT goes to any thread that does not block it. Taken by a runtime
+    # worker, Python's C handler only sets a flag there, and the main thread, asleep in a sync
+    # tool, sleeps on: Ctrl-C did not end the process (a hang seen under load). Every thread
+    # toolonce starts (runtime workers, the SQLite connection thread, the thread that enters
+    # Python for async callers) must block the asynchronous signals; the caller's must not.
+    import asyncio
+
+    with toolonce.open_store(f"sqlite://{tmp_path / 'signals.db'}") as store:
+
+        @toolonce.write(store, name="sync_op")
+        def sync_op(x: int) -> int:
+            return x
+
+        @toolonce.write(store, name="async_op")
+        async def async_op(x: int) -> int:
+            return x
+
+        assert sync_op(x=1, scope=run_id) == 1
+        assert asyncio.run(async_op(x=1, scope=run_id)) == 1
+        tasks = {t: (t / "comm").read_text().strip() for t in Path("/proc/self/task").iterdir()}
+        ours = {t: name for t, name in tasks.items() if name.startswith("toolonce")}
+        assert {"toolonce", "toolonce-sqlite", "toolonce-python"} <= set(ours.values()), ours
+        wanted = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+                  signal.SIGALRM, signal.SIGCHLD}
+        for task, name in ours.items():
+            missing = wanted - blocked_signals(task)
+            assert not missing, f"thread {task.name} ({name}) can take {sorted(missing)}"
+        # The caller's thread gets its signals, as before the call.
+        assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
 def start_worker(*args: str) -> subprocess.Popen:
     """A worker in a process group of its own, so that `stop` also ends a child it forked."""
     return subprocess.Popen(
