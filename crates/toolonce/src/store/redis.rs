@@ -17,8 +17,7 @@ use serde_json::Value as Json;
 
 use crate::key::OperationKey;
 use crate::store::contract::{
-    Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, Page, Resolution, Resolved, Store,
-    millis,
+    Claim, ClaimRequest, Entry, Fenced, ListQuery, Page, Resolution, Resolved, Store, millis,
 };
 use crate::store::owner::OwnerToken;
 use crate::tool::ToolError;
@@ -39,7 +38,7 @@ pub use conn::{RedisStore, RedisStoreBuilder};
 use error::to_error;
 use list::{ListCursor, MAX_SCANS_PER_PAGE, glob_escape};
 use scripts::SCRIPTS;
-use wire::{decode_entry, decode_read, running_value};
+use wire::{decode_read, decode_unless_running, running_value};
 
 /// Redis refuses `PX 0`, and `PX` values whose deadline overflows its clock; a lease or
 /// retention is clamped into `1 ms ..= 100 years`.
@@ -95,11 +94,7 @@ impl Store for RedisStore {
             match reply {
                 Ok(Value::Nil) => return Ok(Claim::Won),
                 Ok(Value::BulkString(raw)) => {
-                    let entry = decode_entry(req.key, &raw, None, None, SystemTime::now())?;
-                    if !matches!(
-                        entry.state,
-                        EntryState::Running { .. } | EntryState::Unknown { .. }
-                    ) {
+                    if let Some(entry) = decode_unless_running(req.key, &raw, SystemTime::now())? {
                         return Ok(Claim::Existing(entry));
                     }
                 }

@@ -203,17 +203,43 @@ pub(super) fn decode_entry(
     server_now: Option<i64>,
     local_now: SystemTime,
 ) -> Result<Entry> {
-    let readable;
-    let wire: Wire = match serde_json::from_slice(raw) {
-        Ok(wire) => wire,
-        Err(e) => {
-            // Another writer's lone surrogate escape: read it as U+FFFD rather than call the
-            // entry corrupt (see `json::without_lone_surrogates`).
-            readable = without_lone_surrogates(raw).ok_or_else(|| Error::corrupt(key, e))?;
-            serde_json::from_slice(&readable).map_err(|e| Error::corrupt(key, e))?
-        }
-    };
+    let mut readable = None;
+    let wire = parse_wire(key, raw, &mut readable)?;
     entry_of(key, wire, pttl, server_now, local_now)
+}
+
+/// The entry of `raw` if it is settled (or not an entry toolonce can fence at all), `None` if
+/// it says `running`: what the native claim's `GET` answer needs, since a running entry is only
+/// judged with its key's expiry, which that answer does not carry.
+pub(super) fn decode_unless_running(
+    key: &OperationKey,
+    raw: &[u8],
+    local_now: SystemTime,
+) -> Result<Option<Entry>> {
+    let mut readable = None;
+    let wire = parse_wire(key, raw, &mut readable)?;
+    if wire.status == "running" {
+        return Ok(None);
+    }
+    entry_of(key, wire, None, None, local_now).map(Some)
+}
+
+/// The wire form of `raw`, reading another writer's lone surrogate escapes as U+FFFD rather
+/// than calling the entry corrupt (see `json::without_lone_surrogates`); `readable` holds the
+/// repaired text the result borrows from when it had to be repaired.
+fn parse_wire<'a>(
+    key: &OperationKey,
+    raw: &'a [u8],
+    readable: &'a mut Option<Vec<u8>>,
+) -> Result<Wire<'a>> {
+    match serde_json::from_slice(raw) {
+        Ok(wire) => Ok(wire),
+        Err(e) => {
+            let repaired = without_lone_surrogates(raw).ok_or_else(|| Error::corrupt(key, e))?;
+            let repaired: &'a [u8] = readable.insert(repaired);
+            serde_json::from_slice(repaired).map_err(|e| Error::corrupt(key, e))
+        }
+    }
 }
 
 /// The entry of a decoded value: see [`decode_entry`].
