@@ -466,7 +466,15 @@ impl Layer {
                 "the tool ran but its result cannot be stored; recorded as a failure instead"
             );
         }
-        let settled = self.settle(tool, key, &owner, &stored, options).await;
+        // A failure that stands for a result the tool produced is kept as long as a result;
+        // the tool's own permanent errors for the (maybe shorter) failure retention.
+        let failure_retention = match (&result, stored.as_ref()) {
+            (Ok(_), Err(_)) => options.retention,
+            _ => options.sticky_retention(),
+        };
+        let settled = self
+            .settle(tool, key, &owner, &stored, options, failure_retention)
+            .await;
         if settled == Some(Fenced::NotOwner) {
             tracing::warn!(
                 target: "toolonce",

@@ -98,4 +98,5 @@ pub use store::{
     Resolved, State, Store,
 };
 pub use tool::{ErrorClass, ReadTool, ToolError, Verified, WriteContext, WriteTool};
-pub use toolbox::{Reply, ToolResult, Toolbox, ToolboxBuilder};
+pub use toolbox::formats::Reply;
+pub use toolbox::{ToolResult, Toolbox, ToolboxBuilder};

@@ -18,9 +18,7 @@ use crate::tool::{ReadTool, ToolError, Verified, WriteContext, WriteTool};
 use crate::{Error, Result};
 
 mod args;
-mod formats;
-
-pub use formats::Reply;
+pub mod formats;
 
 use args::{Parsed, parse_typed};
 

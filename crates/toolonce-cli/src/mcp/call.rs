@@ -44,7 +44,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
-use toolonce::key::{self, Derived, Fingerprint, OperationKey};
+use toolonce::key::{self, Derived};
 use toolonce::{About, Layer, Outcome, ToolError};
 
 use super::answer::{GiveUp, completed, give_up_answer, interpret, proxy_result, replay};
@@ -54,7 +54,6 @@ use super::jsonrpc::{self, IdKey};
 use super::protocol::{INVALID_PARAMS, META_KEY, META_PROTOCOL_VERSION};
 use super::route::{NotSent, Router, UnsentCall};
 use super::stdio::ClientOut;
-use super::store::LazyStore;
 use super::tools::Tools;
 
 /// A write call taken from the client's stream.
@@ -133,7 +132,6 @@ pub(super) struct Context {
     /// The server's part of every operation key's tool part (see `--server-id`).
     pub(super) server_id: String,
     pub(super) config: Arc<Config>,
-    pub(super) store: Arc<LazyStore>,
     pub(super) layer: Layer,
     pub(super) router: Arc<Router>,
 }
@@ -300,11 +298,7 @@ fn derive_from_client_key(
     client_key: &str,
     arguments: &Value,
 ) -> toolonce::Result<Derived> {
-    let canonical = toolonce::canonical::canonicalize(arguments)?;
-    Ok(Derived {
-        key: OperationKey::derive(scope, tool_part, &format!("\0{META_KEY}\0{client_key}"))?,
-        fingerprint: Fingerprint::of_canonical(&canonical),
-    })
+    toolonce::key::derive_named(scope, tool_part, client_key, arguments)
 }
 
 /// The part of a call that runs once the claim is won.
@@ -383,14 +377,9 @@ impl Forward<'_> {
         let Ok(line) = reply else {
             return abandon(shared, call, give_up, GiveUp::ServerGone).await;
         };
+        // A kept failure's (shorter) retention is the options' failure_retention: the layer
+        // applies it.
         let result = interpret(&line, policy);
-        if let Err(e) = &result
-            && !e.is_transient()
-        {
-            shared
-                .store
-                .keep_failure(&derived.key, policy.failure_retention);
-        }
         *response.lock().unwrap_or_else(|p| p.into_inner()) = Some(line);
         result
     }

@@ -127,7 +127,9 @@ impl Config {
                 .map_or(Duration::from_secs(5), Dur::forever_capped),
         };
         let base = Policy {
-            options: WriteOptions::new().retention(DEFAULT_RETENTION),
+            options: WriteOptions::new()
+                .retention(DEFAULT_RETENTION)
+                .failure_retention(DEFAULT_FAILURE_RETENTION),
             key_fields: None,
             call_timeout: Duration::from_secs(300),
             on_error: OnError::Keep,
@@ -326,6 +328,7 @@ impl PolicySection {
                 bail!("failure_retention must be more than 0 (use on_error = \"release\")");
             }
             policy.failure_retention = retention.0;
+            policy.options = policy.options.failure_retention(retention.0);
         }
         Ok(policy)
     }

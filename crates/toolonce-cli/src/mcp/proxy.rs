@@ -510,7 +510,6 @@ impl Shared {
         let context = Arc::new(call::Context {
             scope: settings.scope,
             server_id: settings.server_id,
-            store: settings.store.clone(),
             config: settings.config.clone(),
             layer: Layer::new(settings.store),
             router: router.clone(),

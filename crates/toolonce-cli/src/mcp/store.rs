@@ -3,10 +3,9 @@
 //! and deduplicates again as soon as the store comes back. A store that can never work (a
 //! malformed URL, a missing directory, a wrong password) stops the proxy at start instead.
 //!
-//! It also keeps permanent failures for the proxy's own failure retention (see
-//! [`LazyStore::keep_failure`]).
+//! The proxy's shorter failure retention reaches the layer through the calls' options
+//! (`WriteOptions::failure_retention`), not through the store.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -28,8 +27,6 @@ pub(crate) struct LazyStore {
     url: String,
     store: OnceCell<Arc<dyn Store>>,
     last_failure: Mutex<Option<(Instant, String)>>,
-    /// Failure retentions asked for by calls, by key (see [`LazyStore::keep_failure`]).
-    failures: Mutex<HashMap<OperationKey, Duration>>,
 }
 
 impl LazyStore {
@@ -44,7 +41,6 @@ impl LazyStore {
             url: url.to_owned(),
             store: OnceCell::new(),
             last_failure: Mutex::new(None),
-            failures: Mutex::new(HashMap::new()),
         };
         match toolonce::store::open(url).await {
             Ok(store) => {
@@ -63,16 +59,6 @@ impl LazyStore {
             }
         }
         Ok(lazy)
-    }
-
-    /// The next permanent failure recorded for `key` is kept for `retention`: the layer keeps
-    /// a permanent failure as long as a result, while the proxy keeps a failed write only for
-    /// its (shorter) failure retention. A call asks just before the layer records its failure.
-    pub(crate) fn keep_failure(&self, key: &OperationKey, retention: Duration) {
-        self.failures
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key.clone(), retention);
     }
 
     fn failure(&self) -> std::sync::MutexGuard<'_, Option<(Instant, String)>> {
@@ -150,12 +136,6 @@ impl Store for LazyStore {
         error: &ToolError,
         sticky: Option<Duration>,
     ) -> toolonce::Result<Fenced> {
-        let kept = self
-            .failures
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(key);
-        let sticky = sticky.map(|layer| kept.unwrap_or(layer));
         self.inner().await?.fail(key, owner, error, sticky).await
     }
 

@@ -25,7 +25,7 @@ const RELEASE_FOR: Duration = Duration::from_secs(3);
 
 impl Layer {
     /// Records the outcome with a fenced complete or fail, retrying a few times while the
-    /// store is unreachable. `None` means it could not be recorded at all: the entry then
+    /// store is unreachable; a permanent error is kept for `failure_retention`. `None` means it could not be recorded at all: the entry then
     /// becomes `unknown` when its lease expires.
     ///
     /// A write whose reply was lost may have applied: the layer's own retry (after an error),
@@ -46,6 +46,7 @@ impl Layer {
         owner: &OwnerToken,
         result: &Result<Value, ToolError>,
         options: &WriteOptions,
+        failure_retention: Duration,
     ) -> Option<Fenced> {
         let mut pause = Duration::from_millis(50);
         for attempt in 1..=SETTLE_RETRIES {
@@ -57,7 +58,7 @@ impl Layer {
                         .await
                 }
                 Err(error) => {
-                    let sticky = (!error.is_transient()).then_some(options.sticky_retention());
+                    let sticky = (!error.is_transient()).then_some(failure_retention);
                     self.store.fail(key, owner.duplicate(), error, sticky).await
                 }
             };
@@ -103,7 +104,8 @@ impl Layer {
     ) -> Option<Fenced> {
         let why = format!("the store refused it ({})", refusal.report());
         let instead = unstorable(tool, &why);
-        let retention = Some(options.sticky_retention());
+        // The tool ran: the record stands for its result, and is kept as long as one.
+        let retention = Some(options.retention);
         match self
             .store
             .fail(key, owner.duplicate(), &instead, retention)
