@@ -21,6 +21,7 @@ use toolonce::{
     MemoryStore, OnExpired, OperationKey, Outcome, OwnerToken, Page, ReadTool, Resolution,
     Resolved, State, Store, ToolError, Toolbox, WriteContext, WriteOptions, WriteTool, key,
 };
+use toolonce_testsupport::{Intercept, Intercepted};
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]
 struct ChargeArgs {

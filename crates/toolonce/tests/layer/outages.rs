@@ -122,7 +122,6 @@ async fn a_store_that_errors_means_the_write_tool_is_not_executed() {
 /// `Unavailable` error, as when the connection drops after the server acted.
 #[derive(Debug, Default)]
 struct LosesReplies {
-    inner: MemoryStore,
     /// How many of the next claims lose their reply.
     claims: AtomicU32,
     /// How many of the next completes lose their reply.
@@ -141,30 +140,23 @@ fn reset() -> Error {
 }
 
 #[async_trait]
-impl Store for LosesReplies {
-    async fn claim(&self, req: &ClaimRequest<'_>) -> toolonce::Result<Claim> {
-        let claim = self.inner.claim(req).await?;
+impl Intercept for LosesReplies {
+    async fn claim(&self, inner: &dyn Store, req: &ClaimRequest<'_>) -> toolonce::Result<Claim> {
+        let claim = inner.claim(req).await?;
         if take_one(&self.claims) {
             return Err(reset());
         }
         Ok(claim)
     }
-    async fn renew(
-        &self,
-        key: &OperationKey,
-        owner: &OwnerToken,
-        lease: Duration,
-    ) -> toolonce::Result<bool> {
-        self.inner.renew(key, owner, lease).await
-    }
     async fn complete(
         &self,
+        inner: &dyn Store,
         key: &OperationKey,
         owner: OwnerToken,
         result: &Value,
         retention: Duration,
     ) -> toolonce::Result<Fenced> {
-        let fenced = self.inner.complete(key, owner, result, retention).await?;
+        let fenced = inner.complete(key, owner, result, retention).await?;
         if take_one(&self.completes) {
             return Err(reset());
         }
@@ -172,6 +164,7 @@ impl Store for LosesReplies {
     }
     async fn fail(
         &self,
+        inner: &dyn Store,
         key: &OperationKey,
         owner: OwnerToken,
         error: &ToolError,
@@ -180,33 +173,21 @@ impl Store for LosesReplies {
         if take_one(&self.fails_refused) {
             return Err(Error::unavailable("connection refused"));
         }
-        self.inner.fail(key, owner, error, sticky).await
+        inner.fail(key, owner, error, sticky).await
     }
-    async fn get(&self, key: &OperationKey) -> toolonce::Result<Option<Entry>> {
-        self.inner.get(key).await
-    }
-    async fn list(&self, q: &ListQuery) -> toolonce::Result<Page> {
-        self.inner.list(q).await
-    }
-    async fn resolve(
-        &self,
-        key: &OperationKey,
-        resolution: &Resolution,
-        retention: Duration,
-    ) -> toolonce::Result<Resolved> {
-        self.inner.resolve(key, resolution, retention).await
-    }
-    async fn delete(&self, key: &OperationKey) -> toolonce::Result<bool> {
-        self.inner.delete(key).await
-    }
-    async fn purge_expired(&self) -> toolonce::Result<u64> {
-        self.inner.purge_expired().await
-    }
+}
+
+/// A memory store behind `LosesReplies`.
+fn losing_replies() -> Arc<Intercepted<LosesReplies>> {
+    Arc::new(Intercepted::new(
+        Arc::new(MemoryStore::new()),
+        LosesReplies::default(),
+    ))
 }
 
 #[tokio::test]
 async fn a_claim_whose_reply_is_lost_is_released_so_a_retry_runs_the_tool_once() {
-    let store = Arc::new(LosesReplies::default());
+    let store = losing_replies();
     store.claims.store(1, Ordering::SeqCst);
     // The store is still unreachable for the first two releases: the layer keeps trying.
     store.fails_refused.store(2, Ordering::SeqCst);
@@ -229,7 +210,7 @@ async fn a_claim_whose_reply_is_lost_is_released_so_a_retry_runs_the_tool_once()
     // Nothing is left behind for a one-shot caller that stops here.
     assert!(
         store
-            .inner
+            .inner()
             .list(&ListQuery::new())
             .await
             .unwrap()
@@ -253,64 +234,22 @@ async fn a_claim_whose_reply_is_lost_is_released_so_a_retry_runs_the_tool_once()
 async fn a_claim_retried_by_the_driver_with_the_same_token_runs_the_tool() {
     // What redis-rs does on a cluster: the claim is applied, the reply lost, and the same
     // request is sent again, which must find the caller's own entry and win.
-    #[derive(Debug, Default)]
-    struct Resends(MemoryStore);
+    #[derive(Debug)]
+    struct Resends;
     #[async_trait]
-    impl Store for Resends {
-        async fn claim(&self, req: &ClaimRequest<'_>) -> toolonce::Result<Claim> {
-            let _lost = self.0.claim(req).await?;
-            self.0.claim(req).await
-        }
-        async fn renew(
+    impl Intercept for Resends {
+        async fn claim(
             &self,
-            key: &OperationKey,
-            owner: &OwnerToken,
-            lease: Duration,
-        ) -> toolonce::Result<bool> {
-            self.0.renew(key, owner, lease).await
-        }
-        async fn complete(
-            &self,
-            key: &OperationKey,
-            owner: OwnerToken,
-            result: &Value,
-            retention: Duration,
-        ) -> toolonce::Result<Fenced> {
-            self.0.complete(key, owner, result, retention).await
-        }
-        async fn fail(
-            &self,
-            key: &OperationKey,
-            owner: OwnerToken,
-            error: &ToolError,
-            sticky: Option<Duration>,
-        ) -> toolonce::Result<Fenced> {
-            self.0.fail(key, owner, error, sticky).await
-        }
-        async fn get(&self, key: &OperationKey) -> toolonce::Result<Option<Entry>> {
-            self.0.get(key).await
-        }
-        async fn list(&self, q: &ListQuery) -> toolonce::Result<Page> {
-            self.0.list(q).await
-        }
-        async fn resolve(
-            &self,
-            key: &OperationKey,
-            resolution: &Resolution,
-            retention: Duration,
-        ) -> toolonce::Result<Resolved> {
-            self.0.resolve(key, resolution, retention).await
-        }
-        async fn delete(&self, key: &OperationKey) -> toolonce::Result<bool> {
-            self.0.delete(key).await
-        }
-        async fn purge_expired(&self) -> toolonce::Result<u64> {
-            self.0.purge_expired().await
+            inner: &dyn Store,
+            req: &ClaimRequest<'_>,
+        ) -> toolonce::Result<Claim> {
+            let _lost = inner.claim(req).await?;
+            inner.claim(req).await
         }
     }
     let tool = Charge::default();
     let tb = toolbox(
-        Arc::new(Resends::default()),
+        Arc::new(Intercepted::new(Arc::new(MemoryStore::new()), Resends)),
         tool.clone(),
         WriteOptions::new(),
     );
@@ -329,7 +268,7 @@ async fn a_claim_retried_by_the_driver_with_the_same_token_runs_the_tool() {
 #[tokio::test]
 async fn a_complete_whose_reply_is_lost_is_recorded_and_replayed() {
     log_buffer();
-    let store = Arc::new(LosesReplies::default());
+    let store = losing_replies();
     store.completes.store(1, Ordering::SeqCst);
     let layer = Layer::new(store.clone());
     // A scope of its own, so the log lines of this test's key are only this test's.

@@ -140,73 +140,23 @@ async fn hold_answers_unknown_without_running_and_tells_the_model_a_person_must_
 }
 
 /// Counts the claims a store is sent.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct CountsClaims {
-    inner: Arc<dyn Store>,
     claims: AtomicU32,
 }
 
 #[async_trait]
-impl Store for CountsClaims {
-    async fn claim(&self, req: &ClaimRequest<'_>) -> toolonce::Result<Claim> {
+impl Intercept for CountsClaims {
+    async fn claim(&self, inner: &dyn Store, req: &ClaimRequest<'_>) -> toolonce::Result<Claim> {
         self.claims.fetch_add(1, Ordering::SeqCst);
-        self.inner.claim(req).await
-    }
-    async fn renew(
-        &self,
-        key: &OperationKey,
-        owner: &OwnerToken,
-        lease: Duration,
-    ) -> toolonce::Result<bool> {
-        self.inner.renew(key, owner, lease).await
-    }
-    async fn complete(
-        &self,
-        key: &OperationKey,
-        owner: OwnerToken,
-        result: &Value,
-        retention: Duration,
-    ) -> toolonce::Result<Fenced> {
-        self.inner.complete(key, owner, result, retention).await
-    }
-    async fn fail(
-        &self,
-        key: &OperationKey,
-        owner: OwnerToken,
-        error: &ToolError,
-        sticky: Option<Duration>,
-    ) -> toolonce::Result<Fenced> {
-        self.inner.fail(key, owner, error, sticky).await
-    }
-    async fn get(&self, key: &OperationKey) -> toolonce::Result<Option<Entry>> {
-        self.inner.get(key).await
-    }
-    async fn list(&self, q: &ListQuery) -> toolonce::Result<Page> {
-        self.inner.list(q).await
-    }
-    async fn resolve(
-        &self,
-        key: &OperationKey,
-        resolution: &Resolution,
-        retention: Duration,
-    ) -> toolonce::Result<Resolved> {
-        self.inner.resolve(key, resolution, retention).await
-    }
-    async fn delete(&self, key: &OperationKey) -> toolonce::Result<bool> {
-        self.inner.delete(key).await
-    }
-    async fn purge_expired(&self) -> toolonce::Result<u64> {
-        self.inner.purge_expired().await
+        inner.claim(req).await
     }
 }
 
 #[tokio::test]
 async fn rerun_takes_over_in_one_claim_and_the_tool_knows_it_may_have_run_before() {
     let (store, _clock, op, crashed) = unknown_op("send_email").await;
-    let counting = Arc::new(CountsClaims {
-        inner: store.clone(),
-        claims: AtomicU32::new(0),
-    });
+    let counting = Arc::new(Intercepted::new(store.clone(), CountsClaims::default()));
     let layer = Layer::new(counting.clone());
     let seen = Seen::default();
     let options = WriteOptions::new().on_expired(OnExpired::Rerun);
