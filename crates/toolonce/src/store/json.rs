@@ -32,10 +32,20 @@ pub(crate) fn nesting_depth(value: &Value) -> usize {
 /// Reads stored JSON text as `T`, reading another writer's lone surrogate escapes as U+FFFD
 /// (see [`without_lone_surrogates`]) instead of failing on them.
 pub(crate) fn read_stored<T: serde::de::DeserializeOwned>(text: &str) -> serde_json::Result<T> {
-    match serde_json::from_str(text) {
+    read_lenient(text.as_bytes(), &mut None)
+}
+
+/// Reads stored JSON bytes as `T`, which may borrow from them: first as they are, then, if that
+/// fails and they hold lone surrogate escapes, repaired into `repaired` (see
+/// [`without_lone_surrogates`]). The one place a reader's fallback lives.
+pub(crate) fn read_lenient<'a, T: serde::Deserialize<'a>>(
+    raw: &'a [u8],
+    repaired: &'a mut Option<Vec<u8>>,
+) -> serde_json::Result<T> {
+    match serde_json::from_slice(raw) {
         Ok(value) => Ok(value),
-        Err(e) => match without_lone_surrogates(text.as_bytes()) {
-            Some(readable) => serde_json::from_slice(&readable),
+        Err(e) => match without_lone_surrogates(raw) {
+            Some(readable) => serde_json::from_slice(repaired.insert(readable)),
             None => Err(e),
         },
     }

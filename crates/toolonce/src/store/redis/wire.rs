@@ -12,7 +12,7 @@ use serde_json::Value as Json;
 
 use crate::key::{Fingerprint, OperationKey};
 use crate::store::contract::{About, ClaimRequest, Entry, EntryState};
-use crate::store::json::without_lone_surrogates;
+use crate::store::json::read_lenient;
 use crate::store::owner::OwnerToken;
 use crate::tool::ToolError;
 use crate::{Error, Result};
@@ -232,14 +232,7 @@ fn parse_wire<'a>(
     raw: &'a [u8],
     readable: &'a mut Option<Vec<u8>>,
 ) -> Result<Wire<'a>> {
-    match serde_json::from_slice(raw) {
-        Ok(wire) => Ok(wire),
-        Err(e) => {
-            let repaired = without_lone_surrogates(raw).ok_or_else(|| Error::corrupt(key, e))?;
-            let repaired: &'a [u8] = readable.insert(repaired);
-            serde_json::from_slice(repaired).map_err(|e| Error::corrupt(key, e))
-        }
-    }
+    read_lenient(raw, readable).map_err(|e| Error::corrupt(key, e))
 }
 
 /// The entry of a decoded value: see [`decode_entry`].
