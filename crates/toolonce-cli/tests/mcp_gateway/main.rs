@@ -19,6 +19,7 @@ mod modern;
 mod sessions;
 mod stores;
 mod streams;
+mod unreadable;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -303,3 +303,44 @@ fn bad_upstream_arguments_stop_the_proxy_with_exit_code_2_and_no_secret() {
         assert!(!stderr.contains("s3cret"), "{args:?}: {stderr}");
     }
 }
+
+/// An answer serde_json cannot read (a text cut inside an emoji, as JSON.stringify writes it;
+/// structuredContent nested 150 levels) from an HTTP server, in both answer modes: the write
+/// ran, so it is recorded as it came; the client gets the server's bytes and every duplicate
+/// the same bytes under its own id, and the tool never runs again.
+#[test]
+fn an_answer_serde_json_cannot_read_from_an_http_server_is_recorded_as_it_came_and_never_run_again()
+{
+    for mode in ["json", "sse"] {
+        let server = HttpServer::start(mode, &[]);
+        let mut peer = proxy_to(&server).start();
+        peer.initialize();
+        for (how, ids) in [
+            ("surrogate", [101_u64, 102, 103]),
+            ("deep", [201, 202, 203]),
+        ] {
+            let mut answers = Vec::new();
+            for id in ids {
+                let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                                  "params": {"name": "garbled", "arguments": {"how": how}}});
+                peer.send(&call);
+                answers.push(String::from_utf8(peer.raw_answer(id)).unwrap());
+            }
+            let ran = server
+                .executions()
+                .iter()
+                .filter(|e| e["item"] == format!("garbled {how}"))
+                .count();
+            assert_eq!(ran, 1, "{mode}/{how}: the write ran again: {answers:?}");
+            let first = &answers[0];
+            assert!(first.contains(r"\ud83d"), "{mode}/{how}: {first}");
+            for (answer, id) in answers.iter().zip(ids) {
+                assert_eq!(
+                    answer.replace(&format!(r#""id":{id}"#), &format!(r#""id":{}"#, ids[0])),
+                    *first,
+                    "{mode}/{how}: the duplicate {id} did not get the first answer's bytes"
+                );
+            }
+        }
+    }
+}

@@ -92,6 +92,11 @@ function makeServer(transport) {
         annotations: { readOnlyHint: true },
       },
       {
+        name: 'garbled',
+        description: 'Records an execution; answers JSON a strict reader refuses.',
+        inputSchema: { type: 'object', properties: { how: { type: 'string' } } },
+      },
+      {
         name: 'announce',
         description: 'Says the tool list changed.',
         inputSchema: { type: 'object' },
@@ -111,6 +116,16 @@ function makeServer(transport) {
       const key = request.params._meta?.['toolonce/key'] ?? null;
       fs.appendFileSync(countFile, JSON.stringify({ item: args.item, key }) + '\n');
       return { content: [{ type: 'text', text: `wrote ${args.item} (execution ${executions()})` }] };
+    }
+    if (name === 'garbled') {
+      fs.appendFileSync(countFile, JSON.stringify({ item: `garbled ${args.how}`, key: null }) + '\n');
+      const text = `garbled #${executions()} \ud83d`;
+      if (args.how === 'deep') {
+        let deep = { leaf: true };
+        for (let i = 0; i < 150; i++) deep = { deeper: deep };
+        return { content: [{ type: 'text', text }], structuredContent: deep };
+      }
+      return { content: [{ type: 'text', text }] };
     }
     if (name === 'read') {
       return { content: [{ type: 'text', text: String(executions()) }] };

@@ -299,6 +299,21 @@ impl Peer {
         })
     }
 
+    /// The answer to the numeric request `id`, as the bytes that arrived (a strict parser may
+    /// refuse them: the tests of unreadable answers compare bytes); messages before it are
+    /// skipped.
+    pub fn raw_answer(&mut self, id: u64) -> Vec<u8> {
+        let (before_more, last) = (format!(r#""id":{id},"#), format!(r#""id":{id}}}"#));
+        for _ in 0..50 {
+            let line = self.recv_line();
+            let text = String::from_utf8_lossy(&line);
+            if text.contains(&before_more) || text.contains(&last) {
+                return line;
+            }
+        }
+        panic!("no answer to {id}");
+    }
+
     /// A line if one arrives within `wait`.
     pub fn try_recv_line(&mut self, wait: Duration) -> Option<Vec<u8>> {
         if !self.stash.is_empty() {
