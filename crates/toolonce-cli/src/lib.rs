@@ -1,7 +1,7 @@
 //! The `toolonce` command as a library: a demo of the failure modes toolonce fixes, `exec` for
 //! any shell command, key derivation for debugging, store inspection, and an MCP proxy. The
 //! binary (`src/main.rs`) only calls [`main`]; the library exists so that the MCP proxy can be
-//! driven in-process by tests and benches, without a process of its own.
+//! driven in-process by tests and benches, without a process of its own ([`mcp_proxy`]).
 //!
 //! Logs go to stderr (set `RUST_LOG`): stdout carries results, and for `mcp` the protocol.
 //! Every subcommand ends with a code of the one table in [`exit`].
@@ -23,6 +23,8 @@ mod inspect;
 mod keycmd;
 mod mcp;
 mod output;
+
+pub use mcp::embed::proxy as mcp_proxy;
 
 /// The default store of every subcommand: a SQLite file in the current directory.
 pub(crate) const DEFAULT_STORE: &str = "sqlite://toolonce.db";

@@ -47,6 +47,7 @@
 //! # Layout
 //!
 //! - [`config`]: the TOML configuration and per-tool policies.
+//! - [`embed`]: the stdio proxy run in-process on any pair of byte streams (for tests).
 //! - [`protocol`]: every header name, `_meta` member and JSON-RPC code, defined once.
 //! - [`jsonrpc`]: looking at messages without decoding them, the `_meta` splice, answers.
 //! - [`tools`]: read/write classification from `tools/list`, and the proxy's own listing.
@@ -81,6 +82,7 @@ mod answer;
 mod batch;
 mod call;
 mod config;
+pub(crate) mod embed;
 mod http;
 mod jsonrpc;
 mod lifecycle;
@@ -175,6 +177,32 @@ pub(crate) struct McpArgs {
 
 /// Runs the proxy; the exit code is the server's.
 pub(crate) async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
+    match prepare(args)? {
+        Prepared::Gateway(gateway, url) => {
+            on_own_thread(async move {
+                let store = open_store(&url).await?;
+                listen::serve(gateway(Arc::new(store))).await
+            })
+            .await
+        }
+        Prepared::Stdio(settings) => {
+            on_own_thread(serve(settings, stdio::stdin(), stdio::stdout())).await
+        }
+    }
+}
+
+/// What `toolonce mcp` was asked to run, checked: a gateway (given its store, once opened, and
+/// the store's URL), or a proxy on stdio.
+enum Prepared {
+    Gateway(
+        Box<dyn FnOnce(Arc<store::LazyStore>) -> listen::Gateway + Send>,
+        String,
+    ),
+    Stdio(Settings),
+}
+
+/// Checks the arguments and builds what they ask for; nothing is started yet.
+fn prepare(args: McpArgs) -> anyhow::Result<Prepared> {
     let config = match &args.config {
         Some(path) => config::Config::load(path)?,
         None => config::Config::default(),
@@ -257,7 +285,7 @@ pub(crate) async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
                 forward_authorization: token.is_none(),
             },
         };
-        let url = args.store;
+        let (session_idle, max_sessions) = (args.session_idle, args.max_sessions as usize);
         let gateway = move |store| listen::Gateway {
             addr,
             token,
@@ -266,23 +294,18 @@ pub(crate) async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
             server_id,
             config: Arc::new(config),
             store,
-            session_idle: args.session_idle,
-            max_sessions: args.max_sessions as usize,
+            session_idle,
+            max_sessions,
         };
-        return on_own_thread(async move {
-            let store = open_store(&url).await?;
-            listen::serve(gateway(Arc::new(store))).await
-        })
-        .await;
+        return Ok(Prepared::Gateway(Box::new(gateway), args.store));
     }
-    let settings = Settings {
+    Ok(Prepared::Stdio(Settings {
         url: args.store,
         scope,
         server_id,
         config: Arc::new(config),
         server,
-    };
-    on_own_thread(serve(settings)).await
+    }))
 }
 
 /// `--listen` as an address: a bare port is on 127.0.0.1.
@@ -348,11 +371,17 @@ async fn open_store(url: &str) -> anyhow::Result<store::LazyStore> {
     })
 }
 
-async fn serve(settings: Settings) -> anyhow::Result<std::process::ExitStatus> {
+/// The stdio proxy, its client's side on `input` and `output` (the process's stdin and stdout,
+/// or the streams of an in-process caller: see [`embed`]).
+async fn serve(
+    settings: Settings,
+    input: impl tokio::io::AsyncRead + Send + Unpin + 'static,
+    output: impl tokio::io::AsyncWrite + Send + Unpin + 'static,
+) -> anyhow::Result<std::process::ExitStatus> {
     let store = open_store(&settings.url).await?;
-    let client_in = stdio::spawn_reader(stdio::stdin());
+    let client_in = stdio::spawn_reader(input);
     let (client_out, out_rx) = stdio::ClientOut::channel();
-    let writer = stdio::spawn_writer(stdio::stdout(), out_rx);
+    let writer = stdio::spawn_writer(output, out_rx);
     let shutdown_timeout = settings.config.proxy.shutdown_timeout;
     let proxy = proxy::Settings {
         scope: settings.scope,
