@@ -20,6 +20,12 @@ use toolonce::{
 /// calls it watches, and decides for each whether, when and how it reaches `inner`.
 #[async_trait]
 pub trait Intercept: Send + Sync + fmt::Debug + 'static {
+    /// Decides, before every call, whether it reaches the store at all: an error here is the
+    /// call's answer (a store that is down, or switched off by the test). By default every
+    /// call is let through.
+    fn admit(&self) -> Result<()> {
+        Ok(())
+    }
     async fn claim(&self, inner: &dyn Store, req: &ClaimRequest<'_>) -> Result<Claim> {
         inner.claim(req).await
     }
@@ -105,9 +111,11 @@ impl<I> Deref for Intercepted<I> {
 #[async_trait]
 impl<I: Intercept> Store for Intercepted<I> {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim> {
+        self.intercept.admit()?;
         self.intercept.claim(&*self.inner, req).await
     }
     async fn renew(&self, key: &OperationKey, owner: &OwnerToken, lease: Duration) -> Result<bool> {
+        self.intercept.admit()?;
         self.intercept.renew(&*self.inner, key, owner, lease).await
     }
     async fn complete(
@@ -117,6 +125,7 @@ impl<I: Intercept> Store for Intercepted<I> {
         result: &Value,
         retention: Duration,
     ) -> Result<Fenced> {
+        self.intercept.admit()?;
         let inner = &*self.inner;
         self.intercept
             .complete(inner, key, owner, result, retention)
@@ -129,14 +138,17 @@ impl<I: Intercept> Store for Intercepted<I> {
         error: &ToolError,
         sticky: Option<Duration>,
     ) -> Result<Fenced> {
+        self.intercept.admit()?;
         self.intercept
             .fail(&*self.inner, key, owner, error, sticky)
             .await
     }
     async fn get(&self, key: &OperationKey) -> Result<Option<Entry>> {
+        self.intercept.admit()?;
         self.intercept.get(&*self.inner, key).await
     }
     async fn list(&self, query: &ListQuery) -> Result<Page> {
+        self.intercept.admit()?;
         self.intercept.list(&*self.inner, query).await
     }
     async fn resolve(
@@ -145,14 +157,17 @@ impl<I: Intercept> Store for Intercepted<I> {
         resolution: &Resolution,
         retention: Duration,
     ) -> Result<Resolved> {
+        self.intercept.admit()?;
         self.intercept
             .resolve(&*self.inner, key, resolution, retention)
             .await
     }
     async fn delete(&self, key: &OperationKey) -> Result<bool> {
+        self.intercept.admit()?;
         self.intercept.delete(&*self.inner, key).await
     }
     async fn purge_expired(&self) -> Result<u64> {
+        self.intercept.admit()?;
         self.intercept.purge_expired(&*self.inner).await
     }
 }

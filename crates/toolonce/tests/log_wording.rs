@@ -6,12 +6,12 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
-use serde_json::{Value, json};
+use serde_json::json;
 use toolonce::{
-    Claim, ClaimRequest, Entry, Error, Fenced, Layer, ListQuery, MemoryStore, OperationKey,
-    Outcome, OwnerToken, Page, Resolution, Resolved, Store, ToolError, WriteOptions, key,
+    Claim, ClaimRequest, Error, Layer, MemoryStore, Outcome, OwnerToken, Store, ToolError,
+    WriteOptions, key,
 };
+use toolonce_testsupport::{Intercept, Intercepted};
 
 /// Collects what the subscriber writes.
 #[derive(Clone, Default)]
@@ -67,7 +67,8 @@ fn assert_operator_wording(log: &str) {
     }
 }
 
-/// A store whose server is gone; its driver repeats its cause, as redis-rs does.
+/// A store whose server is gone (every call refused before it reaches the store behind); its
+/// driver repeats its cause, as redis-rs does.
 #[derive(Debug)]
 struct Down;
 
@@ -91,50 +92,8 @@ impl std::error::Error for Repeating {
     }
 }
 
-#[async_trait]
-impl Store for Down {
-    async fn claim(&self, _: &ClaimRequest<'_>) -> toolonce::Result<Claim> {
-        Err(refused())
-    }
-    async fn renew(&self, _: &OperationKey, _: &OwnerToken, _: Duration) -> toolonce::Result<bool> {
-        Err(refused())
-    }
-    async fn complete(
-        &self,
-        _: &OperationKey,
-        _: OwnerToken,
-        _: &Value,
-        _: Duration,
-    ) -> toolonce::Result<Fenced> {
-        Err(refused())
-    }
-    async fn fail(
-        &self,
-        _: &OperationKey,
-        _: OwnerToken,
-        _: &ToolError,
-        _: Option<Duration>,
-    ) -> toolonce::Result<Fenced> {
-        Err(refused())
-    }
-    async fn get(&self, _: &OperationKey) -> toolonce::Result<Option<Entry>> {
-        Err(refused())
-    }
-    async fn list(&self, _: &ListQuery) -> toolonce::Result<Page> {
-        Err(refused())
-    }
-    async fn resolve(
-        &self,
-        _: &OperationKey,
-        _: &Resolution,
-        _: Duration,
-    ) -> toolonce::Result<Resolved> {
-        Err(refused())
-    }
-    async fn delete(&self, _: &OperationKey) -> toolonce::Result<bool> {
-        Err(refused())
-    }
-    async fn purge_expired(&self) -> toolonce::Result<u64> {
+impl Intercept for Down {
+    fn admit(&self) -> toolonce::Result<()> {
         Err(refused())
     }
 }
@@ -183,11 +142,14 @@ fn an_in_flight_duplicate_and_a_conflict_are_logged_for_the_operator() {
 fn a_store_outage_logs_the_stores_error_once_not_the_models_text() {
     let (answer, log) = logged(|| async {
         let op = key::derive("run", "charge", &json!({}), None).unwrap();
-        Layer::new(Arc::new(Down))
-            .run("charge", &op, &WriteOptions::new(), |_| async {
-                Ok(json!(1))
-            })
-            .await
+        Layer::new(Arc::new(Intercepted::new(
+            Arc::new(MemoryStore::new()),
+            Down,
+        )))
+        .run("charge", &op, &WriteOptions::new(), |_| async {
+            Ok(json!(1))
+        })
+        .await
     });
     assert_eq!(answer.outcome, Outcome::StoreUnavailable);
     let refused = std::io::Error::from_raw_os_error(111).to_string();

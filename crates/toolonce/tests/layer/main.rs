@@ -17,9 +17,9 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use toolonce::{
-    Claim, ClaimRequest, Entry, Error, Fenced, InFlight, Layer, ListQuery, ManualClock,
-    MemoryStore, OnExpired, OperationKey, Outcome, OwnerToken, Page, ReadTool, Resolution,
-    Resolved, State, Store, ToolError, Toolbox, WriteContext, WriteOptions, WriteTool, key,
+    Claim, ClaimRequest, Error, Fenced, InFlight, Layer, ListQuery, ManualClock, MemoryStore,
+    OnExpired, OperationKey, Outcome, OwnerToken, ReadTool, Resolution, Resolved, State, Store,
+    ToolError, Toolbox, WriteContext, WriteOptions, WriteTool, key,
 };
 use toolonce_testsupport::{Intercept, Intercepted};
 

@@ -3,15 +3,14 @@
 
 use super::*;
 
-/// A store that can be switched off, as if its server went away.
+/// What switches a store off, as if its server went away: every call is refused while `down`.
 #[derive(Debug)]
-struct Flaky {
-    inner: MemoryStore,
+struct Switch {
     down: AtomicBool,
 }
 
-impl Flaky {
-    fn check(&self) -> toolonce::Result<()> {
+impl Intercept for Switch {
+    fn admit(&self) -> toolonce::Result<()> {
         if self.down.load(Ordering::SeqCst) {
             Err(Error::unavailable("connection refused"))
         } else {
@@ -20,74 +19,14 @@ impl Flaky {
     }
 }
 
-#[async_trait]
-impl Store for Flaky {
-    async fn claim(&self, req: &ClaimRequest<'_>) -> toolonce::Result<Claim> {
-        self.check()?;
-        self.inner.claim(req).await
-    }
-    async fn renew(
-        &self,
-        key: &OperationKey,
-        owner: &OwnerToken,
-        lease: Duration,
-    ) -> toolonce::Result<bool> {
-        self.check()?;
-        self.inner.renew(key, owner, lease).await
-    }
-    async fn complete(
-        &self,
-        key: &OperationKey,
-        owner: OwnerToken,
-        result: &Value,
-        retention: Duration,
-    ) -> toolonce::Result<Fenced> {
-        self.check()?;
-        self.inner.complete(key, owner, result, retention).await
-    }
-    async fn fail(
-        &self,
-        key: &OperationKey,
-        owner: OwnerToken,
-        error: &ToolError,
-        sticky: Option<Duration>,
-    ) -> toolonce::Result<Fenced> {
-        self.check()?;
-        self.inner.fail(key, owner, error, sticky).await
-    }
-    async fn get(&self, key: &OperationKey) -> toolonce::Result<Option<Entry>> {
-        self.check()?;
-        self.inner.get(key).await
-    }
-    async fn list(&self, q: &ListQuery) -> toolonce::Result<Page> {
-        self.check()?;
-        self.inner.list(q).await
-    }
-    async fn resolve(
-        &self,
-        key: &OperationKey,
-        resolution: &Resolution,
-        retention: Duration,
-    ) -> toolonce::Result<Resolved> {
-        self.check()?;
-        self.inner.resolve(key, resolution, retention).await
-    }
-    async fn delete(&self, key: &OperationKey) -> toolonce::Result<bool> {
-        self.check()?;
-        self.inner.delete(key).await
-    }
-    async fn purge_expired(&self) -> toolonce::Result<u64> {
-        self.check()?;
-        self.inner.purge_expired().await
-    }
-}
-
 #[tokio::test]
 async fn a_store_that_errors_means_the_write_tool_is_not_executed() {
-    let store = Arc::new(Flaky {
-        inner: MemoryStore::new(),
-        down: AtomicBool::new(true),
-    });
+    let store = Arc::new(Intercepted::new(
+        Arc::new(MemoryStore::new()),
+        Switch {
+            down: AtomicBool::new(true),
+        },
+    ));
     let tool = Charge::default();
     let tb = toolbox(store.clone(), tool.clone(), WriteOptions::new());
     let answer = tb.call("charge_card", args("A")).await;
