@@ -7,8 +7,8 @@
 
 import { InvalidArguments } from "./errors.js";
 import { idempotent } from "./idempotent.js";
-import type { Store } from "./open.js";
-import type { IdempotentOptions } from "./options.js";
+import { Store } from "./open.js";
+import { type IdempotentOptions, normalize } from "./options.js";
 
 /** The fields of LangChain's `ToolCallRequest` this middleware reads. */
 export interface ToolCallRequestLike {
@@ -127,8 +127,9 @@ export function idempotentMiddleware(config: LangChainOptions): IdempotentMiddle
       options as IdempotentOptions<unknown, Stored>,
     );
   }
-  // Validate the options and store now, not at the first tool call.
-  wrap("toolonce-options-check");
+  // The store and options are checked now, not at the first tool call.
+  if (!(store instanceof Store)) throw new TypeError("idempotentMiddleware: store must come from openStore()");
+  normalize({ ...store.defaults, ...options }, "idempotentMiddleware");
 
   return {
     name,
