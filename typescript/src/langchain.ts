@@ -160,7 +160,12 @@ function storable(result: unknown): Stored {
   return { command: true };
 }
 
-/** Answers a duplicate: the next handler runs a stand-in tool that returns the stored content. */
+/**
+ * Answers a duplicate: the next handler runs a stand-in tool that returns the stored content,
+ * and LangChain's tool node makes the ToolMessage (this call's id, the tool's name). String
+ * content comes back as it was; content blocks come back as their JSON text, and a status or
+ * artifact of the first message is not kept.
+ */
 async function replay(request: ToolCallRequestLike, handler: (r: ToolCallRequestLike) => unknown, stored: Stored): Promise<unknown> {
   const tool = request.toolCall.name;
   const content =
