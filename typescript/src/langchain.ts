@@ -27,8 +27,9 @@ export interface LangChainOptions {
   store: Store;
   /**
    * The tools that are writes, by name. When given, every other tool is a read. Without it,
-   * every tool is a write except those named in `reads`, tagged `toolonce:read`, or with
-   * `metadata.toolonce === "read"`: a tool nobody marked is deduplicated, never run twice.
+   * every tool of the agent is a write except those named in `reads`, tagged `toolonce:read`,
+   * or with `metadata.toolonce === "read"`: a tool nobody marked is deduplicated, never run
+   * twice. A call naming no tool of the agent is passed on (LangChain answers it with an error).
    */
   writes?: string[];
   /** Read tools by name: passed to the next handler untouched. */
@@ -104,11 +105,14 @@ export function idempotentMiddleware(config: LangChainOptions): IdempotentMiddle
     if (writes !== undefined) return writes.has(tool);
     if (reads.has(tool)) return false;
     const declared = request.tool;
-    if (declared?.tags?.includes("toolonce:read")) return false;
-    return declared?.metadata?.toolonce !== "read";
+    // A name the agent has no tool for (a model's invention) runs nothing: LangChain answers
+    // it with an error. Passing it on keeps the wrapped tools to the agent's own.
+    if (declared === undefined) return false;
+    if (declared.tags?.includes("toolonce:read")) return false;
+    return declared.metadata?.toolonce !== "read";
   };
 
-  // One wrapped tool per name, made on first use: the options are checked once per tool.
+  // One wrapped tool per name, made on first use; the names are the agent's tools or `writes`.
   const wrapped = new Map<string, ReturnType<typeof wrap>>();
   function wrap(tool: string) {
     return idempotent<unknown, Stored>(
@@ -154,7 +158,7 @@ export function idempotentMiddleware(config: LangChainOptions): IdempotentMiddle
 
 /** The JSON kept for a handler's answer: a ToolMessage's content; a Command only as a mark. */
 function storable(result: unknown): Stored {
-  const message = result as { content?: unknown; lc_direct_tool_output?: unknown; type?: unknown } | null;
+  const message = result as { content?: unknown } | null;
   if (message !== null && typeof message === "object" && "content" in message) return { content: message.content };
   // A Command (a state update, a jump) cannot be replayed; its having run is what is kept.
   return { command: true };

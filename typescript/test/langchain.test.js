@@ -177,7 +177,7 @@ test("a transient failure of the tool is the tool's error and releases the call:
     let attempts = 0;
     const middleware = idempotentMiddleware({ store });
     const thread = uniqueRunId("thread");
-    const request = { toolCall: { name: "send_invoice", args: ARGS, id: "a" }, runtime: { configurable: { thread_id: thread } } };
+    const request = { toolCall: { name: "send_invoice", args: ARGS, id: "a" }, tool: { name: "send_invoice" }, runtime: { configurable: { thread_id: thread } } };
     const failing = async () => {
       attempts++;
       throw new Error("gateway timeout");
@@ -189,6 +189,24 @@ test("a transient failure of the tool is the tool's error and releases the call:
     };
     assert.deepEqual(await middleware.wrapToolCall({ ...request, toolCall: { ...request.toolCall, id: "b" } }, ok), { type: "tool", content: "sent" });
     assert.equal(attempts, 2);
+  } finally {
+    await store.close();
+  }
+});
+
+test("a tool name the agent does not have is passed on: LangChain answers it, and nothing is claimed", async () => {
+  const store = await openStore("memory://");
+  try {
+    const thread = uniqueRunId("thread");
+    const invented = { name: "wire_money", args: { to: "x" }, id: "w" };
+    const { agent, counts } = await agentWith({ middleware: idempotentMiddleware({ store }), calls: [invented, sendCall("a")] });
+    const state = await ask(agent, thread);
+    const [answer] = toolMessages(state, "wire_money");
+    assert.equal(answer.status, "error");
+    assert.match(String(answer.content), /wire_money/);
+    assert.equal(counts.sent, 1);
+    const plain = idempotent({ kind: "write", name: "wire_money", run: () => "first" }, store);
+    assert.equal((await plain.runDetailed({ to: "x" }, { runId: thread })).outcome, "executed");
   } finally {
     await store.close();
   }
