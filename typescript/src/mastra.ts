@@ -1,6 +1,6 @@
 // `toolonce/mastra`: wraps a Mastra tool (made by `createTool` from @mastra/core) so its execute
-// takes effect at most once per (scope, tool id, input). The scope is the agent's thread id
-// (or a workflow's run id, which a resumed run keeps), or the caller's. It imports nothing
+// takes effect at most once per (scope, tool id, input). The scope is the agent's resource and
+// thread (or a workflow's run id, which a resumed run keeps), or the caller's. It imports nothing
 // from Mastra: the wrapped tool is a copy of the original (same prototype and fields, Mastra's
 // own marker included) whose execute goes through `idempotent` first.
 
@@ -28,9 +28,10 @@ export interface MastraOptions {
   /** Where the operations are claimed and their results kept. */
   store: Store;
   /**
-   * The scope of the keys: a string, or a function of the execute context. Default: the
-   * agent's thread id (`memory: { thread }`), else the workflow's run id; a call with neither
-   * is refused with InvalidArguments. Never the tool call id.
+   * The scope of the keys: a string, or a function of the execute context. Default
+   * (`mastraScope`): the agent's resource and thread (`memory: { thread, resource }`), else the
+   * workflow's run id; a call with neither is refused with InvalidArguments. Never the tool
+   * call id.
    */
   scope?: string | ((context: MastraContextLike) => string);
   /** The options of the wrapped write (lease, retention, inFlight, onExpired, keyFields). */
@@ -39,8 +40,17 @@ export interface MastraOptions {
 
 const KNOWN = new Set(["store", "scope", "options"]);
 
-function defaultScope(context: MastraContextLike): string {
-  const id = context.agent?.threadId ?? context.workflow?.runId;
+/**
+ * The default scope: an agent's (resource, thread) pair, as JSON text, since the resource (the
+ * user) is a principal boundary and a thread id is only unique within it; else a workflow's run.
+ */
+export function mastraScope(context: MastraContextLike): string {
+  const thread = context.agent?.threadId;
+  if (typeof thread === "string" && thread !== "") {
+    const resource = context.agent?.resourceId;
+    return JSON.stringify([typeof resource === "string" ? resource : null, thread]);
+  }
+  const id = context.workflow?.runId;
   if (typeof id !== "string" || id === "") {
     throw new InvalidArguments(
       "toolonce: this Mastra tool call has neither a thread id (agent.generate(..., { memory: { thread, resource } })) nor a workflow run id to scope it; give idempotentTool a scope",
@@ -79,7 +89,7 @@ export function idempotentTool<T extends { id: string; execute?: (input: any, co
   for (const key of Object.keys(config)) {
     if (!KNOWN.has(key)) throw new TypeError(`idempotentTool: unknown option ${JSON.stringify(key)}; expected store, scope or options`);
   }
-  const scope = config.scope ?? defaultScope;
+  const scope = config.scope ?? mastraScope;
   if (typeof scope !== "function" && (typeof scope !== "string" || scope === "")) {
     throw new TypeError(`idempotentTool(${tool.id}): scope must be a non-empty string or a function of the execute context`);
   }

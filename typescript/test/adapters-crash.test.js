@@ -108,7 +108,7 @@ test("a process killed inside a Mastra tool leaves it unknown: the retried agent
     const agent = new Agent({ id: "a", name: "a", instructions: "Send invoices.", model, tools: { send_invoice: wrapped } });
     const result = await agent.generate("retry", { maxSteps: 2, memory: { thread, resource: "r" } });
     assert.equal(result.toolResults.length, 0, "the agent got a tool error, not a result");
-    await assert.rejects(wrapped.execute(INPUT, { agent: { threadId: thread } }), OutcomeUnknown);
+    await assert.rejects(wrapped.execute(INPUT, { agent: { threadId: thread, resourceId: "r" } }), OutcomeUnknown);
     assert.equal(runs, 0);
   } finally {
     await store.close();

@@ -8,7 +8,7 @@
 const test = require("node:test");
 const assert = require("node:assert/strict");
 const { openStore, idempotent, idemKey, InvalidArguments } = require("..");
-const { idempotentTool } = require("../dist/mastra.js");
+const { idempotentTool, mastraScope } = require("../dist/mastra.js");
 const { framework, example } = require("./frameworks.js");
 const { storeUrls, uniqueRunId } = require("./support.js");
 
@@ -40,12 +40,12 @@ async function ticketTool(counts) {
 }
 
 /** One agent.generate with the scripted steps on `thread` (none when undefined). */
-async function generate(tool, steps, thread) {
+async function generate(tool, steps, thread, resource = "ada") {
   const { Agent } = await framework("@mastra/core/agent");
   const { MockLanguageModelV3 } = await framework("ai/test");
   const model = new MockLanguageModelV3({ doGenerate: [...steps, done] });
   const agent = new Agent({ id: "support", name: "support", instructions: "Open tickets.", model, tools: { open_ticket: tool } });
-  const memory = thread === undefined ? {} : { memory: { thread, resource: "ada" } };
+  const memory = thread === undefined ? {} : { memory: { thread, resource } };
   const result = await agent.generate("open a ticket", { maxSteps: steps.length + 1, ...memory });
   return result.toolResults.map((r) => r.payload);
 }
@@ -68,7 +68,7 @@ test("without the wrapper the same scripted agent opens a ticket every time the 
   assert.equal(counts.tickets, 2);
 });
 
-test("a duplicate on the same Mastra thread is the package layer's replay, keyed by the thread", async () => {
+test("a duplicate on the same Mastra thread is the package layer's replay, keyed by the resource and thread", async () => {
   const store = await openStore("memory://");
   try {
     const counts = { tickets: 0 };
@@ -80,9 +80,11 @@ test("a duplicate on the same Mastra thread is the package layer's replay, keyed
       ["b", { ticketId: "T-1" }],
     ]);
     const plain = idempotent({ kind: "write", name: "open_ticket", run: () => assert.fail("must not run") }, store);
-    const answer = await plain.runDetailed(INPUT, { runId: thread });
+    const scope = JSON.stringify(["ada", thread]); // The resource (a principal) and the thread.
+    assert.equal(mastraScope({ agent: { threadId: thread, resourceId: "ada" } }), scope);
+    const answer = await plain.runDetailed(INPUT, { runId: scope });
     assert.equal(answer.outcome, "replayed");
-    assert.equal(answer.key, idemKey(thread, "open_ticket", INPUT));
+    assert.equal(answer.key, idemKey(scope, "open_ticket", INPUT));
     assert.deepEqual(answer.result, { ticketId: "T-1" });
   } finally {
     await store.close();
@@ -102,6 +104,21 @@ test("another Mastra thread is another scope, and a caller's scope replaces the 
     await generate(byCaller, [step("c")], uniqueRunId("thread-three"));
     await generate(byCaller, [step("d")], uniqueRunId("thread-four"));
     assert.equal(counts.tickets, 3);
+  } finally {
+    await store.close();
+  }
+});
+
+test("the same thread id under another Mastra resource (another user) is another scope", async () => {
+  const store = await openStore("memory://");
+  try {
+    const counts = { tickets: 0 };
+    const wrapped = idempotentTool(await ticketTool(counts), { store });
+    const thread = uniqueRunId("thread");
+    const [ada] = await generate(wrapped, [step("a")], thread, "ada");
+    const [bob] = await generate(wrapped, [step("b")], thread, "bob");
+    assert.equal(counts.tickets, 2);
+    assert.notDeepEqual(ada.result, bob.result, "bob does not get ada's ticket");
   } finally {
     await store.close();
   }
@@ -131,7 +148,8 @@ test("input that fails the Mastra tool's schema is refused before anything is cl
     assert.equal(counts.tickets, 0);
     // Nothing was stored for it: the same (bad) arguments asked of the layer run as a first call.
     const plain = idempotent({ kind: "write", name: "open_ticket", run: () => "first" }, store);
-    assert.equal((await plain.runDetailed({ requester: 42 }, { runId: thread })).outcome, "executed");
+    const scope = mastraScope({ agent: { threadId: thread } });
+    assert.equal((await plain.runDetailed({ requester: 42 }, { runId: scope })).outcome, "executed");
   } finally {
     await store.close();
   }
