@@ -1,0 +1,187 @@
+// `toolonce/langchain`: a LangChain.js v1 agent middleware (`createAgent({ middleware })`) whose
+// `wrapToolCall` runs every write tool through `idempotent`, scoped by the run's thread id, and
+// hands read tools straight to the next handler. It imports nothing from LangChain: it reads
+// the request's fields and, to answer a replayed call, hands the next handler a stand-in tool
+// that returns the stored content, so the ToolMessage is built by the caller's own LangChain
+// (one copy of its classes, whatever the install layout).
+
+import { InvalidArguments } from "./errors.js";
+import { idempotent } from "./idempotent.js";
+import { Store } from "./open.js";
+import { type IdempotentOptions, normalize } from "./options.js";
+
+/** The fields of LangChain's `ToolCallRequest` this middleware reads. */
+export interface ToolCallRequestLike {
+  toolCall: { name: string; args: unknown; id?: string; [extra: string]: unknown };
+  tool?: { name?: string; tags?: string[]; metadata?: Record<string, unknown>; [extra: string]: unknown } | undefined;
+  runtime?: { configurable?: Record<string, unknown>; [extra: string]: unknown } | undefined;
+  [extra: string]: unknown;
+}
+
+/** What a LangChain tool call handler answers: a ToolMessage or a Command. */
+export type ToolCallResult = unknown;
+
+/** Options of `idempotentMiddleware`. */
+export interface LangChainOptions {
+  /** Where the operations are claimed and their results kept. */
+  store: Store;
+  /**
+   * The tools that are writes, by name. When given, every other tool is a read. Without it,
+   * every tool of the agent is a write except those named in `reads`, tagged `toolonce:read`,
+   * or with `metadata.toolonce === "read"`: a tool nobody marked is deduplicated, never run
+   * twice. A call naming no tool of the agent is passed on (LangChain answers it with an error).
+   */
+  writes?: string[];
+  /** Read tools by name: passed to the next handler untouched. */
+  reads?: string[];
+  /**
+   * The scope of the operation keys. Default: the run's thread id
+   * (`config.configurable.thread_id`); a call without one is refused with InvalidArguments.
+   */
+  scope?: (request: ToolCallRequestLike) => string;
+  /** The options of every wrapped write (lease, retention, inFlight, onExpired, keyFields). */
+  options?: IdempotentOptions;
+  /** The middleware's name in the agent. Default "toolonce". */
+  name?: string;
+}
+
+/** A middleware object for `createAgent({ middleware: [...] })`. */
+export interface IdempotentMiddleware {
+  name: string;
+  wrapToolCall(request: ToolCallRequestLike, handler: (request: ToolCallRequestLike) => Promise<ToolCallResult> | ToolCallResult): Promise<ToolCallResult>;
+}
+
+/** What one call hands its run through the context: the request, the next handler, and a slot for its answer. */
+interface Call {
+  request: ToolCallRequestLike;
+  handler: (request: ToolCallRequestLike) => unknown;
+  seen: { result?: unknown };
+}
+
+/** What is stored for a call: the ToolMessage's content, or the mark of a Command. */
+type Stored = { content: unknown } | { command: true };
+
+const KNOWN = new Set(["store", "writes", "reads", "scope", "options", "name"]);
+
+function names(value: unknown, option: string): Set<string> | undefined {
+  if (value === undefined) return undefined;
+  if (!Array.isArray(value) || value.some((n) => typeof n !== "string")) {
+    throw new TypeError(`idempotentMiddleware: ${option} must be an array of tool names`);
+  }
+  return new Set(value as string[]);
+}
+
+function threadId(request: ToolCallRequestLike): string {
+  const id = request.runtime?.configurable?.thread_id;
+  if (typeof id !== "string" || id === "") {
+    throw new InvalidArguments(
+      `toolonce: the tool call ${request.toolCall.name} has no thread id to scope it (invoke the agent with { configurable: { thread_id } } or give idempotentMiddleware a scope function)`,
+      { outcome: "invalid_arguments" },
+    );
+  }
+  return id;
+}
+
+/**
+ * A `createAgent` middleware: write tools run at most once per (thread, tool, arguments); a
+ * duplicate (a model asking again, a retried or resumed run on the same thread) is answered
+ * with the first call's content. Refusals (in flight, unknown, store down) throw the
+ * ToolonceError, as `idempotent` does.
+ */
+export function idempotentMiddleware(config: LangChainOptions): IdempotentMiddleware {
+  if (config === null || typeof config !== "object") throw new TypeError("idempotentMiddleware(config): config must be an object");
+  for (const key of Object.keys(config)) {
+    if (!KNOWN.has(key)) throw new TypeError(`idempotentMiddleware: unknown option ${JSON.stringify(key)}; expected store, writes, reads, scope, options or name`);
+  }
+  const { store, options = {} } = config;
+  const writes = names(config.writes, "writes");
+  const reads = names(config.reads, "reads") ?? new Set<string>();
+  const scope = config.scope ?? threadId;
+  if (typeof scope !== "function") throw new TypeError("idempotentMiddleware: scope must be a function of the tool call request");
+  const name = config.name ?? "toolonce";
+
+  const isWrite = (request: ToolCallRequestLike): boolean => {
+    const tool = request.toolCall.name;
+    if (writes !== undefined) return writes.has(tool);
+    if (reads.has(tool)) return false;
+    const declared = request.tool;
+    // A name the agent has no tool for (a model's invention) runs nothing: LangChain answers
+    // it with an error. Passing it on keeps the wrapped tools to the agent's own.
+    if (declared === undefined) return false;
+    if (declared.tags?.includes("toolonce:read")) return false;
+    return declared.metadata?.toolonce !== "read";
+  };
+
+  // One wrapped tool per name, made on first use; the names are the agent's tools or `writes`.
+  const wrapped = new Map<string, ReturnType<typeof wrap>>();
+  function wrap(tool: string) {
+    return idempotent<unknown, Stored>(
+      {
+        kind: "write",
+        name: tool,
+        // The key is on the model's arguments alone; the request and handler travel in ctx.
+        async run(_args, ctx) {
+          const call = ctx.call as Call;
+          const result = await call.handler(call.request);
+          call.seen.result = result;
+          return storable(result);
+        },
+      },
+      store,
+      options as IdempotentOptions<unknown, Stored>,
+    );
+  }
+  // The store and options are checked now, not at the first tool call.
+  if (!(store instanceof Store)) throw new TypeError("idempotentMiddleware: store must come from openStore()");
+  normalize({ ...store.defaults, ...options }, "idempotentMiddleware");
+
+  return {
+    name,
+    async wrapToolCall(request, handler) {
+      if (!isWrite(request)) return handler(request);
+      const tool = request.toolCall.name;
+      let write = wrapped.get(tool);
+      if (write === undefined) {
+        write = wrap(tool);
+        wrapped.set(tool, write);
+      }
+      const runId = scope(request);
+      const seen: { result?: unknown } = {};
+      const call: Call = { request, handler, seen };
+      const answer = await write.runDetailed(request.toolCall.args, { runId, call });
+      if ("error" in answer) throw answer.error;
+      if (answer.outcome === "executed" && "result" in seen) return seen.result;
+      return replay(request, handler, answer.result);
+    },
+  };
+}
+
+/** The JSON kept for a handler's answer: a ToolMessage's content; a Command only as a mark. */
+function storable(result: unknown): Stored {
+  const message = result as { content?: unknown } | null;
+  if (message !== null && typeof message === "object" && "content" in message) return { content: message.content };
+  // A Command (a state update, a jump) cannot be replayed; its having run is what is kept.
+  return { command: true };
+}
+
+/**
+ * Answers a duplicate: the next handler runs a stand-in tool that returns the stored content,
+ * and LangChain's tool node makes the ToolMessage (this call's id, the tool's name). String
+ * content comes back as it was; content blocks come back as their JSON text, and a status or
+ * artifact of the first message is not kept.
+ */
+async function replay(request: ToolCallRequestLike, handler: (r: ToolCallRequestLike) => unknown, stored: Stored): Promise<unknown> {
+  const tool = request.toolCall.name;
+  const content =
+    "content" in stored
+      ? stored.content
+      : `toolonce: ${tool} already ran in this thread with these arguments; its answer was a Command, which cannot be replayed`;
+  const standIn = {
+    name: tool,
+    description: request.tool?.description,
+    async invoke() {
+      return content;
+    },
+  };
+  return handler({ ...request, tool: standIn });
+}
