@@ -59,8 +59,8 @@ mod sessions;
 mod shared;
 
 use body::{Cancel, EventBody, Pending};
+pub(crate) use limits::BoundsArgs;
 use limits::{AcceptErrors, Connections};
-pub(crate) use limits::{Bounds, BoundsArgs};
 use request::{
     Answer, accepts_events, answer, authorized, events, origin_allowed, progress_token, refuse,
     refused_for_credentials, sessionless,

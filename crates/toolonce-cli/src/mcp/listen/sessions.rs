@@ -39,7 +39,7 @@ pub(crate) struct Gateway {
     /// How many sessions may be open at once.
     pub(crate) max_sessions: usize,
     /// What bounds the HTTP server (timeouts, body size, connections).
-    pub(crate) bounds: super::Bounds,
+    pub(crate) bounds: super::limits::Bounds,
 }
 
 /// The server behind the gateway.
