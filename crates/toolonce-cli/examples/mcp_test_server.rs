@@ -10,6 +10,7 @@
 //! | `slow` | none | counts, sleeps `ms`, answers unless the request was cancelled |
 //! | `late` | none | counts, sleeps `ms`, answers even if the request was cancelled |
 //! | `hang` | none | counts, never answers |
+//! | `tell` | none | counts, sleeps `ms`, sends a `notifications/message` with `text` (and a `notifications/progress` if the request has a progress token), then answers |
 //! | `fail` | none | counts, answers `isError: true` |
 //! | `crash` | none | counts, answers a JSON-RPC error `-32603` (an exception after the effect) |
 //! | `garbled` | none | counts, answers a result serde_json cannot read: `how` = `surrogate` (a text cut inside an emoji, `\ud83d`, as `JSON.stringify` writes it) or `deep` (`structuredContent` nested 150 levels) |
@@ -112,6 +113,8 @@ fn tools(lookup_writes: bool) -> Value {
         {"name": "late", "description": "Answers after `ms` milliseconds, cancelled or not.",
          "inputSchema": {"type": "object", "properties": {"ms": {"type": "integer"}}}},
         {"name": "hang", "description": "Never answers.", "inputSchema": {"type": "object"}},
+        {"name": "tell", "description": "Logs `text` (and reports progress) after `ms`, then answers.",
+         "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}, "ms": {"type": "integer"}}}},
         {"name": "fail", "description": "Answers isError.", "inputSchema": {"type": "object"}},
         {"name": "crash", "description": "Answers a JSON-RPC internal error after counting.",
          "inputSchema": {"type": "object"}},
@@ -226,6 +229,31 @@ fn call_tool(server: &Arc<Server>, id: Value, params: Value) -> Option<Value> {
                 r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"garbled #{n} \ud83d"}}],"structuredContent":{structured}}}}}"#
             );
             server.send_raw(line.as_bytes());
+            None
+        }
+        "tell" => {
+            let n = server.execute(&tool, &params);
+            let ms = params
+                .pointer("/arguments/ms")
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            let server = server.clone();
+            thread::spawn(move || {
+                thread::sleep(Duration::from_millis(ms));
+                let text = params.pointer("/arguments/text").cloned();
+                server.send(&json!({"jsonrpc": "2.0", "method": "notifications/message",
+                                    "params": {"level": "info", "data": text}}));
+                if let Some(token) = params.pointer("/_meta/progressToken") {
+                    server.send(
+                        &json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                                        "params": {"progressToken": token, "progress": 1,
+                                                   "total": 1, "message": text}}),
+                    );
+                }
+                server.send(
+                    &json!({"jsonrpc": "2.0", "id": id, "result": tool_result(&tool, n, &params)}),
+                );
+            });
             None
         }
         "slow" | "late" => {

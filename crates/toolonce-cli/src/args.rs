@@ -113,6 +113,11 @@ pub(crate) fn session_idle(text: &str) -> Result<Duration, String> {
     bounded(text, Duration::from_millis(1))
 }
 
+/// `--header-timeout`, `--body-timeout SECONDS` (mcp --listen): from a millisecond to 100 years.
+pub(crate) fn read_timeout(text: &str) -> Result<Duration, String> {
+    bounded(text, Duration::from_millis(1))
+}
+
 /// `--retention SECONDS`: from a millisecond to 100 years.
 pub(crate) fn retention(text: &str) -> Result<Duration, String> {
     bounded(text, Duration::from_millis(1))

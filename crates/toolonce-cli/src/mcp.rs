@@ -33,7 +33,7 @@
 //!   not forwarded), timeout: each is a `CallToolResult` with `isError: true` that tells the
 //!   model what happened and whether to retry; reads never touch the store.
 //! - **Nothing blocks forever.** A forwarded call waits at most `call_timeout`; a cancelled
-//!   one at most `cancel_grace`. Then the proxy stops renewing the claim, which expires with
+//!   one at most `cancel_grace` and one lease (an answer in that time is recorded). Then the proxy stops renewing the claim, which expires with
 //!   its lease: the outcome is unknown, so it is neither recorded nor released, and the entry
 //!   becomes `unknown`. An identical call then is held (`on_expired = "hold"`, the default:
 //!   answered `unknown` until a person runs `toolonce resolve`) or forwarded again with the
@@ -162,6 +162,8 @@ pub(crate) struct McpArgs {
         requires = "listen"
     )]
     max_sessions: u32,
+    #[command(flatten)]
+    bounds: listen::BoundsArgs,
     /// A TOML file of per-tool settings (kind, key_fields, in_flight, lease, retention,
     /// call_timeout, on_error, on_tool_error, failure_retention, on_expired).
     #[arg(long, value_name = "FILE", env = "TOOLONCE_MCP_CONFIG")]
@@ -286,6 +288,7 @@ fn prepare(args: McpArgs) -> anyhow::Result<Prepared> {
             },
         };
         let (session_idle, max_sessions) = (args.session_idle, args.max_sessions as usize);
+        let bounds = args.bounds.bounds();
         let gateway = move |store| listen::Gateway {
             addr,
             token,
@@ -296,6 +299,7 @@ fn prepare(args: McpArgs) -> anyhow::Result<Prepared> {
             store,
             session_idle,
             max_sessions,
+            bounds,
         };
         return Ok(Prepared::Gateway(Box::new(gateway), args.store));
     }

@@ -326,11 +326,37 @@ fn cancelled_call_is_forwarded_and_its_entry_expires_with_the_lease() {
     assert!(is_error(&duplicate), "{duplicate}");
     assert!(text(&duplicate).contains("must not retry"), "{duplicate}");
     // ...and runs again, with the same key, once it ran out: nothing stays locked for good.
-    std::thread::sleep(Duration::from_millis(1300).saturating_sub(cancelled_at.elapsed()));
+    // (The proxy waits the grace and one lease for a late answer, renewing the claim; the
+    // lease then runs out at most one lease later.)
+    std::thread::sleep(Duration::from_millis(2300).saturating_sub(cancelled_at.elapsed()));
     peer.call_async("slow", args);
     peer.eventually("the rerun", |p| p.count("slow") == 2);
     let keys: Vec<String> = peer.executions().into_iter().map(|(.., k)| k).collect();
     assert_eq!(keys[0], keys[1]);
+}
+
+#[test]
+fn an_answer_after_the_cancel_grace_but_within_the_lease_is_recorded_and_replayed() {
+    let mut peer = ready(
+        Spawn::proxy().config("[proxy]\ncancel_grace = \"100ms\"\n[defaults]\nlease = \"5s\""),
+    );
+    // `late` answers after 700 ms even though the request was cancelled: well after the
+    // grace, well within the lease.
+    let args = json!({"ms": 700});
+    let id = peer.call_async("late", args.clone());
+    peer.eventually("the late call to start", |p| p.count("late") == 1);
+    peer.send(
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                      "params": {"requestId": id, "reason": "user"}}),
+    );
+    std::thread::sleep(Duration::from_millis(1200));
+    let duplicate = peer.call("late", args);
+    assert!(!is_error(&duplicate), "{duplicate}");
+    assert_eq!(
+        duplicate["result"]["_meta"]["toolonce/outcome"], "replayed",
+        "{duplicate}"
+    );
+    assert_eq!(peer.count("late"), 1);
 }
 
 #[test]

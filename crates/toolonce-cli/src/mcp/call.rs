@@ -354,10 +354,17 @@ impl Forward<'_> {
             reply = &mut rx => reply,
             () = cancelled(&mut cancel) => {
                 // The client's cancel went to the server; it may still answer (the tool may have
-                // finished), and then the answer is recorded.
+                // finished), and then the answer is recorded: within the grace, and after it
+                // for one more lease (the claim is renewed that long, and no longer), since an
+                // outcome that arrived is never left `unknown` while it can still be stored.
+                let patience = shared
+                    .config
+                    .proxy
+                    .cancel_grace
+                    .saturating_add(policy.options.lease);
                 tokio::select! {
                     reply = &mut rx => reply,
-                    () = tokio::time::sleep(shared.config.proxy.cancel_grace) => {
+                    () = tokio::time::sleep(patience) => {
                         return abandon(shared, call, give_up, GiveUp::Cancelled).await;
                     }
                 }

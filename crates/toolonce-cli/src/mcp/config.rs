@@ -5,6 +5,7 @@
 //! ```toml
 //! [proxy]
 //! cancel_grace = "5s"       # after a client's cancel, how long to wait for the server's answer
+//!                           # (and one lease more, in which an answer is still recorded)
 //! shutdown_timeout = "5s"   # after the client hangs up, how long the server gets to exit
 //!
 //! [defaults]                # every write tool, unless the tool's own section says otherwise
@@ -82,7 +83,9 @@ pub(crate) struct Policy {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ProxySettings {
     /// After the client cancels a forwarded write call, how long to wait for the server to
-    /// answer anyway (its result is then recorded) before giving the call up.
+    /// answer anyway (its result is then recorded) before giving the call up; the proxy then
+    /// waits one lease more, renewing the claim, so an answer that comes in that time is
+    /// recorded too rather than left `unknown`.
     pub(crate) cancel_grace: Duration,
     /// After the client closes stdin, how long the server gets to exit before it is sent
     /// SIGTERM, and as long again before SIGKILL.

@@ -238,6 +238,28 @@ pub(crate) fn with_id(answer: &[u8], id: &Value) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// `text` (one JSON object, read or not by serde_json) with the value of the member at `path`
+/// (member names from the top level down) replaced by `value`, every other byte as it came.
+/// `None` if a member on the path is missing or an object on it is not one. How the gateway
+/// gives a request of a shared proxy an id (or progress token) of its own, and the answer back
+/// the client's.
+pub(crate) fn with_member(text: &[u8], path: &[&str], value: &Value) -> Option<Vec<u8>> {
+    let mut start = 0;
+    let mut span = None;
+    for name in path {
+        let found = member_span(text, start, name)?;
+        start = found.start;
+        span = Some(found);
+    }
+    let span = span?;
+    let value = value.to_string();
+    let mut out = Vec::with_capacity(text.len() + value.len());
+    out.extend_from_slice(&text[..span.start]);
+    out.extend_from_slice(value.as_bytes());
+    out.extend_from_slice(&text[span.end..]);
+    Some(out)
+}
+
 /// `member` prefixed with a comma unless the object spanning `object` is empty.
 fn with_comma(text: &[u8], object: std::ops::Range<usize>, member: String) -> String {
     let inner = &text[object.start + 1..object.end - 1];
@@ -277,6 +299,18 @@ mod tests {
     fn splice(text: &str) -> Value {
         let out = add_meta_key(text.as_bytes(), "idem:k").expect("spliced");
         serde_json::from_slice(&out).expect("still JSON")
+    }
+
+    #[test]
+    fn with_member_replaces_only_the_member_at_its_path() {
+        let text = br#"{"id":1,"params":{"progressToken":"no","_meta":{"progressToken":"t","x":"\ud83d"}}}"#;
+        let out = with_member(text, &["params", "_meta", "progressToken"], &json!(7)).unwrap();
+        assert_eq!(
+            out,
+            br#"{"id":1,"params":{"progressToken":"no","_meta":{"progressToken":7,"x":"\ud83d"}}}"#
+        );
+        assert!(with_member(text, &["params", "missing"], &json!(7)).is_none());
+        assert!(with_member(text, &["id", "x"], &json!(7)).is_none());
     }
 
     #[test]

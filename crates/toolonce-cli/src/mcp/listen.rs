@@ -8,12 +8,13 @@
 //! calls claimed through the layer, replays, fail-closed answers, transparency). Sessions share
 //! the store, the scope and the server id, so calls are deduplicated across sessions, and
 //! across gateway processes sharing a durable store. Requests of protocol 2026-07-28, which
-//! has no sessions, go to a pool of sessionless proxies.
+//! has no sessions, go to a pool of sessionless proxies, each shared by many clients and kept
+//! apart by ids of the gateway's own (see [`shared`]).
 //!
 //! What is served: a POSTed request is answered as an event stream when the client accepts
 //! `text/event-stream`: what the server sends while the request is in progress goes on the
-//! newest such stream (progress on the stream of the request that asked for it), then the
-//! answer ends it. A client that accepts only JSON gets the answer as `application/json`. A
+//! newest such stream of the session (progress on the stream of the request that asked for
+//! it; in a shared proxy, only that), then the answer ends it. A client that accepts only JSON gets the answer as `application/json`. A
 //! `GET` opens the session's stream for messages outside any request (kept until one is open).
 //! A POSTed notification or response gets `202 Accepted`; the `Mcp-Session-Id` given with the
 //! `initialize` answer is required afterwards (404 once the session is gone); `DELETE` ends a
@@ -22,7 +23,9 @@
 //! Sessions are bounded, since each holds a server process (or a session on the HTTP server):
 //! one with no request in progress, no `GET` stream open and no request for `--session-idle`
 //! is ended as `DELETE` ends it (a client that crashed or forgot leaks nothing), and an
-//! `initialize` beyond `--max-sessions` open sessions gets `503` and starts no server.
+//! `initialize` while `--max-sessions` sessions' servers are alive (an ended session's counts
+//! until it has exited) gets `503` and starts no server. So is the HTTP server (see
+//! [`limits`]): read timeouts for heads and bodies, a body size limit, a connection cap.
 //!
 //! Over HTTP, a client closing the stream or the connection before the answer came is the
 //! cancellation: the proxy gets a `notifications/cancelled`, as from a stdio client.
@@ -37,26 +40,27 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming as Body;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use super::jsonrpc::{IdKey, Peek};
 use super::protocol::{PROTOCOL_VERSION_HEADER as PROTOCOL_VERSION, SESSION_ID_HEADER as SESSION};
 
-/// The largest request body accepted.
-const MAX_BODY: usize = 16 * 1024 * 1024;
-
 mod body;
+mod limits;
 mod request;
 mod routes;
 mod sessions;
+mod shared;
 
 use body::{Cancel, EventBody, Pending};
+pub(crate) use limits::BoundsArgs;
+use limits::{AcceptErrors, Connections};
 use request::{
     Answer, accepts_events, answer, authorized, events, origin_allowed, progress_token, refuse,
     refused_for_credentials, sessionless,
@@ -80,16 +84,25 @@ pub(crate) async fn serve(gateway: Gateway) -> anyhow::Result<std::process::Exit
         sessions: Mutex::new(HashMap::new()),
         sessionless: Mutex::new(Vec::new()),
         proxies: Mutex::new(JoinSet::new()),
+        live_sessions: Arc::default(),
     });
     let reaper = tokio::spawn(end_idle_sessions(Arc::downgrade(&state)));
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let bounds = state.gateway.bounds.clone();
+    let connections = Connections::new(bounds.connection_cap());
+    let mut accept_errors = AcceptErrors::default();
     loop {
         tokio::select! {
-            accepted = listener.accept() => {
+            accepted = async {
+                connections.room().await;
+                listener.accept().await
+            } => {
                 let (stream, _) = match accepted {
                     Ok(accepted) => accepted,
                     Err(e) => {
-                        tracing::warn!(target: "toolonce::mcp", error = %e, "cannot accept a connection");
+                        // Out of descriptors (another process's share, or the cap set too
+                        // high): try again shortly, without a log line each time.
+                        accept_errors.failed(&e);
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     }
@@ -99,18 +112,29 @@ pub(crate) async fn serve(gateway: Gateway) -> anyhow::Result<std::process::Exit
                 // about 40 ms per call.
                 let _ = stream.set_nodelay(true);
                 let state = state.clone();
-                tokio::spawn(async move {
+                let slot = connections.take();
+                let id = slot.id();
+                let header_timeout = bounds.header_timeout;
+                let task = tokio::spawn(async move {
+                    let headed = slot.headed.clone();
+                    let _slot = slot;
                     let service = hyper::service::service_fn(move |request| {
+                        // A whole request head came: this connection is no socket held open
+                        // with half a header, and is not closed to make room.
+                        headed.store(true, std::sync::atomic::Ordering::Release);
                         let state = state.clone();
                         async move { Ok::<_, Infallible>(handle(&state, request).await) }
                     });
                     if let Err(e) = hyper::server::conn::http1::Builder::new()
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(header_timeout)
                         .serve_connection(TokioIo::new(stream), service)
                         .await
                     {
                         tracing::debug!(target: "toolonce::mcp", error = %e, "connection ended");
                     }
                 });
+                connections.closes_with(id, task.abort_handle());
             }
             _ = terminate.recv() => break,
             _ = tokio::signal::ctrl_c() => break,
@@ -229,14 +253,10 @@ async fn post(state: &Arc<State>, session: Option<String>, request: Request<Body
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let authorization = request.headers().get(header::AUTHORIZATION).cloned();
-    let body = match Limited::new(request.into_body(), MAX_BODY).collect().await {
-        Ok(body) => body.to_bytes(),
-        Err(_) => {
-            return refuse(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "the body is too large or was not received whole",
-            );
-        }
+    let bounds = &state.gateway.bounds;
+    let body = match limits::read_body(request, bounds).await {
+        Ok(body) => body,
+        Err(refusal) => return refusal,
     };
     // The proxy reads one message per line. A newline outside a JSON string is whitespace (one
     // inside must be escaped), so a pretty-printed message becomes one line unchanged in meaning.
@@ -281,7 +301,7 @@ async fn post(state: &Arc<State>, session: Option<String>, request: Request<Body
             }
         }
         None if sessionless(version.as_deref(), &line) => {
-            match sessionless_proxy(state, peek.id.as_ref().map(IdKey::of), &authorization) {
+            match sessionless_proxy(state, peek.id.as_ref(), &authorization) {
                 Ok(Some(session)) => (None, session),
                 Ok(None) => return answer(StatusCode::ACCEPTED, Vec::new()),
                 Err(e) if e.is::<Busy>() => {
@@ -307,18 +327,46 @@ async fn post(state: &Arc<State>, session: Option<String>, request: Request<Body
         upstream.set_client_authorization(authorization);
     }
     let (Some(method), Some(id)) = (&peek.method, &peek.id) else {
-        // A notification or a response: nothing comes back.
+        // A notification or a response: nothing comes back. A cancel without a session names
+        // the client's id, which other clients of a shared proxy may use too: it is dropped
+        // (protocol 2026-07-28 cancels by closing the request's stream; see `shared`).
+        if peek.method.as_deref() == Some("notifications/cancelled") && session.routes().shared {
+            tracing::debug!(target: "toolonce::mcp", "dropped a cancel without a session");
+            return answer(StatusCode::ACCEPTED, Vec::new());
+        }
         let _ = session.to_proxy.send(line);
         return answer(StatusCode::ACCEPTED, Vec::new());
     };
-    let key = IdKey::of(id);
     // Cancelling `initialize` is not allowed (the specification forbids it).
     let cancel = method != "initialize";
     // `initialize` is answered as JSON: an HTTP server behind the gateway refusing the client's
     // credentials is then answered with its status (see `refused_for_credentials`).
     let streams = streams && method != "initialize";
+    let progress = progress_token(&line);
+    // The id (and progress token) the proxy sees: the client's own, or in a shared proxy the
+    // gateway's (see `shared`).
+    let (upstream_id, line) = if session.routes().shared {
+        let n = shared::next_id();
+        let Some(line) = shared::to_upstream(&line, n, progress.is_some()) else {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                "the request's id or progress token cannot be read",
+            );
+        };
+        (Value::from(n), line)
+    } else {
+        (id.clone(), line)
+    };
+    let key = IdKey::of(&upstream_id);
+    let sent_token = |token: &Value| {
+        if session.routes().shared {
+            key.clone()
+        } else {
+            IdKey::of(token)
+        }
+    };
     let mut response = if streams {
-        let progress = progress_token(&line);
+        let progress = progress.map(|token| (sent_token(&token), token));
         let (tx, rx) = mpsc::unbounded_channel();
         {
             let mut routes = session.routes();
@@ -330,15 +378,17 @@ async fn post(state: &Arc<State>, session: Option<String>, request: Request<Body
             }
             routes.next += 1;
             let seq = routes.next;
-            if let Some(token) = &progress {
-                routes.progress.insert(token.clone(), key.clone());
+            if let Some((sent, token)) = &progress {
+                routes
+                    .progress
+                    .insert(sent.clone(), (key.clone(), token.clone()));
             }
             routes.waiting.insert(
                 key.clone(),
                 Waiter::Events {
                     tx,
                     seq,
-                    progress,
+                    progress: progress.map(|(sent, _)| sent),
                     id: id.clone(),
                 },
             );
@@ -361,7 +411,7 @@ async fn post(state: &Arc<State>, session: Option<String>, request: Request<Body
             let cancel = Cancel {
                 session: session.clone(),
                 key,
-                id: id.clone(),
+                id: upstream_id,
                 seq,
                 cancel,
             };
@@ -380,12 +430,14 @@ async fn post(state: &Arc<State>, session: Option<String>, request: Request<Body
                     "the request id is used by a request still in progress",
                 );
             }
-            routes.waiting.insert(key.clone(), Waiter::Json(tx));
+            routes
+                .waiting
+                .insert(key.clone(), Waiter::Json { tx, id: id.clone() });
         }
         let mut pending = Pending {
             session: &session,
             key,
-            id: id.clone(),
+            id: upstream_id,
             cancel,
         };
         if session.to_proxy.send(line).is_err() {

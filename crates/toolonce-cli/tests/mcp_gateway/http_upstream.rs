@@ -188,8 +188,19 @@ fn sessionless_requests_through_the_gateway_reach_the_http_server_with_their_own
             scope.spawn(move || {
                 for round in 0..5 {
                     let headers = format!("Authorization: Bearer {token}\r\n");
-                    let id = format!("{token}-{round}");
-                    let answer = modern_post_with(port, &headers, "tools/list", &id, json!({}));
+                    // The gateway gives each request an id of its own (requests without a
+                    // session share server processes): a `_meta` member says whose it is.
+                    let who = format!("{token}-{round}");
+                    let params = json!({"_meta": {"com.example/who": who}});
+                    let answer = read_raw(modern_send(
+                        port,
+                        &headers,
+                        "tools/list",
+                        Some(json!(round)),
+                        params,
+                    ));
+                    let answer = answer.messages().pop().unwrap();
+                    assert_eq!(answer["id"], json!(round), "{answer}");
                     assert!(answer["result"]["tools"].is_array(), "{answer}");
                 }
             });
@@ -198,7 +209,7 @@ fn sessionless_requests_through_the_gateway_reach_the_http_server_with_their_own
     let requests = server.requests();
     let mut checked = 0;
     for request in &requests {
-        let Some(id) = request["id"].as_str() else {
+        let Some(id) = request["who"].as_str() else {
             continue;
         };
         for token in tokens {

@@ -14,9 +14,11 @@ mod mcp_peer;
 #[path = "../support/mcp_sdk.rs"]
 mod mcp_sdk;
 
+mod bounds;
 mod http_upstream;
 mod modern;
 mod sessions;
+mod shared;
 mod stores;
 mod streams;
 mod unreadable;
@@ -164,7 +166,11 @@ fn send_request(port: u16, method: &str, headers: &str, body: &str) -> TcpStream
 }
 
 fn raw(port: u16, method: &str, headers: &str, body: &str) -> Raw {
-    let mut stream = send_request(port, method, headers, body);
+    read_raw(send_request(port, method, headers, body))
+}
+
+/// The whole answer on `stream`.
+fn read_raw(mut stream: TcpStream) -> Raw {
     let mut answer = String::new();
     stream.read_to_string(&mut answer).unwrap();
     let (head, body) = answer.split_once("\r\n\r\n").unwrap();
@@ -254,6 +260,33 @@ fn modern_post_with(port: u16, headers: &str, method: &str, id: &str, mut params
     assert_eq!(answer.status(), 200, "{}", answer.body);
     assert!(answer.header("mcp-session-id").is_none(), "{}", answer.head);
     answer.messages().pop().unwrap()
+}
+
+/// A 2026-07-28 request with `id` (none: a notification) and `params`, whose `_meta` gets the
+/// protocol's members besides its own, as a raw POST without a session with more `headers`;
+/// its connection is left open.
+fn modern_send(
+    port: u16,
+    headers: &str,
+    method: &str,
+    id: Option<Value>,
+    mut params: Value,
+) -> TcpStream {
+    let mut meta = params.get("_meta").cloned().unwrap_or_else(|| json!({}));
+    meta["io.modelcontextprotocol/protocolVersion"] = json!(MODERN);
+    meta["io.modelcontextprotocol/clientCapabilities"] = json!({});
+    meta["io.modelcontextprotocol/clientInfo"] = json!({"name": "raw", "version": "0"});
+    params["_meta"] = meta;
+    let mut body = json!({"jsonrpc": "2.0", "method": method, "params": params});
+    if let Some(id) = id {
+        body["id"] = id;
+    }
+    send_request(
+        port,
+        "POST",
+        &format!("{BOTH}{headers}MCP-Protocol-Version: {MODERN}\r\n"),
+        &body.to_string(),
+    )
 }
 
 /// A gateway in front of the stdio test server with more options (`--session-idle`, ...).

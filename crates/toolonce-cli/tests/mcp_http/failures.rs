@@ -56,8 +56,9 @@ fn a_cancelled_write_is_cancelled_on_the_server_and_never_runs_twice() {
         let server = HttpServer::start(mode, &[]);
         let mut peer = proxy_to(&server)
             .config(
+                // The proxy gives up on the cancelled call after the grace and one lease.
                 "[proxy]\ncancel_grace = \"500ms\"\nshutdown_timeout = \"5m\"\n\
-                 [defaults]\nlease = \"60s\"",
+                 [defaults]\nlease = \"3s\"",
             )
             .start();
         peer.initialize();

@@ -5,7 +5,8 @@
 // tool it calls, or whose MCP-Protocol-Version is not the version in its `_meta`.
 //
 // Environment: REQUEST_LOG (one JSON line per POST: the three headers, the method, the request
-// id and the Authorization header).
+// id, the Authorization header and the request's `_meta["com.example/who"]`, which tests use to
+// tell whose request it was).
 // Prints `PORT=<n>` once it listens.
 import fs from 'node:fs';
 import http from 'node:http';
@@ -54,6 +55,7 @@ const server = http.createServer(async (req, res) => {
     version: req.headers['mcp-protocol-version'] ?? null,
     id: message.id ?? null,
     authorization: req.headers.authorization ?? null,
+    who: message.params?._meta?.['com.example/who'] ?? null,
   };
   if (process.env.REQUEST_LOG) fs.appendFileSync(process.env.REQUEST_LOG, JSON.stringify(seen) + '\n');
   const version = message.params?._meta?.['io.modelcontextprotocol/protocolVersion'];

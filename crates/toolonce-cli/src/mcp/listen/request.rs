@@ -9,7 +9,7 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use serde_json::Value;
 
-use crate::mcp::jsonrpc::{self, IdKey};
+use crate::mcp::jsonrpc;
 use crate::mcp::protocol::{
     EVENT_STREAM, FIRST_SESSIONLESS_VERSION, HTTP_STATUS_KEY, INVALID_REQUEST,
     META_PROTOCOL_VERSION as META_VERSION, META_PROTOCOL_VERSION_POINTER, SERVER_ERROR,
@@ -164,12 +164,12 @@ pub(super) fn refused_for_credentials(reply: &[u8]) -> Option<(StatusCode, Optio
 }
 
 /// The `_meta.progressToken` of a request, if it asks for progress.
-pub(super) fn progress_token(line: &[u8]) -> Option<IdKey> {
+pub(super) fn progress_token(line: &[u8]) -> Option<Value> {
     if !line.windows(13).any(|w| w == b"progressToken") {
         return None;
     }
     serde_json::from_slice::<Value>(line)
         .ok()?
         .pointer("/params/_meta/progressToken")
-        .map(IdKey::of)
+        .cloned()
 }

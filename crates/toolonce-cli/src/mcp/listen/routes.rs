@@ -1,7 +1,8 @@
 //! One client session of the gateway: its proxy's input, and where the messages of its server
 //! go (the answer to a request on that request's stream or body, progress on the stream of the
 //! request that asked for it, anything else on the newest request's stream or the `GET`
-//! stream).
+//! stream). A proxy shared by many clients (see [`shared`](super::shared)) sends anything else
+//! nowhere: it may be any of its clients'.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -14,6 +15,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::mcp::http::Upstream;
 use crate::mcp::jsonrpc::{IdKey, Peek};
+
+use super::shared;
 
 /// How many messages outside any answer wait for a client that has no `GET` stream open; older
 /// ones are dropped first.
@@ -63,8 +66,9 @@ impl Session {
 pub(super) struct Routes {
     /// Requests waiting for their answers, by request id.
     pub(super) waiting: HashMap<IdKey, Waiter>,
-    /// The progress tokens of requests answered on an event stream, and the requests.
-    pub(super) progress: HashMap<IdKey, IdKey>,
+    /// The progress tokens of requests answered on an event stream (as the proxy got them),
+    /// the requests, and the tokens as their clients sent them.
+    pub(super) progress: HashMap<IdKey, (IdKey, Value)>,
     /// The client's `GET` stream, for messages outside any request.
     pub(super) stream: Option<mpsc::UnboundedSender<Bytes>>,
     /// Messages outside any answer, kept until the client opens a `GET` stream.
@@ -74,18 +78,25 @@ pub(super) struct Routes {
     pub(super) next: u64,
     /// The session's proxy has ended: nothing more will come.
     pub(super) ended: bool,
+    /// Whether the proxy is shared by many clients (requests without a session): each request
+    /// then goes to it under an id of the gateway's own, and what belongs to no request in
+    /// progress reaches nobody.
+    pub(super) shared: bool,
 }
 
 /// How a request waits for its answer.
 pub(super) enum Waiter {
-    /// As one JSON body.
-    Json(oneshot::Sender<Vec<u8>>),
+    /// As one JSON body; `id` is the client's id of the request.
+    Json {
+        tx: oneshot::Sender<Vec<u8>>,
+        id: Value,
+    },
     /// On an event stream, which also carries what the server sends while handling it.
     Events {
         tx: mpsc::UnboundedSender<Bytes>,
         seq: u64,
         progress: Option<IdKey>,
-        /// The request's id, to answer it if the server never does.
+        /// The client's id of the request, to answer it if the server never does.
         id: Value,
     },
 }
@@ -100,14 +111,20 @@ impl Routes {
             && let Some(waiter) = self.waiting.remove(&IdKey::of(id))
         {
             match waiter {
-                Waiter::Json(tx) => {
-                    let _ = tx.send(line);
+                Waiter::Json { tx, id } => {
+                    if let Some(line) = self.for_client(line, &id) {
+                        let _ = tx.send(line);
+                    }
                 }
                 // The stream ends with its answer: the sender is dropped here.
-                Waiter::Events { tx, progress, .. } => {
-                    let _ = tx.send(event(&line));
+                Waiter::Events {
+                    tx, progress, id, ..
+                } => {
                     if let Some(token) = progress {
                         self.progress.remove(&token);
+                    }
+                    if let Some(line) = self.for_client(line, &id) {
+                        let _ = tx.send(event(&line));
                     }
                 }
             }
@@ -119,28 +136,41 @@ impl Routes {
             tracing::debug!(target: "toolonce::mcp", "dropped an answer nobody waits for");
             return;
         }
-        let frame = event(&line);
         // Progress goes to the stream of the request that asked for it.
         if peek.as_ref().and_then(|p| p.method.as_deref()) == Some("notifications/progress")
-            && let Some(token) = serde_json::from_slice::<Value>(&line)
-                .ok()
-                .and_then(|m| m.pointer("/params/progressToken").map(IdKey::of))
-            && let Some(request) = self.progress.get(&token)
+            && let Some(token) = shared::progress_of(&line)
+            && let Some((request, client_token)) = self.progress.get(&token)
             && let Some(Waiter::Events { tx, .. }) = self.waiting.get(request)
-            && tx.send(frame.clone()).is_ok()
         {
+            let line = if self.shared {
+                shared::progress_for_client(&line, client_token)
+            } else {
+                Some(line.clone())
+            };
+            if let Some(line) = line
+                && tx.send(event(&line)).is_ok()
+            {
+                return;
+            }
+        }
+        if self.shared {
+            tracing::debug!(
+                target: "toolonce::mcp",
+                "dropped a message of a shared server that belongs to no request in progress"
+            );
             return;
         }
+        let frame = event(&line);
         // Anything else (the server's own requests, log messages) goes on the newest request's
-        // stream: while a request is in progress, what the
-        // server sends most likely belongs to it (an elicitation, a sampling request), and the
-        // client reads every stream alike. Otherwise on the GET stream, or it waits for one.
+        // stream: while a request is in progress, what the server sends most likely belongs to
+        // it (an elicitation, a sampling request), and the session's one client reads every
+        // stream alike. Otherwise on the GET stream, or it waits for one.
         let newest = self
             .waiting
             .values()
             .filter_map(|w| match w {
                 Waiter::Events { tx, seq, .. } => Some((*seq, tx)),
-                Waiter::Json(_) => None,
+                Waiter::Json { .. } => None,
             })
             .max_by_key(|(seq, _)| *seq);
         if let Some((_, tx)) = newest
@@ -162,6 +192,18 @@ impl Routes {
             );
         }
         self.queued.push_back(frame);
+    }
+
+    /// An answer as its client gets it: under its own id, when the proxy is shared.
+    fn for_client(&self, line: Vec<u8>, id: &Value) -> Option<Vec<u8>> {
+        if !self.shared {
+            return Some(line);
+        }
+        let line = shared::answer_for_client(&line, id);
+        if line.is_none() {
+            tracing::warn!(target: "toolonce::mcp", "dropped an answer whose id cannot be replaced");
+        }
+        line
     }
 }
 

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -13,12 +14,13 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::mcp::http::Upstream;
-use crate::mcp::jsonrpc::{self, IdKey};
+use crate::mcp::jsonrpc;
 use crate::mcp::lifecycle;
 use crate::mcp::protocol::INTERNAL_ERROR;
 use crate::mcp::proxy;
 use crate::mcp::server;
 use crate::mcp::stdio::ClientOut;
+use serde_json::Value;
 
 use super::routes::{Routes, Session, Waiter, event, lock};
 
@@ -36,6 +38,8 @@ pub(crate) struct Gateway {
     pub(crate) session_idle: Duration,
     /// How many sessions may be open at once.
     pub(crate) max_sessions: usize,
+    /// What bounds the HTTP server (timeouts, body size, connections).
+    pub(crate) bounds: super::limits::Bounds,
 }
 
 /// The server behind the gateway.
@@ -58,10 +62,15 @@ pub(crate) enum Backend {
 pub(super) struct State {
     pub(super) gateway: Gateway,
     pub(super) sessions: Mutex<HashMap<String, Arc<Session>>>,
-    /// Proxies for requests without a session (protocol 2026-07-28 has none). A request goes to
-    /// the first whose requests in progress do not use its id; another is started when all do.
+    /// Proxies for requests without a session (protocol 2026-07-28 has none), each shared by
+    /// many clients (see [`shared`](super::shared)). A request goes to the first with fewer
+    /// than [`SHARED_LOAD`] requests in progress; another is started when all have as many.
     pub(super) sessionless: Mutex<Vec<Arc<Session>>>,
     pub(super) proxies: Mutex<JoinSet<()>>,
+    /// How many sessions' servers are running: a session counts from its `initialize` until
+    /// its server has exited (not just until `DELETE` forgot its id), so `--max-sessions`
+    /// bounds the processes (or upstream sessions) alive at once.
+    pub(super) live_sessions: Arc<AtomicUsize>,
 }
 
 impl State {
@@ -104,6 +113,10 @@ pub(super) async fn end_idle_sessions(state: std::sync::Weak<State>) {
 /// How many sessionless proxies may run at once; beyond, an idle one is ended for a new one.
 const SESSIONLESS_LIMIT: usize = 64;
 
+/// How many requests a sessionless proxy takes at once before another is started (its server
+/// may handle one request at a time).
+const SHARED_LOAD: usize = 16;
+
 /// Every sessionless proxy is busy and there may be no more.
 #[derive(Debug)]
 pub(super) struct Busy;
@@ -117,12 +130,12 @@ impl std::fmt::Display for Busy {
 impl std::error::Error for Busy {}
 
 /// The proxy for a message without a session: for a request, the first proxy (for the same
-/// `Authorization`, when that goes on to the server) whose requests in progress do not use
-/// `id`, or a new one; a notification goes to the first one (`None` when there is none:
+/// `Authorization`, when that goes on to the server) with fewer than [`SHARED_LOAD`] requests
+/// in progress, or a new one; a notification goes to the first one (`None` when there is none:
 /// nothing is in progress that it could be about).
 pub(super) fn sessionless_proxy(
     state: &Arc<State>,
-    id: Option<IdKey>,
+    id: Option<&Value>,
     authorization: &Option<HeaderValue>,
 ) -> anyhow::Result<Option<Arc<Session>>> {
     let forwards = matches!(
@@ -142,10 +155,7 @@ pub(super) fn sessionless_proxy(
     let found = proxies
         .iter()
         .filter(|p| p.bound == bound)
-        .find(|p| {
-            id.as_ref()
-                .is_none_or(|id| !p.routes().waiting.contains_key(id))
-        })
+        .find(|p| id.is_none() || p.routes().waiting.len() < SHARED_LOAD)
         .cloned();
     match (found, id) {
         (Some(session), _) => Ok(Some(session)),
@@ -191,21 +201,41 @@ pub(super) fn open_session(state: &Arc<State>) -> anyhow::Result<(String, Arc<Se
     let id: String = random.iter().map(|b| format!("{b:02x}")).collect();
     // Counted and inserted under one lock, so concurrent `initialize`s never pass the limit.
     // (Starting a session only prepares its server: the process starts in its proxy's task.)
+    // A session ended (DELETE, idle) still counts until its server has exited.
     let mut sessions = state.sessions();
     let max = state.gateway.max_sessions;
-    if sessions.len() >= max {
+    if state.live_sessions.load(Ordering::Acquire) >= max {
         return Err(AtLimit(max).into());
     }
-    let session = start_session(state, Some(id.clone()), None)?;
+    let live = Live::count(&state.live_sessions);
+    let session = start_session(state, Some((id.clone(), live)), None)?;
     sessions.insert(id.clone(), session.clone());
     Ok((id, session))
 }
 
+/// A session's place in [`State::live_sessions`], given up once its proxy (and so its server)
+/// has ended.
+pub(super) struct Live(Arc<AtomicUsize>);
+
+impl Live {
+    fn count(live: &Arc<AtomicUsize>) -> Live {
+        live.fetch_add(1, Ordering::AcqRel);
+        Live(live.clone())
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Starts a proxy, and the server command or a session with the HTTP server, for the session
-/// `id` (`None`: for requests without a session, with the `Authorization` it is `bound` to).
+/// `id` with its place among the live ones (`None`: for requests without a session, with the
+/// `Authorization` it is `bound` to).
 pub(super) fn start_session(
     state: &Arc<State>,
-    id: Option<String>,
+    id: Option<(String, Live)>,
     bound: Option<HeaderValue>,
 ) -> anyhow::Result<Arc<Session>> {
     let gateway = &state.gateway;
@@ -227,7 +257,11 @@ pub(super) fn start_session(
     };
     let (to_proxy, client_in) = mpsc::unbounded_channel();
     let (client_out, mut out_rx) = ClientOut::channel();
-    let routes: Arc<Mutex<Routes>> = Arc::default();
+    // A proxy for requests without a session is shared by many clients.
+    let routes = Arc::new(Mutex::new(Routes {
+        shared: id.is_none(),
+        ..Routes::default()
+    }));
     let settings = proxy::Settings {
         scope: gateway.scope.clone(),
         server_id: gateway.server_id.clone(),
@@ -237,8 +271,10 @@ pub(super) fn start_session(
     let shutdown_timeout = gateway.config.proxy.shutdown_timeout;
     let delivered = routes.clone();
     let state_for_end = Arc::downgrade(state);
-    let session_id = id;
+    let (session_id, live) = id.unzip();
     lock(&state.proxies).spawn(async move {
+        // Given up when the task ends: the server has exited by then (or was killed).
+        let _live = live;
         let routing = delivered.clone();
         let deliver = tokio::spawn(async move {
             while let Some(line) = out_rx.recv().await {

@@ -1,0 +1,82 @@
+//! A proxy shared by many clients (the pool for requests of protocol 2026-07-28, which have no
+//! session) keeps them apart by giving every request an id of the gateway's own: the server,
+//! the proxy's routing tables and the store's in-flight bookkeeping see only those, and the
+//! answer goes back under the client's id. So two clients' id 1 are two requests, a client that
+//! hangs up mid-call leaves behind an id no later client can have, and a progress token is
+//! renamed the same way, so progress reaches only the request that asked for it.
+//!
+//! What such a server sends that belongs to no request of a known client (a log message, any
+//! message without a progress token of a request in progress) reaches nobody: the gateway
+//! cannot tell whose it is, and another client's data must never be shown to a client.
+//! A client's own `notifications/cancelled` has the same problem (its `requestId` is the
+//! client's, which any other client may use too); protocol 2026-07-28 cancels a request over
+//! HTTP by closing its stream, which the gateway passes on as a cancel of the gateway's id.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::Value;
+
+use crate::mcp::jsonrpc::{self, IdKey};
+
+/// A new id of the gateway's own for a request of a shared proxy: unique in the gateway
+/// process, not only in its proxy, so that no two requests anywhere share one (a server behind
+/// several shared proxies, such as one `--upstream` server, never sees the same id twice).
+pub(super) fn next_id() -> u64 {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    LAST.fetch_add(1, Ordering::Relaxed) + 1
+}
+
+/// The request as the shared proxy gets it: the gateway's `id` in place of the client's, and
+/// the gateway's progress token (the same number) in place of the client's, if it asked for
+/// progress. `None` if the request cannot be spliced (it is then refused: sent as it came, its
+/// answer could be another client's).
+pub(super) fn to_upstream(line: &[u8], id: u64, progress: bool) -> Option<Vec<u8>> {
+    let id = Value::from(id);
+    let line = jsonrpc::with_member(line, &["id"], &id)?;
+    if !progress {
+        return Some(line);
+    }
+    jsonrpc::with_member(&line, &["params", "_meta", "progressToken"], &id)
+}
+
+/// An answer from the shared proxy with the client's `id` back in place of the gateway's.
+pub(super) fn answer_for_client(line: &[u8], id: &Value) -> Option<Vec<u8>> {
+    jsonrpc::with_id(line, id)
+}
+
+/// A `notifications/progress` with the client's `token` back in place of the gateway's.
+pub(super) fn progress_for_client(line: &[u8], token: &Value) -> Option<Vec<u8>> {
+    jsonrpc::with_member(line, &["params", "progressToken"], token)
+}
+
+/// The progress token of a `notifications/progress` from the server.
+pub(super) fn progress_of(line: &[u8]) -> Option<IdKey> {
+    serde_json::from_slice::<Value>(line)
+        .ok()?
+        .pointer("/params/progressToken")
+        .map(IdKey::of)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_request_gets_the_gateways_id_and_token_and_the_answer_the_clients_again() {
+        let line = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","_meta":{"progressToken":"p"}}}"#;
+        let up = to_upstream(line, 42, true).unwrap();
+        let v: Value = serde_json::from_slice(&up).unwrap();
+        assert_eq!(v["id"], json!(42));
+        assert_eq!(v["params"]["_meta"]["progressToken"], json!(42));
+        let answer = br#"{"jsonrpc":"2.0","id":42,"result":{}}"#;
+        let back: Value =
+            serde_json::from_slice(&answer_for_client(answer, &json!(1)).unwrap()).unwrap();
+        assert_eq!(back["id"], json!(1));
+        let progress = br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":42,"progress":1}}"#;
+        assert_eq!(progress_of(progress), Some(IdKey::of(&json!(42))));
+        let back: Value =
+            serde_json::from_slice(&progress_for_client(progress, &json!("p")).unwrap()).unwrap();
+        assert_eq!(back["params"]["progressToken"], json!("p"));
+    }
+}
