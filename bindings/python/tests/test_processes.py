@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -158,10 +159,30 @@ def interrupt_worker(url: str, scope: str, marker: Path):
     try:
         out, err = child.communicate(timeout=30)
     except subprocess.TimeoutExpired:
+        print(f"the Ctrl-C'd worker {child.pid} hangs:\n{thread_report(child.pid)}", file=sys.stderr)
         child.kill()
         child.communicate()
         return None
     return child.returncode, out, err
+
+
+def thread_report(pid: int) -> str:
+    """What each thread of a hung process is doing: its signal masks, and its stack when gdb is
+    there (to find why a hang happens, the next time it does)."""
+    lines = []
+    for task in sorted(Path(f"/proc/{pid}/task").iterdir()):
+        status = (task / "status").read_text().splitlines()
+        wanted = [l for l in status if l.startswith(("Name", "State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt"))]
+        lines.append(f"{task.name}: " + "  ".join(" ".join(l.split()) for l in wanted))
+    if shutil.which("gdb"):
+        bt = subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt"],
+                            capture_output=True, text=True, timeout=60)
+        lines.append(bt.stdout[-20000:])
+    report = "\n".join(lines)
+    where = os.environ.get("TOOLONCE_HANG_DIR")
+    if where:
+        Path(where, f"hang-{pid}.txt").write_text(report)
+    return report
 
 
 def test_ctrl_c_while_the_function_runs_records_nothing_and_the_operation_becomes_unknown(tmp_path, run_id):

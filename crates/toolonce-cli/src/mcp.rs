@@ -188,7 +188,7 @@ pub(crate) async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
             .await
         }
         Prepared::Stdio(settings) => {
-            on_own_thread(serve(settings, stdio::stdin(), stdio::stdout())).await
+            on_own_thread(serve(*settings, stdio::stdin(), stdio::stdout())).await
         }
     }
 }
@@ -200,7 +200,7 @@ enum Prepared {
         Box<dyn FnOnce(Arc<store::LazyStore>) -> listen::Gateway + Send>,
         String,
     ),
-    Stdio(Settings),
+    Stdio(Box<Settings>),
 }
 
 /// Checks the arguments and builds what they ask for; nothing is started yet.
@@ -303,13 +303,13 @@ fn prepare(args: McpArgs) -> anyhow::Result<Prepared> {
         };
         return Ok(Prepared::Gateway(Box::new(gateway), args.store));
     }
-    Ok(Prepared::Stdio(Settings {
+    Ok(Prepared::Stdio(Box::new(Settings {
         url: args.store,
         scope,
         server_id,
         config: Arc::new(config),
         server,
-    }))
+    })))
 }
 
 /// `--listen` as an address: a bare port is on 127.0.0.1.

@@ -39,7 +39,7 @@ where
 {
     let Embedded { args } = Embedded::try_parse_from(args)?;
     match super::prepare(args)? {
-        super::Prepared::Stdio(settings) => super::serve(settings, input, output).await,
+        super::Prepared::Stdio(settings) => super::serve(*settings, input, output).await,
         super::Prepared::Gateway(..) => {
             anyhow::bail!("--listen serves a gateway: run it with `toolonce mcp --listen`")
         }
