@@ -12,9 +12,7 @@ again: toolonce replays the stored result instead of issuing a second refund.
 Needs, beside toolonce (``pip install ./bindings/python``), LangGraph and its SQLite
 checkpointer:
 
-    pip install langgraph==1.2.24 langgraph-checkpoint==4.3.2 langgraph-checkpoint-sqlite==3.1.2
-
-(the versions ``requirements-test.txt`` pins and the tests run it with).
+    pip install -r requirements-examples.txt   # langgraph==1.2.24, langgraph-checkpoint-sqlite
 """
 
 from __future__ import annotations
@@ -95,7 +93,7 @@ def child(url: str, workdir: Path, mode: str) -> Optional[State]:
         return state
 
 
-def main(url: str) -> None:
+def main(url: str) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="toolonce-langgraph-"))
     crashed = subprocess.run([sys.executable, __file__, "--child", "crash", url, str(workdir)])
     assert crashed.returncode == -signal.SIGKILL, crashed.returncode
@@ -105,13 +103,15 @@ def main(url: str) -> None:
         [sys.executable, __file__, "--child", "resume", url, str(workdir)],
         capture_output=True, text=True,
     )
-    assert resumed.returncode == 0, resumed.stderr
     print(resumed.stdout.strip())
+    if resumed.returncode != 0:
+        print(resumed.stderr, file=sys.stderr)
     refunds = (workdir / "refunds.log").read_text().splitlines()
-    print(f"refunds issued: {len(refunds)}")
-    assert refunds == ["refund o-1042 2500"], refunds
-    assert "Refunded 2500 cents (re_o-1042)." in resumed.stdout
-    assert "send on resume: replayed" in resumed.stdout  # the node ran again; the tool did not
+    ok = resumed.returncode == 0 and set(refunds) == {"refund o-1042 2500"}
+    ok &= "Refunded 2500 cents (re_o-1042)." in resumed.stdout
+    ok &= "send on resume: replayed" in resumed.stdout  # the node ran again; the tool did not
+    print(f"effects: {len(refunds)} (expected 1)")
+    return 0 if ok and len(refunds) == 1 else 1
 
 
 if __name__ == "__main__":
@@ -122,4 +122,4 @@ if __name__ == "__main__":
             store_url = sys.argv[1]
         else:
             store_url = f"sqlite://{Path(tempfile.mkdtemp()) / 'toolonce.db'}"
-        main(store_url)
+        sys.exit(main(store_url))

@@ -72,6 +72,36 @@
 //! `unknown` outcomes are also logged at warn level (target `toolonce`) with the scope, the
 //! tool and the key, since a person must act on them.
 //!
+//! # MCP servers on rmcp
+//!
+//! An MCP server written with [rmcp](https://docs.rs/rmcp) (the official MCP Rust SDK) gets
+//! toolonce in-process by forwarding each `#[tool]` handler's call to a [`Toolbox`] that holds
+//! the same tools as [`WriteTool`]s and [`ReadTool`]s: the toolbox keys a write by (its scope,
+//! the tool's name, the canonical arguments), runs it once and replays its result to every
+//! duplicate, whichever session or server process sends it. rmcp is not a dependency of this
+//! crate; in your server (shown as text):
+//!
+//! ```text
+//! #[tool_router]
+//! impl RefundServer {
+//!     #[tool(description = "Refund an order.")]
+//!     async fn issue_refund(&self, Parameters(args): Parameters<Refund>)
+//!         -> Result<CallToolResult, ErrorData> {
+//!         let args = serde_json::to_value(&args).map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+//!         let answer = self.toolbox.call("issue_refund", args).await; // a ToolResult
+//!         Ok(mcp_result(answer)) // content, is_error, and _meta {"toolonce/outcome", "toolonce/key"}
+//!     }
+//! }
+//! ```
+//!
+//! Scope the toolbox ([`ToolboxBuilder::scope`]) by what one agent's duplicates share (an
+//! agent or a deployment, as `toolonce mcp --scope` does), or call
+//! [`Toolbox::call_in`] with a scope the request carries. Every outcome, `in_flight` and
+//! `unknown` included, is a tool result the client shows, never a protocol error. The crate's
+//! `examples/rmcp_server.rs` is a whole server, and checks itself with an rmcp client over an
+//! in-memory pipe: `cargo run -p toolonce --example rmcp_server` ends with
+//! `effects: 1 (expected 1)` after a duplicate call and a restarted server.
+//!
 //! # Example
 //!
 //! See [`Toolbox`] for a write tool called twice and executed once.
