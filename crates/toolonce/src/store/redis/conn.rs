@@ -4,19 +4,26 @@
 //! whether each has the native claim).
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster::ClusterClientBuilder;
 use ::redis::cluster_async::ClusterConnection;
-use ::redis::{Cmd, RedisError, RedisFuture, Value};
+use ::redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use ::redis::{
+    AsyncConnectionConfig, Cmd, ProtocolVersion, RedisConnectionInfo, RedisError, RedisFuture,
+    Value,
+};
 
 use crate::key::OperationKey;
 use crate::store::url::redact_url;
 use crate::{Error, Result};
 
 use super::error::{config_error, refused_setup, to_error};
+use super::replicas::{Replication, WRITE_CONNECTIONS};
 use super::scripts::SCRIPTS;
+use super::sentinel::SentinelConn;
 use super::url::Target;
 
 /// A [`Store`](crate::store::Store) on Redis or Redis Cluster.
@@ -107,6 +114,9 @@ pub struct RedisStore {
     /// Whether claims start with the native `SET … NX GET PX` (every master was Redis 7 or
     /// later on connect).
     pub(super) native_claim: bool,
+    /// `replicas=N`: how many replicas each write waits for, and the connections those writes
+    /// go over (see `replicas.rs`). `None` for `replicas=0`.
+    pub(super) replication: Option<Arc<Replication>>,
 }
 
 impl fmt::Debug for RedisStore {
@@ -115,6 +125,10 @@ impl fmt::Debug for RedisStore {
             .field("url", &self.display)
             .field("prefix", &self.prefix)
             .field("native_claim", &self.native_claim)
+            .field(
+                "replicas",
+                &self.replication.as_ref().map_or(0, |r| r.replicas),
+            )
             .finish()
     }
 }
@@ -182,6 +196,7 @@ impl RedisStore {
 pub enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    Sentinel(SentinelConn),
 }
 
 impl ConnectionLike for Conn {
@@ -189,6 +204,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Sentinel(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -201,6 +217,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -208,6 +225,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
+            Conn::Sentinel(c) => c.get_db(),
         }
     }
 }
@@ -223,6 +241,8 @@ pub struct RedisStoreBuilder {
     connection_timeout: Duration,
     reconnect_attempts: usize,
     native_claim: bool,
+    replicas: Option<u32>,
+    replica_timeout: Option<Duration>,
 }
 
 impl fmt::Debug for RedisStoreBuilder {
@@ -235,9 +255,14 @@ impl fmt::Debug for RedisStoreBuilder {
             .field("connection_timeout", &self.connection_timeout)
             .field("reconnect_attempts", &self.reconnect_attempts)
             .field("native_claim", &self.native_claim)
+            .field("replicas", &self.replicas)
+            .field("replica_timeout", &self.replica_timeout)
             .finish()
     }
 }
+
+/// How long a write waits for its replicas by default (`replica_timeout_ms`).
+pub(super) const DEFAULT_REPLICA_TIMEOUT: Duration = Duration::from_millis(500);
 
 impl RedisStoreBuilder {
     /// The defaults, for [`RedisStore::builder`].
@@ -250,7 +275,35 @@ impl RedisStoreBuilder {
             connection_timeout: Duration::from_secs(1),
             reconnect_attempts: 3,
             native_claim: true,
+            replicas: None,
+            replica_timeout: None,
         }
+    }
+
+    /// How many replicas must acknowledge every write before it counts (default 0; overrides
+    /// a `?replicas=` in the URL). Each claim, result, sticky failure, takeover and resolve is
+    /// followed by `WAIT N timeout` on the connection that wrote it. When fewer than `N`
+    /// acknowledge within [`replica_timeout`](Self::replica_timeout): a claim is not run (the
+    /// layer releases it and answers `store_unavailable`); a result or failure stands (the
+    /// tool ran) and a warning says that it may not survive a failover.
+    ///
+    /// What it buys: a claim acknowledged to the tool is on `N` replicas, so it survives the
+    /// loss of the primary **if** the replica promoted is one of those. Sentinel and Cluster
+    /// promote the most up-to-date replica they can reach, which is usually, not certainly,
+    /// one that acknowledged (a partition can leave only a stale one reachable). `WAIT` is not
+    /// `fsync`: a replica that acknowledged and then restarts without persistence has lost it.
+    /// What it costs: one replica round trip per write, and the writes waiting for their
+    /// replicas share a pool of 8 connections.
+    pub fn replicas(mut self, replicas: u32) -> Self {
+        self.replicas = Some(replicas);
+        self
+    }
+
+    /// How long a write waits for its [`replicas`](Self::replicas) (default 500 ms; overrides
+    /// a `?replica_timeout_ms=` in the URL). Clamped to at least 1 ms.
+    pub fn replica_timeout(mut self, timeout: Duration) -> Self {
+        self.replica_timeout = Some(timeout.max(Duration::from_millis(1)));
+        self
     }
 
     /// A namespace put before every key (`app:` stores `idem:…` under `app:idem:…`). Overrides
@@ -319,20 +372,50 @@ impl RedisStoreBuilder {
     pub async fn connect(self) -> Result<RedisStore> {
         let target = Target::parse(&self.url)?;
         let conn = self.open(&target).await?;
-        let prefix = self.prefix.or(target.prefix).unwrap_or_default();
+        let prefix = self
+            .prefix
+            .clone()
+            .or(target.prefix.clone())
+            .unwrap_or_default();
         let allow_eviction = self
             .allow_eviction
             .or(target.allow_eviction)
             .unwrap_or(false);
+        let replicas = self.replicas.or(target.replicas).unwrap_or(0);
+        let replica_timeout = self
+            .replica_timeout
+            .or(target.replica_timeout_ms.map(Duration::from_millis))
+            .unwrap_or(DEFAULT_REPLICA_TIMEOUT);
+        let replication = if replicas == 0 {
+            None
+        } else {
+            // A write's reply comes after its WAIT: its timeout includes the wait.
+            let writer = RedisStoreBuilder {
+                response_timeout: self.response_timeout + replica_timeout,
+                ..self.clone()
+            };
+            let mut conns = Vec::with_capacity(WRITE_CONNECTIONS);
+            for _ in 0..WRITE_CONNECTIONS {
+                conns.push(writer.open(&target).await?);
+            }
+            Some(Arc::new(Replication::new(replicas, replica_timeout, conns)))
+        };
         let mut store = RedisStore {
             conn,
             prefix,
-            display: target.display,
+            display: target.display.clone(),
             native_claim: false,
+            replication,
         };
         store.check_eviction(allow_eviction).await?;
+        store.check_persistence().await?;
         store.native_claim = self.native_claim && store.every_master_claims_natively().await?;
         let scripts = &*SCRIPTS;
+        let writers = store
+            .replication
+            .as_ref()
+            .map(|r| r.conns.clone())
+            .unwrap_or_default();
         for script in [
             &scripts.claim,
             &scripts.read,
@@ -347,6 +430,10 @@ impl RedisStoreBuilder {
                 .load_async(&mut store.conn())
                 .await
                 .map_err(to_error)?;
+            // Behind a Sentinel the write connections may have found another master.
+            for mut writer in writers.iter().cloned() {
+                script.load_async(&mut writer).await.map_err(to_error)?;
+            }
         }
         Ok(store)
     }
@@ -360,7 +447,37 @@ impl RedisStoreBuilder {
             // needed) unless the program installed one already.
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
-        let conn = if target.cluster {
+        let conn = if let Some(sentinel) = &target.sentinel {
+            let mut info = RedisConnectionInfo::default().set_db(sentinel.db);
+            if let Some(user) = &sentinel.username {
+                info = info.set_username(user);
+            }
+            if let Some(password) = &sentinel.password {
+                info = info.set_password(password);
+            }
+            if sentinel.resp3 {
+                info = info.set_protocol(ProtocolVersion::RESP3);
+            }
+            let mut node = SentinelNodeConnectionInfo::default().set_redis_connection_info(info);
+            if target.tls {
+                node = node.set_tls_mode(::redis::TlsMode::Secure);
+            }
+            let client = SentinelClient::build(
+                target.nodes.clone(),
+                sentinel.master.clone(),
+                Some(node),
+                SentinelServerType::Master,
+            )
+            .map_err(config_error)?;
+            let config = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(self.connection_timeout))
+                .set_response_timeout(Some(self.response_timeout));
+            Conn::Sentinel(
+                SentinelConn::connect(client, config)
+                    .await
+                    .map_err(|e| at_connect(e, &target.display))?,
+            )
+        } else if target.cluster {
             let client = ClusterClientBuilder::new(target.nodes.clone())
                 .connection_timeout(self.connection_timeout)
                 .response_timeout(self.response_timeout)

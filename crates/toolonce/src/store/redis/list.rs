@@ -104,7 +104,7 @@ impl RedisStore {
     /// The masters to scan, in a stable order: `[None]` for a single server.
     pub(super) async fn scan_nodes(&self) -> Result<Vec<Option<(String, u16)>>> {
         match &self.conn {
-            Conn::Single(_) => Ok(vec![None]),
+            Conn::Single(_) | Conn::Sentinel(_) => Ok(vec![None]),
             Conn::Cluster(_) => {
                 let reply: Value = ::redis::cmd("CLUSTER")
                     .arg("SLOTS")
