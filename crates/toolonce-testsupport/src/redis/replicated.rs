@@ -48,11 +48,8 @@ impl ReplicatedRedis {
         let primary = RedisServer::start_program_with(program, hint, &[]);
         let link = FaultProxy::start(primary.addr());
         let port = link.port().to_string();
-        let replica = RedisServer::start_program_with(
-            program,
-            hint,
-            &["--replicaof", "127.0.0.1", &port],
-        );
+        let replica =
+            RedisServer::start_program_with(program, hint, &["--replicaof", "127.0.0.1", &port]);
         let front = FaultProxy::start(primary.addr());
         let set = ReplicatedRedis {
             primary,
@@ -104,5 +101,37 @@ impl ReplicatedRedis {
         assert_eq!(self.replica.command(&["REPLICAOF", "NO", "ONE"]), "OK");
         self.front.retarget(self.replica.addr());
         self.front.close_connections();
+    }
+
+    /// After [`fail_over`](Self::fail_over): the old primary back, empty (it kept nothing on
+    /// disk), as a replica of the promoted one, and in sync with it; what Sentinel does with a
+    /// master that returns.
+    ///
+    /// # Panics
+    ///
+    /// If it does not sync within 20 s.
+    pub fn rejoin(&self) {
+        self.primary.restart();
+        let port = self.replica.port().to_string();
+        assert_eq!(
+            self.primary.command(&["REPLICAOF", "127.0.0.1", &port]),
+            "OK"
+        );
+        let deadline = Instant::now() + SYNC_TIMEOUT;
+        loop {
+            let promoted = self.replica.command(&["INFO", "replication"]);
+            let rejoined = self.primary.command(&["INFO", "replication"]);
+            if promoted.contains("connected_slaves:1")
+                && promoted.contains("state=online")
+                && rejoined.contains("master_link_status:up")
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the old primary did not rejoin:\n{promoted}\n{rejoined}"
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
     }
 }

@@ -219,8 +219,7 @@ impl RedisServer {
             // it learned.
             let path = self.dir.path().join("sentinel.conf");
             if !path.exists() {
-                std::fs::write(&path, conf)
-                    .map_err(|e| failed("cannot write sentinel.conf", e))?;
+                std::fs::write(&path, conf).map_err(|e| failed("cannot write sentinel.conf", e))?;
             }
             command.arg(&path).arg("--sentinel");
         }
