@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::FaultProxy;
 
-use super::RedisServer;
-use super::server::{MISSING_SERVER, find_redis_binary};
+use super::server::{MISSING_SERVER, RedisServer, find_redis_binary};
 
 /// How long the replica may take to finish its first sync.
 const SYNC_TIMEOUT: Duration = Duration::from_secs(20);

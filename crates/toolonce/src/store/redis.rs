@@ -23,9 +23,11 @@ use crate::store::owner::OwnerToken;
 use crate::tool::ToolError;
 use crate::{Error, Result};
 
+mod builder;
 mod conn;
 mod error;
 mod eviction;
+mod link;
 mod list;
 mod persistence;
 mod replicas;
@@ -34,13 +36,16 @@ mod sentinel;
 mod url;
 mod wire;
 
+pub use builder::RedisStoreBuilder;
 #[doc(hidden)]
-pub use conn::{Conn, connect_client};
-pub use conn::{RedisStore, RedisStoreBuilder};
+pub use builder::connect_client;
+pub use conn::RedisStore;
+#[doc(hidden)]
+pub use link::Conn;
 
 use error::to_error;
 use list::{ListCursor, MAX_SCANS_PER_PAGE, glob_escape};
-use replicas::{Acks, evalsha, short_claim, warn_short_settle};
+use replicas::{Acks, evalsha, short_claim, warn_short_settle, write_alone};
 use scripts::SCRIPTS;
 use wire::{decode_read, decode_unless_running, running_value};
 
@@ -53,6 +58,22 @@ fn px(d: Duration) -> u64 {
 }
 
 impl RedisStore {
+    /// Sends a write (`cmd`, the `EVALSHA` of `script` when it is one): under `replicas=N`
+    /// with `WAIT` behind it on a write connection (see `replicas.rs`), else alone on the
+    /// store's connection. Answers the reply and how many replicas acknowledged it.
+    async fn write(
+        &self,
+        cmd: &::redis::Cmd,
+        script: Option<&::redis::Script>,
+    ) -> Result<(Value, Acks)> {
+        match &self.replication {
+            Some(replication) => replication.write(cmd, script).await,
+            None => write_alone(self.conn(), cmd, script)
+                .await
+                .map(|v| (v, Acks::Enough)),
+        }
+    }
+
     /// Runs the read script: the live entry of `key`, if any.
     async fn read(&self, key: &OperationKey) -> Result<Option<Entry>> {
         let reply: Value = SCRIPTS

@@ -7,8 +7,9 @@ use ::redis::{RedisError, Value};
 use crate::key::OperationKey;
 use crate::{Error, Result};
 
-use super::conn::{Conn, RedisStore, cluster_masters};
+use super::conn::{RedisStore, cluster_masters};
 use super::error::to_error;
+use super::link::Conn;
 
 /// How many `SCAN` calls one [`Store::list`] call makes at most.
 pub(super) const MAX_SCANS_PER_PAGE: usize = 64;

@@ -32,8 +32,8 @@ use std::time::Duration;
 
 use ::redis::{Cmd, ErrorKind, Pipeline, RedisError, Script, ServerErrorKind, Value};
 
-use super::conn::{Conn, RedisStore};
 use super::error::to_error;
+use super::link::Conn;
 use crate::key::OperationKey;
 use crate::{Error, Result};
 
@@ -112,27 +112,32 @@ fn is_noscript(e: &RedisError) -> bool {
     e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
 }
 
-impl RedisStore {
-    /// Sends a write (`cmd`, the `EVALSHA` of `script` when it is one) and, under `replicas=N`,
-    /// `WAIT` right behind it in the same pipeline on a write connection. Returns the write's
-    /// reply and how many replicas acknowledged it. A script the server does not have
-    /// (`NOSCRIPT`: it restarted, or is a promoted replica) is loaded and the write sent again:
-    /// `NOSCRIPT` means it did not run.
+/// Sends a write alone on `conn` (no replicas asked). A script the server does not have
+/// (`NOSCRIPT`: it restarted, or is a promoted replica) is loaded and the write sent again:
+/// `NOSCRIPT` means it did not run.
+pub(super) async fn write_alone(
+    mut conn: Conn,
+    cmd: &Cmd,
+    script: Option<&Script>,
+) -> Result<Value> {
+    match cmd.query_async::<Value>(&mut conn).await {
+        Err(e)
+            if is_noscript(&e)
+                && let Some(script) = script =>
+        {
+            script.load_async(&mut conn).await.map_err(to_error)?;
+            cmd.query_async::<Value>(&mut conn).await.map_err(to_error)
+        }
+        reply => reply.map_err(to_error),
+    }
+}
+
+impl Replication {
+    /// Sends a write with `WAIT` right behind it in the same pipeline on a write connection.
+    /// Returns the write's reply and how many replicas acknowledged it. `NOSCRIPT` is handled
+    /// as by [`write_alone`].
     pub(super) async fn write(&self, cmd: &Cmd, script: Option<&Script>) -> Result<(Value, Acks)> {
-        let Some(replication) = &self.replication else {
-            let reply = match cmd.query_async::<Value>(&mut self.conn()).await {
-                Err(e) if is_noscript(&e) && script.is_some() => {
-                    let script = script.expect("checked");
-                    script
-                        .load_async(&mut self.conn())
-                        .await
-                        .map_err(to_error)?;
-                    cmd.query_async::<Value>(&mut self.conn()).await
-                }
-                other => other,
-            };
-            return reply.map(|v| (v, Acks::Enough)).map_err(to_error);
-        };
+        let replication = self;
         let mut conn = replication.conn();
         let mut pipe = Pipeline::with_capacity(2);
         pipe.add_command(cmd.clone())

@@ -11,6 +11,7 @@ use crate::{Error, Result};
 pub(super) const OPTIONS: &[&str] = &[
     "prefix",
     "allow_eviction",
+    "native_claim",
     "replicas",
     "replica_timeout_ms",
     "protocol",
@@ -37,6 +38,7 @@ pub(super) struct Target {
     pub(super) nodes: Vec<String>,
     pub(super) prefix: Option<String>,
     pub(super) allow_eviction: Option<bool>,
+    pub(super) native_claim: Option<bool>,
     pub(super) replicas: Option<u32>,
     pub(super) replica_timeout_ms: Option<u64>,
     /// The URL without its password, for `Debug`.
@@ -79,12 +81,19 @@ impl Target {
         };
         let mut prefix = None;
         let mut allow_eviction = None;
+        let mut native_claim = None;
         let mut replicas = None;
         let mut replica_timeout_ms = None;
         let mut resp3 = false;
         let mut kept = Vec::new();
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {
+                Some(("native_claim", value)) => {
+                    native_claim = Some(
+                        parse_bool(value)
+                            .ok_or_else(|| invalid("native_claim takes true or false"))?,
+                    );
+                }
                 Some(("replicas", value)) => {
                     replicas = Some(value.parse::<u32>().map_err(|_| {
                         invalid(&format!(
@@ -171,6 +180,7 @@ impl Target {
                 |mut t| {
                     t.prefix = prefix;
                     t.allow_eviction = allow_eviction;
+                    t.native_claim = native_claim;
                     t.replicas = replicas;
                     t.replica_timeout_ms = replica_timeout_ms;
                     t
@@ -194,6 +204,7 @@ impl Target {
             nodes,
             prefix,
             allow_eviction,
+            native_claim,
             replicas,
             replica_timeout_ms,
             display: redact_url(url),
@@ -262,6 +273,7 @@ impl Target {
                 .collect(),
             prefix: None,
             allow_eviction: None,
+            native_claim: None,
             replicas: None,
             replica_timeout_ms: None,
             display: redact_url(url),
