@@ -217,7 +217,7 @@ impl PostgresStoreBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] for a malformed URL or table name, or an `sslmode` this build cannot
+    /// [`Error::Config`] for a malformed URL or table name, a hot standby (read-only), or an `sslmode` this build cannot
     /// honour, and when the server refuses the login (a wrong password, an unknown user) or has no
     /// such database; [`Error::Unavailable`] when the server cannot be reached, [`Error::Store`]
     /// when it refuses otherwise (a schema newer than this build knows) or
@@ -271,6 +271,7 @@ impl PostgresStoreBuilder {
             sql,
             operation_timeout: self.operation_timeout,
         };
+        store.refuse_standby().await?;
         if self.migrate {
             store.migrate().await?;
         } else {
