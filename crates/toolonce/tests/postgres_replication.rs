@@ -86,6 +86,9 @@ async fn a_store_on_a_hot_standby_is_refused_on_connect_as_read_only() {
             assert!(message.contains("read-only"), "{message}");
             assert!(message.contains("primary"), "{message}");
         }
-        other => panic!("a store on a hot standby was not refused: {:?}", other.err()),
+        other => panic!(
+            "a store on a hot standby was not refused: {:?}",
+            other.err()
+        ),
     }
 }

@@ -50,7 +50,10 @@ impl PostgresServer {
             .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
         if !status.success() {
             let text = fs::read_to_string(&log_path).unwrap_or_default();
-            panic!("pg_basebackup failed ({status}); its output:\n{}", tail(&text, 40));
+            panic!(
+                "pg_basebackup failed ({status}); its output:\n{}",
+                tail(&text, 40)
+            );
         }
         eprintln!(
             "pg_basebackup of the primary on port {} took {} ms",
