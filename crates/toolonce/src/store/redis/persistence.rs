@@ -38,7 +38,6 @@ impl RedisStore {
             {
                 tracing::warn!(
                     target: "toolonce",
-                    store = %self.display,
                     "Redis at {} keeps nothing on disk (save \"\" and appendonly no): a restart \
                      forgets every entry, and duplicates of those calls would run again",
                     self.display
