@@ -73,6 +73,7 @@ async function backendFor(target: string | object): Promise<Backend> {
   const scheme = /^([a-z][a-z0-9+.-]*):/i.exec(target)?.[1]?.toLowerCase();
   switch (scheme) {
     case "memory":
+      if (!/^memory:\/\/$/i.test(target)) throw new ConfigError("the memory store reads no options from its URL: memory://");
       return new MemoryBackend();
     case "sqlite":
       return openSqlite(target);
@@ -80,6 +81,8 @@ async function backendFor(target: string | object): Promise<Backend> {
     case "rediss":
     case "redis+cluster":
     case "rediss+cluster":
+    case "redis+sentinel":
+    case "rediss+sentinel":
       return openRedisUrl(target);
     case "postgres":
     case "postgresql":

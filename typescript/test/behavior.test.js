@@ -216,24 +216,20 @@ test("invalid options are refused when the tool is wrapped, naming the option", 
   await assert.rejects(openStore("mysql://x"), /unknown store scheme/);
 });
 
-test("the store's options are the defaults of its tools", async () => {
-  const strict = await openStore("memory://", { inFlight: { wait: 5000 } });
-  let runs = 0;
-  const tool = idempotent(
-    { kind: "write", name: "t", run: async () => (await new Promise((r) => setTimeout(r, 100)), ++runs) },
-    strict,
-  );
-  const ctx = { runId: uniqueRunId() };
-  const both = await Promise.all([tool.run({}, ctx), tool.run({}, ctx)]);
-  assert.deepEqual(both, [1, 1]);
-  await strict.close();
-});
-
-test("a closed store refuses calls with StoreUnavailable, without running", async () => {
-  const closing = await openStore("memory://");
-  let runs = 0;
-  const tool = idempotent({ kind: "write", name: "t", run: async () => ++runs }, closing);
-  await closing.close();
-  await assert.rejects(tool.run({}, { runId: uniqueRunId() }), { name: "StoreUnavailable" });
-  assert.equal(runs, 0);
+test("a store URL option that nothing reads is refused, naming it, the options and a near miss", async () => {
+  for (const [url, words] of [
+    ["redis://127.0.0.1:1/?allow_evicton=true", /`allow_evicton` that nothing reads \(did you mean `allow_eviction`\?\).*`replica_timeout_ms`/],
+    ["redis://:s3cret@127.0.0.1:1/?colour=red", /`colour` that nothing reads: the options are/],
+    ["redis://127.0.0.1:1/?replicas=1", /replicas \(writes that wait for replicas\) is read by the Rust core/],
+    ["redis+sentinel://127.0.0.1:26379/mymaster", /redis\+sentinel:\/\/ URLs are opened by the Rust core/],
+    ["memory://?x=1", /memory store reads no options/],
+    ["sqlite://t.db?busy_timeout=5", /SQLite store reads no options/],
+  ]) {
+    await assert.rejects(openStore(url), (e) => {
+      assert.ok(e instanceof InvalidArguments, `${url}: ${e}`);
+      assert.match(e.message, words, url);
+      assert.ok(!e.message.includes("s3cret"), e.message);
+      return true;
+    });
+  }
 });

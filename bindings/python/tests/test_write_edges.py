@@ -109,6 +109,15 @@ def test_a_bad_store_url_names_the_problem_without_its_password():
     assert "s3cret" not in str(err.value)
 
 
+def test_a_store_url_option_nothing_reads_is_refused_with_a_near_miss():
+    with pytest.raises(toolonce.ConfigError, match="did you mean `allow_eviction`") as err:
+        toolonce.open_store("redis://:s3cret@127.0.0.1:1/?allow_evicton=true")
+    assert "`allow_evicton` that nothing reads" in str(err.value)
+    assert "s3cret" not in str(err.value)
+    with pytest.raises(toolonce.ConfigError, match="reads none"):
+        toolonce.open_store("memory://?x=1")
+
+
 def test_read_marks_a_read_tool_that_runs_every_time():
     @toolonce.read
     def balance(account: str) -> int:

@@ -55,6 +55,14 @@ struct Faults {
     delay: Duration,
     /// Close new connections at once, without connecting to the target.
     refuse: bool,
+    /// Hold every byte from the server (of every connection) until cleared: a link that
+    /// stalls, as a replication link to a slow or partitioned replica does.
+    stalled: bool,
+    /// Where new connections go, once [`FaultProxy::retarget`] moved them.
+    retarget: Option<SocketAddr>,
+    /// How many times `close_connections` ran: a stalled connection older than the last one
+    /// was closed, and drops what it holds.
+    closes: u64,
     /// Both sockets of every open connection, to close them on command.
     open: Vec<(TcpStream, TcpStream)>,
 }
@@ -147,11 +155,30 @@ impl FaultProxy {
 
     /// Closes every open connection (both sides), as a network partition or a restart would.
     pub fn close_connections(&self) {
-        let open = std::mem::take(&mut self.shared.faults().open);
+        let open = {
+            let mut faults = self.shared.faults();
+            faults.closes += 1;
+            std::mem::take(&mut faults.open)
+        };
         for (client, server) in open {
             close(&client);
             close(&server);
         }
+    }
+
+    /// Holds every byte the server sends from now on, on every connection, until
+    /// [`heal`](Self::heal); what is held when [`close_connections`](Self::close_connections)
+    /// runs is never delivered. Between a primary and its replica, this is a replica that
+    /// stopped receiving the replication stream: whatever is written from now on, only the
+    /// primary has.
+    pub fn stall(&self) {
+        self.shared.faults().stalled = true;
+    }
+
+    /// Sends the connections accepted from now on to `target` instead (those open stay where
+    /// they are): a virtual address moved to another server, as after a failover.
+    pub fn retarget(&self, target: SocketAddr) {
+        self.shared.faults().retarget = Some(target);
     }
 
     /// Clears every fault: replies flow again, undelayed, and connections are accepted.
@@ -160,6 +187,7 @@ impl FaultProxy {
         faults.drop_at = None;
         faults.delay = Duration::ZERO;
         faults.refuse = false;
+        faults.stalled = false;
     }
 }
 
@@ -191,11 +219,15 @@ fn accept_loop(listener: TcpListener, target: SocketAddr, shared: Arc<Shared>) {
             return;
         }
         let Ok(client) = client else { continue };
-        if shared.faults().refuse {
+        let (refuse, to) = {
+            let faults = shared.faults();
+            (faults.refuse, faults.retarget.unwrap_or(target))
+        };
+        if refuse {
             close(&client);
             continue;
         }
-        let Ok(server) = TcpStream::connect(target) else {
+        let Ok(server) = TcpStream::connect(to) else {
             close(&client);
             continue;
         };
@@ -211,7 +243,11 @@ fn accept_loop(listener: TcpListener, target: SocketAddr, shared: Arc<Shared>) {
             close(&server);
             continue;
         };
-        shared.faults().open.push((c1, s1));
+        let epoch = {
+            let mut faults = shared.faults();
+            faults.open.push((c1, s1));
+            faults.closes
+        };
         // Set when the client sends; the server's next bytes then begin a new reply. It is set
         // before the request is forwarded, so the reply can never overtake it.
         let spoke = Arc::new(AtomicBool::new(false));
@@ -221,7 +257,7 @@ fn accept_loop(listener: TcpListener, target: SocketAddr, shared: Arc<Shared>) {
         });
         let shared_down = shared.clone();
         let down = thread::spawn(move || {
-            let _ = pump_replies(s2, c2, &spoke, &shared_down);
+            let _ = pump_replies(s2, c2, &spoke, &shared_down, epoch);
         });
         drop((up, down));
     }
@@ -251,6 +287,7 @@ fn pump_replies(
     mut client: TcpStream,
     spoke: &AtomicBool,
     shared: &Shared,
+    epoch: u64,
 ) -> io::Result<()> {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -275,6 +312,18 @@ fn pump_replies(
         }
         if !delay.is_zero() {
             thread::sleep(delay);
+        }
+        // A stalled link holds what it read; a closed connection drops it (the write fails).
+        loop {
+            let faults = shared.faults();
+            if faults.closes != epoch {
+                return Ok(());
+            }
+            if !faults.stalled || shared.stopped.load(Ordering::SeqCst) {
+                break;
+            }
+            drop(faults);
+            thread::sleep(Duration::from_millis(5));
         }
         client.write_all(&buf[..n])?;
     }

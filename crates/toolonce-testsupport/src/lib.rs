@@ -73,7 +73,7 @@ use std::sync::{Mutex, OnceLock};
 pub use crate::fault_proxy::FaultProxy;
 pub use crate::intercepted::{Intercept, Intercepted};
 pub use crate::postgres::PostgresServer;
-pub use crate::redis::{RedisCluster, RedisServer};
+pub use crate::redis::{RedisCluster, RedisServer, ReplicatedRedis};
 pub use crate::resp::Reply;
 pub use crate::tls::TestCertificates;
 

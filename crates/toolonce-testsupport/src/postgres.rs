@@ -21,6 +21,7 @@ use crate::process::{
 
 mod install;
 mod shm;
+mod standby;
 
 use install::{OS_USER, PgBins, os_user_ids, temp_base};
 use shm::{shm_attached, shm_segment, wait_segment_detached};
@@ -118,6 +119,12 @@ impl PostgresServer {
     }
 
     fn start_inner(tls: Option<(&Path, &Path)>) -> PostgresServer {
+        PostgresServer::start_from(tls, None)
+    }
+
+    /// Starts a server whose data directory is `initdb`'s, or a base backup of `primary`
+    /// (then it runs as its hot standby).
+    fn start_from(tls: Option<(&Path, &Path)>, primary: Option<&PostgresServer>) -> PostgresServer {
         let bins = PgBins::find();
         let run_as = running_as_root().then(os_user_ids);
         let dir = tempfile::Builder::new()
@@ -167,7 +174,10 @@ impl PostgresServer {
             proc: Mutex::new(None),
             dir,
         };
-        server.initdb();
+        match primary {
+            Some(primary) => server.base_backup_of(primary),
+            None => server.initdb(),
+        }
         let mut last = String::new();
         for _ in 0..PORT_ATTEMPTS {
             server.port = free_port();

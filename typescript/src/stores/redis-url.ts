@@ -6,7 +6,7 @@
 // few seed nodes, from which the client learns the rest.
 
 import { ConfigError, StoreError } from "../errors.js";
-import { redactUrl } from "../url.js";
+import { redactUrl, unknownOption } from "../url.js";
 import { RedisBackend } from "./redis.js";
 import { type RedisLink, linkOf, storeError } from "./redis-link.js";
 
@@ -36,8 +36,14 @@ function bool(name: string, value: string): boolean {
   throw new ConfigError(`${name}=${value} in the store URL: expected true or false`);
 }
 
+/** The options a Redis store URL may carry here; the Rust core reads the same names. */
+const OPTIONS = ["prefix", "allow_eviction", "native_claim", "replicas", "replica_timeout_ms", "protocol"] as const;
+
 /** Parses a Redis store URL; throws ConfigError naming what is wrong (never the password). */
 export function parseRedisUrl(url: string): Target {
+  if (/^rediss?\+sentinel:/i.test(url)) {
+    throw new ConfigError("redis+sentinel:// URLs are opened by the Rust core (and the toolonce command and Python binding), not yet by this package: connect an ioredis client with its `sentinels` option and pass it to openStore(client)");
+  }
   const m = /^(rediss?)(\+cluster)?:\/\/(?:([^@/?#]*)@)?([^/?#]*)(\/[^?#]*)?(?:\?([^#]*))?$/i.exec(url);
   if (m === null) throw new ConfigError("a malformed Redis URL");
   const [, scheme, cluster, userinfo, hosts, path, query] = m as unknown as (string | undefined)[];
@@ -81,7 +87,13 @@ export function parseRedisUrl(url: string): Target {
     if (name === "prefix") target.prefix = value;
     else if (name === "allow_eviction") target.allowEviction = bool(name, value);
     else if (name === "native_claim") target.nativeClaim = bool(name, value);
-    else throw new ConfigError(`unknown parameter ${JSON.stringify(name)} in the store URL; expected prefix, allow_eviction or native_claim`);
+    else if (name === "replicas" || name === "replica_timeout_ms") {
+      // Refused rather than ignored: a store that does not wait for replicas must not look as if it did.
+      if (name === "replicas" && value === "0") continue;
+      throw new ConfigError(`${name} (writes that wait for replicas) is read by the Rust core, not yet by this package: open this store from Rust, the toolonce command or Python, or leave ${name} out`);
+    } else if (name === "protocol") {
+      if (value !== "2" && value !== "resp2") throw new ConfigError(`protocol=${value} in the store URL: this package speaks RESP2 (protocol=2)`);
+    } else throw new ConfigError(unknownOption("Redis", name, OPTIONS));
   }
   return target;
 }

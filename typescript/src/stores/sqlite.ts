@@ -264,5 +264,7 @@ export class SqliteBackend implements Backend {
 export async function openSqlite(url: string): Promise<Backend> {
   const path = url.replace(/^sqlite:\/\//i, "");
   if (path === "") throw new ConfigError("a sqlite:// URL needs a path: sqlite://toolonce.db or sqlite:///abs/path.db");
+  // A `?` would become part of the file name: an option that looks set and is not.
+  if (path.includes("?")) throw new ConfigError("the SQLite store reads no options from its URL (sqlite://PATH)");
   return SqliteBackend.open(path);
 }

@@ -60,6 +60,8 @@ pub struct RedisServer {
     /// Whether to pass `--enable-debug-command yes`, which servers before 7.0 do not know.
     debug_command: bool,
     extra_args: Vec<String>,
+    /// For a Sentinel: the configuration it starts from (it rewrites the file as it learns).
+    sentinel_conf: Option<String>,
     log: LogFile,
     proc: Mutex<Option<Spawned>>,
     dir: TempDir,
@@ -97,12 +99,52 @@ impl RedisServer {
     /// If `program` is not an executable file (the message names `install_hint`, what builds
     /// it), or the server does not come up within 10 s.
     pub fn start_program(program: &Path, install_hint: &str) -> RedisServer {
+        RedisServer::start_program_with(program, install_hint, &[])
+    }
+
+    /// [`start_program`](Self::start_program) with extra arguments, as
+    /// [`start_with`](Self::start_with) takes them.
+    ///
+    /// # Panics
+    ///
+    /// As [`start_program`](Self::start_program).
+    pub fn start_program_with(program: &Path, install_hint: &str, args: &[&str]) -> RedisServer {
         assert!(
             is_executable(program),
             "{} is missing: {install_hint}",
             program.display()
         );
-        start_on_free_ports(|port, _| RedisServer::try_start(port, program, false, Vec::new()))
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        start_on_free_ports(|port, _| RedisServer::try_start(port, program, false, args.clone()))
+    }
+
+    /// A Sentinel (`program --sentinel`, `redis-server` or `valkey-server`) on a free port
+    /// that watches the master at `master` under the name `name`, with the configuration
+    /// lines `conf` after `sentinel monitor NAME 127.0.0.1 PORT QUORUM`.
+    ///
+    /// # Panics
+    ///
+    /// As [`start_program`](Self::start_program).
+    pub fn start_sentinel(
+        program: &Path,
+        name: &str,
+        master: SocketAddr,
+        quorum: u32,
+        conf: &[String],
+    ) -> RedisServer {
+        assert!(is_executable(program), "{} is missing", program.display());
+        let mut text = format!(
+            "sentinel monitor {name} {} {} {quorum}\n",
+            master.ip(),
+            master.port()
+        );
+        for line in conf {
+            text.push_str(line);
+            text.push('\n');
+        }
+        start_on_free_ports(|port, _| {
+            RedisServer::try_start_as(port, program, false, Vec::new(), Some(text.clone()))
+        })
     }
 
     /// Like [`RedisServer::start_program`], for a Valkey `valkey-server` (8.1, as
@@ -126,6 +168,16 @@ impl RedisServer {
         debug_command: bool,
         extra_args: Vec<String>,
     ) -> Result<RedisServer, StartError> {
+        RedisServer::try_start_as(port, bin, debug_command, extra_args, None)
+    }
+
+    fn try_start_as(
+        port: u16,
+        bin: &Path,
+        debug_command: bool,
+        extra_args: Vec<String>,
+        sentinel_conf: Option<String>,
+    ) -> Result<RedisServer, StartError> {
         let bin = bin.to_path_buf();
         let dir = tempfile::Builder::new()
             .prefix("toolonce-redis-")
@@ -137,6 +189,7 @@ impl RedisServer {
             bin,
             debug_command,
             extra_args,
+            sentinel_conf,
             log,
             proc: Mutex::new(None),
             dir,
@@ -160,11 +213,27 @@ impl RedisServer {
         let log_err = log_file
             .try_clone()
             .map_err(|e| failed("cannot open the redis log", e))?;
-        let child = Command::new(&self.bin)
+        let mut command = Command::new(&self.bin);
+        if let Some(conf) = &self.sentinel_conf {
+            // Sentinel needs its configuration file first, and writable; a restart keeps what
+            // it learned.
+            let path = self.dir.path().join("sentinel.conf");
+            if !path.exists() {
+                std::fs::write(&path, conf).map_err(|e| failed("cannot write sentinel.conf", e))?;
+            }
+            command.arg(&path).arg("--sentinel");
+        }
+        let save: &[&str] = if self.sentinel_conf.is_some() {
+            &[]
+        } else {
+            &["--save", "", "--appendonly", "no"]
+        };
+        let child = command
             .arg("--port")
             .arg(self.port.to_string())
             .args(["--bind", "127.0.0.1", "--protected-mode", "no"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(save)
+            .args(["--daemonize", "no"])
             .args(if self.debug_command {
                 &["--enable-debug-command", "yes"][..]
             } else {

@@ -19,13 +19,15 @@ use crate::store::url::redact_url;
 /// |---|---|---|
 /// | `memory://` | [`MemoryStore`](memory::MemoryStore) (this process only) | always |
 /// | `sqlite://PATH` (`sqlite://toolonce.db`, `sqlite:///abs/path.db`) | SQLite file | `sqlite` |
-/// | `redis://…`, `rediss://…`, `redis+cluster://…` | Redis, Redis Cluster | `redis` |
+/// | `redis://…`, `rediss://…`, `redis+cluster://…`, `redis+sentinel://…` | Redis, Redis Cluster, Redis behind Sentinel | `redis` |
 /// | `postgres://…`, `postgresql://…` | PostgreSQL | `postgres` |
 ///
 /// # Errors
 ///
 /// [`Error::Config`](crate::Error::Config) for an unknown scheme or one this build was compiled
-/// without; the backend's own errors when it cannot open or connect.
+/// without, and for an option that no backend reads (`memory://` and `sqlite://` take none: a
+/// `?` there would otherwise become part of the file name); the backend's own errors when it
+/// cannot open or connect.
 pub async fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {
     let Some((scheme, _rest)) = url.split_once("://") else {
         return Err(crate::Error::Config(format!(
@@ -41,7 +43,13 @@ pub async fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {
         ))
     };
     match scheme {
-        "memory" => Ok(std::sync::Arc::new(memory::MemoryStore::new())),
+        "memory" => {
+            if !_rest.is_empty() {
+                return Err(no_options("memory", url));
+            }
+            Ok(std::sync::Arc::new(memory::MemoryStore::new()))
+        }
+        "sqlite" if _rest.contains('?') => Err(no_options("SQLite", url)),
         "sqlite" => {
             #[cfg(feature = "sqlite")]
             {
@@ -50,7 +58,8 @@ pub async fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {
             #[cfg(not(feature = "sqlite"))]
             Err(missing("sqlite"))
         }
-        "redis" | "rediss" | "redis+cluster" | "rediss+cluster" => {
+        "redis" | "rediss" | "redis+cluster" | "rediss+cluster" | "redis+sentinel"
+        | "rediss+sentinel" => {
             #[cfg(feature = "redis")]
             {
                 Ok(std::sync::Arc::new(redis::RedisStore::connect(url).await?))
@@ -69,8 +78,38 @@ pub async fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {
             Err(missing("postgres"))
         }
         other => Err(crate::Error::Config(format!(
-            "unknown store scheme {other:?} in {:?}: expected memory, sqlite, redis, rediss, redis+cluster, postgres or postgresql",
+            "unknown store scheme {other:?} in {:?}: expected memory, sqlite, redis, rediss, redis+cluster, redis+sentinel, postgres or postgresql",
             redact_url(url)
         ))),
+    }
+}
+
+/// The refusal of anything after `memory://`, or of a query on `sqlite://PATH`: neither store
+/// reads options from its URL.
+fn no_options(store: &str, url: &str) -> crate::Error {
+    crate::Error::Config(format!(
+        "the {store} store URL {:?} has options, and the {store} store reads none from its URL \
+         (memory://, sqlite://PATH; SqliteOptions in code)",
+        redact_url(url)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_memory_and_sqlite_stores_refuse_options_they_would_ignore() {
+        for url in [
+            "memory://?x=1",
+            "memory://anything",
+            "sqlite://t.db?busy_timeout=5",
+        ] {
+            match open(url).await {
+                Err(crate::Error::Config(m)) => assert!(m.contains("reads none"), "{url}: {m}"),
+                other => panic!("{url}: expected a refusal, got {:?}", other.err()),
+            }
+        }
+        assert!(open("memory://").await.is_ok());
     }
 }

@@ -78,6 +78,24 @@ impl PostgresStore {
         }
     }
 
+    /// Refuses a hot standby ([`Error::Config`]): it answers reads but refuses every write
+    /// (`pg_is_in_recovery()`), so a store on it could replay results and never record one.
+    /// Asked on connect, once; a primary demoted later fails its writes as
+    /// [`Error::Unavailable`] (`25006`), which fails closed.
+    pub(crate) async fn refuse_standby(&self) -> Result<()> {
+        let client = self.checkout().await?;
+        match client.query_one("SELECT pg_is_in_recovery()", &[]).await {
+            Ok(row) if row.get::<_, bool>(0) => Err(Error::Config(
+                "the PostgreSQL server of the store URL is a hot standby, which is read-only \
+                 (pg_is_in_recovery() is true): toolonce writes every claim and result, so \
+                 point the store URL at the primary"
+                    .into(),
+            )),
+            Ok(_) => Ok(()),
+            Err(e) => Err(discard_if_broken(client, e)),
+        }
+    }
+
     /// Brings the table's schema up to [`SCHEMA_VERSION`] and returns how many migration steps
     /// it applied (`0` when it was current, so applying it again is harmless).
     ///

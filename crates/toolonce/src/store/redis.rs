@@ -23,20 +23,29 @@ use crate::store::owner::OwnerToken;
 use crate::tool::ToolError;
 use crate::{Error, Result};
 
+mod builder;
 mod conn;
 mod error;
 mod eviction;
+mod link;
 mod list;
+mod persistence;
+mod replicas;
 mod scripts;
+mod sentinel;
 mod url;
 mod wire;
 
+pub use builder::RedisStoreBuilder;
 #[doc(hidden)]
-pub use conn::{Conn, connect_client};
-pub use conn::{RedisStore, RedisStoreBuilder};
+pub use builder::connect_client;
+pub use conn::RedisStore;
+#[doc(hidden)]
+pub use link::Conn;
 
 use error::to_error;
 use list::{ListCursor, MAX_SCANS_PER_PAGE, glob_escape};
+use replicas::{Acks, evalsha, short_claim, warn_short_settle, write_alone};
 use scripts::SCRIPTS;
 use wire::{decode_read, decode_unless_running, running_value};
 
@@ -49,6 +58,22 @@ fn px(d: Duration) -> u64 {
 }
 
 impl RedisStore {
+    /// Sends a write (`cmd`, the `EVALSHA` of `script` when it is one): under `replicas=N`
+    /// with `WAIT` behind it on a write connection (see `replicas.rs`), else alone on the
+    /// store's connection. Answers the reply and how many replicas acknowledged it.
+    async fn write(
+        &self,
+        cmd: &::redis::Cmd,
+        script: Option<&::redis::Script>,
+    ) -> Result<(Value, Acks)> {
+        match &self.replication {
+            Some(replication) => replication.write(cmd, script).await,
+            None => write_alone(self.conn(), cmd, script)
+                .await
+                .map(|v| (v, Acks::Enough)),
+        }
+    }
+
     /// Runs the read script: the live entry of `key`, if any.
     async fn read(&self, key: &OperationKey) -> Result<Option<Entry>> {
         let reply: Value = SCRIPTS
@@ -82,18 +107,18 @@ impl Store for RedisStore {
             // (now ours), else the value that was there (and stays: NX wrote nothing). A
             // settled or foreign-shaped entry is the answer; a running one needs its PTTL and
             // perhaps a fenced write (our own lost claim, a takeover): the script below.
-            let reply = ::redis::cmd("SET")
-                .arg(&redis_key)
+            let mut set = ::redis::cmd("SET");
+            set.arg(&redis_key)
                 .arg(&value)
                 .arg("NX")
                 .arg("GET")
                 .arg("PX")
-                .arg(lease + retention)
-                .query_async::<Value>(&mut self.conn())
-                .await;
+                .arg(lease + retention);
+            let reply = self.write(&set, None).await;
             match reply {
-                Ok(Value::Nil) => return Ok(Claim::Won),
-                Ok(Value::BulkString(raw)) => {
+                Ok((Value::Nil, Acks::Enough)) => return Ok(Claim::Won),
+                Ok((Value::Nil, acks)) => return Err(short_claim(req.key, acks)),
+                Ok((Value::BulkString(raw), _)) => {
                     if let Some(entry) = decode_unless_running(req.key, &raw, SystemTime::now())? {
                         return Ok(Claim::Existing(entry));
                     }
@@ -101,25 +126,24 @@ impl Store for RedisStore {
                 Ok(_) => return Err(Error::store("unexpected reply to SET … NX GET")),
                 // A server that reported 7 and refuses the form (a look-alike) fails the claim
                 // closed; `native_claim(false)` is the way round it.
-                Err(e) => return Err(to_error(e)),
+                Err(e) => return Err(e),
             }
         }
         // Owner digest and fingerprint are hex digits and the about members are JSON-encoded
         // here, so the script splices them into the entry without escaping anything.
-        let reply: Value = SCRIPTS
-            .claim
-            .key(redis_key)
+        let mut claim = evalsha(&SCRIPTS.claim, &redis_key);
+        claim
             .arg(lease)
             .arg(retention)
             .arg(req.owner.as_str())
             .arg(req.fingerprint.as_str())
             .arg(value)
             .arg(if req.takeover { "1" } else { "0" })
-            .arg(started)
-            .invoke_async(&mut self.conn())
-            .await
-            .map_err(to_error)?;
+            .arg(started);
+        let (reply, acks) = self.write(&claim, Some(&SCRIPTS.claim)).await?;
         match reply {
+            // A claim, or a takeover, that too few replicas have: the tool is not run.
+            Value::Int(1 | 2) if acks != Acks::Enough => Err(short_claim(req.key, acks)),
             Value::Int(1) => Ok(Claim::Won),
             Value::Int(2) => Ok(Claim::TookOver),
             other => decode_read(req.key, other).map(Claim::Existing),
@@ -147,16 +171,14 @@ impl Store for RedisStore {
     ) -> Result<Fenced> {
         let mut head = String::from(r#"{"status":"done","result":"#);
         head.push_str(&serde_json::to_string(result).map_err(Error::store)?);
-        let applied: i64 = SCRIPTS
-            .complete
-            .key(self.redis_key(key))
-            .arg(owner.as_str())
-            .arg(px(retention))
-            .arg(head)
-            .invoke_async(&mut self.conn())
-            .await
-            .map_err(to_error)?;
-        Ok(fenced(applied))
+        let mut complete = evalsha(&SCRIPTS.complete, &self.redis_key(key));
+        complete.arg(owner.as_str()).arg(px(retention)).arg(head);
+        let (reply, acks) = self.write(&complete, Some(&SCRIPTS.complete)).await?;
+        let applied = fenced(applied(reply)?);
+        if applied == Fenced::Applied {
+            warn_short_settle(key, "result", acks);
+        }
+        Ok(applied)
     }
 
     async fn fail(
@@ -174,16 +196,17 @@ impl Store for RedisStore {
             }
             None => (String::new(), String::new()),
         };
-        let applied: i64 = SCRIPTS
-            .fail
-            .key(self.redis_key(key))
-            .arg(owner.as_str())
-            .arg(retention)
-            .arg(head)
-            .invoke_async(&mut self.conn())
-            .await
-            .map_err(to_error)?;
-        Ok(fenced(applied))
+        let sticky = !head.is_empty();
+        let mut fail = evalsha(&SCRIPTS.fail, &self.redis_key(key));
+        fail.arg(owner.as_str()).arg(retention).arg(head);
+        let (reply, acks) = self.write(&fail, Some(&SCRIPTS.fail)).await?;
+        let applied = fenced(applied(reply)?);
+        // A release that a replica lacks leaves it the running claim: after a failover that
+        // entry runs out into `unknown`, which fails closed, so only a failure record warns.
+        if applied == Fenced::Applied && sticky {
+            warn_short_settle(key, "failure", acks);
+        }
+        Ok(applied)
     }
 
     async fn get(&self, key: &OperationKey) -> Result<Option<Entry>> {
@@ -268,17 +291,14 @@ impl Store for RedisStore {
             }
             Resolution::Release => (String::new(), ""),
         };
-        let reply: Value = SCRIPTS
-            .resolve
-            .key(self.redis_key(key))
-            .arg(px(retention))
-            .arg(head)
-            .arg(at)
-            .invoke_async(&mut self.conn())
-            .await
-            .map_err(to_error)?;
+        let mut resolve = evalsha(&SCRIPTS.resolve, &self.redis_key(key));
+        resolve.arg(px(retention)).arg(head).arg(at);
+        let (reply, acks) = self.write(&resolve, Some(&SCRIPTS.resolve)).await?;
         match reply {
-            Value::Int(1) => Ok(Resolved::Applied),
+            Value::Int(1) => {
+                warn_short_settle(key, "resolution", acks);
+                Ok(Resolved::Applied)
+            }
             Value::Int(0) => Ok(Resolved::Absent),
             other => decode_read(key, other).map(Resolved::Settled),
         }
@@ -297,6 +317,14 @@ impl Store for RedisStore {
     async fn purge_expired(&self) -> Result<u64> {
         // Redis expires keys itself (PX): there is never anything for us to purge.
         Ok(0)
+    }
+}
+
+/// The 1 or 0 a fenced script answers.
+fn applied(reply: Value) -> Result<i64> {
+    match reply {
+        Value::Int(n) => Ok(n),
+        _ => Err(Error::store("unexpected reply from a fenced script")),
     }
 }
 

@@ -229,6 +229,59 @@ pub(crate) fn percent_decode(text: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// The refusal of a store URL option that nothing reads: it names the option, the options
+/// that exist and, when one is a near miss (`allow_evicton`), that one. An option nobody reads
+/// would otherwise be accepted and mean nothing, and whoever wrote it would believe it set.
+pub(crate) fn unknown_option(store: &str, option: &str, known: &[&str]) -> crate::Error {
+    let near = known
+        .iter()
+        .map(|k| (edit_distance(option, k), *k))
+        .filter(|(d, k)| *d <= 2.max(k.len() / 4))
+        .min_by_key(|(d, _)| *d);
+    let suggestion = match near {
+        Some((_, k)) => format!(" (did you mean `{k}`?)"),
+        None => String::new(),
+    };
+    let shown: String = option.chars().take(64).collect();
+    crate::Error::Config(format!(
+        "the {store} store URL has an option `{shown}` that nothing reads{suggestion}: the \
+         options are {}",
+        known
+            .iter()
+            .map(|k| format!("`{k}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
+/// The Damerau-Levenshtein distance (adjacent swaps count one) between two short names.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    if a.len() > 128 || b.len() > 128 {
+        return usize::MAX;
+    }
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
 /// Parses a boolean URL option: `true`/`false`, `1`/`0`, `yes`/`no`, `on`/`off`.
 #[cfg(feature = "redis")]
 pub(crate) fn parse_bool(value: &str) -> Option<bool> {
@@ -304,6 +357,21 @@ mod tests {
         assert!(!shown.contains("s3cret"), "{shown}");
         let shown = redact_url("host=h 'x password=s3cret");
         assert!(!shown.contains("s3cret"), "{shown}");
+    }
+
+    #[test]
+    fn an_unknown_option_is_named_with_the_known_ones_and_a_near_miss() {
+        let known = ["prefix", "allow_eviction", "replicas", "replica_timeout_ms"];
+        let m = unknown_option("Redis", "allow_evicton", &known).to_string();
+        assert!(m.contains("`allow_evicton`"), "{m}");
+        assert!(m.contains("did you mean `allow_eviction`?"), "{m}");
+        assert!(m.contains("`replica_timeout_ms`"), "{m}");
+        let m = unknown_option("Redis", "replcias", &known).to_string();
+        assert!(m.contains("did you mean `replicas`?"), "{m}");
+        let m = unknown_option("Redis", "colour", &known).to_string();
+        assert!(!m.contains("did you mean"), "{m}");
+        assert_eq!(edit_distance("abc", "abc"), 0);
+        assert_eq!(edit_distance("ab", "ba"), 1);
     }
 
     #[test]

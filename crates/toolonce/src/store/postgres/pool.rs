@@ -217,7 +217,7 @@ impl PostgresStoreBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] for a malformed URL or table name, or an `sslmode` this build cannot
+    /// [`Error::Config`] for a malformed URL or table name, a hot standby (read-only), or an `sslmode` this build cannot
     /// honour, and when the server refuses the login (a wrong password, an unknown user) or has no
     /// such database; [`Error::Unavailable`] when the server cannot be reached, [`Error::Store`]
     /// when it refuses otherwise (a schema newer than this build knows) or
@@ -271,6 +271,7 @@ impl PostgresStoreBuilder {
             sql,
             operation_timeout: self.operation_timeout,
         };
+        store.refuse_standby().await?;
         if self.migrate {
             store.migrate().await?;
         } else {
@@ -302,14 +303,57 @@ pub(super) type Connector = tokio_postgres_rustls::MakeRustlsConnect;
 #[cfg(not(feature = "postgres-tls"))]
 pub(super) type Connector = std::convert::Infallible;
 
+/// The options a PostgreSQL store URL may carry: the driver's, and `sslrootcert` (toolonce's,
+/// with libpq's meaning).
+const OPTIONS: &[&str] = &[
+    "user",
+    "password",
+    "dbname",
+    "options",
+    "application_name",
+    "sslmode",
+    "sslrootcert",
+    "sslnegotiation",
+    "host",
+    "hostaddr",
+    "port",
+    "connect_timeout",
+    "tcp_user_timeout",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_retries",
+    "target_session_attrs",
+    "channel_binding",
+    "load_balance_hosts",
+];
+
+/// The driver's refusal of a connection string, as [`Error::Config`]; an option it does not
+/// know is named with the ones that exist (the driver's own words name neither).
+fn config_refusal(e: tokio_postgres::Error) -> Error {
+    let mut source = std::error::Error::source(&e);
+    while let Some(cause) = source {
+        if let Some(option) = cause
+            .to_string()
+            .strip_prefix("unknown option `")
+            .and_then(|rest| rest.strip_suffix('`'))
+        {
+            return crate::store::url::unknown_option("PostgreSQL", option, OPTIONS);
+        }
+        source = cause.source();
+    }
+    Error::Config(format!(
+        "invalid PostgreSQL URL: {}",
+        crate::error::error_report(&e)
+    ))
+}
+
 /// The driver's settings and TLS connector for a store URL: what every connection of the
 /// store, and every [`connect_client`] connection, is made with.
 pub(super) fn driver(url: &str) -> Result<(tokio_postgres::Config, Option<Connector>)> {
     let (conninfo, tls) = TlsOptions::take(url)?;
     let connector = tls.connector()?;
-    let mut pg: tokio_postgres::Config = conninfo
-        .parse()
-        .map_err(|e| Error::Config(format!("invalid PostgreSQL URL: {e}")))?;
+    let mut pg: tokio_postgres::Config = conninfo.parse().map_err(config_refusal)?;
     pg.ssl_mode(tls.driver_mode());
     if pg.get_application_name().is_none() {
         pg.application_name("toolonce");
@@ -488,4 +532,33 @@ pub(super) enum Exec {
 pub(super) enum Output {
     Rows(Vec<Row>),
     Count(u64),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_option_the_driver_does_not_know_is_named_with_a_near_miss() {
+        for (url, words) in [
+            (
+                "postgres://u:s3cret@h/db?connect_timout=5",
+                "`connect_timout` that nothing reads (did you mean `connect_timeout`?)",
+            ),
+            (
+                "postgres://u@h/db?colour=red",
+                "`colour` that nothing reads",
+            ),
+        ] {
+            match driver(url) {
+                Err(Error::Config(m)) => {
+                    assert!(m.contains(words), "{url}: {m}");
+                    assert!(m.contains("`sslrootcert`"), "{m}");
+                    assert!(!m.contains("s3cret"), "{m}");
+                }
+                other => panic!("{url}: expected a refusal, got {:?}", other.err()),
+            }
+        }
+        assert!(driver("postgres://u@h/db?connect_timeout=5&sslmode=disable").is_ok());
+    }
 }

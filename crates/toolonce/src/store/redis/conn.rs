@@ -1,23 +1,18 @@
-//! Connecting: the store handle ([`RedisStore`], what it holds and how it names keys), the
-//! builder (URL, prefix, TLS, eviction check, claim mode), the connection to a single server or
-//! a cluster behind one type, and what connecting asks the servers (the masters of a cluster,
-//! whether each has the native claim).
+//! The store handle ([`RedisStore`], what it holds and how it names keys) and what connecting
+//! asks the servers (the masters of a cluster, whether each has the native claim). The builder,
+//! which makes it, is in `builder`; the connection it holds in `link`.
 
 use std::fmt;
-use std::time::Duration;
+use std::sync::Arc;
 
-use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use ::redis::cluster::ClusterClientBuilder;
-use ::redis::cluster_async::ClusterConnection;
-use ::redis::{Cmd, RedisError, RedisFuture, Value};
+use ::redis::Value;
 
 use crate::key::OperationKey;
-use crate::store::url::redact_url;
 use crate::{Error, Result};
 
-use super::error::{config_error, refused_setup, to_error};
-use super::scripts::SCRIPTS;
-use super::url::Target;
+use super::error::to_error;
+use super::link::Conn;
+use super::replicas::Replication;
 
 /// A [`Store`](crate::store::Store) on Redis or Redis Cluster.
 ///
@@ -75,12 +70,40 @@ use super::url::Target;
 ///
 /// # URLs
 ///
-/// `redis://[[user]:password@]host[:port][/db][?prefix=NS][&allow_eviction=true]`,
-/// `rediss://…` (TLS, feature `redis-tls`), and for a cluster
-/// `redis+cluster://[[user]:password@]host:port,host:port,…` (or `rediss+cluster://…`): a few
-/// seed nodes, from which the client learns the rest. `prefix` and `allow_eviction` are the
-/// builder's [`prefix`](RedisStoreBuilder::prefix) and
-/// [`allow_eviction`](RedisStoreBuilder::allow_eviction).
+/// `redis://[[user]:password@]host[:port][/db][?OPTIONS]`, `rediss://…` (TLS, feature
+/// `redis-tls`); for a cluster `redis+cluster://[[user]:password@]host:port,host:port,…` (or
+/// `rediss+cluster://…`): a few seed nodes, from which the client learns the rest; behind
+/// Sentinel `redis+sentinel://[[user]:password@]host:port,host:port,…/MASTER-NAME[/db]` (or
+/// `rediss+sentinel://…`): the Sentinels, asked for the master of that name again whenever the
+/// connection to it breaks or it answers `READONLY` (it was demoted), so the store follows the
+/// master across a failover; the userinfo logs in to the master, the Sentinels are asked
+/// without. The options: `prefix`, `allow_eviction`, `native_claim`, `replicas` and
+/// `replica_timeout_ms` (the builder's [`prefix`](RedisStoreBuilder::prefix),
+/// [`allow_eviction`](RedisStoreBuilder::allow_eviction),
+/// [`native_claim`](RedisStoreBuilder::native_claim), [`replicas`](RedisStoreBuilder::replicas)
+/// and [`replica_timeout`](RedisStoreBuilder::replica_timeout)), and the driver's `protocol`.
+/// Any other option is refused ([`Error::Config`]) naming the ones that exist: an option
+/// nobody reads must not look set.
+///
+/// # Replicas and failover
+///
+/// Redis replicates asynchronously: without [`replicas`](RedisStoreBuilder::replicas), a
+/// primary that dies after acknowledging a claim, before a replica received it, loses the
+/// claim when the replica is promoted, and a duplicate runs the tool again. With `replicas=N`
+/// every write waits (`WAIT N timeout`) until `N` replicas have it; a claim they do not all
+/// acknowledge in time is not run. What survives what, with `replicas=1`: a claim the tool ran
+/// under, and a result its caller was given without a warning, survive the loss of the primary
+/// if the promoted replica is one that acknowledged them. Sentinel and Cluster promote the most
+/// up-to-date replica they can reach, which is usually one that acknowledged, not certainly
+/// (a partition can leave only a stale replica reachable, and `WAIT` is not an `fsync`: a
+/// replica that restarts without persistence forgets). A result that too few replicas
+/// acknowledged is still its caller's, with a warning in the log: it may be lost in a failover
+/// and then run again by a duplicate.
+///
+/// # Persistence
+///
+/// Connecting warns (once, never refusing) when the server keeps nothing on disk (`save ""`
+/// and `appendonly no`): a restart forgets every entry.
 ///
 /// # Eviction
 ///
@@ -107,6 +130,9 @@ pub struct RedisStore {
     /// Whether claims start with the native `SET … NX GET PX` (every master was Redis 7 or
     /// later on connect).
     pub(super) native_claim: bool,
+    /// `replicas=N`: how many replicas each write waits for, and the connections those writes
+    /// go over (see `replicas.rs`). `None` for `replicas=0`.
+    pub(super) replication: Option<Arc<Replication>>,
 }
 
 impl fmt::Debug for RedisStore {
@@ -115,26 +141,15 @@ impl fmt::Debug for RedisStore {
             .field("url", &self.display)
             .field("prefix", &self.prefix)
             .field("native_claim", &self.native_claim)
+            .field(
+                "replicas",
+                &self.replication.as_ref().map_or(0, |r| r.replicas),
+            )
             .finish()
     }
 }
 
 impl RedisStore {
-    /// Connects with the default options; see [`RedisStore`] for the URLs.
-    ///
-    /// # Errors
-    ///
-    /// As [`RedisStoreBuilder::connect`].
-    pub async fn connect(url: &str) -> Result<RedisStore> {
-        Self::builder(url).connect().await
-    }
-
-    /// Options (a key prefix, timeouts) before connecting:
-    /// `RedisStore::builder(url).prefix("app:").connect().await`.
-    pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
-        RedisStoreBuilder::new(url.into())
-    }
-
     /// The namespace prefix of every key ("" when none).
     pub fn prefix(&self) -> &str {
         &self.prefix
@@ -173,243 +188,6 @@ impl RedisStore {
     }
 }
 
-/// One connection, to a single server or to a cluster. Both multiplex every request of the
-/// store over their connections and reconnect by themselves, so cloning one per request is
-/// cheap (an `Arc`) and a store survives a server restart without being rebuilt. Public only
-/// for [`connect_client`].
-#[doc(hidden)]
-#[derive(Clone)]
-pub enum Conn {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
-}
-
-impl ConnectionLike for Conn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Conn::Single(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a ::redis::Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Conn::Single(c) => c.get_db(),
-            Conn::Cluster(c) => c.get_db(),
-        }
-    }
-}
-
-/// Options of a [`RedisStore`], from [`RedisStore::builder`].
-#[derive(Clone)]
-#[must_use]
-pub struct RedisStoreBuilder {
-    url: String,
-    prefix: Option<String>,
-    allow_eviction: Option<bool>,
-    response_timeout: Duration,
-    connection_timeout: Duration,
-    reconnect_attempts: usize,
-    native_claim: bool,
-}
-
-impl fmt::Debug for RedisStoreBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisStoreBuilder")
-            .field("url", &redact_url(&self.url))
-            .field("prefix", &self.prefix)
-            .field("allow_eviction", &self.allow_eviction)
-            .field("response_timeout", &self.response_timeout)
-            .field("connection_timeout", &self.connection_timeout)
-            .field("reconnect_attempts", &self.reconnect_attempts)
-            .field("native_claim", &self.native_claim)
-            .finish()
-    }
-}
-
-impl RedisStoreBuilder {
-    /// The defaults, for [`RedisStore::builder`].
-    pub(super) fn new(url: String) -> RedisStoreBuilder {
-        RedisStoreBuilder {
-            url,
-            prefix: None,
-            allow_eviction: None,
-            response_timeout: Duration::from_secs(2),
-            connection_timeout: Duration::from_secs(1),
-            reconnect_attempts: 3,
-            native_claim: true,
-        }
-    }
-
-    /// A namespace put before every key (`app:` stores `idem:…` under `app:idem:…`). Overrides
-    /// a `?prefix=` in the URL. On Redis Cluster a prefix with a hash tag (`{app}:`) would put
-    /// every entry in one slot, on one node: usually not what you want.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = Some(prefix.into());
-        self
-    }
-
-    /// Whether to start on a server whose `maxmemory-policy` is not `noeviction` (default
-    /// no). Every entry has an expiry, so under an `allkeys-*` or `volatile-*` policy Redis
-    /// deletes live entries when its memory is full, and a duplicate call then runs the tool
-    /// again. [`connect`](Self::connect) reads the policy of the server (of every master of a
-    /// cluster) and refuses such a server, or one whose policy it cannot read, unless this is
-    /// set; then it logs a warning. Overrides an `?allow_eviction=` in the URL.
-    pub fn allow_eviction(mut self, allow: bool) -> Self {
-        self.allow_eviction = Some(allow);
-        self
-    }
-
-    /// How long to wait for an answer before the operation fails as
-    /// [`Error::Unavailable`] (default 2 s). The operation may still have been applied.
-    pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
-        self
-    }
-
-    /// How long one connection attempt may take (default 1 s).
-    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
-        self.connection_timeout = timeout;
-        self
-    }
-
-    /// How many times a lost connection is retried, with exponential backoff from 50 ms,
-    /// before the requests waiting on it fail (default 3). The next request after that starts
-    /// reconnecting again, so a store outlives any outage; fewer attempts make calls fail
-    /// closed sooner while the server is down.
-    pub fn reconnect_attempts(mut self, attempts: usize) -> Self {
-        self.reconnect_attempts = attempts;
-        self
-    }
-
-    /// Whether a claim may use the native `SET … NX GET PX` where the server has it (default
-    /// yes). [`connect`](Self::connect) reads the version of the server (of every master of a
-    /// cluster) and claims with one native command on Redis 7 or later, with the claim script
-    /// before 7 or when this is `false`. The entries and every answer are the same either way;
-    /// the native claim costs the server a fraction of the script's CPU. `false` is for
-    /// comparing the two, and for servers that report 7 without implementing it.
-    pub fn native_claim(mut self, native: bool) -> Self {
-        self.native_claim = native;
-        self
-    }
-
-    /// Connects (to one node of a cluster at least), checks that Redis will not evict entries
-    /// (see [`allow_eviction`](Self::allow_eviction)), reads whether every master has the
-    /// native claim (see [`native_claim`](Self::native_claim)) and loads the scripts.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Config`] for a malformed URL, a `rediss://` URL in a build without the
-    /// `redis-tls` feature, options the driver refuses, a server that may evict entries, a
-    /// wrong password or none where the server needs one, or a database index the server does
-    /// not have; [`Error::Unavailable`] when the server cannot be reached; [`Error::Store`]
-    /// when it refuses us otherwise.
-    pub async fn connect(self) -> Result<RedisStore> {
-        let target = Target::parse(&self.url)?;
-        let conn = self.open(&target).await?;
-        let prefix = self.prefix.or(target.prefix).unwrap_or_default();
-        let allow_eviction = self
-            .allow_eviction
-            .or(target.allow_eviction)
-            .unwrap_or(false);
-        let mut store = RedisStore {
-            conn,
-            prefix,
-            display: target.display,
-            native_claim: false,
-        };
-        store.check_eviction(allow_eviction).await?;
-        store.native_claim = self.native_claim && store.every_master_claims_natively().await?;
-        let scripts = &*SCRIPTS;
-        for script in [
-            &scripts.claim,
-            &scripts.read,
-            &scripts.renew,
-            &scripts.complete,
-            &scripts.fail,
-            &scripts.resolve,
-        ] {
-            // On a cluster `SCRIPT LOAD` goes to every master.
-            script
-                .prepare_invoke()
-                .load_async(&mut store.conn())
-                .await
-                .map_err(to_error)?;
-        }
-        Ok(store)
-    }
-
-    /// The connection to what `target` names, with this builder's timeouts and reconnection
-    /// settings.
-    async fn open(&self, target: &Target) -> Result<Conn> {
-        #[cfg(feature = "redis-tls")]
-        if target.tls {
-            // redis uses rustls without choosing a crypto provider; pick ring (no C toolchain
-            // needed) unless the program installed one already.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
-        let conn = if target.cluster {
-            let client = ClusterClientBuilder::new(target.nodes.clone())
-                .connection_timeout(self.connection_timeout)
-                .response_timeout(self.response_timeout)
-                .retries(u32::try_from(self.reconnect_attempts).unwrap_or(u32::MAX))
-                .build()
-                .map_err(config_error)?;
-            Conn::Cluster(
-                client
-                    .get_async_connection()
-                    .await
-                    .map_err(|e| at_connect(e, &target.display))?,
-            )
-        } else {
-            let client = ::redis::Client::open(target.nodes[0].as_str()).map_err(config_error)?;
-            let config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(self.connection_timeout))
-                .set_response_timeout(Some(self.response_timeout))
-                .set_number_of_retries(self.reconnect_attempts)
-                .set_min_delay(Duration::from_millis(50))
-                .set_max_delay(Duration::from_secs(1));
-            Conn::Single(
-                ConnectionManager::new_with_config(client, config)
-                    .await
-                    .map_err(|e| at_connect(e, &target.display))?,
-            )
-        };
-        Ok(conn)
-    }
-}
-
-/// A failure to connect: a refusal that the URL causes ([`refused_setup`]), or else as any
-/// other error of the driver.
-fn at_connect(e: RedisError, display: &str) -> Error {
-    refused_setup(&e, &format!("Redis at {display}")).unwrap_or_else(|| to_error(e))
-}
-
-/// One connection made as a store makes its own (the URL's nodes without toolonce's own
-/// parameters, TLS, the default timeouts and reconnection settings), without the store's
-/// checks and scripts. For programs that send their own commands beside a store and want them
-/// to pay what the store's commands pay, as `toolonce bench`'s raw floor does.
-///
-/// # Errors
-///
-/// As [`RedisStoreBuilder::connect`], less the refusal of a server that may evict entries.
-#[doc(hidden)]
-pub async fn connect_client(url: &str) -> Result<Conn> {
-    RedisStore::builder(url).open(&Target::parse(url)?).await
-}
-
 /// The distinct master addresses in a `CLUSTER SLOTS` reply.
 pub(super) fn cluster_masters(reply: Value) -> Result<Vec<(String, u16)>> {
     let bad = || Error::store("unexpected CLUSTER SLOTS reply");
@@ -445,27 +223,9 @@ pub(super) fn has_native_claim(info: &str) -> bool {
         .and_then(|version| version.trim().split('.').next()?.parse::<u32>().ok())
         .is_some_and(|major| major >= 7)
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test]
-    async fn a_client_connection_refuses_a_bad_url_and_an_absent_server_as_the_store_does() {
-        assert!(matches!(
-            connect_client("http://h").await,
-            Err(Error::Config(_))
-        ));
-        // Port 1 on loopback: nothing listens there, so the connection is refused at once.
-        assert!(matches!(
-            connect_client("redis://127.0.0.1:1").await,
-            Err(Error::Unavailable(_))
-        ));
-        assert!(matches!(
-            RedisStore::connect("redis://127.0.0.1:1").await,
-            Err(Error::Unavailable(_))
-        ));
-    }
 
     #[test]
     fn the_native_claim_needs_redis_7() {

@@ -10,8 +10,9 @@
 use ::redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use ::redis::{RedisError, Value};
 
-use super::conn::{Conn, RedisStore};
+use super::conn::RedisStore;
 use super::error::{refused_setup, to_error};
+use super::link::Conn;
 use crate::{Error, Result};
 
 /// The only policy under which Redis never deletes a key before it expires.

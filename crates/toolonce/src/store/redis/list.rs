@@ -7,8 +7,9 @@ use ::redis::{RedisError, Value};
 use crate::key::OperationKey;
 use crate::{Error, Result};
 
-use super::conn::{Conn, RedisStore, cluster_masters};
+use super::conn::{RedisStore, cluster_masters};
 use super::error::to_error;
+use super::link::Conn;
 
 /// How many `SCAN` calls one [`Store::list`] call makes at most.
 pub(super) const MAX_SCANS_PER_PAGE: usize = 64;
@@ -104,7 +105,7 @@ impl RedisStore {
     /// The masters to scan, in a stable order: `[None]` for a single server.
     pub(super) async fn scan_nodes(&self) -> Result<Vec<Option<(String, u16)>>> {
         match &self.conn {
-            Conn::Single(_) => Ok(vec![None]),
+            Conn::Single(_) | Conn::Sentinel(_) => Ok(vec![None]),
             Conn::Cluster(_) => {
                 let reply: Value = ::redis::cmd("CLUSTER")
                     .arg("SLOTS")

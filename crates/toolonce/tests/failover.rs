@@ -1,0 +1,432 @@
+//! Failovers of a Redis primary, on real servers on loopback (Redis 7 and Valkey 8.1): a
+//! primary and a replica whose replication link runs through a proxy the test stalls, so that
+//! exactly the writes it means to lose reach only the primary; then SIGKILL of the primary and
+//! promotion of the replica. With `replicas=1` no operation runs twice across the failover,
+//! and without it the same storm runs some twice: the window that `replicas=N` closes. A
+//! Sentinel trio shows that a `redis+sentinel://` store follows the master it promotes.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use toolonce::key::{self, Derived};
+use toolonce::store::redis::RedisStore;
+use toolonce::{Layer, Outcome, Store, WriteAnswer, WriteOptions};
+use toolonce_testsupport::{RedisServer, ReplicatedRedis};
+
+/// The log lines of this test binary (one global subscriber: see lost_replies.rs).
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Logs {
+    fn capture() -> &'static Logs {
+        static LOGS: OnceLock<Logs> = OnceLock::new();
+        LOGS.get_or_init(|| {
+            let logs = Logs::default();
+            let writer = logs.clone();
+            tracing_subscriber::fmt()
+                .with_writer(move || writer.clone())
+                .with_ansi(false)
+                .init();
+            logs
+        })
+    }
+
+    fn about(&self, key: &toolonce::OperationKey) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .filter(|line| line.contains(key.as_str()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn all(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Where `scripts/install-valkey` (run by `scripts/install-test-deps`) puts `valkey-server`.
+fn valkey() -> PathBuf {
+    let program = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("valkey")
+        .join("valkey-server");
+    assert!(
+        program.exists(),
+        "{} is missing: run scripts/install-test-deps, which installs it (scripts/install-valkey)",
+        program.display()
+    );
+    program
+}
+
+/// An operation unique to the test run.
+fn op(test: &str, n: usize) -> Derived {
+    static RUN: AtomicU64 = AtomicU64::new(0);
+    let scope = format!(
+        "failover-{test}-{}-{}",
+        std::process::id(),
+        RUN.fetch_add(1, Ordering::Relaxed)
+    );
+    key::derive(&scope, "charge", &json!({"n": n}), None).unwrap()
+}
+
+/// A write tool that counts its runs; `during` runs inside it, while it holds the claim.
+async fn call(
+    layer: &Layer,
+    op: &Derived,
+    runs: &AtomicU32,
+    during: impl FnOnce() + Send,
+) -> WriteAnswer {
+    let options = WriteOptions::new().lease(Duration::from_secs(2));
+    layer
+        .run("charge", op, &options, |_| async move {
+            let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+            during();
+            Ok(json!({"receipt": "r_5", "run": n}))
+        })
+        .await
+}
+
+async fn store(url: &str, replicas: u32) -> Arc<dyn Store> {
+    Arc::new(
+        RedisStore::builder(url)
+            .replicas(replicas)
+            .replica_timeout(Duration::from_millis(200))
+            .reconnect_attempts(1)
+            .connect()
+            .await
+            .unwrap(),
+    )
+}
+
+/// `replicas=1`, the replica's link stalled: the claim reaches only the primary, so the tool
+/// is not run, the claim is released (nothing stays behind) and the caller hears
+/// `store_unavailable`; once the replica catches up, the same call runs once.
+async fn a_claim_the_replica_lacks_is_not_run(set: ReplicatedRedis) {
+    let store = store(&set.front.url("redis"), 1).await;
+    let layer = Layer::new(store.clone());
+    let op = op("claim", 0);
+    let runs = AtomicU32::new(0);
+
+    set.link.stall();
+    let first = call(&layer, &op, &runs, || {}).await;
+    assert_eq!(first.outcome, Outcome::StoreUnavailable, "{first:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the tool ran");
+    let detail = format!("{:?}", first.result);
+    assert!(detail.contains("replicas"), "{detail}");
+    assert_eq!(store.get(&op.key).await.unwrap(), None, "the claim stayed");
+
+    set.link.heal();
+    let retry = call(&layer, &op, &runs, || {}).await;
+    assert_eq!(retry.outcome, Outcome::Executed, "{retry:?}");
+    let duplicate = call(&layer, &op, &runs, || {}).await;
+    assert_eq!(duplicate.outcome, Outcome::Replayed, "{duplicate:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+/// `replicas=1`, the replica's link stalls while the tool runs: the result is the caller's,
+/// the entry stays done on the primary, and the log says it may not survive a failover.
+async fn a_result_the_replica_lacks_is_returned_and_kept(set: ReplicatedRedis) {
+    let logs = Logs::capture();
+    let store = store(&set.front.url("redis"), 1).await;
+    let layer = Layer::new(store.clone());
+    let op = op("result", 0);
+    let runs = AtomicU32::new(0);
+
+    let first = call(&layer, &op, &runs, || set.link.stall()).await;
+    assert_eq!(first.outcome, Outcome::Executed, "{first:?}");
+    assert_eq!(first.result, Ok(json!({"receipt": "r_5", "run": 1})));
+    let duplicate = call(&layer, &op, &runs, || {}).await;
+    assert_eq!(duplicate.outcome, Outcome::Replayed, "{duplicate:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let logs = logs.about(&op.key);
+    assert!(
+        logs.contains("may not survive a failover") || logs.contains("may be lost"),
+        "no warning about the unreplicated result:\n{logs}"
+    );
+    set.link.heal();
+}
+
+/// What a storm saw: the runs of each operation, and how many calls were refused.
+struct Storm {
+    runs: Vec<u32>,
+    refused: usize,
+}
+
+/// A storm of duplicates across a failover. Operations come in one every 4 ms; eight callers
+/// keep calling the ten newest, so each is called many times over. After 300 ms the
+/// replication link stalls; 300 ms later the primary is SIGKILLed and the replica promoted;
+/// the old primary rejoins as its replica and the storm goes on for another 300 ms. Then every
+/// operation is called once more, until the store answers.
+async fn storm_across_a_failover(set: ReplicatedRedis, replicas: u32) -> Storm {
+    const OPS: usize = 240;
+    let store = store(&set.front.url("redis"), replicas).await;
+    let layer = Arc::new(Layer::new(store));
+    let ops: Arc<Vec<Derived>> = Arc::new((0..OPS).map(|n| op("storm", n)).collect());
+    let runs: Arc<Vec<AtomicU32>> = Arc::new((0..OPS).map(|_| AtomicU32::new(0)).collect());
+    let frontier = Arc::new(AtomicUsize::new(1));
+    let stop = Arc::new(AtomicBool::new(false));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let mut callers = Vec::new();
+    for caller in 0..8u64 {
+        let (layer, ops, runs) = (layer.clone(), ops.clone(), runs.clone());
+        let (frontier, stop, refused) = (frontier.clone(), stop.clone(), refused.clone());
+        callers.push(tokio::spawn(async move {
+            let mut seed = caller.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+            while !stop.load(Ordering::SeqCst) {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let newest = frontier.load(Ordering::SeqCst).min(OPS);
+                let i = newest - 1 - (seed as usize % newest.min(10));
+                let answer = call(&layer, &ops[i], &runs[i], || {}).await;
+                if answer.outcome == Outcome::StoreUnavailable {
+                    refused.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        }));
+    }
+    let advance = |ms: u64| {
+        let frontier = frontier.clone();
+        async move {
+            let end = Instant::now() + Duration::from_millis(ms);
+            while Instant::now() < end {
+                tokio::time::sleep(Duration::from_millis(4)).await;
+                frontier.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    };
+    advance(300).await;
+    set.link.stall();
+    advance(300).await;
+    let failing = {
+        let set = &set;
+        async move {
+            tokio::task::block_in_place(|| {
+                set.fail_over();
+                set.rejoin();
+            })
+        }
+    };
+    failing.await;
+    advance(300).await;
+    stop.store(true, Ordering::SeqCst);
+    for caller in callers {
+        caller.await.unwrap();
+    }
+    // The sweep: every operation once more, as a caller that retries until it is answered.
+    let last = frontier.load(Ordering::SeqCst).min(OPS);
+    for i in 0..last {
+        for _ in 0..100 {
+            let answer = call(&layer, &ops[i], &runs[i], || {}).await;
+            if answer.outcome != Outcome::StoreUnavailable {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    Storm {
+        runs: runs[..last]
+            .iter()
+            .map(|r| r.load(Ordering::SeqCst))
+            .collect(),
+        refused: refused.load(Ordering::SeqCst),
+    }
+}
+
+fn at_most_once(storm: &Storm) {
+    let twice: Vec<usize> = (0..storm.runs.len())
+        .filter(|&i| storm.runs[i] > 1)
+        .collect();
+    assert!(
+        twice.is_empty(),
+        "operations ran more than once across the failover with replicas=1: {twice:?}"
+    );
+    assert!(
+        storm.refused > 0,
+        "no claim was refused while the replica lagged: the stall did not happen"
+    );
+    let ran = storm.runs.iter().filter(|&&r| r == 1).count();
+    assert!(
+        ran * 10 >= storm.runs.len() * 9,
+        "only {ran} of {} operations ran at all",
+        storm.runs.len()
+    );
+}
+
+fn some_twice(storm: &Storm) {
+    let twice = storm.runs.iter().filter(|&&r| r > 1).count();
+    assert!(
+        twice > 0,
+        "no operation ran twice without replicas: the test does not reach the window it closes \
+         ({:?})",
+        storm.runs
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis 7
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_claim_the_replica_lacks_is_not_run_and_is_released() {
+    a_claim_the_replica_lacks_is_not_run(ReplicatedRedis::start()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_result_the_replica_lacks_is_returned_kept_and_logged() {
+    a_result_the_replica_lacks_is_returned_and_kept(ReplicatedRedis::start()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_with_replicas_1_every_operation_runs_at_most_once_across_a_failover() {
+    at_most_once(&storm_across_a_failover(ReplicatedRedis::start(), 1).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_without_replicas_the_same_failover_runs_operations_twice() {
+    some_twice(&storm_across_a_failover(ReplicatedRedis::start(), 0).await);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Valkey 8.1
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valkey_a_claim_the_replica_lacks_is_not_run_and_is_released() {
+    a_claim_the_replica_lacks_is_not_run(ReplicatedRedis::start_program(&valkey())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valkey_a_result_the_replica_lacks_is_returned_kept_and_logged() {
+    a_result_the_replica_lacks_is_returned_and_kept(ReplicatedRedis::start_program(&valkey()))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valkey_with_replicas_1_every_operation_runs_at_most_once_across_a_failover() {
+    at_most_once(&storm_across_a_failover(ReplicatedRedis::start_program(&valkey()), 1).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valkey_without_replicas_the_same_failover_runs_operations_twice() {
+    some_twice(&storm_across_a_failover(ReplicatedRedis::start_program(&valkey()), 0).await);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sentinel
+
+/// Three Sentinels watching `set`'s primary, quick to act.
+fn sentinels(set: &ReplicatedRedis) -> Vec<RedisServer> {
+    let conf = [
+        "sentinel down-after-milliseconds toolonce 1000".to_owned(),
+        "sentinel failover-timeout toolonce 4000".to_owned(),
+        "sentinel parallel-syncs toolonce 1".to_owned(),
+    ];
+    (0..3)
+        .map(|_| {
+            RedisServer::start_sentinel(set.program(), "toolonce", set.primary.addr(), 2, &conf)
+        })
+        .collect()
+}
+
+/// The master the Sentinels name, once they all name the same one and it is not `old`.
+fn wait_for_new_master(sentinels: &[RedisServer], old: u16) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let named: Vec<String> = sentinels
+            .iter()
+            .map(|s| s.command(&["SENTINEL", "get-master-addr-by-name", "toolonce"]))
+            .collect();
+        if named.iter().all(|n| n == &named[0]) && !named[0].contains(&old.to_string()) {
+            return named[0].clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the Sentinels promoted nobody: {named:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+async fn a_sentinel_store_follows_the_master(set: ReplicatedRedis) {
+    let logs = Logs::capture();
+    let sentinels = sentinels(&set);
+    let url = format!(
+        "redis+sentinel://{}/toolonce?replicas=1&replica_timeout_ms=500",
+        sentinels
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port()))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let store: Arc<dyn Store> = Arc::new(
+        RedisStore::builder(&url)
+            .reconnect_attempts(1)
+            .connect()
+            .await
+            .unwrap(),
+    );
+    assert!(
+        logs.all().contains("keeps nothing on disk"),
+        "the persistence check did not warn about a server with save \"\" and appendonly no"
+    );
+    let layer = Layer::new(store.clone());
+    let (before, after) = (op("sentinel", 0), op("sentinel", 1));
+    let (runs_before, runs_after) = (AtomicU32::new(0), AtomicU32::new(0));
+    let first = call(&layer, &before, &runs_before, || {}).await;
+    assert_eq!(first.outcome, Outcome::Executed, "{first:?}");
+
+    let old = set.primary.port();
+    set.primary.kill();
+    let promoted = wait_for_new_master(&sentinels, old);
+    assert!(
+        promoted.contains(&set.replica.port().to_string()),
+        "{promoted}"
+    );
+    // The old primary returns, empty; the Sentinels make it a replica of the new master.
+    set.primary.restart();
+
+    // The acknowledged result survived on the promoted replica, through the same store.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let replay = loop {
+        let answer = call(&layer, &before, &runs_before, || {}).await;
+        if answer.outcome != Outcome::StoreUnavailable || Instant::now() > deadline {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(replay.outcome, Outcome::Replayed, "{replay:?}");
+    assert_eq!(runs_before.load(Ordering::SeqCst), 1);
+    // New writes reach the new master, and wait for the rejoined replica.
+    let fresh = loop {
+        let answer = call(&layer, &after, &runs_after, || {}).await;
+        if answer.outcome != Outcome::StoreUnavailable || Instant::now() > deadline {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(fresh.outcome, Outcome::Executed, "{fresh:?}");
+    assert_eq!(runs_after.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_sentinel_store_follows_the_master_it_promotes_and_keeps_what_was_acknowledged() {
+    a_sentinel_store_follows_the_master(ReplicatedRedis::start()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valkey_a_sentinel_store_follows_the_master_it_promotes_and_keeps_what_was_acknowledged() {
+    a_sentinel_store_follows_the_master(ReplicatedRedis::start_program(&valkey())).await;
+}
