@@ -40,14 +40,14 @@ pub(crate) struct Auth {
 
 enum Check {
     Nobody,
-    SharedToken {
-        token: String,
-        principal: Principal,
-    },
-    OAuth {
-        verifier: jwt::Verifier,
-        metadata: Metadata,
-    },
+    SharedToken { token: String, principal: Principal },
+    // Boxed: the verifier holds the key set and its locks, far more than the others.
+    OAuth(Box<OAuth>),
+}
+
+struct OAuth {
+    verifier: jwt::Verifier,
+    metadata: Metadata,
 }
 
 /// A request refused for its credentials: a 401 with this challenge and message.
@@ -95,7 +95,7 @@ impl Auth {
         let verifier =
             jwt::Verifier::new(settings.issuer, settings.resource, &settings.jwks).await?;
         Ok(Auth {
-            check: Check::OAuth { verifier, metadata },
+            check: Check::OAuth(Box::new(OAuth { verifier, metadata })),
             forward,
         })
     }
@@ -113,8 +113,8 @@ impl Auth {
     /// The RFC 9728 document, when `path` is where it is served.
     pub(crate) fn metadata(&self, path: &str) -> Option<&[u8]> {
         match &self.check {
-            Check::OAuth { metadata, .. } if metadata.paths.iter().any(|p| p == path) => {
-                Some(&metadata.document)
+            Check::OAuth(oauth) if oauth.metadata.paths.iter().any(|p| p == path) => {
+                Some(&oauth.metadata.document)
             }
             _ => None,
         }
@@ -138,17 +138,17 @@ impl Auth {
                     Err(Some("the bearer token is not the gateway's".to_owned()))
                 }
             },
-            Check::OAuth { verifier, .. } => match bearer(authorization) {
+            Check::OAuth(oauth) => match bearer(authorization) {
                 Bearer::Missing => Err(None),
                 Bearer::Malformed => Err(Some(
                     "the Authorization header is not `Bearer TOKEN`".to_owned(),
                 )),
-                Bearer::Given(token) => verifier.check(token).await.map_err(Some),
+                Bearer::Given(token) => oauth.verifier.check(token).await.map_err(Some),
             },
         };
         principal.map_err(|refused| {
             let challenge = match &self.check {
-                Check::OAuth { metadata, .. } => metadata.challenge(refused.as_deref()),
+                Check::OAuth(oauth) => oauth.metadata.challenge(refused.as_deref()),
                 _ => metadata::challenge(None, refused.as_deref()),
             };
             if let Some(why) = &refused {

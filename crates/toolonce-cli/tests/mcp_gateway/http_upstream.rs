@@ -142,12 +142,12 @@ fn the_clients_authorization_reaches_the_http_server_only_when_forwarded_and_nev
         &["--require-token", "GATEWAY_TOKEN"],
         &env,
     );
-    // The server refuses the gateway (which sent no credentials): a 502, not the server's
-    // challenge, which no client could answer.
+    // The server refuses the gateway, which sent no credentials (the client gets a 502, not
+    // the server's challenge: see `principals`).
     let got = sdk_client(&guarded.url(), &steps, &[("TOKEN", UPSTREAM_TOKEN)]);
     let error = got["error"].as_str().unwrap_or_else(|| panic!("{got}"));
     assert!(
-        error.contains("502"),
+        error.contains("refused this request with HTTP 401"),
         "the gateway's token went on: {error}"
     );
     let log = guarded.stop();
