@@ -439,3 +439,63 @@ fn bad_oauth_settings_stop_the_gateway_with_exit_code_2_naming_the_option() {
         assert!(stderr.contains(named), "{args:?}: {stderr}");
     }
 }
+
+/// Requests of protocol 2026-07-28 have no session: they share proxies, but never across
+/// principals, and each principal's operations are its own.
+#[test]
+fn requests_without_a_session_of_two_principals_never_share_an_operation() {
+    let dir = tempfile::tempdir().unwrap();
+    let signer = Signer::ec("ec-1");
+    let file = dir.path().join("jwks.json");
+    std::fs::write(&file, jwks(&[&signer]).to_string()).unwrap();
+    let counter = dir.path().join("counter");
+    let mut command = Command::new(toolonce());
+    command
+        .args(["mcp", "--store", "memory://", "--scope", "gateway-test"])
+        .args([
+            "--server-id",
+            "mail",
+            "--listen",
+            "127.0.0.1:0",
+            "--oauth-jwks",
+        ])
+        .arg(&file)
+        .args(["--oauth-issuer", ISSUER, "--oauth-resource", RESOURCE, "--"])
+        .arg(mcp_peer::modern_server())
+        .env("MCP_TEST_COUNTER", &counter)
+        .env_remove("MCP_TEST_LOG");
+    let mut gateway = Gateway::spawn(command);
+    let charges = || {
+        std::fs::read_to_string(&counter)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with("charge\t"))
+            .count()
+    };
+    let charge = |who: &str, id: &str| {
+        let auth = bearer(&signer.sign(&claims(who)));
+        let params = json!({"name": "charge", "arguments": {"amount": 7}});
+        modern_post_with(gateway.port, &auth, "tools/call", id, params)
+    };
+    let alice = charge("alice", "a-1");
+    assert_eq!(outcome(&alice["result"]), None, "{alice}");
+    let bob = charge("bob", "b-1");
+    assert_eq!(
+        outcome(&bob["result"]),
+        None,
+        "Bob got Alice's result: {bob}"
+    );
+    let again = charge("alice", "a-2");
+    assert_eq!(outcome(&again["result"]), Some("replayed"), "{again}");
+    assert_eq!(charges(), 2);
+    // And without a token, nothing at all.
+    let body = json!({"jsonrpc": "2.0", "id": "x", "method": "tools/list"});
+    let refused = raw(
+        gateway.port,
+        "POST",
+        &format!("{BOTH}MCP-Protocol-Version: {MODERN}\r\n"),
+        &body.to_string(),
+    );
+    assert_eq!(refused.status(), 401, "{}", refused.body);
+    gateway.stop();
+}
