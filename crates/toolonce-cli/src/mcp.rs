@@ -69,6 +69,8 @@
 //!   proxy and server process (or HTTP server session) per client session, all sharing the
 //!   store and the scope. Its sessions, their routing, request bodies and the HTTP checks each
 //!   have a file under `listen/`.
+//! - [`auth`]: who may use the gateway and as whom: a shared token or OAuth bearer JWTs, the
+//!   principal that scopes every operation of a client's calls, RFC 9728 metadata.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -79,6 +81,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 mod answer;
+mod auth;
 mod batch;
 mod call;
 mod config;
@@ -136,11 +139,40 @@ pub(crate) struct McpArgs {
     #[arg(long, value_name = "ADDR")]
     listen: Option<String>,
     /// With --listen: the name of an environment variable holding the bearer token clients
-    /// must send (`Authorization: Bearer TOKEN`); others get 401. The token is never logged,
-    /// nor sent to an --upstream server (without this option, the client's Authorization goes
-    /// on to it; with it, give the server's credentials with --header).
+    /// must send (`Authorization: Bearer TOKEN`); others get 401. Its holders are one
+    /// principal. The token is never logged, nor sent to an --upstream server (give the
+    /// server's credentials with --header).
     #[arg(long, value_name = "VAR", requires = "listen")]
     require_token: Option<String>,
+    /// With --listen: accept OAuth 2.1 bearer JWTs signed with a key of this JWK Set (a file,
+    /// or an http:// or https:// URL, fetched at start and again for an unknown key id), of
+    /// --oauth-issuer, for --oauth-resource; others get 401 pointing at the protected
+    /// resource metadata the gateway serves (RFC 9728). Each subject (and client) is a
+    /// principal of its own.
+    #[arg(
+        long,
+        value_name = "FILE|URL",
+        requires_all = ["listen", "oauth_issuer", "oauth_resource"],
+        conflicts_with = "require_token"
+    )]
+    oauth_jwks: Option<String>,
+    /// With --oauth-jwks: the issuer whose tokens are accepted (their `iss`).
+    #[arg(long, value_name = "URL", requires = "oauth_jwks")]
+    oauth_issuer: Option<String>,
+    /// With --oauth-jwks: the gateway's resource URI, as clients reach it (such as
+    /// https://gateway.example.com/mcp): a token's `aud` must name it (RFC 8707).
+    #[arg(long, value_name = "URI", requires = "oauth_jwks")]
+    oauth_resource: Option<String>,
+    /// With --oauth-jwks: an authorization server named in the metadata (repeatable;
+    /// default: --oauth-issuer).
+    #[arg(long, value_name = "URL", requires = "oauth_jwks")]
+    oauth_authorization_server: Vec<String>,
+    /// With --listen and --upstream: pass each client's own `Authorization` on to the server
+    /// (by default the gateway keeps it and reaches the server with --header, as the MCP
+    /// authorization specification requires of a proxy). Unless --oauth-jwks checks tokens,
+    /// each distinct Authorization is then a principal of its own.
+    #[arg(long, requires = "listen", conflicts_with = "require_token")]
+    forward_authorization: bool,
     /// With --listen: end a session (stop its server, or end its session on the --upstream
     /// server, as DELETE does) once it has had no request in progress, no GET stream open and
     /// no request for this many seconds; a later request on it gets 404 (initialize again).
@@ -179,7 +211,7 @@ pub(crate) struct McpArgs {
 
 /// Runs the proxy; the exit code is the server's.
 pub(crate) async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
-    match prepare(args)? {
+    match prepare(args).await? {
         Prepared::Gateway(gateway, url) => {
             on_own_thread(async move {
                 let store = open_store(&url).await?;
@@ -204,21 +236,34 @@ enum Prepared {
 }
 
 /// Checks the arguments and builds what they ask for; nothing is started yet.
-fn prepare(args: McpArgs) -> anyhow::Result<Prepared> {
+async fn prepare(args: McpArgs) -> anyhow::Result<Prepared> {
     let config = match &args.config {
         Some(path) => config::Config::load(path)?,
         None => config::Config::default(),
     };
     let listen = args.listen.as_deref().map(listen_addr).transpose()?;
-    let token = match &args.require_token {
+    let auth = match &args.require_token {
         Some(var) => match std::env::var(var) {
-            Ok(token) if !token.trim().is_empty() && token.trim() == token => Some(token),
+            Ok(token) if !token.trim().is_empty() && token.trim() == token => {
+                auth::Auth::shared_token(token)
+            }
             Ok(_) => anyhow::bail!(
                 "--require-token {var}: the variable is empty or has surrounding whitespace"
             ),
             Err(_) => anyhow::bail!("--require-token {var}: the environment variable is not set"),
         },
-        None => None,
+        None => match &args.oauth_jwks {
+            Some(jwks) => {
+                let settings = auth::OAuthSettings {
+                    issuer: args.oauth_issuer.clone().unwrap_or_default(),
+                    resource: args.oauth_resource.clone().unwrap_or_default(),
+                    jwks: jwks.clone(),
+                    authorization_servers: args.oauth_authorization_server.clone(),
+                };
+                auth::Auth::oauth(settings, args.forward_authorization).await?
+            }
+            None => auth::Auth::nobody(args.forward_authorization),
+        },
     };
     // The server first: a bad URL or header stops the proxy before anything is logged.
     let server = match &args.upstream {
@@ -228,6 +273,13 @@ fn prepare(args: McpArgs) -> anyhow::Result<Prepared> {
         }
         None if !args.header.is_empty() => {
             anyhow::bail!("--header is for an --upstream server")
+        }
+        // Checked here: clap's `requires` lets it pass beside a server command.
+        None if args.forward_authorization => {
+            anyhow::bail!(
+                "--forward-authorization is for an --upstream server: a server command gets no \
+                 HTTP credentials"
+            )
         }
         None => {
             let (program, server_args) = args
@@ -267,12 +319,12 @@ fn prepare(args: McpArgs) -> anyhow::Result<Prepared> {
     };
     tracing::info!(target: "toolonce::mcp", %server_id, "server id");
     if let Some(addr) = listen {
-        if !addr.ip().is_loopback() && token.is_none() {
+        if !addr.ip().is_loopback() && !auth.checks() {
             tracing::warn!(
                 target: "toolonce::mcp",
                 %addr,
-                "listening beyond loopback without --require-token: anyone who reaches this \
-                 address can call the server's tools"
+                "listening beyond loopback without --require-token or --oauth-jwks: anyone \
+                 who reaches this address can call the server's tools"
             );
         }
         let backend = match server {
@@ -284,14 +336,14 @@ fn prepare(args: McpArgs) -> anyhow::Result<Prepared> {
             server::Server::Http(..) => listen::Backend::Http {
                 url: args.upstream.clone().expect("an HTTP server has a URL"),
                 headers: args.header.clone(),
-                forward_authorization: token.is_none(),
+                forward_authorization: auth.forwards(),
             },
         };
         let (session_idle, max_sessions) = (args.session_idle, args.max_sessions as usize);
         let bounds = args.bounds.bounds();
         let gateway = move |store| listen::Gateway {
             addr,
-            token,
+            auth,
             backend,
             scope,
             server_id,

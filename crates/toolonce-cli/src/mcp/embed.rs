@@ -38,7 +38,7 @@ where
     A: Into<OsString> + Clone,
 {
     let Embedded { args } = Embedded::try_parse_from(args)?;
-    match super::prepare(args)? {
+    match super::prepare(args).await? {
         super::Prepared::Stdio(settings) => super::serve(*settings, input, output).await,
         super::Prepared::Gateway(..) => {
             anyhow::bail!("--listen serves a gateway: run it with `toolonce mcp --listen`")

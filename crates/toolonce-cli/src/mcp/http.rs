@@ -56,6 +56,7 @@ use client::{ACCEPT_TIMEOUT, Client, GetError, lock};
 use exchange::Exchange;
 pub(crate) use message::{Incoming, request_ids};
 use target::Target;
+pub(crate) use target::tls_connector;
 
 /// The JSON-RPC code of the proxy's answer to a request whose answer did not come (the outcome
 /// is unknown), or that could not be sent.

@@ -6,10 +6,10 @@
 //! (each client session maps to one server session, ended with it), and runs a
 //! [`proxy`](super::proxy) between the two, so every rule of the stdio proxy holds (write
 //! calls claimed through the layer, replays, fail-closed answers, transparency). Sessions share
-//! the store, the scope and the server id, so calls are deduplicated across sessions, and
-//! across gateway processes sharing a durable store. Requests of protocol 2026-07-28, which
-//! has no sessions, go to a pool of sessionless proxies, each shared by many clients and kept
-//! apart by ids of the gateway's own (see [`shared`]).
+//! the store, the scope and the server id, so calls of one principal are deduplicated across
+//! its sessions, and across gateway processes sharing a durable store. Requests of protocol
+//! 2026-07-28, which has no sessions, go to a pool of sessionless proxies, each shared by many
+//! clients of one principal and kept apart by ids of the gateway's own (see [`shared`]).
 //!
 //! What is served: a POSTed request is answered as an event stream when the client accepts
 //! `text/event-stream`: what the server sends while the request is in progress goes on the
@@ -30,10 +30,15 @@
 //! Over HTTP, a client closing the stream or the connection before the answer came is the
 //! cancellation: the proxy gets a `notifications/cancelled`, as from a stdio client.
 //!
-//! Credentials: the client's `Authorization` goes on to an HTTP server (the latest one the
-//! session sent), unless the gateway checks a token of its own (`--require-token`): that token
-//! stays here, and `--header` gives the server's. `initialize` is answered as JSON, so that the
-//! server refusing the client's credentials (401, 403) becomes the gateway's HTTP answer.
+//! Credentials ([`auth`](super::auth)): every request is authenticated after its headers,
+//! before its body is read, and acts for a principal: its sessions belong to it (another
+//! principal's session id gets 404, as an unknown one) and its calls' operations are in its
+//! scope, so sessions of one principal share results and two principals never do. The
+//! client's `Authorization` stays here; the gateway reaches an HTTP server with `--header`.
+//! With `--forward-authorization` the client's goes on instead (the latest one the session
+//! sent), and `initialize` is answered as JSON, so that the server refusing the client's
+//! credentials (401, 403) becomes the gateway's HTTP answer; without it, the server refusing
+//! the gateway's own credentials is a 502.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -48,6 +53,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
+use super::auth::Principal;
 use super::jsonrpc::{IdKey, Peek};
 use super::protocol::{PROTOCOL_VERSION_HEADER as PROTOCOL_VERSION, SESSION_ID_HEADER as SESSION};
 
@@ -62,7 +68,7 @@ use body::{Cancel, EventBody, Pending};
 pub(crate) use limits::BoundsArgs;
 use limits::{AcceptErrors, Connections};
 use request::{
-    Answer, accepts_events, answer, authorized, events, origin_allowed, progress_token, refuse,
+    Answer, accepts_events, answer, events, metadata, origin_allowed, progress_token, refuse,
     refused_for_credentials, sessionless,
 };
 use routes::{Session, Waiter, lock};
@@ -159,18 +165,24 @@ pub(crate) async fn serve(gateway: Gateway) -> anyhow::Result<std::process::Exit
 }
 
 async fn handle(state: &Arc<State>, request: Request<Body>) -> Answer {
+    if let Some(document) = state.gateway.auth.metadata(request.uri().path()) {
+        return metadata(request.method(), document);
+    }
     if request.uri().path() != "/mcp" {
         return refuse(StatusCode::NOT_FOUND, "not found: the MCP endpoint is /mcp");
     }
-    if let Some(token) = &state.gateway.token
-        && !authorized(&request, token)
-    {
-        let mut response = refuse(StatusCode::UNAUTHORIZED, "a valid bearer token is required");
-        response
-            .headers_mut()
-            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        return response;
-    }
+    // Right after the headers, before the body is read: without credentials, a client cannot
+    // make the gateway read (and hold) a body.
+    let principal = match state.gateway.auth.principal(request.headers()).await {
+        Ok(principal) => principal,
+        Err(refusal) => {
+            let mut response = refuse(StatusCode::UNAUTHORIZED, &refusal.message);
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, refusal.challenge);
+            return response;
+        }
+    };
     if !origin_allowed(&request) {
         return refuse(
             StatusCode::FORBIDDEN,
@@ -182,12 +194,10 @@ async fn handle(state: &Arc<State>, request: Request<Body>) -> Answer {
         .get(SESSION)
         .map(|v| v.to_str().unwrap_or("").to_owned());
     match *request.method() {
-        Method::POST => post(state, session, request).await,
-        Method::GET => get(state, session, &request),
+        Method::POST => post(state, &principal, session, request).await,
+        Method::GET => get(state, &principal, session, &request),
         Method::DELETE => match session {
-            Some(id) if state.sessions().remove(&id).is_some() => {
-                answer(StatusCode::OK, Vec::new())
-            }
+            Some(id) if state.end_session_of(&id, &principal) => answer(StatusCode::OK, Vec::new()),
             Some(_) => refuse(StatusCode::NOT_FOUND, "no such session"),
             None => refuse(StatusCode::BAD_REQUEST, "no Mcp-Session-Id"),
         },
@@ -206,7 +216,12 @@ async fn handle(state: &Arc<State>, request: Request<Body>) -> Answer {
 
 /// `GET /mcp`: the session's stream for messages outside any request. A newer one replaces
 /// an older one (a client reconnecting may not have closed the old one yet).
-fn get(state: &Arc<State>, session: Option<String>, request: &Request<Body>) -> Answer {
+fn get(
+    state: &Arc<State>,
+    principal: &Principal,
+    session: Option<String>,
+    request: &Request<Body>,
+) -> Answer {
     if !accepts_events(request) {
         return refuse(
             StatusCode::NOT_ACCEPTABLE,
@@ -216,7 +231,7 @@ fn get(state: &Arc<State>, session: Option<String>, request: &Request<Body>) -> 
     let Some(id) = session else {
         return refuse(StatusCode::BAD_REQUEST, "no Mcp-Session-Id");
     };
-    let Some(session) = state.sessions().get(&id).inspect(|s| s.touch()).cloned() else {
+    let Some(session) = state.session_of(&id, principal) else {
         return refuse(StatusCode::NOT_FOUND, "no such session: initialize again");
     };
     pass_authorization(&session, request);
@@ -245,7 +260,12 @@ fn pass_authorization(session: &Session, request: &Request<Body>) {
     }
 }
 
-async fn post(state: &Arc<State>, session: Option<String>, request: Request<Body>) -> Answer {
+async fn post(
+    state: &Arc<State>,
+    principal: &Principal,
+    session: Option<String>,
+    request: Request<Body>,
+) -> Answer {
     let streams = accepts_events(&request);
     let version = request
         .headers()
@@ -278,17 +298,12 @@ async fn post(state: &Arc<State>, session: Option<String>, request: Request<Body
         );
     };
     let (session_id, session) = match session {
-        // Touched under the sessions' lock: an idle session is either ended before this
-        // request (404) or not ended for it.
-        Some(id) => match state.sessions().get(&id) {
-            Some(session) => {
-                session.touch();
-                (None, session.clone())
-            }
+        Some(id) => match state.session_of(&id, principal) {
+            Some(session) => (None, session),
             None => return refuse(StatusCode::NOT_FOUND, "no such session: initialize again"),
         },
         None if peek.method.as_deref() == Some("initialize") && peek.id.is_some() => {
-            match open_session(state) {
+            match open_session(state, principal) {
                 Ok((id, session)) => (Some(id), session),
                 Err(e) if e.is::<AtLimit>() => {
                     tracing::warn!(target: "toolonce::mcp", "refused a session: {e}");
@@ -301,7 +316,7 @@ async fn post(state: &Arc<State>, session: Option<String>, request: Request<Body
             }
         }
         None if sessionless(version.as_deref(), &line) => {
-            match sessionless_proxy(state, peek.id.as_ref(), &authorization) {
+            match sessionless_proxy(state, principal, peek.id.as_ref(), &authorization) {
                 Ok(Some(session)) => (None, session),
                 Ok(None) => return answer(StatusCode::ACCEPTED, Vec::new()),
                 Err(e) if e.is::<Busy>() => {
@@ -462,13 +477,22 @@ async fn post(state: &Arc<State>, session: Option<String>, request: Request<Body
             if let Some(id) = &session_id {
                 state.sessions().remove(id);
             }
+            // The server refused the client's own credentials only when they went on; else it
+            // refused the gateway's (--header), which no client can fix: its challenge would
+            // send the client to the server's authorization server for nothing.
+            let forwarded = session.forward_to.is_some();
+            let status = if forwarded {
+                status
+            } else {
+                StatusCode::BAD_GATEWAY
+            };
             let mut response = answer(status, reply);
             let headers = response.headers_mut();
             headers.insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
             );
-            if let Some(challenge) = challenge {
+            if let Some(challenge) = challenge.filter(|_| forwarded) {
                 headers.insert(header::WWW_AUTHENTICATE, challenge);
             }
             return response;

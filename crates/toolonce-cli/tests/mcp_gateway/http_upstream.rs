@@ -91,14 +91,15 @@ fn a_gateway_in_front_of_an_http_server_with_sse_answers_runs_a_write_once_acros
 }
 
 #[test]
-fn the_clients_authorization_reaches_the_http_server_unless_the_gateway_checks_its_own_token() {
+fn the_clients_authorization_reaches_the_http_server_only_when_forwarded_and_never_a_gateway_token()
+{
     let server = HttpServer::start("sse", &[("REQUIRE_TOKEN", UPSTREAM_TOKEN)]);
     let steps = json!([{"tool": "write", "args": {"item": "t"}}]);
     let dir = tempfile::tempdir().unwrap();
     let store = format!("sqlite://{}", dir.path().join("toolonce.db").display());
 
-    // No token of the gateway's own: the client's goes on.
-    let mut open = gateway_on(&store, &server.url(), &[], &[]);
+    // Forwarded (asked for): the client's goes on.
+    let mut open = gateway_on(&store, &server.url(), &["--forward-authorization"], &[]);
     let got = sdk_client(&open.url(), &steps, &[("TOKEN", UPSTREAM_TOKEN)]);
     assert!(got.get("error").is_none(), "{got}");
     assert_eq!(result_text(&got["results"][0]), "wrote t (execution 1)");
@@ -141,10 +142,12 @@ fn the_clients_authorization_reaches_the_http_server_unless_the_gateway_checks_i
         &["--require-token", "GATEWAY_TOKEN"],
         &env,
     );
+    // The server refuses the gateway, which sent no credentials (the client gets a 502, not
+    // the server's challenge: see `principals`).
     let got = sdk_client(&guarded.url(), &steps, &[("TOKEN", UPSTREAM_TOKEN)]);
     let error = got["error"].as_str().unwrap_or_else(|| panic!("{got}"));
     assert!(
-        error.contains("401"),
+        error.contains("refused this request with HTTP 401"),
         "the gateway's token went on: {error}"
     );
     let log = guarded.stop();
@@ -158,8 +161,16 @@ fn the_clients_authorization_reaches_the_http_server_unless_the_gateway_checks_i
         &["--require-token", "GATEWAY_TOKEN", "--header", &header],
         &env,
     );
+    // The holders of the gateway's token are a principal of their own: not the client that
+    // sent the server's token itself, whose result they do not get.
     let got = sdk_client(&both.url(), &steps, &[("TOKEN", GATEWAY_TOKEN)]);
     assert!(got.get("error").is_none(), "{got}");
+    assert_eq!(
+        result_text(&got["results"][0]),
+        "wrote t (execution 2)",
+        "{got}"
+    );
+    let got = sdk_client(&both.url(), &steps, &[("TOKEN", GATEWAY_TOKEN)]);
     assert_eq!(outcome(&got["results"][0]), Some("replayed"), "{got}");
     let got = sdk_client(&both.url(), &steps, &[("TOKEN", UPSTREAM_TOKEN)]);
     let error = got["error"].as_str().unwrap_or_else(|| panic!("{got}"));
@@ -172,7 +183,7 @@ fn the_clients_authorization_reaches_the_http_server_unless_the_gateway_checks_i
         !log.contains(UPSTREAM_TOKEN) && !log.contains(GATEWAY_TOKEN),
         "{log}"
     );
-    assert_eq!(server.executions().len(), 1);
+    assert_eq!(server.executions().len(), 2);
 }
 
 /// Requests without a session share proxies, but never across credentials: a request goes to
@@ -180,7 +191,11 @@ fn the_clients_authorization_reaches_the_http_server_unless_the_gateway_checks_i
 #[test]
 fn sessionless_requests_through_the_gateway_reach_the_http_server_with_their_own_authorization() {
     let server = HttpServer::bridge(&mcp_peer::modern_server());
-    let mut gateway = gateway_to(&server.url(), &["--server-id", "mail"], &[]);
+    let mut gateway = gateway_to(
+        &server.url(),
+        &["--server-id", "mail", "--forward-authorization"],
+        &[],
+    );
     let port = gateway.port;
     let tokens = ["alice-0a1b2c3d4e5f", "bob-9f8e7d6c5b4a"];
     std::thread::scope(|scope| {

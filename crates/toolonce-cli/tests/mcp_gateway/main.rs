@@ -5,6 +5,8 @@
 //! Node.js, npm and redis-server must be installed: without them these tests fail (they are
 //! never skipped), naming what is missing.
 
+#[path = "../support/jwt_issuer.rs"]
+mod jwt_issuer;
 #[path = "../support/mcp_gateway.rs"]
 mod mcp_gateway;
 #[path = "../support/mcp_http_upstream.rs"]
@@ -17,6 +19,8 @@ mod mcp_sdk;
 mod bounds;
 mod http_upstream;
 mod modern;
+mod oauth;
+mod principals;
 mod sessions;
 mod shared;
 mod stores;

@@ -92,7 +92,7 @@ impl Target {
 }
 
 /// TLS with the system's trusted roots (also `SSL_CERT_FILE` and `SSL_CERT_DIR`), HTTP/1.1.
-fn tls_connector() -> anyhow::Result<tokio_rustls::TlsConnector> {
+pub(crate) fn tls_connector() -> anyhow::Result<tokio_rustls::TlsConnector> {
     let found = rustls_native_certs::load_native_certs();
     let mut roots = rustls::RootCertStore::empty();
     let (added, _) = roots.add_parsable_certificates(found.certs);

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming as Body;
 use hyper::header::{self, HeaderValue};
-use hyper::{Request, Response, StatusCode};
+use hyper::{Method, Request, Response, StatusCode};
 use serde_json::Value;
 
 use crate::mcp::jsonrpc;
@@ -67,25 +67,24 @@ pub(super) fn accepts_events(request: &Request<Body>) -> bool {
         .any(|v| v.eq_ignore_ascii_case(EVENT_STREAM))
 }
 
-/// Whether the request carries `Authorization: Bearer <token>`. The comparison takes the same
-/// time wherever the first difference is.
-pub(super) fn authorized(request: &Request<Body>, token: &str) -> bool {
-    let Some(given) = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, value)| value.trim())
-    else {
-        return false;
-    };
-    given.len() == token.len()
-        && given
-            .bytes()
-            .zip(token.bytes())
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
+/// The RFC 9728 metadata document (see [`crate::mcp::auth`]), to a `GET`.
+pub(super) fn metadata(method: &Method, document: &[u8]) -> Answer {
+    if method != Method::GET {
+        let mut response = refuse(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "the protected resource metadata is served to GET",
+        );
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET"));
+        return response;
+    }
+    let mut response = answer(StatusCode::OK, document.to_vec());
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 /// Browsers send an `Origin`: only pages served from this machine may reach the gateway, so a

@@ -13,6 +13,7 @@ use hyper::header::HeaderValue;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::mcp::auth::Principal;
 use crate::mcp::http::Upstream;
 use crate::mcp::jsonrpc::{IdKey, Peek};
 
@@ -32,6 +33,9 @@ pub(super) struct Session {
     /// started for. Only requests with that same header share it, so one client's credentials
     /// never carry another's request.
     pub(super) bound: Option<HeaderValue>,
+    /// Whom the session belongs to: a request of another principal is answered as if it
+    /// did not exist.
+    pub(super) principal: Principal,
     /// When the client last sent a request, or was last seen with one in progress or its
     /// `GET` stream open: idleness counts from there.
     pub(super) touched: Mutex<Instant>,

@@ -13,6 +13,7 @@ use hyper::header::HeaderValue;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+use crate::mcp::auth::Principal;
 use crate::mcp::http::Upstream;
 use crate::mcp::jsonrpc;
 use crate::mcp::lifecycle;
@@ -27,8 +28,8 @@ use super::routes::{Routes, Session, Waiter, event, lock};
 /// What the gateway needs to start a proxy for each session.
 pub(crate) struct Gateway {
     pub(crate) addr: SocketAddr,
-    /// The bearer token clients must present, if one is required.
-    pub(crate) token: Option<String>,
+    /// How clients are authenticated, and whether their `Authorization` goes on.
+    pub(crate) auth: crate::mcp::auth::Auth,
     pub(crate) backend: Backend,
     pub(crate) scope: String,
     pub(crate) server_id: String,
@@ -53,8 +54,8 @@ pub(crate) enum Backend {
     Http {
         url: String,
         headers: Vec<String>,
-        /// Whether the client's `Authorization` goes on to the server (not when the gateway
-        /// checks a token of its own: that one is the gateway's, and stays there).
+        /// Whether the client's `Authorization` goes on to the server (only when asked, with
+        /// `--forward-authorization`: by default it is the gateway's, and stays there).
         forward_authorization: bool,
     },
 }
@@ -76,6 +77,28 @@ pub(super) struct State {
 impl State {
     pub(super) fn sessions(&self) -> MutexGuard<'_, HashMap<String, Arc<Session>>> {
         lock(&self.sessions)
+    }
+
+    /// The session `id` if it belongs to `principal`, touched (under the sessions' lock: an
+    /// idle session is either ended before this request or not ended for it). Another
+    /// principal's session is not there for this one, as the MCP security guidance asks: a
+    /// session id that leaked is no way into someone else's session.
+    pub(super) fn session_of(&self, id: &str, principal: &Principal) -> Option<Arc<Session>> {
+        self.sessions()
+            .get(id)
+            .filter(|s| s.principal == *principal)
+            .inspect(|s| s.touch())
+            .cloned()
+    }
+
+    /// Ends the session `id` if it belongs to `principal`; whether it did.
+    pub(super) fn end_session_of(&self, id: &str, principal: &Principal) -> bool {
+        let mut sessions = self.sessions();
+        if sessions.get(id).is_some_and(|s| s.principal == *principal) {
+            sessions.remove(id);
+            return true;
+        }
+        false
     }
 }
 
@@ -129,12 +152,13 @@ impl std::fmt::Display for Busy {
 
 impl std::error::Error for Busy {}
 
-/// The proxy for a message without a session: for a request, the first proxy (for the same
+/// The proxy for a message without a session: for a request, the first proxy of `principal` (for the same
 /// `Authorization`, when that goes on to the server) with fewer than [`SHARED_LOAD`] requests
 /// in progress, or a new one; a notification goes to the first one (`None` when there is none:
 /// nothing is in progress that it could be about).
 pub(super) fn sessionless_proxy(
     state: &Arc<State>,
+    principal: &Principal,
     id: Option<&Value>,
     authorization: &Option<HeaderValue>,
 ) -> anyhow::Result<Option<Arc<Session>>> {
@@ -154,7 +178,7 @@ pub(super) fn sessionless_proxy(
     proxies.retain(|p| !p.routes().ended);
     let found = proxies
         .iter()
-        .filter(|p| p.bound == bound)
+        .filter(|p| p.bound == bound && p.principal == *principal)
         .find(|p| id.is_none() || p.routes().waiting.len() < SHARED_LOAD)
         .cloned();
     match (found, id) {
@@ -169,7 +193,7 @@ pub(super) fn sessionless_proxy(
                     .ok_or(Busy)?;
                 proxies.remove(idle);
             }
-            let session = start_session(state, None, bound)?;
+            let session = start_session(state, principal, None, bound)?;
             proxies.push(session.clone());
             Ok(Some(session))
         }
@@ -195,7 +219,10 @@ impl std::error::Error for AtLimit {}
 
 /// Opens a session: a new id, and its proxy; [`AtLimit`] at `--max-sessions`, before any server
 /// is started.
-pub(super) fn open_session(state: &Arc<State>) -> anyhow::Result<(String, Arc<Session>)> {
+pub(super) fn open_session(
+    state: &Arc<State>,
+    principal: &Principal,
+) -> anyhow::Result<(String, Arc<Session>)> {
     let mut random = [0u8; 16];
     getrandom::fill(&mut random).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
     let id: String = random.iter().map(|b| format!("{b:02x}")).collect();
@@ -208,7 +235,7 @@ pub(super) fn open_session(state: &Arc<State>) -> anyhow::Result<(String, Arc<Se
         return Err(AtLimit(max).into());
     }
     let live = Live::count(&state.live_sessions);
-    let session = start_session(state, Some((id.clone(), live)), None)?;
+    let session = start_session(state, principal, Some((id.clone(), live)), None)?;
     sessions.insert(id.clone(), session.clone());
     Ok((id, session))
 }
@@ -231,10 +258,12 @@ impl Drop for Live {
 }
 
 /// Starts a proxy, and the server command or a session with the HTTP server, for the session
-/// `id` with its place among the live ones (`None`: for requests without a session, with the
-/// `Authorization` it is `bound` to).
+/// `id` of `principal` with its place among the live ones (`None`: for requests without a
+/// session, with the `Authorization` it is `bound` to). Its operations are in the principal's
+/// scope.
 pub(super) fn start_session(
     state: &Arc<State>,
+    principal: &Principal,
     id: Option<(String, Live)>,
     bound: Option<HeaderValue>,
 ) -> anyhow::Result<Arc<Session>> {
@@ -263,7 +292,7 @@ pub(super) fn start_session(
         ..Routes::default()
     }));
     let settings = proxy::Settings {
-        scope: gateway.scope.clone(),
+        scope: principal.scope(&gateway.scope),
         server_id: gateway.server_id.clone(),
         config: gateway.config.clone(),
         store: gateway.store.clone(),
@@ -331,6 +360,7 @@ pub(super) fn start_session(
         routes,
         forward_to,
         bound,
+        principal: principal.clone(),
         touched: Mutex::new(Instant::now()),
     }))
 }
