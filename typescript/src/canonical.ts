@@ -59,6 +59,10 @@ function writeString(s: string): string {
 
 /** The text of `value` at `depth`, or undefined where JSON.stringify would leave it out. */
 function write(raw: unknown, key: string, depth: number, maxDepth: number): string | undefined {
+  // Strings and finite numbers, most of every argument, have no toJSON to consult: written
+  // here without the lookups of toJsonValue.
+  if (typeof raw === "string") return writeString(raw);
+  if (typeof raw === "number") return JSON.stringify(raw);
   const value = toJsonValue(raw, key);
   switch (typeof value) {
     case "string":
@@ -86,11 +90,14 @@ function write(raw: unknown, key: string, depth: number, maxDepth: number): stri
     return out + "]";
   }
   const object = value as Record<string, unknown>;
-  // The default sort compares UTF-16 code units, which is RFC 8785's order.
-  const names = Object.keys(object).sort();
+  const names = Object.keys(object);
+  // The default sort compares UTF-16 code units, which is RFC 8785's order; names written in
+  // that order already (most objects: few members, written in order) skip the sort.
+  if (!sorted(names)) names.sort();
   let out = "{";
   let first = true;
-  for (const name of names) {
+  for (let i = 0; i < names.length; i++) {
+    const name = names[i] as string;
     const member = write(object[name], name, depth + 1, maxDepth);
     if (member === undefined) continue;
     if (!first) out += ",";
@@ -98,4 +105,10 @@ function write(raw: unknown, key: string, depth: number, maxDepth: number): stri
     out += writeString(name) + ":" + member;
   }
   return out + "}";
+}
+
+/** Whether `names` are in ascending UTF-16 code unit order (`<` on strings compares so). */
+function sorted(names: string[]): boolean {
+  for (let i = 1; i < names.length; i++) if ((names[i - 1] as string) > (names[i] as string)) return false;
+  return true;
 }

@@ -115,7 +115,8 @@ export function idempotent(tool: WriteTool | ReadTool, store: Store, options: Id
   const backend = backendOf(store);
   const { effective, verify, keyFields } = normalize({ ...store.defaults, ...options }, `idempotent(${name})`);
 
-  async function runDetailed(args: unknown, ctx: RunContext): Promise<Detailed<unknown>> {
+  /** The layer's answer, or the refusal of arguments that cannot be keyed. */
+  async function answer(args: unknown, ctx: RunContext): Promise<Answer | Detailed<never>> {
     const runId = ctx === null || ctx === undefined ? undefined : ctx.runId;
     if (typeof runId !== "string" || runId === "" || runId.includes("\u0000")) {
       return invalid(`${name}: ctx.runId must be a non-empty string without NUL (it is the scope of the key)`);
@@ -143,22 +144,30 @@ export function idempotent(tool: WriteTool | ReadTool, store: Store, options: Id
       handed.mayHaveRunBefore = mayHaveRunBefore;
       return handed;
     };
-    const answer = await runWrite({
+    // `return await`: an async function returning a promise unawaited takes two more turns.
+    return await runWrite({
       store: backend,
       tool: name,
       derived,
       about: { scope: runId, tool: name },
       options: effective,
-      run: async (mayHaveRunBefore) => write.run(parsed, context(mayHaveRunBefore)),
+      // Not an async function: the layer awaits the handler's promise inside its own try, which
+      // catches a synchronous throw as well, so a wrapper promise would only cost a turn.
+      run: (mayHaveRunBefore) => write.run(parsed, context(mayHaveRunBefore)),
       verify: verify === undefined ? undefined : () => verify(parsed, context(true)) as Promise<Verified>,
     });
-    return detailed(answer);
+  }
+
+  async function runDetailed(args: unknown, ctx: RunContext): Promise<Detailed<unknown>> {
+    const a = await answer(args, ctx);
+    return "error" in a ? a : detailed(a);
   }
 
   async function run(args: unknown, ctx: RunContext): Promise<unknown> {
-    const answer = await runDetailed(args, ctx);
-    if ("error" in answer) throw answer.error;
-    return answer.result;
+    const a = await answer(args, ctx);
+    // A result is handed over as it is, without the `Detailed` object made around it.
+    if ("result" in a) return a.result;
+    throw ("error" in a ? a : detailed(a)).error;
   }
 
   return Object.freeze({ ...write, run, runDetailed });

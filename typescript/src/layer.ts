@@ -12,7 +12,7 @@ import { ownerToken } from "./digest.js";
 import type { Derived } from "./key.js";
 import { warn } from "./log.js";
 import { errorJson, readJson, unstorable, unstorableResult } from "./outcome.js";
-import type { About, Backend, Entry, StoredError } from "./store.js";
+import type { About, Backend, Claim, Entry, StoredError } from "./store.js";
 
 /** What a verify probe learned about an interrupted attempt; a probe that throws cannot tell. */
 export type Verified<Result = unknown> = { status: "done"; result: Result } | { status: "not_done" } | { status: "cannot_tell" };
@@ -33,7 +33,8 @@ export interface WriteCall {
   derived: Derived;
   about: About;
   options: Effective;
-  run(mayHaveRunBefore: boolean): Promise<unknown>;
+  /** The handler's value or promise; it may also throw. */
+  run(mayHaveRunBefore: boolean): unknown;
   verify: (() => Promise<Verified>) | undefined;
 }
 
@@ -71,9 +72,9 @@ export async function runWrite(call: WriteCall): Promise<Answer> {
   // Made before the claim, so a claim whose reply is lost is still ours to retry or release.
   const owner = ownerToken();
   for (;;) {
-    let entry: Entry;
+    let claim: Claim;
     try {
-      const claim = await store.claim({
+      claim = await store.claim({
         key,
         fingerprint: call.derived.fingerprint,
         owner,
@@ -82,17 +83,19 @@ export async function runWrite(call: WriteCall): Promise<Answer> {
         takeover,
         about: call.about,
       });
-      if (claim.kind === "won") return execute(call, owner, reclaimed);
-      if (claim.kind === "took_over") {
-        warn(`took over ${tool} (${key}), whose earlier attempt was interrupted; running it again with the same key`);
-        return execute(call, owner, true);
-      }
-      entry = claim.entry;
     } catch (e) {
       // The store may have applied the claim before its reply was lost: release it.
       if (e instanceof StoreError && e.retryable) await release(store, tool, key, owner);
       return storeFailed(tool, key, e);
     }
+    // Outside the try: nothing the run does may reach the release above. `return await`: an
+    // async function returning a promise unawaited takes two more turns of the microtask queue.
+    if (claim.kind === "won") return await execute(call, owner, reclaimed);
+    if (claim.kind === "took_over") {
+      warn(`took over ${tool} (${key}), whose earlier attempt was interrupted; running it again with the same key`);
+      return await execute(call, owner, true);
+    }
+    const entry = claim.entry;
     if (entry.fingerprint !== undefined && entry.fingerprint !== call.derived.fingerprint) {
       return { outcome: "conflict", key, refused: conflictText(tool, key) };
     }
@@ -112,7 +115,7 @@ export async function runWrite(call: WriteCall): Promise<Answer> {
         } catch {
           verified = { status: "cannot_tell" };
         }
-        if (verified?.status === "done") return recordVerified(call, verified.result);
+        if (verified?.status === "done") return await recordVerified(call, verified.result);
         if (verified?.status === "not_done") {
           takeover = true;
           continue;
@@ -154,7 +157,8 @@ async function execute(call: WriteCall, owner: string, mayHaveRunBefore: boolean
   } catch (e) {
     thrown = { error: e };
   }
-  await heartbeat.stop();
+  const renewing = heartbeat.stop();
+  if (renewing !== undefined) await renewing;
   if (thrown !== undefined) {
     const permanent = isPermanent(thrown.error);
     const written = await settle(call, owner, permanent ? { failed: errorJson(thrown.error, "permanent") } : { released: true });

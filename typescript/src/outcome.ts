@@ -36,6 +36,9 @@ export function nestingDepth(json: string): number {
 
 /** Why the result `json` cannot be stored, or undefined when it can. */
 export function unstorableResult(json: string): string | undefined {
+  // Nesting past the limit takes an opening and a closing bracket per level: shorter text
+  // cannot, and most results are, so they skip the scan.
+  if (json.length <= 2 * MAX_STORED_DEPTH) return undefined;
   const depth = nestingDepth(json);
   if (depth <= MAX_STORED_DEPTH) return undefined;
   return `it is nested ${depth} levels deep, more than the ${MAX_STORED_DEPTH} levels a stored result may have`;

@@ -38,6 +38,24 @@ test.describe("results that cannot be stored", () => {
     assert.equal(runs, 1);
   });
 
+  test("the shortest results at the limit are judged by their nesting, not their length: 100 levels in 200 characters are stored, 101 in 202 are not", async () => {
+    // [[…]]: the least text a depth takes, where a short result could be waved through unscanned.
+    const nested = (levels) => JSON.parse("[".repeat(levels) + "]".repeat(levels));
+    let runs = 0;
+    const tool = idempotent({ kind: "write", name: "send", run: async (args) => (runs++, nested(args.levels)) }, store);
+    const ctx = { runId: uniqueRunId("depth-limit") };
+    assert.equal(JSON.stringify(nested(100)).length, 200);
+    assert.deepEqual(await tool.run({ levels: 100 }, ctx), nested(100));
+    const kept = await tool.runDetailed({ levels: 100 }, ctx);
+    assert.equal(kept.outcome, "replayed");
+    assert.deepEqual(kept.result, nested(100));
+    assert.deepEqual(await tool.run({ levels: 101 }, ctx), nested(101));
+    const refused = await tool.runDetailed({ levels: 101 }, ctx);
+    assert.equal(refused.outcome, "replayed_failure");
+    assert.match(refused.error.message, /it is nested 101 levels deep, more than the 100/);
+    assert.equal(runs, 2);
+  });
+
   test("a result that is not JSON at all (a BigInt) is a permanent failure for the first caller too, and never runs again", async () => {
     let runs = 0;
     const tool = idempotent({ kind: "write", name: "send", run: async () => (runs++, { n: 10n }) }, store);

@@ -139,6 +139,10 @@ function decodeReply(key: string, reply: unknown): Entry {
   return decode(key, reply[0], Number(reply[1]), reply.length === 3 ? Number(reply[2]) : undefined);
 }
 
+function rejectAsStoreError(e: unknown): never {
+  throw storeError(e);
+}
+
 /** A store on Redis or Redis Cluster, through `link`. */
 export class RedisBackend implements Backend {
   readonly url: string;
@@ -197,12 +201,14 @@ export class RedisBackend implements Backend {
     return this.prefix + key;
   }
 
-  private async send(args: string[], key: string): Promise<unknown> {
-    if (this.closed) throw new StoreError("the store is closed", false);
+  // Not an async function: every call of every operation comes through here, and a `then` on
+  // the client's promise is one promise where an async wrapper and its await are two.
+  private send(args: string[], key: string): Promise<unknown> {
+    if (this.closed) return Promise.reject(new StoreError("the store is closed", false));
     try {
-      return await this.link.send(args, key);
+      return this.link.send(args, key).then(undefined, rejectAsStoreError);
     } catch (e) {
-      throw storeError(e);
+      return Promise.reject(storeError(e));
     }
   }
 
