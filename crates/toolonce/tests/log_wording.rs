@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use toolonce::{
     Claim, ClaimRequest, Entry, Error, Fenced, Layer, ListQuery, MemoryStore, OperationKey,
-    Outcome, OwnerToken, Page, Resolution, Resolved, Store, ToolError, WriteOptions, key,
+    Outcome, OwnerToken, Page, Resolution, Resolved, Seen, Store, ToolError, WriteOptions, key,
 };
 
 /// Collects what the subscriber writes.
@@ -126,6 +126,7 @@ impl Store for Down {
     async fn resolve(
         &self,
         _: &OperationKey,
+        _: &Seen,
         _: &Resolution,
         _: Duration,
     ) -> toolonce::Result<Resolved> {

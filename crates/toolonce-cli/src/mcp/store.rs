@@ -15,7 +15,7 @@ use tokio::sync::OnceCell;
 use toolonce::key::OperationKey;
 use toolonce::{
     Claim, ClaimRequest, Entry, Error, Fenced, ListQuery, OwnerToken, Page, Resolution, Resolved,
-    Store, ToolError,
+    Seen, Store, ToolError,
 };
 
 /// How long after a failed open the next call fails at once instead of trying again, so a
@@ -150,12 +150,13 @@ impl Store for LazyStore {
     async fn resolve(
         &self,
         key: &OperationKey,
+        seen: &Seen,
         resolution: &Resolution,
         retention: Duration,
     ) -> toolonce::Result<Resolved> {
         self.inner()
             .await?
-            .resolve(key, resolution, retention)
+            .resolve(key, seen, resolution, retention)
             .await
     }
 

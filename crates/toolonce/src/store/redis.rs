@@ -17,7 +17,7 @@ use serde_json::Value as Json;
 
 use crate::key::OperationKey;
 use crate::store::contract::{
-    Claim, ClaimRequest, Entry, Fenced, ListQuery, Page, Resolution, Resolved, Store, millis,
+    Claim, ClaimRequest, Entry, Fenced, ListQuery, Page, Resolution, Resolved, Seen, Store, millis,
 };
 use crate::store::owner::OwnerToken;
 use crate::tool::ToolError;
@@ -252,6 +252,7 @@ impl Store for RedisStore {
     async fn resolve(
         &self,
         key: &OperationKey,
+        seen: &Seen,
         resolution: &Resolution,
         retention: Duration,
     ) -> Result<Resolved> {
@@ -274,13 +275,17 @@ impl Store for RedisStore {
             .arg(px(retention))
             .arg(head)
             .arg(at)
+            .arg(seen.owner().map_or(String::new(), |o| format!("={o}")))
+            .arg(seen.attempts())
+            .arg(if seen.acts_while_live() { "1" } else { "0" })
             .invoke_async(&mut self.conn())
             .await
             .map_err(to_error)?;
         match reply {
             Value::Int(1) => Ok(Resolved::Applied),
             Value::Int(0) => Ok(Resolved::Absent),
-            other => decode_read(key, other).map(Resolved::Settled),
+            // Refused: the entry the script found, judged again to say why.
+            other => decode_read(key, other).map(|entry| seen.refusal(entry)),
         }
     }
 

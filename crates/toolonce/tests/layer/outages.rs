@@ -66,11 +66,12 @@ impl Store for Flaky {
     async fn resolve(
         &self,
         key: &OperationKey,
+        seen: &Seen,
         resolution: &Resolution,
         retention: Duration,
     ) -> toolonce::Result<Resolved> {
         self.check()?;
-        self.inner.resolve(key, resolution, retention).await
+        self.inner.resolve(key, seen, resolution, retention).await
     }
     async fn delete(&self, key: &OperationKey) -> toolonce::Result<bool> {
         self.check()?;
