@@ -379,7 +379,7 @@ impl Forward<'_> {
         };
         // A kept failure's (shorter) retention is the options' failure_retention: the layer
         // applies it.
-        let result = interpret(&line, policy);
+        let result = interpret(&line, &call.tool, policy);
         *response.lock().unwrap_or_else(|p| p.into_inner()) = Some(line);
         result
     }
