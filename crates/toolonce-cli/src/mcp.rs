@@ -81,6 +81,7 @@ mod answer;
 mod batch;
 mod call;
 mod config;
+mod given_up;
 mod http;
 mod jsonrpc;
 mod lifecycle;

@@ -30,6 +30,7 @@ use toolonce::key::Derived;
 use toolonce::{OnExpired, Outcome, ToolError, WriteAnswer};
 
 use super::config::{OnError, Policy};
+use super::given_up::Why;
 use super::jsonrpc::{self, Lenient};
 use super::protocol::{
     HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, META_KEY, METHOD_NOT_FOUND,
@@ -190,6 +191,37 @@ pub(super) fn give_up_answer(
             Some(key.as_str()),
         ),
     }
+}
+
+/// The text a duplicate of an operation this proxy gave up on gets within its lease (see
+/// [`given_up`](super::given_up)): whether it took effect is unknown, not running.
+pub(super) fn given_up_duplicate(
+    tool: &str,
+    policy: &Policy,
+    key: &toolonce::OperationKey,
+    why: Why,
+) -> String {
+    let what = match why {
+        Why::ServerGone => {
+            "the MCP server exited (or the connection to it broke) before answering it"
+        }
+        Why::TimedOut => "the MCP server did not answer it in time",
+    };
+    let after_lease = match policy.options.expired_policy() {
+        OnExpired::Rerun => "after that an identical call runs it again with the same idempotency \
+                             key."
+            .to_owned(),
+        _ => format!(
+            "after that it stays unknown until a person checks whether it took effect and \
+             settles it (toolonce resolve {key})."
+        ),
+    };
+    format!(
+        "Unknown: an identical call of `{tool}` (operation {key}) was sent earlier, and {what}, \
+         so it may or may not have taken effect. This call was not executed. Do not retry it: \
+         the operation stays locked for up to {:?} from then; {after_lease}",
+        policy.options.lease
+    )
 }
 
 /// An `isError` result the proxy writes itself, with its outcome (and the key, once there is
