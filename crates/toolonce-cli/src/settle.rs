@@ -199,6 +199,8 @@ impl Refused {
 }
 
 /// The attempt to act on: an unknown entry, or a live one with `--force`.
+// The refusal is matched at once and never stored: boxing it would only add an allocation.
+#[allow(clippy::result_large_err)]
 fn seen_of(entry: &Entry, force: bool) -> Result<Seen, Refused> {
     let Some(seen) = Seen::of(entry) else {
         return Err(Refused::Settled(entry.clone()));

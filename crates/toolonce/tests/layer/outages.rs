@@ -66,7 +66,7 @@ impl Store for Flaky {
     async fn resolve(
         &self,
         key: &OperationKey,
-        seen: &Seen,
+        seen: &toolonce::Seen,
         resolution: &Resolution,
         retention: Duration,
     ) -> toolonce::Result<Resolved> {
