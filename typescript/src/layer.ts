@@ -12,7 +12,7 @@ import { ownerToken } from "./digest.js";
 import type { Derived } from "./key.js";
 import { warn } from "./log.js";
 import { errorJson, readJson, unstorable, unstorableResult } from "./outcome.js";
-import type { About, Backend, Claim, Entry, StoredError } from "./store.js";
+import type { About, Backend, Claim, Entry, Seen, StoredError } from "./store.js";
 
 /** What a verify probe learned about an interrupted attempt; a probe that throws cannot tell. */
 export type Verified<Result = unknown> = { status: "done"; result: Result } | { status: "not_done" } | { status: "cannot_tell" };
@@ -115,7 +115,8 @@ export async function runWrite(call: WriteCall): Promise<Answer> {
         } catch {
           verified = { status: "cannot_tell" };
         }
-        if (verified?.status === "done") return await recordVerified(call, verified.result);
+        // What the probe found is recorded on the attempt it probed only.
+        if (verified?.status === "done") return await recordVerified(call, { owner: entry.owner, attempts: entry.attempts }, verified.result);
         if (verified?.status === "not_done") {
           takeover = true;
           continue;
@@ -271,7 +272,7 @@ async function release(store: Backend, tool: string, key: string, owner: string)
 }
 
 /** Records what a verify probe found, fenced against an entry that settled meanwhile. */
-async function recordVerified(call: WriteCall, result: unknown): Promise<Answer> {
+async function recordVerified(call: WriteCall, seen: Seen, result: unknown): Promise<Answer> {
   const key = call.derived.key;
   let json: string;
   try {
@@ -284,7 +285,9 @@ async function recordVerified(call: WriteCall, result: unknown): Promise<Answer>
   const why = unstorableResult(json);
   const resolution = why === undefined ? { done: json } : { failed: unstorable(call.tool, why) };
   try {
-    const resolved = await call.store.resolve(key, resolution, call.options.retentionMs);
+    // Refused as another attempt (taken over or renewed meanwhile) or released: left alone, and
+    // answered with what the downstream system said, as for an outage below.
+    const resolved = await call.store.resolve(key, seen, resolution, call.options.retentionMs);
     if (resolved.kind === "settled") {
       const entry = resolved.entry;
       if (entry.state === "done") return { outcome: "replayed", key, result: entry.result };

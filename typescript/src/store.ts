@@ -29,9 +29,13 @@ export interface StoredError {
   detail?: unknown;
 }
 
-/** A live entry, as a duplicate needs it. */
+/**
+ * A live entry, as a duplicate needs it. An unsettled one says which attempt it is (its owner
+ * as the store keeps it, the token or, on Redis, its SHA-1; and its attempt count, 0 when not
+ * recorded), so a verify probe's record acts on that attempt only.
+ */
 export type Entry =
-  | { state: "running" | "unknown"; fingerprint?: string | undefined }
+  | { state: "running" | "unknown"; fingerprint?: string | undefined; owner?: string | undefined; attempts: number }
   | { state: "done"; fingerprint?: string | undefined; result: unknown }
   | { state: "failed"; fingerprint?: string | undefined; error: StoredError };
 
@@ -40,7 +44,43 @@ export type Claim = { kind: "won" } | { kind: "took_over" } | { kind: "existing"
 /** An operator's (or a verify probe's) settlement of a running or unknown entry. */
 export type Resolution = { done: string } | { failed: StoredError } | "release";
 
-export type Resolved = { kind: "applied" } | { kind: "absent" } | { kind: "settled"; entry: Entry };
+/**
+ * The attempt of an unsettled entry a resolve acts on, and only on: the store compares it with
+ * the entry in the same atomic step as its write, and acts only once its lease has passed.
+ */
+export interface Seen {
+  owner: string | undefined;
+  attempts: number;
+}
+
+/** The attempt `entry` is, if it is unsettled. */
+export function seenOf(entry: Entry): Seen | undefined {
+  return entry.state === "running" || entry.state === "unknown" ? { owner: entry.owner, attempts: entry.attempts } : undefined;
+}
+
+/**
+ * What a resolve found instead of the attempt seen, past its lease: a settled entry, the attempt
+ * seen with its lease live (its owner is alive), or another attempt (taken over, or released
+ * and claimed again).
+ */
+export type Resolved =
+  | { kind: "applied" }
+  | { kind: "absent" }
+  | { kind: "settled"; entry: Entry }
+  | { kind: "live"; entry: Entry }
+  | { kind: "changed"; entry: Entry };
+
+/** Whether `entry` is the attempt `seen`, unknown: the one entry a resolve may act on. */
+export function admits(seen: Seen, entry: Entry): boolean {
+  return entry.state === "unknown" && entry.owner === seen.owner && entry.attempts === seen.attempts;
+}
+
+/** Why a resolve refused `entry`, read in the same step as the refused write (see `Resolved`). */
+export function refusal(seen: Seen, entry: Entry): Resolved {
+  if (entry.state === "done" || entry.state === "failed") return { kind: "settled", entry };
+  if (entry.state === "running" && entry.owner === seen.owner && entry.attempts === seen.attempts) return { kind: "live", entry };
+  return { kind: "changed", entry };
+}
 
 /** One store backend. Every method rejects with a `StoreError` when it fails. */
 export interface Backend {
@@ -56,7 +96,8 @@ export interface Backend {
    * `retentionMs`. False when `owner` no longer holds it.
    */
   fail(key: string, owner: string, errorJson: string | undefined, retentionMs: number): Promise<boolean>;
-  resolve(key: string, resolution: Resolution, retentionMs: number): Promise<Resolved>;
+  /** Settles the attempt `seen` only, once its lease has passed (docs/contract.md, resolve). */
+  resolve(key: string, seen: Seen, resolution: Resolution, retentionMs: number): Promise<Resolved>;
   get(key: string): Promise<Entry | undefined>;
   close(): Promise<void>;
 }

@@ -20,6 +20,9 @@ pub(crate) const NOT_FOUND: u8 = 66;
 /// `resolve`: the entry is settled (done or failed) already, perhaps since it was last looked
 /// at: nothing was changed.
 pub(crate) const SETTLED: u8 = 67;
+/// `resolve`, `rm`: the entry is a live claim (its owner is running it and renewing its
+/// lease), or another attempt than the one read (it changed meanwhile): nothing was changed.
+pub(crate) const LIVE: u8 = 68;
 /// The store cannot be used right now: nothing was done (`EX_UNAVAILABLE`).
 pub(crate) const UNAVAILABLE: u8 = 69;
 /// A bug or an answer toolonce does not understand (`EX_SOFTWARE`).
@@ -52,6 +55,9 @@ Exit codes (the same for every subcommand):
   66       not found: no live entry for the key (show, rm, resolve)
   67       resolve: the entry is already done or failed (perhaps settled meanwhile); nothing
            was changed
+  68       resolve, rm: the entry is running and its lease is live (the message says when it
+           ends; --force acts on that claim anyway), or it changed since it was read (taken
+           over, or released and claimed again); nothing was changed
   69       the store is unavailable: nothing was done; try again later
   70       internal error: a bug or an answer toolonce does not understand
   73       exec: unknown: an earlier run ended without a recorded outcome (or its record

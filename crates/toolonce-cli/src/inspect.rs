@@ -1,18 +1,16 @@
-//! `toolonce ls | show | resolve | rm | purge`: look into a store, settle what nobody knows the
-//! outcome of, and tidy it. Human tables by default, one JSON document with `--json`.
+//! `toolonce ls | show | purge`: look into a store and tidy it (the commands that settle or
+//! delete one entry, `resolve` and `rm`, live in settle.rs). Human tables by default, one JSON
+//! document with `--json`.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
-use anyhow::bail;
 use serde_json::{Value, json};
-use toolonce::{
-    Entry, EntryState, ListQuery, OperationKey, Resolution, Resolved, State, ToolError,
-};
+use toolonce::{Entry, EntryState, ListQuery, OperationKey, State, owner_digest};
 
-use crate::args::{self, StoreArg};
+use crate::args::StoreArg;
 use crate::exit;
 use crate::output::{self, Align, Table, out, outln};
 
@@ -44,59 +42,6 @@ pub(crate) struct ShowArgs {
     store: StoreArg,
     /// The operation key (`idem:` and 32 hex digits; `toolonce key` prints it).
     key: String,
-    /// Print one JSON document.
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(clap::Args)]
-pub(crate) struct RmArgs {
-    #[command(flatten)]
-    store: StoreArg,
-    /// The operation key. Deleting a running entry lets a duplicate run at once.
-    key: String,
-    /// Print one JSON document.
-    #[arg(long)]
-    json: bool,
-}
-
-const RESOLVE_NOTES: &str = "\
-resolve settles an operation whose outcome nobody recorded: an `unknown` entry (its run ended
-without recording how, so a duplicate under the hold policy is not run), or a `running` one
-that is stuck. Check the downstream system first (was the email sent, the deploy done?), then:
-
-  --done JSON      it took effect: duplicates replay JSON as its result. For `exec`, a record
-                   {\"exit_code\": 0, \"stdout\": \"...\", \"stderr\": \"\"} replays as if the
-                   command had run; any other value is printed on stdout, exit 0.
-  --failed MESSAGE it failed: duplicates replay the failure (exec: MESSAGE on stderr, exit 1).
-  --release        it did not take effect: the entry is forgotten and the next call runs the
-                   operation again, with the same key.
-
-resolve never overwrites an outcome: an entry that is done or failed already (perhaps settled
-by its own run or another operator since you looked) is left as it is, with exit code 67.";
-
-#[derive(clap::Args)]
-#[command(
-    after_long_help = RESOLVE_NOTES,
-    group(clap::ArgGroup::new("resolution").required(true).args(["done", "failed", "release"]))
-)]
-pub(crate) struct ResolveArgs {
-    #[command(flatten)]
-    store: StoreArg,
-    /// The operation key (`toolonce ls --state unknown` lists them).
-    key: String,
-    /// It took effect: record it as done with this result (JSON).
-    #[arg(long, value_name = "JSON")]
-    done: Option<String>,
-    /// It failed: record it as failed with this message.
-    #[arg(long, value_name = "MESSAGE")]
-    failed: Option<String>,
-    /// It did not take effect: forget it, so the next call runs the operation again.
-    #[arg(long)]
-    release: bool,
-    /// How long a recorded outcome is kept and replayed.
-    #[arg(long, value_name = "SECONDS", value_parser = args::retention, default_value = "86400")]
-    retention: Duration,
     /// Print one JSON document.
     #[arg(long)]
     json: bool,
@@ -248,6 +193,11 @@ impl Ord for Newest {
     }
 }
 
+/// The owner as a person is shown it: a digest (see `owner_digest`), `-` when none.
+pub(crate) fn owner_cell(owner: Option<&str>) -> String {
+    owner.map_or("-".into(), |o| format!("#{}", owner_digest(o)))
+}
+
 fn cell(text: Option<&str>) -> String {
     match text {
         Some(t) if !t.is_empty() => t.to_owned(),
@@ -264,8 +214,10 @@ pub(crate) async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
     let now = SystemTime::now();
     let mut doc = summary(&entry, now);
     match &entry.state {
+        // The owner token is its holder's secret (anyone with it could settle the entry): a
+        // digest tells owners apart without giving it away.
         EntryState::Running { owner } | EntryState::Unknown { owner } => {
-            doc["owner"] = json!(owner)
+            doc["owner_digest"] = json!(owner.as_deref().map(owner_digest))
         }
         EntryState::Done { result, .. } => doc["result"] = result.clone(),
         EntryState::Failed { error, .. } => {
@@ -320,10 +272,10 @@ pub(crate) async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
     }
     match &entry.state {
         EntryState::Running { owner } => {
-            outln!("owner          {}", owner.as_deref().unwrap_or("-"));
+            outln!("owner          {}", owner_cell(owner.as_deref()));
         }
         EntryState::Unknown { owner } => {
-            outln!("owner          {}", owner.as_deref().unwrap_or("-"));
+            outln!("owner          {}", owner_cell(owner.as_deref()));
             out!(
                 "{}",
                 output::wrap(
@@ -366,96 +318,6 @@ pub(crate) async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) async fn resolve(a: ResolveArgs) -> anyhow::Result<ExitCode> {
-    // All input is checked before the store is opened.
-    let key: OperationKey = a.key.parse()?;
-    let resolution = match (&a.done, &a.failed) {
-        (Some(text), _) => Resolution::Done(done_value(text)?),
-        (_, Some(message)) if message.trim().is_empty() => {
-            bail!("--failed needs a message saying what happened")
-        }
-        (_, Some(message)) => Resolution::Failed(ToolError::permanent(message.clone())),
-        (None, None) => Resolution::Release,
-    };
-    let store = a.store.open_existing().await?;
-    match store.resolve(&key, &resolution, a.retention).await? {
-        Resolved::Applied => {
-            let (word, what) = match &resolution {
-                Resolution::Done(_) => ("done", "recorded as done: duplicates replay it"),
-                Resolution::Failed(_) => ("failed", "recorded as failed: duplicates replay it"),
-                _ => (
-                    "released",
-                    "released: the next call runs the operation again",
-                ),
-            };
-            if a.json {
-                outln!("{}", json!({"key": key, "resolved": word}));
-            } else {
-                outln!("{key} {what}");
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Resolved::Absent => absent(&key, a.json),
-        Resolved::Settled(entry) => {
-            let state = entry.state();
-            if a.json {
-                outln!(
-                    "{}",
-                    json!({"key": key, "resolved": false, "state": state.as_str()})
-                );
-            }
-            let when = entry
-                .settled_at
-                .map(|t| {
-                    format!(
-                        " (settled {} ago)",
-                        output::duration(since(t, SystemTime::now()))
-                    )
-                })
-                .unwrap_or_default();
-            eprintln!(
-                "toolonce: {key} is already {state}{when}, perhaps since you last looked; \
-                 nothing was changed. `toolonce show {key}` shows its outcome; `toolonce rm \
-                 {key}` forgets it."
-            );
-            Ok(ExitCode::from(exit::SETTLED))
-        }
-        _ => Err(exit::internal(anyhow::anyhow!(
-            "unexpected answer from the store to resolve {key}"
-        ))),
-    }
-}
-
-/// `--done JSON`; text that does not even start like JSON gets the JSON string it may have
-/// meant in the error.
-fn done_value(text: &str) -> anyhow::Result<Value> {
-    args::read_value(text, "--done").map_err(|e| {
-        let starts_like_json = text.trim_start().starts_with(['{', '[', '"']);
-        match serde_json::to_string(text) {
-            Ok(quoted) if !starts_like_json && text != "-" => anyhow::anyhow!(
-                "{e:#}; --done takes JSON: to record a text, give it as a JSON string: --done \
-                 '{}'",
-                quoted.replace('\'', r"'\''")
-            ),
-            _ => e,
-        }
-    })
-}
-
-pub(crate) async fn rm(a: RmArgs) -> anyhow::Result<ExitCode> {
-    let key: OperationKey = a.key.parse()?;
-    let store = a.store.open_existing().await?;
-    if !store.delete(&key).await? {
-        return absent(&key, a.json);
-    }
-    if a.json {
-        outln!("{}", json!({"key": key, "removed": true}));
-    } else {
-        outln!("removed {key}");
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
 pub(crate) async fn purge(a: PurgeArgs) -> anyhow::Result<ExitCode> {
     let store = a.store.open_existing().await?;
     let removed = store.purge_expired().await?;
@@ -469,7 +331,7 @@ pub(crate) async fn purge(a: PurgeArgs) -> anyhow::Result<ExitCode> {
 
 /// The answer for a key without a live entry: exit 66, a message on stderr (and the JSON
 /// document on stdout for scripts).
-fn absent(key: &OperationKey, json: bool) -> anyhow::Result<ExitCode> {
+pub(crate) fn absent(key: &OperationKey, json: bool) -> anyhow::Result<ExitCode> {
     if json {
         outln!("{}", json!({"key": key, "found": false}));
     }
@@ -512,11 +374,11 @@ fn summary(entry: &Entry, now: SystemTime) -> Value {
     })
 }
 
-fn since(t: SystemTime, now: SystemTime) -> Duration {
+pub(crate) fn since(t: SystemTime, now: SystemTime) -> Duration {
     now.duration_since(t).unwrap_or_default()
 }
 
-fn until(t: SystemTime, now: SystemTime) -> Duration {
+pub(crate) fn until(t: SystemTime, now: SystemTime) -> Duration {
     t.duration_since(now).unwrap_or_default()
 }
 

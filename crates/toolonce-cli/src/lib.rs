@@ -23,6 +23,7 @@ mod inspect;
 mod keycmd;
 mod mcp;
 mod output;
+mod settle;
 
 pub use mcp::embed::proxy as mcp_proxy;
 
@@ -55,9 +56,9 @@ enum Command {
     /// Show one entry: what it is, its attempts and times, its result.
     Show(inspect::ShowArgs),
     /// Settle an operation whose outcome is unknown: record it as done or failed, or release it.
-    Resolve(inspect::ResolveArgs),
-    /// Delete one entry.
-    Rm(inspect::RmArgs),
+    Resolve(settle::ResolveArgs),
+    /// Delete one entry (a live claim only with --force).
+    Rm(settle::RmArgs),
     /// Delete expired entries.
     Purge(inspect::PurgeArgs),
     /// Put toolonce in front of an MCP server: its write tools become idempotent.
@@ -149,8 +150,8 @@ pub fn main() -> ExitCode {
             Command::Key(args) => keycmd::run(args).await,
             Command::Ls(args) => inspect::ls(args).await,
             Command::Show(args) => inspect::show(args).await,
-            Command::Resolve(args) => inspect::resolve(args).await,
-            Command::Rm(args) => inspect::rm(args).await,
+            Command::Resolve(args) => settle::resolve(args).await,
+            Command::Rm(args) => settle::rm(args).await,
             Command::Purge(args) => inspect::purge(args).await,
             Command::Mcp(args) => mcp::run(args).await,
             Command::Bench(args) => bench::run(args).await,

@@ -86,6 +86,7 @@ mod batch;
 mod call;
 mod config;
 pub(crate) mod embed;
+mod given_up;
 mod http;
 mod jsonrpc;
 mod lifecycle;

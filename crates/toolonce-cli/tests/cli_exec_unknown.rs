@@ -209,9 +209,16 @@ fn a_killed_run_is_held_with_exit_73_until_released_then_runs_once_with_the_same
 
     let released = run(dir.path(), &["resolve", &key, "--release", "--json"]);
     assert_eq!(code(&released), 0, "{}", stderr(&released));
+    let doc = json(&released);
+    assert_eq!(doc["key"], key.as_str(), "{doc}");
+    assert_eq!(doc["resolved"], "released", "{doc}");
+    // What it acted on: the attempt it read, its owner named by a digest only.
+    assert_eq!(doc["seen"]["state"], "unknown", "{doc}");
+    assert_eq!(doc["seen"]["attempts"], 1, "{doc}");
     assert_eq!(
-        json(&released),
-        serde_json::json!({"key": key, "resolved": "released"})
+        doc["seen"]["owner_digest"].as_str().unwrap().len(),
+        12,
+        "{doc}"
     );
     assert_eq!(code(&run(dir.path(), &["show", &key])), 66);
 
@@ -424,7 +431,13 @@ fn resolve_settles_a_stuck_running_entry_and_its_late_owner_cannot_overwrite_it(
     }
     let listed = json(&run(dir.path(), &["ls", "--state", "running", "--json"]));
     assert_eq!(listed["entries"][0]["key"], key.as_str(), "{listed}");
-    let resolved = run(dir.path(), &["resolve", &key, "--failed", "stuck, killed"]);
+    // Its owner is alive and renewing it: refused unless forced.
+    let refused = run(dir.path(), &["resolve", &key, "--failed", "stuck, killed"]);
+    assert_eq!(code(&refused), 68, "{}", stderr(&refused));
+    let resolved = run(
+        dir.path(),
+        &["resolve", &key, "--failed", "stuck, killed", "--force"],
+    );
     assert_eq!(code(&resolved), 0, "{}", stderr(&resolved));
     std::fs::write(dir.path().join("go"), "").unwrap();
     let late = running.0.take().unwrap().wait_with_output().unwrap();

@@ -345,3 +345,33 @@ fn a_store_that_can_never_work_is_exit_2_for_every_subcommand_and_says_why() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     assert!(!dir.path().join("ran").exists(), "exec ran without a store");
 }
+
+/// A failure written by a worker of another language carries a `detail` of its own, not an
+/// exec record: it is still the operation's recorded outcome, replayed as its message (exit
+/// 1) and the command not run, never an internal error (exit 70).
+#[test]
+fn a_failed_entry_whose_detail_another_writer_recorded_is_replayed_with_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(code(&exec(dir.path(), "n", &[], "echo hello")), 0);
+    let db = rusqlite::Connection::open(dir.path().join("store.db")).unwrap();
+    let changed = db
+        .execute(
+            "UPDATE toolonce_entries SET state = 'failed', \
+             payload = '{\"message\":\"card declined\",\"class\":\"permanent\",\"detail\":{\"ticket\":7}}'",
+            [],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    drop(db);
+    let again = exec(dir.path(), "n", &[], "echo ran >> counter");
+    assert_eq!(code(&again), 1, "{}", stderr(&again));
+    assert!(
+        stderr(&again).contains("card declined"),
+        "{}",
+        stderr(&again)
+    );
+    assert!(
+        !dir.path().join("counter").exists(),
+        "the command did not run"
+    );
+}

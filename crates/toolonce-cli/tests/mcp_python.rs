@@ -138,3 +138,29 @@ fn the_sdk_http_client_reaches_the_python_server_through_the_gateway_and_a_dupli
     assert_eq!(server.executions().len(), 1, "{:?}", server.executions());
     gateway.stop();
 }
+
+/// The Python SDK answers a call of a tool it does not have as an `isError` result ("Unknown
+/// tool: NAME") instead of the JSON-RPC error -32602: the tool never began, so the proxy does
+/// not record it, and the same call sent again reaches the server again (a replayed failure
+/// would say `replayed_failure` in its `_meta`).
+#[test]
+fn an_unknown_tool_the_python_sdk_server_refuses_is_not_recorded_and_reaches_it_again() {
+    let server = PythonServer::start(true);
+    let mut peer = Spawn::proxy()
+        .arg("--scope")
+        .arg("python-refusal")
+        .upstream(&server.url())
+        .start();
+    peer.initialize();
+    for attempt in 0..2 {
+        let refused = peer.call("nope", json!({"x": 1}));
+        assert!(is_error(&refused), "{refused}");
+        assert_eq!(text(&refused), "Unknown tool: nope", "{refused}");
+        assert_eq!(
+            refused["result"]["_meta"].get("toolonce/outcome"),
+            None,
+            "attempt {attempt}: the server's own answer, never a replay: {refused}"
+        );
+    }
+    assert!(server.executions().is_empty());
+}

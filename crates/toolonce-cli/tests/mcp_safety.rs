@@ -498,3 +498,39 @@ fn an_answer_serde_json_cannot_read_is_recorded_as_it_came_and_never_run_again()
         }
     }
 }
+
+/// A store refused at connect (nothing listens on its port): no claim can have been written, so
+/// a write is answered at once as not executed, without the layer retrying for seconds to
+/// release a claim that never reached a store, and the answer says "store unavailable" once.
+#[test]
+fn with_the_store_refused_at_connect_a_write_is_answered_at_once_and_says_store_unavailable_once() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut peer = ready(
+        Spawn::proxy()
+            .arg("--store")
+            .arg(&format!("redis://127.0.0.1:{port}/")),
+    );
+    let answer = peer.call("charge", json!({"amount": 5}));
+    assert!(is_error(&answer), "{answer}");
+    assert_eq!(
+        answer["result"]["_meta"]["toolonce/outcome"], "store_unavailable",
+        "{answer}"
+    );
+    let words = text(&answer);
+    assert_eq!(
+        words.matches("store unavailable").count(),
+        1,
+        "said once: {words}"
+    );
+    assert_eq!(peer.count("charge"), 0, "not sent");
+    // The layer never entered its release retries (they log this when they give up).
+    let stderr = peer.stderr();
+    assert!(
+        !stderr.contains("could not release a claim"),
+        "the release was retried: {stderr}"
+    );
+}

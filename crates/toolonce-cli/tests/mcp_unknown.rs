@@ -224,3 +224,34 @@ fn a_call_the_server_never_answers_is_held_after_the_lease_until_an_operator_rel
     let keys: Vec<String> = peer.executions().into_iter().map(|(.., k)| k).collect();
     assert_eq!(keys, [key.clone(), key]);
 }
+
+/// After a call timed out, its entry stays `running` until the lease ends; a duplicate within
+/// the lease is told the truth (it may or may not have taken effect), never that it "is
+/// running right now" and "will take effect once".
+#[test]
+fn a_duplicate_of_a_timed_out_call_within_its_lease_is_told_its_outcome_is_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "[defaults]\nlease = \"60s\"\ncall_timeout = \"300ms\"";
+    let args = json!({"deploy": "v43"});
+    let mut peer = proxy(dir.path(), config);
+    let timed_out = peer.call("hang", args.clone());
+    assert_eq!(
+        timed_out["result"]["_meta"]["toolonce/outcome"],
+        "timed_out"
+    );
+    let again = peer.call("hang", args);
+    assert!(is_error(&again), "{again}");
+    assert_eq!(
+        again["result"]["_meta"]["toolonce/outcome"], "unknown",
+        "{again}"
+    );
+    let words = text(&again);
+    assert!(
+        words.contains("may or may not have taken effect"),
+        "{words}"
+    );
+    assert!(words.contains("Do not retry"), "{words}");
+    assert!(!words.contains("running right now"), "{words}");
+    assert!(!words.contains("will take effect once"), "{words}");
+    assert_eq!(peer.count("hang"), 1, "the duplicate was not forwarded");
+}

@@ -12,7 +12,7 @@ use serde_json::Value;
 use toolonce::key::OperationKey;
 use toolonce::{
     Claim, ClaimRequest, Entry, Fenced, ListQuery, OwnerToken, Page, Resolution, Resolved, Result,
-    Store, ToolError,
+    Seen, Store, ToolError,
 };
 
 /// What a test does with the calls to a store. Each method gets the inner store and the call's
@@ -68,10 +68,11 @@ pub trait Intercept: Send + Sync + fmt::Debug + 'static {
         &self,
         inner: &dyn Store,
         key: &OperationKey,
+        seen: &Seen,
         resolution: &Resolution,
         retention: Duration,
     ) -> Result<Resolved> {
-        inner.resolve(key, resolution, retention).await
+        inner.resolve(key, seen, resolution, retention).await
     }
     async fn delete(&self, inner: &dyn Store, key: &OperationKey) -> Result<bool> {
         inner.delete(key).await
@@ -154,12 +155,13 @@ impl<I: Intercept> Store for Intercepted<I> {
     async fn resolve(
         &self,
         key: &OperationKey,
+        seen: &Seen,
         resolution: &Resolution,
         retention: Duration,
     ) -> Result<Resolved> {
         self.intercept.admit()?;
         self.intercept
-            .resolve(&*self.inner, key, resolution, retention)
+            .resolve(&*self.inner, key, seen, resolution, retention)
             .await
     }
     async fn delete(&self, key: &OperationKey) -> Result<bool> {

@@ -31,7 +31,7 @@ use crate::heartbeat::Heartbeats;
 use crate::key::{Derived, OperationKey};
 pub use crate::policy::{InFlight, MAX_DURATION, MIN_LEASE, OnExpired, WriteOptions};
 use crate::store::{
-    About, Claim, ClaimRequest, EntryState, Fenced, OwnerToken, Resolution, Resolved, Store,
+    About, Claim, ClaimRequest, EntryState, Fenced, OwnerToken, Resolution, Resolved, Seen, Store,
 };
 use crate::tool::{ToolError, Verified, WriteContext};
 use answer::{PANICKED, conflict, held, in_flight, misconfigured, unavailable, unreadable};
@@ -291,6 +291,9 @@ impl Layer {
             if !entry.matches(&op.fingerprint) {
                 return answer(Outcome::Conflict, Err(conflict(tool, key)));
             }
+            // The attempt a verify probe looks at: what it finds is recorded on that attempt
+            // only (none for a settled entry, which allocates nothing).
+            let seen = Seen::of(&entry);
             match entry.state {
                 EntryState::Done { result, .. } => return answer(Outcome::Replayed, Ok(result)),
                 EntryState::Failed { error, .. } => {
@@ -308,7 +311,8 @@ impl Layer {
                     };
                     match probe(WriteContext::new(key.clone(), true)).await {
                         Verified::Done(value) => {
-                            return self.record_verified(tool, key, value, options).await;
+                            let seen = seen.expect("an unknown entry is unsettled");
+                            return self.record_verified(tool, key, &seen, value, options).await;
                         }
                         Verified::NotDone => {
                             takeover = true;
@@ -358,6 +362,7 @@ impl Layer {
         &self,
         tool: &str,
         key: &OperationKey,
+        seen: &Seen,
         value: Value,
         options: &WriteOptions,
     ) -> WriteAnswer {
@@ -369,7 +374,7 @@ impl Layer {
         let resolution = Resolution::Done(value.clone());
         match self
             .store
-            .resolve(key, &resolution, options.retention)
+            .resolve(key, seen, &resolution, options.retention)
             .await
         {
             // Settled meanwhile (its late owner recorded it, or an operator did): that record
@@ -390,7 +395,8 @@ impl Layer {
                 );
                 answer(Outcome::Replayed, Ok(value))
             }
-            // Released or expired meanwhile, or the store failed: the downstream system said it
+            // Released, expired, taken over or renewed meanwhile (that attempt is not the one
+            // probed, so it is left alone), or the store failed: the downstream system said it
             // is done, so it is answered as done (nothing runs), just not recorded.
             other => {
                 if let Err(e) = &other {

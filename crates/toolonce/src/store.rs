@@ -6,7 +6,9 @@
 //! `store/json.rs`, `store/owner.rs`), never this file; `store/open.rs` picks a backend by URL,
 //! and `store/owner.rs` makes the owner tokens that fence writes.
 
+mod about;
 mod contract;
+mod entry;
 pub(crate) mod json;
 pub mod memory;
 mod open;
@@ -21,7 +23,7 @@ mod url;
 
 pub use contract::{
     About, Claim, ClaimRequest, DEFAULT_UNKNOWN_RETENTION, Entry, EntryState, Fenced, ListQuery,
-    Page, Resolution, Resolved, State, Store,
+    Page, Resolution, Resolved, Seen, State, Store, owner_digest,
 };
 pub use json::MAX_STORED_DEPTH;
 pub use open::open;

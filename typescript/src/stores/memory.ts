@@ -4,7 +4,19 @@
 
 import { StoreError } from "../errors.js";
 import { readJson } from "../outcome.js";
-import { type Backend, type Claim, type ClaimRequest, type Entry, type Resolution, type Resolved, type StoredError, decodeError } from "../store.js";
+import {
+  type Backend,
+  type Claim,
+  type ClaimRequest,
+  type Entry,
+  type Resolution,
+  type Resolved,
+  type Seen,
+  type StoredError,
+  admits,
+  decodeError,
+  refusal,
+} from "../store.js";
 
 interface Held {
   status: "running" | "done" | "failed";
@@ -64,7 +76,7 @@ export class MemoryBackend implements Backend {
   private view(e: Held, now: number): Entry {
     switch (e.status) {
       case "running":
-        return { state: now < e.leaseUntil ? "running" : "unknown", fingerprint: e.fingerprint };
+        return { state: now < e.leaseUntil ? "running" : "unknown", fingerprint: e.fingerprint, owner: e.owner, attempts: e.attempts };
       case "done":
         // Parsed afresh for every duplicate, so none sees another's changes to its copy.
         return { state: "done", fingerprint: e.fingerprint, result: readJson(e.resultJson ?? "null") };
@@ -157,11 +169,13 @@ export class MemoryBackend implements Backend {
     return true;
   }
 
-  async resolve(key: string, resolution: Resolution, retentionMs: number): Promise<Resolved> {
+  async resolve(key: string, seen: Seen, resolution: Resolution, retentionMs: number): Promise<Resolved> {
     const now = this.now();
     const e = this.live(key, now);
     if (e === undefined) return { kind: "absent" };
-    if (e.status !== "running") return { kind: "settled", entry: this.view(e, now) };
+    // Judged and written in one run of the thread: the entry acted on is the one judged.
+    const entry = this.view(e, now);
+    if (!admits(seen, entry)) return refusal(seen, entry);
     if (resolution === "release") {
       this.entries.delete(key);
     } else if ("done" in resolution) {

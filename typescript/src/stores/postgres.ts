@@ -6,16 +6,19 @@
 
 import { ConfigError, CorruptEntry, StoreError } from "../errors.js";
 import { readJson } from "../outcome.js";
-import { type Backend, type Claim, type ClaimRequest, type Entry, type Resolution, type Resolved, decodeError } from "../store.js";
+import { type Backend, type Claim, type ClaimRequest, type Entry, type Resolution, type Resolved, type Seen, admits, decodeError, refusal } from "../store.js";
 import { redactUrl } from "../url.js";
 import { type Queryable, checkTableName, migrate, quote } from "./postgres-schema.js";
 
 const DEFAULT_TABLE = "toolonce_entries";
 
 const ENTRY_COLUMNS =
-  "(CASE WHEN state = 'running' AND lease_until <= now() THEN 'unknown' ELSE state END) AS state, fingerprint, result::text AS result, error::text AS error";
+  "(CASE WHEN state = 'running' AND lease_until <= now() THEN 'unknown' ELSE state END) AS state, fingerprint, result::text AS result, error::text AS error, owner, attempts";
 const FENCE = "key = $1 AND state = 'running' AND owner = $2 AND expires_at > now()";
-const UNSETTLED = "key = $1 AND state = 'running' AND expires_at > now()";
+/** The core's fence of a resolve (`seen_fence` in crates/toolonce/src/store/postgres/sql.rs), parameters from `$n`. */
+const seenFence = (n: number) =>
+  `key = $1 AND state = 'running' AND expires_at > now() AND owner IS NOT DISTINCT FROM $${n}::text ` +
+  `AND attempts = $${n + 1}::integer AND ($${n + 2}::boolean OR lease_until <= now())`;
 
 /** The core's statements for `table` (crates/toolonce/src/store/postgres.rs, `Sql::new`). */
 function statements(table: string) {
@@ -25,18 +28,18 @@ function statements(table: string) {
   const retention = "now() + $4::bigint * interval '1 millisecond'";
   return {
     claim:
-      `(SELECT false AS won, false AS took_over, state, fingerprint, result::text AS result, error::text AS error FROM ${t} ` +
+      `(SELECT false AS won, false AS took_over, state, fingerprint, result::text AS result, error::text AS error, owner, attempts FROM ${t} ` +
       "WHERE key = $1 AND expires_at > now() AND state <> 'running') UNION ALL " +
-      `(SELECT (c).won, (c).took_over, (c).state, (c).fingerprint, (c).result, (c).error FROM (SELECT ${claim}(` +
+      `(SELECT (c).won, (c).took_over, (c).state, (c).fingerprint, (c).result, (c).error, (c).owner, (c).attempts FROM (SELECT ${claim}(` +
       "$1, $2, $3, $4::bigint, $5::bigint, $6::boolean, $7, $8, $9) AS c OFFSET 0) AS called) LIMIT 1",
     renew: `UPDATE ${t} SET lease_until = ${lease}, expires_at = ${lease} + (expires_at - lease_until) WHERE ${FENCE}`,
     complete: `UPDATE ${t} SET state = 'done', owner = NULL, lease_until = NULL, result = $3::text::json, settled_at = now(), expires_at = ${retention} WHERE ${FENCE}`,
     failSticky: `UPDATE ${t} SET state = 'failed', owner = NULL, lease_until = NULL, error = $3::text::json, settled_at = now(), expires_at = ${retention} WHERE ${FENCE}`,
     failDelete: `DELETE FROM ${t} WHERE ${FENCE}`,
     get: `SELECT ${ENTRY_COLUMNS} FROM ${t} WHERE key = $1 AND expires_at > now()`,
-    resolveDone: `UPDATE ${t} SET state = 'done', owner = NULL, lease_until = NULL, result = $2::text::json, settled_at = now(), expires_at = now() + $3::bigint * interval '1 millisecond' WHERE ${UNSETTLED}`,
-    resolveFailed: `UPDATE ${t} SET state = 'failed', owner = NULL, lease_until = NULL, error = $2::text::json, settled_at = now(), expires_at = now() + $3::bigint * interval '1 millisecond' WHERE ${UNSETTLED}`,
-    resolveRelease: `DELETE FROM ${t} WHERE ${UNSETTLED}`,
+    resolveDone: `UPDATE ${t} SET state = 'done', owner = NULL, lease_until = NULL, result = $2::text::json, settled_at = now(), expires_at = now() + $3::bigint * interval '1 millisecond' WHERE ${seenFence(4)}`,
+    resolveFailed: `UPDATE ${t} SET state = 'failed', owner = NULL, lease_until = NULL, error = $2::text::json, settled_at = now(), expires_at = now() + $3::bigint * interval '1 millisecond' WHERE ${seenFence(4)}`,
+    resolveRelease: `DELETE FROM ${t} WHERE ${seenFence(2)}`,
   };
 }
 
@@ -57,6 +60,8 @@ interface EntryRow {
   fingerprint: string | null;
   result: string | null;
   error: string | null;
+  owner: string | null;
+  attempts: number | null;
 }
 
 function entryOf(key: string, row: EntryRow): Entry {
@@ -71,7 +76,7 @@ function entryOf(key: string, row: EntryRow): Entry {
   switch (row.state) {
     case "running":
     case "unknown":
-      return { state: row.state, fingerprint };
+      return { state: row.state, fingerprint, owner: row.owner ?? undefined, attempts: Number(row.attempts ?? 0) };
     case "done":
       return { state: "done", fingerprint, result: read(row.result) ?? null };
     case "failed": {
@@ -161,16 +166,23 @@ export class PostgresBackend implements Backend {
     return (result.rowCount ?? 0) > 0;
   }
 
-  async resolve(key: string, resolution: Resolution, retentionMs: number): Promise<Resolved> {
-    const result =
-      resolution === "release"
-        ? await this.query(this.sql.resolveRelease, [key], "resolve")
-        : "done" in resolution
-          ? await this.query(this.sql.resolveDone, [key, resolution.done, Math.round(retentionMs)], "resolve")
-          : await this.query(this.sql.resolveFailed, [key, JSON.stringify(resolution.failed), Math.round(retentionMs)], "resolve");
-    if ((result.rowCount ?? 0) > 0) return { kind: "applied" };
-    const entry = await this.get(key);
-    return entry === undefined ? { kind: "absent" } : { kind: "settled", entry };
+  async resolve(key: string, seen: Seen, resolution: Resolution, retentionMs: number): Promise<Resolved> {
+    const fence = [seen.owner ?? null, seen.attempts, false];
+    // One statement fenced on the attempt seen; when it matches nothing, a read says why. A read
+    // that finds the attempt seen, unknown, means the lease passed between the two: try again.
+    for (let i = 0; i < 3; i++) {
+      const result =
+        resolution === "release"
+          ? await this.query(this.sql.resolveRelease, [key, ...fence], "resolve")
+          : "done" in resolution
+            ? await this.query(this.sql.resolveDone, [key, resolution.done, Math.round(retentionMs), ...fence], "resolve")
+            : await this.query(this.sql.resolveFailed, [key, JSON.stringify(resolution.failed), Math.round(retentionMs), ...fence], "resolve");
+      if ((result.rowCount ?? 0) > 0) return { kind: "applied" };
+      const entry = await this.get(key);
+      if (entry === undefined) return { kind: "absent" };
+      if (!admits(seen, entry)) return refusal(seen, entry);
+    }
+    throw new StoreError("PostgreSQL: the entry changed each time resolve tried to settle it", true);
   }
 
   async get(key: string): Promise<Entry | undefined> {

@@ -10,7 +10,7 @@ import { LUA } from "../artifacts.generated.js";
 import { hexDigest } from "../digest.js";
 import { CorruptEntry, StoreError } from "../errors.js";
 import { readJson } from "../outcome.js";
-import { type Backend, type Claim, type ClaimRequest, type Entry, type Resolution, type Resolved, clampMs, decodeError, isFingerprint } from "../store.js";
+import { type Backend, type Claim, type ClaimRequest, type Entry, type Resolution, type Resolved, type Seen, clampMs, decodeError, isFingerprint, refusal } from "../store.js";
 import { type RedisLink, storeError } from "./redis-link.js";
 
 /** A script: its text and its SHA-1, which EVALSHA names it by. */
@@ -60,6 +60,8 @@ interface Wire {
   fingerprint?: unknown;
   result?: unknown;
   error?: unknown;
+  owner?: unknown;
+  attempts?: unknown;
 }
 
 /** The running entry a claim writes (the shape entry.lua's `ours` and owned.lua's fence read). */
@@ -105,18 +107,20 @@ function entryOf(key: string, wire: Wire, pttl: number | undefined, serverNow: n
   }
   switch (wire.status) {
     case "running": {
+      const owner = typeof wire.owner === "string" ? wire.owner : undefined;
+      const attempts = typeof wire.attempts === "number" ? wire.attempts : 0;
       if (typeof wire.retention === "number") {
         if (pttl === undefined) throw new StoreError("a running entry read without its key's expiry", false);
         // The key lives for the lease plus the retention: what is left above it is the lease.
         const left = pttl < 0 ? 0 : pttl - wire.retention;
-        return { state: left > 0 ? "running" : "unknown", fingerprint };
+        return { state: left > 0 ? "running" : "unknown", fingerprint, owner, attempts };
       }
       if (typeof wire.leaseUntil === "number") {
         if (serverNow === undefined) throw new StoreError("unexpected reply from the script: a leaseUntil without TIME", false);
-        return { state: wire.leaseUntil > serverNow ? "running" : "unknown", fingerprint };
+        return { state: wire.leaseUntil > serverNow ? "running" : "unknown", fingerprint, owner, attempts };
       }
       // Another writer's (the reference design's): running for as long as its key lives.
-      return { state: "running", fingerprint };
+      return { state: "running", fingerprint, owner, attempts };
     }
     case "done":
       if (!("result" in wire)) throw corrupt(key, "a done entry without a result");
@@ -267,7 +271,7 @@ export class RedisBackend implements Backend {
     return (await this.evalScript(theScripts().fail, key, args)) === 1;
   }
 
-  async resolve(key: string, resolution: Resolution, retentionMs: number): Promise<Resolved> {
+  async resolve(key: string, seen: Seen, resolution: Resolution, retentionMs: number): Promise<Resolved> {
     let head = "";
     let at = "";
     if (resolution !== "release") {
@@ -279,10 +283,14 @@ export class RedisBackend implements Backend {
         at = "failedAt";
       }
     }
-    const reply = await this.evalScript(theScripts().resolve, key, [String(clampMs(retentionMs)), head, at]);
+    // The attempt seen, as resolve.lua compares it: the owner after a '=' ('' for none), the
+    // attempts, and '0': never while the lease is live.
+    const owner = seen.owner === undefined ? "" : "=" + seen.owner;
+    const reply = await this.evalScript(theScripts().resolve, key, [String(clampMs(retentionMs)), head, at, owner, String(seen.attempts), "0"]);
     if (reply === 1) return { kind: "applied" };
     if (reply === 0) return { kind: "absent" };
-    return { kind: "settled", entry: decodeReply(key, reply) };
+    // Refused: the entry the script found, judged again to say why.
+    return refusal(seen, decodeReply(key, reply));
   }
 
   async get(key: string): Promise<Entry | undefined> {

@@ -11,7 +11,7 @@
 import type { DatabaseSync, StatementSync } from "node:sqlite";
 import { ConfigError, CorruptEntry, StoreError } from "../errors.js";
 import { readJson } from "../outcome.js";
-import { type Backend, type Claim, type ClaimRequest, type Entry, type Resolution, type Resolved, decodeError } from "../store.js";
+import { type Backend, type Claim, type ClaimRequest, type Entry, type Resolution, type Resolved, type Seen, admits, decodeError, refusal } from "../store.js";
 import { migrate } from "./sqlite-schema.js";
 
 const COLUMNS = "key, state, owner, fingerprint, started_at, lease_until, kept_until, settled_at, payload, scope, tool, detail, first_started_at, attempts";
@@ -43,8 +43,8 @@ const SQL = {
   failDelete: "DELETE FROM toolonce_entries WHERE key = ?1 AND state = 'running' AND owner = ?2 AND kept_until > ?3",
   resolveSettle:
     "UPDATE toolonce_entries SET state = ?2, owner = NULL, lease_until = NULL, payload = ?3, settled_at = ?4, kept_until = ?5 " +
-    "WHERE key = ?1 AND state = 'running' AND kept_until > ?4",
-  resolveRelease: "DELETE FROM toolonce_entries WHERE key = ?1 AND state = 'running' AND kept_until > ?2",
+    "WHERE key = ?1 AND state = 'running' AND kept_until > ?4 AND owner IS ?6 AND attempts = ?7",
+  resolveRelease: "DELETE FROM toolonce_entries WHERE key = ?1 AND state = 'running' AND kept_until > ?2 AND owner IS ?3 AND attempts = ?4",
 } as const;
 
 interface Row {
@@ -54,6 +54,7 @@ interface Row {
   fingerprint: string | null;
   lease_until: number | null;
   payload: string | null;
+  attempts: number;
 }
 
 const MAX_I64_MS = 9223372036854775807;
@@ -170,7 +171,12 @@ export class SqliteBackend implements Backend {
     };
     switch (row.state) {
       case "running":
-        return { state: row.lease_until !== null && row.lease_until > now ? "running" : "unknown", fingerprint };
+        return {
+          state: row.lease_until !== null && row.lease_until > now ? "running" : "unknown",
+          fingerprint,
+          owner: row.owner ?? undefined,
+          attempts: Number(row.attempts),
+        };
       case "done":
         return { state: "done", fingerprint, result: payload() ?? null };
       case "failed": {
@@ -228,17 +234,23 @@ export class SqliteBackend implements Backend {
     });
   }
 
-  async resolve(key: string, resolution: Resolution, retentionMs: number): Promise<Resolved> {
+  async resolve(key: string, seen: Seen, resolution: Resolution, retentionMs: number): Promise<Resolved> {
+    // Read, judged and written in one transaction under the write lock (as the core does).
     return this.write("resolve", (now) => {
+      const row = this.live(key, now);
+      if (row === undefined) return { kind: "absent" } as Resolved;
+      const entry = this.entryOf(row, now);
+      if (!admits(seen, entry)) return refusal(seen, entry);
+      const owner = seen.owner ?? null;
       const changed =
         resolution === "release"
-          ? this.statement(SQL.resolveRelease).run(key, now).changes
+          ? this.statement(SQL.resolveRelease).run(key, now, owner, seen.attempts).changes
           : "done" in resolution
-            ? this.statement(SQL.resolveSettle).run(key, "done", resolution.done, now, after(now, retentionMs)).changes
-            : this.statement(SQL.resolveSettle).run(key, "failed", JSON.stringify(resolution.failed), now, after(now, retentionMs)).changes;
-      if (Number(changed) === 1) return { kind: "applied" } as Resolved;
-      const row = this.live(key, now);
-      return (row === undefined ? { kind: "absent" } : { kind: "settled", entry: this.entryOf(row, now) }) as Resolved;
+            ? this.statement(SQL.resolveSettle).run(key, "done", resolution.done, now, after(now, retentionMs), owner, seen.attempts).changes
+            : this.statement(SQL.resolveSettle)
+                .run(key, "failed", JSON.stringify(resolution.failed), now, after(now, retentionMs), owner, seen.attempts).changes;
+      // Judged admissible and yet not matched: refused, never applied by guess.
+      return (Number(changed) === 1 ? { kind: "applied" } : { kind: "changed", entry }) as Resolved;
     });
   }
 

@@ -10,7 +10,6 @@ use std::time::SystemTime;
 use toolonce::{Entry, OperationKey, ToolError};
 
 use super::record::{Record, command_line};
-use crate::exit;
 use crate::output;
 
 /// What the note says about the replayed operation, besides the record itself.
@@ -40,23 +39,19 @@ pub(crate) fn done(value: &serde_json::Value, about: &Replayed<'_>) -> ExitCode 
 }
 
 /// A recorded failure: an exec record replays as the run it records; a failure recorded by
-/// something else (an operator's `resolve --failed`) is its message, exit 1.
+/// something else (an operator's `resolve --failed`, or a worker of another language whose
+/// error carries a `detail` of its own) is its message, exit 1: it is still the operation's
+/// recorded outcome, and replaying it is what a duplicate must do.
 pub(crate) fn failed(error: &ToolError, about: &Replayed<'_>) -> anyhow::Result<ExitCode> {
-    match &error.detail {
-        Some(value) => {
-            let record = Record::from_json(value).map_err(|e| {
-                exit::internal(anyhow::anyhow!(
-                    "the stored outcome of {} is not an exec record: {e}",
-                    about.key
-                ))
-            })?;
-            Ok(record_and_note(&record, "failed", about))
-        }
-        None => {
-            note(&about.line("failed", &format!("the message {:?}", error.message)));
-            Ok(ExitCode::FAILURE)
-        }
+    if let Some(record) = error
+        .detail
+        .as_ref()
+        .and_then(|value| Record::from_json(value).ok())
+    {
+        return Ok(record_and_note(&record, "failed", about));
     }
+    note(&about.line("failed", &format!("the message {:?}", error.message)));
+    Ok(ExitCode::FAILURE)
 }
 
 /// Writes a recorded run's stdout and stderr back out, then the note, and returns its exit

@@ -13,6 +13,7 @@
 //! | `result` | done, for the retention | the same `result` |
 //! | an answer serde_json cannot read (a lone surrogate, nesting deeper than 127, not an object) | done, for the retention, the answer's text kept as it came: the tool may have taken effect | the same bytes, under its own id |
 //! | `result` with `isError: true` | `on_tool_error = "keep"` (default): failed, for the failure retention, the whole result kept; `"release"`: forgotten | the same `result`; or a fresh run |
+//! | `result` with `isError: true` that is an official SDK server's refusal of the call before its tool ran: the TypeScript SDK's `MCP error -32602: Tool T not found` (or `disabled`, or `Input validation error: Invalid arguments for tool T: …`), the Python SDK's `Unknown tool: T`, for the tool `T` called, as the only content | never recorded, whatever the configuration (as the JSON-RPC error `-32602` it stands for) | a fresh run |
 //! | JSON-RPC `error` -32700, -32600, -32601, -32602 (refused before the tool ran: parse error, invalid request, method not found, invalid params or unknown tool), and 2026-07-28's -32020, -32021, -32022 (header mismatch, missing client capability, unsupported protocol version) | never recorded | a fresh run |
 //! | any other JSON-RPC `error` (such as -32603, an exception that may follow the effect) | `on_error = "keep"` (default): failed, for the failure retention; `"release"`: forgotten | the same `error`; or a fresh run |
 //! | `result` with `resultType: "input_required"` (2026-07-28: the server asks for input first) | never recorded: nothing took effect | a fresh run (see *What names the operation* above) |
@@ -29,6 +30,7 @@ use toolonce::key::Derived;
 use toolonce::{OnExpired, Outcome, ToolError, WriteAnswer};
 
 use super::config::{OnError, Policy};
+use super::given_up::Why;
 use super::jsonrpc::{self, Lenient};
 use super::protocol::{
     HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, META_KEY, METHOD_NOT_FOUND,
@@ -191,6 +193,37 @@ pub(super) fn give_up_answer(
     }
 }
 
+/// The text a duplicate of an operation this proxy gave up on gets within its lease (see
+/// [`given_up`](super::given_up)): whether it took effect is unknown, not running.
+pub(super) fn given_up_duplicate(
+    tool: &str,
+    policy: &Policy,
+    key: &toolonce::OperationKey,
+    why: Why,
+) -> String {
+    let what = match why {
+        Why::ServerGone => {
+            "the MCP server exited (or the connection to it broke) before answering it"
+        }
+        Why::TimedOut => "the MCP server did not answer it in time",
+    };
+    let after_lease = match policy.options.expired_policy() {
+        OnExpired::Rerun => "after that an identical call runs it again with the same idempotency \
+                             key."
+            .to_owned(),
+        _ => format!(
+            "after that it stays unknown until a person checks whether it took effect and \
+             settles it (toolonce resolve {key})."
+        ),
+    };
+    format!(
+        "Unknown: an identical call of `{tool}` (operation {key}) was sent earlier, and {what}, \
+         so it may or may not have taken effect. This call was not executed. Do not retry it: \
+         the operation stays locked for up to {:?} from then; {after_lease}",
+        policy.options.lease
+    )
+}
+
 /// An `isError` result the proxy writes itself, with its outcome (and the key, once there is
 /// one) in `_meta`, as one line.
 pub(super) fn proxy_answer(id: &Value, text: &str, outcome: &str, key: Option<&str>) -> Vec<u8> {
@@ -232,7 +265,7 @@ const REFUSED_BEFORE_RUNNING: [i64; 7] = [
 ];
 
 /// What the server's answer means for the store (see the module's table).
-pub(super) fn interpret(line: &[u8], policy: &Policy) -> Result<Value, ToolError> {
+pub(super) fn interpret(line: &[u8], tool: &str, policy: &Policy) -> Result<Value, ToolError> {
     let Ok(Value::Object(mut message)) = serde_json::from_slice::<Value>(line) else {
         // The server answered, and the tool may have taken effect; what it answered cannot be
         // read here (a text cut inside an emoji, nesting deeper than serde_json reads, not an
@@ -276,9 +309,51 @@ pub(super) fn interpret(line: &[u8], policy: &Policy) -> Result<Value, ToolError
             .and_then(Value::as_str)
             .unwrap_or("The tool reported an error.")
             .to_owned();
+        // The server refused the call before its tool ran: nothing began, so it is released
+        // (and the client still gets the server's own answer).
+        if refused_by_sdk(&result, tool) {
+            return Err(ToolError::transient(text).with_detail(result));
+        }
         return Err(failure(policy.on_tool_error, text).with_detail(result));
     }
     Ok(result)
+}
+
+/// Whether an `isError` result is an official SDK server's refusal of a call of `tool` before
+/// the tool ran, which those servers answer as a result rather than the JSON-RPC error `-32602`
+/// it stands for. Only the exact texts the SDKs write before the tool's handler is called, for
+/// this very tool, as the only content, with no structured content: the TypeScript SDK
+/// (1.x `McpServer`) throws `McpError(InvalidParams)` for an unknown or disabled tool and for
+/// arguments its schema refuses, and returns the message as `MCP error -32602: …`; the Python
+/// SDK (`MCPServer`) answers `Unknown tool: NAME`. Anything else with `-32602` in it (the
+/// TypeScript SDK's output validation error, which comes after the tool ran; the Python SDK's
+/// `Error executing tool …`, which its argument validation shares with the tool's own
+/// exceptions) may follow an effect and is recorded as any `isError` result.
+fn refused_by_sdk(result: &Value, tool: &str) -> bool {
+    let Some([only]) = result
+        .get("content")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+    else {
+        return false;
+    };
+    if result.get("structuredContent").is_some() {
+        return false;
+    }
+    let Some(text) = only.get("text").and_then(Value::as_str) else {
+        return false;
+    };
+    if let Some(rest) = text.strip_prefix("MCP error -32602: ") {
+        return rest == format!("Tool {tool} not found")
+            || rest == format!("Tool {tool} disabled")
+            || rest.starts_with(&format!(
+                "Input validation error: Invalid arguments for tool {tool}: "
+            ))
+            || rest.starts_with(&format!(
+                "Invalid arguments for tool {tool}: arguments contain more than the maximum of "
+            ));
+    }
+    text == format!("Unknown tool: {tool}")
 }
 
 /// The JSON-RPC error answering a write call serde_json cannot read exactly (see
@@ -322,7 +397,7 @@ mod tests {
             deep.into_bytes(),
             b"[1,2]".to_vec(),
         ] {
-            let recorded = interpret(&line, &policy("")).expect("recorded, never released");
+            let recorded = interpret(&line, "t", &policy("")).expect("recorded, never released");
             assert_eq!(
                 recorded[UNREADABLE_ANSWER].as_str().map(str::as_bytes),
                 Some(&line[..])
@@ -334,7 +409,7 @@ mod tests {
     fn results_are_recorded_whole() {
         let line = br#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"x":1}}"#;
         assert_eq!(
-            interpret(line, &policy("")).unwrap(),
+            interpret(line, "t", &policy("")).unwrap(),
             json!({"content": [], "x": 1})
         );
     }
@@ -344,11 +419,15 @@ mod tests {
         let result =
             json!({"content": [{"type": "text", "text": "card declined"}], "isError": true});
         let line = jsonrpc::result_line(&json!(1), &result);
-        let e = interpret(&line, &policy("")).unwrap_err();
+        let e = interpret(&line, "t", &policy("")).unwrap_err();
         assert_eq!(e.class, ErrorClass::Permanent);
         assert_eq!(e.message, "card declined");
         assert_eq!(e.detail, Some(result));
-        let released = interpret(&line, &policy("[defaults]\non_tool_error = \"release\""));
+        let released = interpret(
+            &line,
+            "t",
+            &policy("[defaults]\non_tool_error = \"release\""),
+        );
         assert!(released.unwrap_err().is_transient());
     }
 
@@ -358,19 +437,67 @@ mod tests {
             let line = format!(
                 r#"{{"jsonrpc":"2.0","id":1,"error":{{"code":{code},"message":"Unknown tool"}}}}"#
             );
-            let e =
-                interpret(line.as_bytes(), &policy("[defaults]\non_error = \"keep\"")).unwrap_err();
+            let e = interpret(
+                line.as_bytes(),
+                "t",
+                &policy("[defaults]\non_error = \"keep\""),
+            )
+            .unwrap_err();
             assert!(e.is_transient(), "{code}");
             assert!(e.message.contains("Unknown tool"));
         }
     }
 
     #[test]
+    fn sdk_refusals_answered_as_results_are_released_and_anything_like_them_is_kept() {
+        let answer = |text: &str| {
+            let result = json!({"content": [{"type": "text", "text": text}], "isError": true});
+            jsonrpc::result_line(&json!(1), &result)
+        };
+        let keep = policy("[defaults]\non_tool_error = \"keep\"");
+        // What the TypeScript SDK 1.32 and the Python SDK 2.3 servers send (probed).
+        for refused in [
+            "MCP error -32602: Tool charge not found",
+            "MCP error -32602: Tool charge disabled",
+            "MCP error -32602: Input validation error: Invalid arguments for tool charge: [\n  {\n    \"code\": \"invalid_type\"",
+            "Unknown tool: charge",
+        ] {
+            let e = interpret(&answer(refused), "charge", &keep).unwrap_err();
+            assert!(e.is_transient(), "{refused}");
+        }
+        for kept in [
+            // After the tool ran: its output did not match its schema.
+            "MCP error -32602: Output validation error: Tool charge has an output schema but no structured content was provided",
+            // Another tool's name: not this call's refusal.
+            "MCP error -32602: Tool refund not found",
+            "Unknown tool: refund",
+            // The Python SDK's text for argument validation is also that of the tool's own
+            // exceptions.
+            "Error executing tool charge: 1 validation error for chargeArguments",
+            "The card was declined (MCP error -32602: Tool charge not found)",
+        ] {
+            let e = interpret(&answer(kept), "charge", &keep).unwrap_err();
+            assert!(!e.is_transient(), "{kept}");
+        }
+        let with_more = json!({"content": [{"type": "text", "text": "Unknown tool: charge"}], "structuredContent": {"charged": true}, "isError": true});
+        let line = jsonrpc::result_line(&json!(1), &with_more);
+        assert!(
+            !interpret(&line, "charge", &keep)
+                .unwrap_err()
+                .is_transient()
+        );
+    }
+
+    #[test]
     fn input_required_is_never_recorded() {
         let line = br#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"input_required","requestState":"s"}}"#;
-        assert!(interpret(line, &policy("")).unwrap_err().is_transient());
+        assert!(
+            interpret(line, "t", &policy(""))
+                .unwrap_err()
+                .is_transient()
+        );
         let line = br#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete","content":[]}}"#;
-        assert!(interpret(line, &policy("")).is_ok());
+        assert!(interpret(line, "t", &policy("")).is_ok());
     }
 
     #[test]
@@ -385,9 +512,9 @@ mod tests {
     #[test]
     fn other_errors_follow_on_error() {
         let line = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"boom"}}"#;
-        let kept = interpret(line, &policy("")).unwrap_err();
+        let kept = interpret(line, "t", &policy("")).unwrap_err();
         assert_eq!(kept.class, ErrorClass::Permanent);
-        let released = interpret(line, &policy("[defaults]\non_error = \"release\""));
+        let released = interpret(line, "t", &policy("[defaults]\non_error = \"release\""));
         assert!(released.unwrap_err().is_transient());
     }
 

@@ -47,9 +47,12 @@ use tokio::sync::{oneshot, watch};
 use toolonce::key::{self, Derived};
 use toolonce::{About, Layer, Outcome, ToolError};
 
-use super::answer::{GiveUp, completed, give_up_answer, interpret, proxy_result, replay};
+use super::answer::{
+    GiveUp, completed, give_up_answer, given_up_duplicate, interpret, proxy_result, replay,
+};
 use super::batch::Batch;
 use super::config::{Config, Policy};
+use super::given_up::{GivenUp, Why};
 use super::jsonrpc::{self, IdKey};
 use super::protocol::{INVALID_PARAMS, META_KEY, META_PROTOCOL_VERSION};
 use super::route::{NotSent, Router, UnsentCall};
@@ -134,6 +137,8 @@ pub(super) struct Context {
     pub(super) config: Arc<Config>,
     pub(super) layer: Layer,
     pub(super) router: Arc<Router>,
+    /// The operations this proxy stopped waiting for, until their lease ends.
+    pub(super) given_up: GivenUp,
 }
 
 /// Runs one call to the end and answers it.
@@ -233,6 +238,17 @@ async fn answer(
     let answer = tokio::select! {
         answer = run => answer,
         Ok(reason) = give_up_rx => {
+            // Whether it took effect is unknown: a duplicate within the lease is told so, not
+            // that it is running (its entry stays `running` until the lease ends).
+            let why = match reason {
+                GiveUp::ServerGone => Some(Why::ServerGone),
+                GiveUp::TimedOut(_) => Some(Why::TimedOut),
+                GiveUp::Cancelled => None,
+            };
+            if let Some(why) = why {
+                let until = std::time::Instant::now() + policy.options.lease;
+                shared.given_up.note(&derived.key, until, why);
+            }
             return give_up_answer(&call.tool, &policy, &derived, reason, error_line);
         }
     };
@@ -244,6 +260,15 @@ async fn answer(
     // operation): the client expects no answer.
     if *cancelled.borrow() {
         return None;
+    }
+    if answer.outcome == Outcome::InFlight
+        && let Some(why) = shared.given_up.why(&answer.key)
+    {
+        return error_line(
+            &given_up_duplicate(&call.tool, &policy, &answer.key, why),
+            Outcome::Unknown.as_str(),
+            Some(answer.key.as_str()),
+        );
     }
     if answer.outcome == Outcome::Conflict && call.client_key.is_some() {
         return error_line(
@@ -386,7 +411,7 @@ impl Forward<'_> {
         };
         // A kept failure's (shorter) retention is the options' failure_retention: the layer
         // applies it.
-        let result = interpret(&line, policy);
+        let result = interpret(&line, &call.tool, policy);
         *response.lock().unwrap_or_else(|p| p.into_inner()) = Some(line);
         result
     }

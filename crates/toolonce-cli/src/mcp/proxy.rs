@@ -513,6 +513,7 @@ impl Shared {
             config: settings.config.clone(),
             layer: Layer::new(settings.store),
             router: router.clone(),
+            given_up: Default::default(),
         });
         Ok(Arc::new(Shared {
             context,

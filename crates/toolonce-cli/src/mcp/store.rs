@@ -15,7 +15,7 @@ use tokio::sync::OnceCell;
 use toolonce::key::OperationKey;
 use toolonce::{
     Claim, ClaimRequest, Entry, Error, Fenced, ListQuery, OwnerToken, Page, Resolution, Resolved,
-    Store, ToolError,
+    Seen, Store, ToolError,
 };
 
 /// How long after a failed open the next call fails at once instead of trying again, so a
@@ -48,7 +48,7 @@ impl LazyStore {
             }
             Err(e) if !e.is_retryable() => return Err(e),
             Err(e) => {
-                let text = e.report().to_string();
+                let text = cause(&e);
                 tracing::error!(
                     target: "toolonce::mcp",
                     store = %toolonce::store::redact_url(url),
@@ -82,13 +82,23 @@ impl LazyStore {
                         Ok(store)
                     }
                     Err(e) => {
-                        let text = e.report().to_string();
+                        let text = cause(&e);
                         *self.failure() = Some((Instant::now(), text.clone()));
                         Err(Error::unavailable(text))
                     }
                 }
             })
             .await
+    }
+}
+
+/// What made the open fail, without the "store unavailable" its error starts with: the error
+/// made from it says that once (an answer that quoted the whole report said it twice).
+fn cause(e: &Error) -> String {
+    let report = e.report().to_string();
+    match report.strip_prefix(&format!("{e}: ")) {
+        Some(cause) if e.is_retryable() => cause.to_owned(),
+        _ => report,
     }
 }
 
@@ -136,7 +146,13 @@ impl Store for LazyStore {
         error: &ToolError,
         sticky: Option<Duration>,
     ) -> toolonce::Result<Fenced> {
-        self.inner().await?.fail(key, owner, error, sticky).await
+        // Never opened: no claim of this process reached a store, so none holds `owner`.
+        // Answered at once, so the layer's release of a claim that failed to reach the store
+        // does not retry for seconds an entry that cannot exist.
+        let Some(store) = self.store.get() else {
+            return Ok(Fenced::NotOwner);
+        };
+        store.fail(key, owner, error, sticky).await
     }
 
     async fn get(&self, key: &OperationKey) -> toolonce::Result<Option<Entry>> {
@@ -150,12 +166,13 @@ impl Store for LazyStore {
     async fn resolve(
         &self,
         key: &OperationKey,
+        seen: &Seen,
         resolution: &Resolution,
         retention: Duration,
     ) -> toolonce::Result<Resolved> {
         self.inner()
             .await?
-            .resolve(key, resolution, retention)
+            .resolve(key, seen, resolution, retention)
             .await
     }
 

@@ -4,13 +4,16 @@
 //! backend implements it and imports it from here.
 
 use std::fmt;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::Result;
 use crate::key::{Fingerprint, OperationKey};
+// Re-exported: the backends read it with the rest of the contract.
+pub use crate::store::about::About;
+pub use crate::store::entry::{Entry, EntryState, State};
 use crate::store::owner::OwnerToken;
 use crate::tool::ToolError;
 
@@ -45,243 +48,6 @@ pub enum Fenced {
     /// The caller no longer owns the entry (it was taken over, resolved, settled or deleted):
     /// nothing was written.
     NotOwner,
-}
-
-/// The state of an entry, for filtering listings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum State {
-    /// Claimed, the tool is (or was, until the lease expires) running.
-    Running,
-    /// Completed; holds the result.
-    Done,
-    /// Failed permanently; holds the error.
-    Failed,
-    /// Claimed, and its lease expired without a complete or fail: the attempt may or may not
-    /// have taken effect. Kept for the claim's retention after its lease deadline.
-    Unknown,
-}
-
-impl State {
-    /// The state's name as the wire format and the command line spell it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            State::Running => "running",
-            State::Done => "done",
-            State::Failed => "failed",
-            State::Unknown => "unknown",
-        }
-    }
-}
-
-impl fmt::Display for State {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for State {
-    type Err = crate::Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "running" => Ok(State::Running),
-            "done" => Ok(State::Done),
-            "failed" => Ok(State::Failed),
-            "unknown" => Ok(State::Unknown),
-            other => Err(crate::Error::Config(format!(
-                "unknown state {other:?}: expected running, done, failed or unknown"
-            ))),
-        }
-    }
-}
-
-/// What an entry holds in each state.
-#[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
-pub enum EntryState {
-    /// Claimed and not settled yet.
-    Running {
-        /// The owner token, when the writer recorded one (workers of other implementations may
-        /// not).
-        owner: Option<String>,
-    },
-    /// Claimed, and its lease expired without a complete or fail: whether the attempt took
-    /// effect is unknown. A duplicate takes it over only when asked to
-    /// ([`ClaimRequest::takeover`]); an operator settles it with [`Store::resolve`].
-    Unknown {
-        /// The owner token of the attempt that expired, when the writer recorded one. Its owner
-        /// may still settle it, as long as nobody took it over.
-        owner: Option<String>,
-    },
-    /// Completed with this result.
-    Done {
-        /// The tool's result, exactly as the first caller got it.
-        result: Value,
-        /// When it completed, if recorded.
-        completed_at: Option<SystemTime>,
-    },
-    /// Failed with an error classed permanent.
-    Failed {
-        /// The error, exactly as the first caller got it.
-        error: ToolError,
-        /// When it failed, if recorded.
-        failed_at: Option<SystemTime>,
-    },
-}
-
-/// What an entry says it is: recorded by the claim that creates it, so an operator looking at
-/// a stuck or `unknown` entry can tell what it was.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct About {
-    /// The scope the key was derived in (a run, a session, a user).
-    pub scope: Option<String>,
-    /// The tool's name (for `toolonce exec`, the operation's name).
-    pub tool: Option<String>,
-    /// Anything else that identifies the operation for a person: `exec`'s command line, the
-    /// MCP proxy's server identity.
-    pub detail: Option<String>,
-}
-
-impl About {
-    /// An entry's scope and tool.
-    pub fn new(scope: impl Into<String>, tool: impl Into<String>) -> Self {
-        About {
-            scope: Some(scope.into()),
-            tool: Some(tool.into()),
-            detail: None,
-        }
-    }
-
-    /// Nothing recorded (what an older writer leaves).
-    pub fn empty() -> Self {
-        Self::default()
-    }
-
-    /// Sets the detail.
-    pub fn detail(mut self, detail: impl Into<String>) -> Self {
-        self.detail = Some(detail.into());
-        self
-    }
-
-    /// Sets or clears the scope.
-    pub fn with_scope(mut self, scope: Option<String>) -> Self {
-        self.scope = scope;
-        self
-    }
-
-    /// Sets or clears the tool.
-    pub fn with_tool(mut self, tool: Option<String>) -> Self {
-        self.tool = tool;
-        self
-    }
-
-    /// Sets or clears the detail.
-    pub fn with_detail(mut self, detail: Option<String>) -> Self {
-        self.detail = detail;
-        self
-    }
-
-    /// Whether nothing is recorded.
-    pub fn is_empty(&self) -> bool {
-        self.scope.is_none() && self.tool.is_none() && self.detail.is_none()
-    }
-}
-
-/// One live entry of the store.
-#[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
-pub struct Entry {
-    /// The operation key.
-    pub key: OperationKey,
-    /// Fingerprint of the full arguments of the call that claimed it (absent when written by an
-    /// implementation that does not record one; such entries match every fingerprint).
-    pub fingerprint: Option<Fingerprint>,
-    /// When the current attempt was claimed (a takeover starts a new attempt; see
-    /// [`first_started_at`](Entry::first_started_at) for the first).
-    pub started_at: SystemTime,
-    /// While `running` or `unknown`, the lease deadline; once settled, the end of the retention.
-    /// If the store knows. For display and inspection only: expiry itself is decided by the
-    /// store's clock, and a store that keeps a remaining time rather than an instant (Redis's
-    /// `PTTL`) reports it added to the caller's clock.
-    pub expires_at: Option<SystemTime>,
-    /// The state and what it holds.
-    pub state: EntryState,
-    /// What the entry says it is (empty when written by an older version or another
-    /// implementation).
-    pub about: About,
-    /// When the first attempt was claimed; `None` when written by an older version.
-    pub first_started_at: Option<SystemTime>,
-    /// How many attempts have started it (1, plus one per takeover); 0 when not recorded (an
-    /// older writer).
-    pub attempts: u32,
-    /// When it settled (`done` or `failed`), if it did and the store recorded it.
-    pub settled_at: Option<SystemTime>,
-}
-
-impl Entry {
-    /// Builds an entry (backends outside this crate need a constructor: the struct is
-    /// `#[non_exhaustive]`), with nothing recorded about it, no first start, 0 attempts and no
-    /// settle time; the setters below fill those in.
-    pub fn new(
-        key: OperationKey,
-        fingerprint: Option<Fingerprint>,
-        started_at: SystemTime,
-        expires_at: Option<SystemTime>,
-        state: EntryState,
-    ) -> Self {
-        Entry {
-            key,
-            fingerprint,
-            started_at,
-            expires_at,
-            state,
-            about: About::default(),
-            first_started_at: None,
-            attempts: 0,
-            settled_at: None,
-        }
-    }
-
-    /// Sets what the entry says it is.
-    pub fn with_about(mut self, about: About) -> Self {
-        self.about = about;
-        self
-    }
-
-    /// Sets when the first attempt started.
-    pub fn with_first_started_at(mut self, at: Option<SystemTime>) -> Self {
-        self.first_started_at = at;
-        self
-    }
-
-    /// Sets how many attempts started it.
-    pub fn with_attempts(mut self, attempts: u32) -> Self {
-        self.attempts = attempts;
-        self
-    }
-
-    /// Sets when it settled.
-    pub fn with_settled_at(mut self, at: Option<SystemTime>) -> Self {
-        self.settled_at = at;
-        self
-    }
-
-    /// The entry's state without its data.
-    pub fn state(&self) -> State {
-        match self.state {
-            EntryState::Running { .. } => State::Running,
-            EntryState::Unknown { .. } => State::Unknown,
-            EntryState::Done { .. } => State::Done,
-            EntryState::Failed { .. } => State::Failed,
-        }
-    }
-
-    /// Whether a call with this fingerprint is the same operation as the one stored. An entry
-    /// without a fingerprint (written by another implementation) matches any.
-    pub fn matches(&self, fingerprint: &Fingerprint) -> bool {
-        self.fingerprint.as_ref().is_none_or(|f| f == fingerprint)
-    }
 }
 
 /// The default time an `unknown` entry is kept after its lease: 24 hours, as long as a result.
@@ -366,19 +132,140 @@ pub enum Resolution {
     Release,
 }
 
-/// The answer of [`Store::resolve`].
+/// The attempt of an unsettled entry that the caller of [`Store::resolve`] saw, and acts on
+/// only: the store compares it with the entry in the same atomic step as the write, so an
+/// operator (or a verify probe) never settles or deletes an entry it did not look at.
+///
+/// It holds the attempt count and the owner as the store reported them (the token for the SQL
+/// stores and the memory store, its SHA-1 for Redis). The owner is the holder's secret: its
+/// `Debug` shows only [`owner_digest`](Seen::owner_digest), and so must anything a person sees.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Seen {
+    attempts: u32,
+    owner: Option<String>,
+    even_if_live: bool,
+}
+
+impl Seen {
+    /// The attempt `entry` is, if it is unsettled (`running` or `unknown`); `None` once it is
+    /// `done` or `failed`. The resolve acts only once the attempt's lease has passed (it is
+    /// `unknown` on the store's clock), whether it was seen `running` or `unknown`.
+    pub fn of(entry: &Entry) -> Option<Seen> {
+        match &entry.state {
+            EntryState::Running { owner } | EntryState::Unknown { owner } => Some(Seen {
+                attempts: entry.attempts,
+                owner: owner.clone(),
+                even_if_live: false,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Acts also while the attempt's lease is live (an operator's `--force` on a claim whose
+    /// owner is stuck but renewing): still only on this attempt, with this owner.
+    pub fn even_if_live(mut self) -> Seen {
+        self.even_if_live = true;
+        self
+    }
+
+    /// How many attempts the entry had started (0: not recorded by its writer).
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// The owner as the store reported it, for the store's comparison. Never show it: it is
+    /// the holder's secret (for display, [`owner_digest`](Seen::owner_digest)).
+    pub fn owner(&self) -> Option<&str> {
+        self.owner.as_deref()
+    }
+
+    /// Whether the resolve may act while the lease is live ([`even_if_live`](Seen::even_if_live)).
+    pub fn acts_while_live(&self) -> bool {
+        self.even_if_live
+    }
+
+    /// A short digest of the owner (12 hex digits of its SHA-256), safe to show: it tells two
+    /// owners apart without giving away the token. `None` when the writer recorded no owner.
+    pub fn owner_digest(&self) -> Option<String> {
+        self.owner.as_deref().map(owner_digest)
+    }
+
+    /// Whether `entry` is the attempt seen, in a state the resolve may act on: unsettled, the
+    /// same attempt count and owner, and `unknown` unless [`acts_while_live`](Seen::acts_while_live).
+    pub fn admits(&self, entry: &Entry) -> bool {
+        match &entry.state {
+            EntryState::Running { owner } => {
+                self.same(entry.attempts, owner.as_deref()) && self.even_if_live
+            }
+            EntryState::Unknown { owner } => self.same(entry.attempts, owner.as_deref()),
+            _ => false,
+        }
+    }
+
+    /// Why a store refused to act on `entry`, read in the same atomic step as the refused
+    /// write: [`Resolved::Settled`], [`Resolved::Changed`] or [`Resolved::Live`]. An entry the
+    /// seen attempt [`admits`](Seen::admits) (a store's read and its write disagree) is
+    /// answered [`Resolved::Changed`]: refused, never applied by guess.
+    pub fn refusal(&self, entry: Entry) -> Resolved {
+        match &entry.state {
+            EntryState::Done { .. } | EntryState::Failed { .. } => Resolved::Settled(entry),
+            EntryState::Running { owner } if self.same(entry.attempts, owner.as_deref()) => {
+                if self.even_if_live {
+                    Resolved::Changed(entry)
+                } else {
+                    Resolved::Live(entry)
+                }
+            }
+            _ => Resolved::Changed(entry),
+        }
+    }
+
+    fn same(&self, attempts: u32, owner: Option<&str>) -> bool {
+        self.attempts == attempts && self.owner.as_deref() == owner
+    }
+}
+
+impl fmt::Debug for Seen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Seen")
+            .field("attempts", &self.attempts)
+            .field("owner", &self.owner_digest())
+            .field("even_if_live", &self.even_if_live)
+            .finish()
+    }
+}
+
+/// 12 hex digits of the SHA-256 of an owner as a store reports it: what a person is shown.
+pub fn owner_digest(owner: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest: [u8; 32] = Sha256::digest(owner.as_bytes()).into();
+    let mut text = [0u8; 12];
+    crate::key::hex_into(&digest[..6], &mut text);
+    String::from_utf8_lossy(&text).into_owned()
+}
+
+/// The answer of [`Store::resolve`]. Only [`Applied`](Resolved::Applied) wrote anything.
 #[derive(Clone, Debug, PartialEq)]
 #[must_use]
 // Matched at once and never stored, as `Claim`.
 #[allow(clippy::large_enum_variant)]
 #[non_exhaustive]
 pub enum Resolved {
-    /// The entry was `running` or `unknown`, and the resolution was written.
+    /// The entry was the attempt seen, unsettled (and `unknown`, unless the seen attempt
+    /// [`acts_while_live`](Seen::acts_while_live)), and the resolution was written.
     Applied,
     /// There is no live entry: nothing was written.
     Absent,
     /// The entry is `done` or `failed` already (it settled meanwhile): nothing was written.
     Settled(Entry),
+    /// The entry is the attempt seen, and its lease is live (its owner is running it and
+    /// renewing it, or renewed it since it was seen `unknown`): nothing was written. Its
+    /// `expires_at` is when the lease ends.
+    Live(Entry),
+    /// The entry is unsettled but not the attempt seen (it was taken over, or released and
+    /// claimed again, since it was read): nothing was written.
+    Changed(Entry),
 }
 
 /// Which entries [`Store::list`] returns.
@@ -565,14 +452,21 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// A page of live entries, ordered by key where the store can.
     async fn list(&self, query: &ListQuery) -> Result<Page>;
 
-    /// Settles an entry for an operator, whatever its owner, if it is `running` or `unknown`:
-    /// [`Resolution::Done`] and [`Resolution::Failed`] make it `done` or `failed` for
-    /// `retention` (settled now), [`Resolution::Release`] deletes it. Fenced against an entry
-    /// that settled meanwhile: a `done` or `failed` entry is left alone and returned
-    /// ([`Resolved::Settled`]); no live entry is [`Resolved::Absent`].
+    /// Settles an entry for an operator, or for the layer after a verify probe, **only if it
+    /// is the attempt `seen`** and its lease has passed: unsettled, with the seen attempt count
+    /// and owner, and `unknown` on the store's clock (or also `running`, if `seen`
+    /// [`acts_while_live`](Seen::acts_while_live)). Compared in the same atomic step as the
+    /// write. [`Resolution::Done`] and [`Resolution::Failed`] make it `done` or `failed` for
+    /// `retention` (settled now), [`Resolution::Release`] deletes it. Anything else is refused
+    /// with nothing written, answering what was found in that step: no live entry
+    /// ([`Resolved::Absent`]), a settled one ([`Resolved::Settled`]), the seen attempt with its
+    /// lease live ([`Resolved::Live`]: its owner is alive), or another attempt
+    /// ([`Resolved::Changed`]: taken over, or released and claimed again). So two operators
+    /// settling one key cannot both act, and neither can delete a claim made after it looked.
     async fn resolve(
         &self,
         key: &OperationKey,
+        seen: &Seen,
         resolution: &Resolution,
         retention: Duration,
     ) -> Result<Resolved>;

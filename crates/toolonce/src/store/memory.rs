@@ -12,7 +12,8 @@ use serde_json::Value;
 use crate::Result;
 use crate::key::OperationKey;
 use crate::store::contract::{
-    Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, Page, Resolution, Resolved, Store,
+    Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, Page, Resolution, Resolved, Seen,
+    Store,
 };
 use crate::store::owner::OwnerToken;
 use crate::tool::ToolError;
@@ -365,6 +366,7 @@ impl Store for MemoryStore {
     async fn resolve(
         &self,
         key: &OperationKey,
+        seen: &Seen,
         resolution: &Resolution,
         retention: Duration,
     ) -> Result<Resolved> {
@@ -373,8 +375,10 @@ impl Store for MemoryStore {
         let Some(slot) = map.get_mut(key).filter(|s| s.live(now)) else {
             return Ok(Resolved::Absent);
         };
-        if !slot.running() {
-            return Ok(Resolved::Settled(slot.view(now)));
+        // Compared and written under the one lock: the entry acted on is the one judged.
+        let entry = slot.view(now);
+        if !seen.admits(&entry) {
+            return Ok(seen.refusal(entry));
         }
         match resolution {
             Resolution::Done(value) => {

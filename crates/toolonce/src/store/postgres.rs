@@ -12,11 +12,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::tokio_postgres::error::SqlState;
+use deadpool_postgres::tokio_postgres::types::ToSql;
 use serde_json::Value;
 
 use crate::key::OperationKey;
 use crate::store::contract::{
-    Claim, ClaimRequest, Entry, Fenced, ListQuery, Page, Resolution, Resolved, State, Store,
+    Claim, ClaimRequest, Entry, Fenced, ListQuery, Page, Resolution, Resolved, Seen, State, Store,
 };
 use crate::store::owner::OwnerToken;
 use crate::tool::ToolError;
@@ -258,30 +259,39 @@ impl Store for PostgresStore {
     async fn resolve(
         &self,
         key: &OperationKey,
+        seen: &Seen,
         resolution: &Resolution,
         retention: Duration,
     ) -> Result<Resolved> {
         let retention = millis(retention);
-        // The write is one fenced statement. When it matches nothing, a read says why; a
-        // running entry seen then was claimed after the write looked, so the write is tried on
-        // it again (a new claim after each miss is needed to loop, so this ends).
+        let (statement, payload) = match resolution {
+            Resolution::Done(value) => (
+                &self.sql.resolve_done,
+                Some(serde_json::to_string(value).map_err(Error::store)?),
+            ),
+            Resolution::Failed(error) => (
+                &self.sql.resolve_failed,
+                Some(serde_json::to_string(error).map_err(Error::store)?),
+            ),
+            Resolution::Release => (&self.sql.resolve_release, None),
+        };
+        let owner = seen.owner();
+        let attempts = i32::try_from(seen.attempts()).unwrap_or(i32::MAX);
+        let forced = seen.acts_while_live();
+        // The write is one statement fenced on the attempt seen (owner, attempts, lease passed
+        // unless forced). When it matches nothing, a read says why. A read that finds the
+        // attempt seen, admissible, means the lease passed between the write and the read:
+        // the write is tried again (bounded; the same attempt cannot go back to a live lease
+        // unless its owner renews it, which the next write sees).
         for _ in 0..ATTEMPTS * 3 {
-            let n = match resolution {
-                Resolution::Done(value) => {
-                    let text = serde_json::to_string(value).map_err(Error::store)?;
-                    self.count(&self.sql.resolve_done, &[&key.as_str(), &text, &retention])
-                        .await?
+            let n = match &payload {
+                Some(text) => {
+                    let params: [&(dyn ToSql + Sync); 6] =
+                        [&key.as_str(), text, &retention, &owner, &attempts, &forced];
+                    self.count(statement, &params).await?
                 }
-                Resolution::Failed(error) => {
-                    let text = serde_json::to_string(error).map_err(Error::store)?;
-                    self.count(
-                        &self.sql.resolve_failed,
-                        &[&key.as_str(), &text, &retention],
-                    )
-                    .await?
-                }
-                Resolution::Release => {
-                    self.count(&self.sql.resolve_release, &[&key.as_str()])
+                None => {
+                    self.count(statement, &[&key.as_str(), &owner, &attempts, &forced])
                         .await?
                 }
             };
@@ -290,14 +300,12 @@ impl Store for PostgresStore {
             }
             match self.get(key).await? {
                 None => return Ok(Resolved::Absent),
-                Some(entry) => match entry.state() {
-                    State::Done | State::Failed => return Ok(Resolved::Settled(entry)),
-                    _ => continue,
-                },
+                Some(entry) if seen.admits(&entry) => continue,
+                Some(entry) => return Ok(seen.refusal(entry)),
             }
         }
         Err(Error::unavailable(
-            "the entry was claimed again each time resolve tried to settle it",
+            "the entry changed each time resolve tried to settle it",
         ))
     }
 

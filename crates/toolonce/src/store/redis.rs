@@ -17,7 +17,7 @@ use serde_json::Value as Json;
 
 use crate::key::OperationKey;
 use crate::store::contract::{
-    Claim, ClaimRequest, Entry, Fenced, ListQuery, Page, Resolution, Resolved, Store, millis,
+    Claim, ClaimRequest, Entry, Fenced, ListQuery, Page, Resolution, Resolved, Seen, Store, millis,
 };
 use crate::store::owner::OwnerToken;
 use crate::tool::ToolError;
@@ -275,6 +275,7 @@ impl Store for RedisStore {
     async fn resolve(
         &self,
         key: &OperationKey,
+        seen: &Seen,
         resolution: &Resolution,
         retention: Duration,
     ) -> Result<Resolved> {
@@ -292,7 +293,13 @@ impl Store for RedisStore {
             Resolution::Release => (String::new(), ""),
         };
         let mut resolve = evalsha(&SCRIPTS.resolve, &self.redis_key(key));
-        resolve.arg(px(retention)).arg(head).arg(at);
+        resolve
+            .arg(px(retention))
+            .arg(head)
+            .arg(at)
+            .arg(seen.owner().map_or(String::new(), |o| format!("={o}")))
+            .arg(seen.attempts())
+            .arg(if seen.acts_while_live() { "1" } else { "0" });
         let (reply, acks) = self.write(&resolve, Some(&SCRIPTS.resolve)).await?;
         match reply {
             Value::Int(1) => {
@@ -300,7 +307,8 @@ impl Store for RedisStore {
                 Ok(Resolved::Applied)
             }
             Value::Int(0) => Ok(Resolved::Absent),
-            other => decode_read(key, other).map(Resolved::Settled),
+            // Refused: the entry the script found, judged again to say why.
+            other => decode_read(key, other).map(|entry| seen.refusal(entry)),
         }
     }
 

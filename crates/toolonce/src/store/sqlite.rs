@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use crate::key::OperationKey;
 use crate::store::contract::{
-    Claim, ClaimRequest, Entry, Fenced, ListQuery, Page, Resolution, Resolved, State, Store,
+    Claim, ClaimRequest, Entry, Fenced, ListQuery, Page, Resolution, Resolved, Seen, State, Store,
 };
 use crate::store::owner::OwnerToken;
 use crate::tool::ToolError;
@@ -229,13 +229,15 @@ impl Store for SqliteStore {
         })
     }
 
-    /// One transaction under the write lock: the fenced write ([`sql::RESOLVE_SETTLE`] or
-    /// [`sql::RESOLVE_RELEASE`], which match only a kept `running` row, live or `unknown`,
-    /// whoever holds it), then, only if it matched nothing, a read of what stopped it in the
-    /// same transaction: no row, or a row that settled meanwhile, which is left untouched.
+    /// One transaction under the write lock: the live row is read and judged against what was
+    /// `seen` (the same attempt and owner, its lease passed unless forced), and only then
+    /// written ([`sql::RESOLVE_SETTLE`] or [`sql::RESOLVE_RELEASE`], which also check the
+    /// attempt and owner, so the write can never act on a row the read did not judge). A
+    /// refused row is left untouched and returned.
     async fn resolve(
         &self,
         key: &OperationKey,
+        seen: &Seen,
         resolution: &Resolution,
         retention: Duration,
     ) -> Result<Resolved> {
@@ -253,9 +255,19 @@ impl Store for SqliteStore {
             Resolution::Release => None,
         };
         let k = key.clone();
+        let seen = seen.clone();
         self.write("resolve an entry", move |conn| {
             let tx = Immediate::begin(conn)?;
             let now = now_ms();
+            let Some(entry) = read_live(conn, &k, now)? else {
+                tx.commit()?;
+                return Ok(Resolved::Absent);
+            };
+            if !seen.admits(&entry) {
+                tx.commit()?;
+                return Ok(seen.refusal(entry));
+            }
+            let (owner, attempts) = (seen.owner(), seen.attempts());
             let applied = match &settle {
                 Some((state, payload)) => {
                     conn.prepare_cached(sql::RESOLVE_SETTLE)?.execute(params![
@@ -263,20 +275,23 @@ impl Store for SqliteStore {
                         state,
                         payload,
                         now,
-                        after(now, retention)
+                        after(now, retention),
+                        owner,
+                        attempts
                     ])?
                 }
-                None => conn
-                    .prepare_cached(sql::RESOLVE_RELEASE)?
-                    .execute(params![k.as_str(), now])?,
+                None => conn.prepare_cached(sql::RESOLVE_RELEASE)?.execute(params![
+                    k.as_str(),
+                    now,
+                    owner,
+                    attempts
+                ])?,
             };
             let resolved = if applied == 1 {
                 Resolved::Applied
             } else {
-                match read_live(conn, &k, now)? {
-                    Some(entry) => Resolved::Settled(entry),
-                    None => Resolved::Absent,
-                }
+                // Judged admissible and yet not matched: refused, never applied by guess.
+                Resolved::Changed(entry)
             };
             tx.commit()?;
             Ok(resolved)

@@ -115,10 +115,12 @@ async fn hold_answers_unknown_without_running_and_tells_the_model_a_person_must_
         )
         .await;
     assert_eq!(again.outcome, Outcome::Unknown);
+    let looked = toolonce::Seen::of(&store.get(&op.key).await.unwrap().unwrap()).unwrap();
     assert_eq!(
         store
             .resolve(
                 &op.key,
+                &looked,
                 &Resolution::Done(json!("sent by hand")),
                 Duration::from_secs(60)
             )

@@ -93,8 +93,18 @@ pub(super) const PURGE_BATCH: i64 = 10_000;
 pub(super) const FENCE: &str =
     "key = $1 AND state = 'running' AND owner = $2 AND expires_at > now()";
 
-/// The fence of an operator's settle: the entry is running or `unknown`, whoever owns it.
-pub(super) const UNSETTLED: &str = "key = $1 AND state = 'running' AND expires_at > now()";
+/// The fence of an operator's settle, its parameters numbered from `$n`: the entry is running
+/// or `unknown` and the attempt seen (`$n` its owner, NULL for none; `$n+1` its attempts), and
+/// its lease has passed unless `$n+2` (forced) is true.
+fn seen_fence(n: usize) -> String {
+    format!(
+        "key = $1 AND state = 'running' AND expires_at > now() \
+         AND owner IS NOT DISTINCT FROM ${n}::text AND attempts = ${}::integer \
+         AND (${}::boolean OR lease_until <= now())",
+        n + 1,
+        n + 2
+    )
+}
 
 impl Sql {
     pub(super) fn new(table: &str) -> Sql {
@@ -149,14 +159,16 @@ impl Sql {
             resolve_done: format!(
                 "UPDATE {t} SET state = 'done', owner = NULL, lease_until = NULL, \
                  result = $2::text::json, settled_at = now(), \
-                 expires_at = now() + $3::bigint * interval '1 millisecond' WHERE {UNSETTLED}"
+                 expires_at = now() + $3::bigint * interval '1 millisecond' WHERE {}",
+                seen_fence(4)
             ),
             resolve_failed: format!(
                 "UPDATE {t} SET state = 'failed', owner = NULL, lease_until = NULL, \
                  error = $2::text::json, settled_at = now(), \
-                 expires_at = now() + $3::bigint * interval '1 millisecond' WHERE {UNSETTLED}"
+                 expires_at = now() + $3::bigint * interval '1 millisecond' WHERE {}",
+                seen_fence(4)
             ),
-            resolve_release: format!("DELETE FROM {t} WHERE {UNSETTLED}"),
+            resolve_release: format!("DELETE FROM {t} WHERE {}", seen_fence(2)),
         }
     }
 

@@ -77,17 +77,18 @@ pub(super) const FAIL_STICKY: &str = "UPDATE toolonce_entries SET state = 'faile
 pub(super) const FAIL_DELETE: &str = "DELETE FROM toolonce_entries \
      WHERE key = ?1 AND state = 'running' AND owner = ?2 AND kept_until > ?3";
 
-/// An operator settles a `running` or `unknown` entry, whoever holds it: `?1` key, `?2` the
-/// new state (`done` or `failed`), `?3` payload JSON, `?4` now, `?5` retention end. A settled
-/// or absent entry matches nothing.
+/// An operator settles the `running` or `unknown` entry it saw (the store has judged it in the
+/// same transaction): `?1` key, `?2` the new state (`done` or `failed`), `?3` payload JSON, `?4`
+/// now, `?5` retention end, `?6` the owner seen (`IS`: NULL matches a row without one), `?7`
+/// the attempts seen. A settled, absent or other attempt's row matches nothing.
 pub(super) const RESOLVE_SETTLE: &str = "UPDATE toolonce_entries SET state = ?2, owner = NULL, \
      lease_until = NULL, payload = ?3, settled_at = ?4, kept_until = ?5 \
-     WHERE key = ?1 AND state = 'running' AND kept_until > ?4";
+     WHERE key = ?1 AND state = 'running' AND kept_until > ?4 AND owner IS ?6 AND attempts = ?7";
 
-/// An operator forgets a `running` or `unknown` entry, so the next call runs: `?1` key, `?2`
-/// now.
+/// An operator forgets the `running` or `unknown` entry it saw, so the next call runs: `?1`
+/// key, `?2` now, `?3` the owner seen, `?4` the attempts seen.
 pub(super) const RESOLVE_RELEASE: &str = "DELETE FROM toolonce_entries \
-     WHERE key = ?1 AND state = 'running' AND kept_until > ?2";
+     WHERE key = ?1 AND state = 'running' AND kept_until > ?2 AND owner IS ?3 AND attempts = ?4";
 
 /// Deletes a key whatever its state, saying whether its row was live: `?1` key, `?2` now.
 pub(super) const DELETE: &str =

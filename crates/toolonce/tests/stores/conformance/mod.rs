@@ -10,12 +10,14 @@ mod entries;
 pub mod multiprocess;
 mod records;
 mod resolve;
+mod resolve_fenced;
 mod unknown;
 
 pub use claims::*;
 pub use entries::*;
 pub use records::*;
 pub use resolve::*;
+pub use resolve_fenced::*;
 pub use unknown::*;
 
 use std::sync::Arc;
@@ -25,7 +27,7 @@ use serde_json::json;
 use toolonce::key::{self, Fingerprint, OperationKey};
 use toolonce::{
     About, Claim, ClaimRequest, EntryState, Fenced, ListQuery, OwnerToken, Resolution, Resolved,
-    State, Store, ToolError,
+    Seen, State, Store, ToolError,
 };
 
 /// Waits until the entry at `key` is `unknown` (its lease ran out unsettled, on the store's
@@ -196,10 +198,15 @@ macro_rules! store_conformance {
             its_own_token_reclaims_an_unknown_entry,
             an_unknown_entry_is_kept_for_its_retention_after_the_lease_then_absent,
             resolve_done_settles_an_unknown_entry_for_duplicates,
-            resolve_failed_settles_a_stuck_running_entry,
+            a_forced_resolve_failed_settles_the_stuck_running_claim_it_saw,
             resolve_release_forgets_the_entry_so_the_next_call_runs,
             resolve_leaves_an_entry_that_settled_meanwhile_alone,
             resolve_of_an_absent_key_is_absent,
+            resolve_of_a_live_running_claim_is_refused_and_says_when_its_lease_ends,
+            an_unknown_entry_renewed_by_its_owner_after_it_was_seen_is_refused_as_live,
+            resolve_with_a_stale_seen_is_refused_after_a_takeover,
+            a_second_operator_never_releases_the_claim_made_after_the_first_released,
+            operators_racing_to_settle_one_unknown_entry_apply_once_and_spare_the_new_claim,
             an_entry_records_what_it_is_how_often_it_started_and_when_it_settled,
             list_filters_by_state_scope_and_tool,
             concurrent_takeovers_of_an_unknown_entry_have_exactly_one_winner,

@@ -66,6 +66,8 @@ async fn a_resolve_racing_the_owners_complete_lets_exactly_one_settle() {
                     .unwrap()
             })
         };
+        // The operator looked at the claim before it raced the owner (forced: it may be live).
+        let seen = conformance::seen_while_running(&*store, &key).await;
         let resolving = {
             let (store, key, barrier) = (store.clone(), key.clone(), barrier.clone());
             tokio::spawn(async move {
@@ -73,6 +75,7 @@ async fn a_resolve_racing_the_owners_complete_lets_exactly_one_settle() {
                 store
                     .resolve(
                         &key,
+                        &seen,
                         &Resolution::Done(json!("operator")),
                         conformance::LONG,
                     )

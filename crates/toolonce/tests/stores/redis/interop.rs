@@ -291,10 +291,13 @@ async fn resolve_settles_running_entries_of_other_writers_and_leaves_settled_one
         "PX",
         "60000",
     ]);
+    // It never turns unknown (it has no lease of its own): only a forced resolve acts on it.
+    let seen = conformance::seen_while_running(&store, &key).await;
     assert_eq!(
         store
             .resolve(
                 &key,
+                &seen,
                 &Resolution::Done(json!({"sent": true})),
                 conformance::LONG
             )
@@ -313,7 +316,7 @@ async fn resolve_settles_running_entries_of_other_writers_and_leaves_settled_one
     assert!(value["settledAt"].is_u64() && value["completedAt"] == value["settledAt"]);
     // Settled meanwhile: nothing is written.
     match store
-        .resolve(&key, &Resolution::Release, conformance::LONG)
+        .resolve(&key, &seen, &Resolution::Release, conformance::LONG)
         .await
         .unwrap()
     {
@@ -332,9 +335,15 @@ async fn resolve_settles_running_entries_of_other_writers_and_leaves_settled_one
     );
     redis.command(&["SET", &raw, &value, "PX", "60000"]);
     let error = ToolError::permanent("mailbox full");
+    let seen = conformance::seen_while_running(&store, &key).await;
     assert_eq!(
         store
-            .resolve(&key, &Resolution::Failed(error.clone()), conformance::LONG)
+            .resolve(
+                &key,
+                &seen,
+                &Resolution::Failed(error.clone()),
+                conformance::LONG
+            )
             .await
             .unwrap(),
         Resolved::Applied
@@ -352,16 +361,17 @@ async fn resolve_settles_running_entries_of_other_writers_and_leaves_settled_one
         "PX",
         "60000",
     ]);
+    let seen = conformance::seen_while_running(&store, &key).await;
     assert_eq!(
         store
-            .resolve(&key, &Resolution::Release, conformance::LONG)
+            .resolve(&key, &seen, &Resolution::Release, conformance::LONG)
             .await
             .unwrap(),
         Resolved::Applied
     );
     assert_eq!(
         store
-            .resolve(&key, &Resolution::Release, conformance::LONG)
+            .resolve(&key, &seen, &Resolution::Release, conformance::LONG)
             .await
             .unwrap(),
         Resolved::Absent
@@ -434,6 +444,17 @@ async fn our_done_and_failed_entries_keep_the_result_and_error_byte_for_byte() {
 
 #[tokio::test]
 async fn a_value_that_is_not_an_entry_is_corrupt_and_fenced_writes_leave_it_alone() {
+    // What an operator may have seen before the value was garbled: the store must refuse
+    // whatever it was, since the value is not an entry at all.
+    let anything = toolonce::Seen::of(&toolonce::Entry::new(
+        conformance::op("anything").0,
+        None,
+        std::time::SystemTime::now(),
+        None,
+        EntryState::Running { owner: None },
+    ))
+    .expect("a running entry is unsettled")
+    .even_if_live();
     let redis = shared_redis();
     let store = store_on(&redis.url()).await;
     let (key, fp) = conformance::op("corrupt");
@@ -486,7 +507,7 @@ async fn a_value_that_is_not_an_entry_is_corrupt_and_fenced_writes_leave_it_alon
         assert!(
             matches!(
                 store
-                    .resolve(&key, &Resolution::Release, conformance::LONG)
+                    .resolve(&key, &anything, &Resolution::Release, conformance::LONG)
                     .await,
                 Err(Error::Corrupt { .. })
             ),

@@ -332,9 +332,15 @@ async fn a_process_killed_after_charging_leaves_unknown_entries_that_each_policy
     );
 
     // An operator who checked releases the held one: the next call runs it, once.
+    let looked = conformance::seen(&*store, &ops[0].key).await;
     assert_eq!(
         store
-            .resolve(&ops[0].key, &Resolution::Release, conformance::LONG)
+            .resolve(
+                &ops[0].key,
+                &looked,
+                &Resolution::Release,
+                conformance::LONG
+            )
             .await
             .unwrap(),
         Resolved::Applied

@@ -172,6 +172,8 @@ async fn a_resolve_racing_the_late_owner_lets_exactly_one_settle() {
                     .unwrap()
             })
         };
+        // The operator looked at the entry before it raced the late owner.
+        let seen = conformance::seen_while_running(&*operator, &key).await;
         let resolve = {
             let (store, key) = (operator.clone(), key.clone());
             tokio::spawn(async move {
@@ -179,6 +181,7 @@ async fn a_resolve_racing_the_late_owner_lets_exactly_one_settle() {
                 store
                     .resolve(
                         &key,
+                        &seen,
                         &Resolution::Done(json!("by the operator")),
                         conformance::LONG,
                     )
