@@ -1,0 +1,78 @@
+#!/usr/bin/env node
+// The `toolonce` command of the npm package: it runs the prebuilt `toolonce` binary of this
+// platform, which npm installs from one of the optional per-platform packages
+// (@toolonce/cli-<os>-<cpu>[-<libc>], each with `os`, `cpu` and `libc` fields, so npm installs
+// only the one that fits). Nothing runs at install time, so `npm install --ignore-scripts` and
+// `npx` work. The binary gets this process's arguments, standard streams and environment; its
+// exit status (or the signal that ended it) becomes this process's.
+
+"use strict";
+
+const { spawn } = require("node:child_process");
+const fs = require("node:fs");
+const path = require("node:path");
+
+/** The platform package for this machine, as npm names it; musl and glibc Linux differ. */
+function platformPackage() {
+  const { platform, arch } = process;
+  if (platform === "linux") {
+    // Node built against glibc reports its version; on musl (Alpine) the field is missing.
+    const header = process.report?.getReport?.().header ?? {};
+    const libc = header.glibcVersionRuntime ? "gnu" : "musl";
+    return `@toolonce/cli-linux-${arch}-${libc}`;
+  }
+  if (platform === "win32") return `@toolonce/cli-win32-${arch}-msvc`;
+  return `@toolonce/cli-${platform}-${arch}`;
+}
+
+/** The path of the binary: TOOLONCE_BINARY if set, else the platform package's. */
+function binaryPath() {
+  if (process.env.TOOLONCE_BINARY) return process.env.TOOLONCE_BINARY;
+  const name = platformPackage();
+  const file = process.platform === "win32" ? "toolonce.exe" : "toolonce";
+  let dir;
+  try {
+    dir = path.dirname(require.resolve(`${name}/package.json`));
+  } catch {
+    const version = require("../package.json").version;
+    process.stderr.write(
+      `toolonce: the binary for this platform (${process.platform} ${process.arch}) is missing: ` +
+        `the optional package ${name} is not installed.\n` +
+        `Install it with \`npm install ${name}@${version}\` (npm skips optional packages when ` +
+        `installed with --omit=optional or --no-optional), or set TOOLONCE_BINARY to a toolonce ` +
+        `binary; \`cargo install toolonce-cli\` builds one.\n`,
+    );
+    process.exit(1);
+  }
+  const binary = path.join(dir, "bin", file);
+  if (!fs.existsSync(binary)) {
+    process.stderr.write(`toolonce: ${name} is installed but has no ${path.join("bin", file)}; reinstall it\n`);
+    process.exit(1);
+  }
+  return binary;
+}
+
+function main() {
+  const child = spawn(binaryPath(), process.argv.slice(2), { stdio: "inherit", windowsHide: true });
+  // A signal sent to this process (Ctrl-C reaches both through the terminal's process group;
+  // a supervisor's SIGTERM reaches only this one) is passed on, and the child decides.
+  const forward = (signal) => () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+  };
+  for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) process.on(signal, forward(signal));
+  child.on("error", (error) => {
+    process.stderr.write(`toolonce: cannot run ${child.spawnfile}: ${error.message}\n`);
+    process.exit(1);
+  });
+  child.on("exit", (code, signal) => {
+    if (signal) {
+      // Die of the same signal, so that the caller sees what the binary saw.
+      process.removeAllListeners(signal);
+      process.kill(process.pid, signal);
+      return;
+    }
+    process.exit(code ?? 1);
+  });
+}
+
+main();
