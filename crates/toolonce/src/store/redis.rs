@@ -27,6 +27,7 @@ mod conn;
 mod error;
 mod eviction;
 mod list;
+mod native;
 mod scripts;
 mod url;
 mod wire;
@@ -37,6 +38,7 @@ pub use conn::{RedisStore, RedisStoreBuilder};
 
 use error::to_error;
 use list::{ListCursor, MAX_SCANS_PER_PAGE, glob_escape};
+use native::{Held, Native, held_by, now_ms};
 use scripts::SCRIPTS;
 use wire::{decode_read, decode_unless_running, running_value};
 
@@ -92,7 +94,11 @@ impl Store for RedisStore {
                 .query_async::<Value>(&mut self.conn())
                 .await;
             match reply {
-                Ok(Value::Nil) => return Ok(Claim::Won),
+                Ok(Value::Nil) => {
+                    // Exactly what the key now holds: the owner's settles compare it whole.
+                    req.owner.remember_written(Some(value));
+                    return Ok(Claim::Won);
+                }
                 Ok(Value::BulkString(raw)) => {
                     if let Some(entry) = decode_unless_running(req.key, &raw, SystemTime::now())? {
                         return Ok(Claim::Existing(entry));
@@ -104,6 +110,9 @@ impl Store for RedisStore {
                 Err(e) => return Err(to_error(e)),
             }
         }
+        // The script may write `value` or rewrite an entry of ours (a lost claim's retry, a
+        // takeover): the exact bytes are not known, so the owner's settles go by its digest.
+        req.owner.remember_written(None);
         // Owner digest and fingerprint are hex digits and the about members are JSON-encoded
         // here, so the script splices them into the entry without escaping anything.
         let reply: Value = SCRIPTS
@@ -127,11 +136,28 @@ impl Store for RedisStore {
     }
 
     async fn renew(&self, key: &OperationKey, owner: &OwnerToken, lease: Duration) -> Result<bool> {
-        let applied: i64 = SCRIPTS
-            .renew
-            .key(self.redis_key(key))
-            .arg(owner.as_str())
-            .arg(px(lease))
+        let redis_key = self.redis_key(key);
+        let lease = px(lease);
+        let written = held_by(owner);
+        let held = written.as_deref().and_then(Held::parse);
+        if let Some(held) = &held
+            && self.native_fence
+        {
+            // The same value again under a new expiry: the lease plus the retention.
+            let expiry = lease.saturating_add(held.retention).min(MAX_PX_MS);
+            if let Native::Applied = self
+                .set_ifeq(&redis_key, held.value, held.value, expiry)
+                .await?
+            {
+                return Ok(true);
+            }
+        }
+        let mut invocation = SCRIPTS.renew.key(redis_key);
+        invocation.arg(owner.as_str()).arg(lease);
+        if let Some(held) = &held {
+            invocation.arg(held.value).arg(held.retention);
+        }
+        let applied: i64 = invocation
             .invoke_async(&mut self.conn())
             .await
             .map_err(to_error)?;
@@ -147,16 +173,12 @@ impl Store for RedisStore {
     ) -> Result<Fenced> {
         let mut head = String::from(r#"{"status":"done","result":"#);
         head.push_str(&serde_json::to_string(result).map_err(Error::store)?);
-        let applied: i64 = SCRIPTS
-            .complete
-            .key(self.redis_key(key))
-            .arg(owner.as_str())
-            .arg(px(retention))
-            .arg(head)
-            .invoke_async(&mut self.conn())
-            .await
-            .map_err(to_error)?;
-        Ok(fenced(applied))
+        let settle = Settle {
+            head,
+            at_field: "completedAt",
+            retention: Some(px(retention)),
+        };
+        self.settle(key, owner, settle, &SCRIPTS.complete).await
     }
 
     async fn fail(
@@ -170,20 +192,16 @@ impl Store for RedisStore {
             Some(retention) => {
                 let mut head = String::from(r#"{"status":"failed","error":"#);
                 head.push_str(&serde_json::to_string(error).map_err(Error::store)?);
-                (px(retention).to_string(), head)
+                (Some(px(retention)), head)
             }
-            None => (String::new(), String::new()),
+            None => (None, String::new()),
         };
-        let applied: i64 = SCRIPTS
-            .fail
-            .key(self.redis_key(key))
-            .arg(owner.as_str())
-            .arg(retention)
-            .arg(head)
-            .invoke_async(&mut self.conn())
-            .await
-            .map_err(to_error)?;
-        Ok(fenced(applied))
+        let settle = Settle {
+            head,
+            at_field: "failedAt",
+            retention,
+        };
+        self.settle(key, owner, settle, &SCRIPTS.fail).await
     }
 
     async fn get(&self, key: &OperationKey) -> Result<Option<Entry>> {
@@ -297,6 +315,57 @@ impl Store for RedisStore {
     async fn purge_expired(&self) -> Result<u64> {
         // Redis expires keys itself (PX): there is never anything for us to purge.
         Ok(0)
+    }
+}
+
+/// A fenced settle: the head of the settled entry (empty when released), the member its
+/// settling time goes under, and its retention (`None`: release the entry).
+struct Settle {
+    head: String,
+    at_field: &'static str,
+    retention: Option<u64>,
+}
+
+impl RedisStore {
+    /// Settles `key` for `owner`: with one native `SET … IFEQ` where the server has it and the
+    /// owner holds the exact value its claim wrote, else with `script` (complete.lua or
+    /// fail.lua), which compares that whole value first when the owner has it and falls back
+    /// to the owner's digest. A release is always the script: `SET` cannot delete (`DELEX`,
+    /// Redis 8.4's, is not in Valkey 8.1).
+    async fn settle(
+        &self,
+        key: &OperationKey,
+        owner: OwnerToken,
+        settle: Settle,
+        script: &::redis::Script,
+    ) -> Result<Fenced> {
+        let redis_key = self.redis_key(key);
+        let written = held_by(&owner);
+        let held = written.as_deref().and_then(Held::parse);
+        let settled = match (&held, settle.retention) {
+            (Some(held), Some(_)) => held.settled(&settle.head, settle.at_field, now_ms()),
+            _ => String::new(),
+        };
+        if let (Some(held), Some(retention), true) = (&held, settle.retention, self.native_fence)
+            && let Native::Applied = self
+                .set_ifeq(&redis_key, &settled, held.value, retention)
+                .await?
+        {
+            return Ok(Fenced::Applied);
+        }
+        let mut invocation = script.key(redis_key);
+        invocation
+            .arg(owner.as_str())
+            .arg(settle.retention.map(|r| r.to_string()).unwrap_or_default())
+            .arg(&settle.head);
+        if let Some(held) = &held {
+            invocation.arg(held.value).arg(&settled);
+        }
+        let applied: i64 = invocation
+            .invoke_async(&mut self.conn())
+            .await
+            .map_err(to_error)?;
+        Ok(fenced(applied))
     }
 }
 

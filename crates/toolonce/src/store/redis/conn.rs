@@ -107,6 +107,9 @@ pub struct RedisStore {
     /// Whether claims start with the native `SET … NX GET PX` (every master was Redis 7 or
     /// later on connect).
     pub(super) native_claim: bool,
+    /// Whether the owner's settles and renewals are one native `SET … IFEQ` (the server took
+    /// the option when probed on connect; see `native`).
+    pub(super) native_fence: bool,
 }
 
 impl fmt::Debug for RedisStore {
@@ -115,6 +118,7 @@ impl fmt::Debug for RedisStore {
             .field("url", &self.display)
             .field("prefix", &self.prefix)
             .field("native_claim", &self.native_claim)
+            .field("native_fence", &self.native_fence)
             .finish()
     }
 }
@@ -223,6 +227,7 @@ pub struct RedisStoreBuilder {
     connection_timeout: Duration,
     reconnect_attempts: usize,
     native_claim: bool,
+    native_fence: bool,
 }
 
 impl fmt::Debug for RedisStoreBuilder {
@@ -235,6 +240,7 @@ impl fmt::Debug for RedisStoreBuilder {
             .field("connection_timeout", &self.connection_timeout)
             .field("reconnect_attempts", &self.reconnect_attempts)
             .field("native_claim", &self.native_claim)
+            .field("native_fence", &self.native_fence)
             .finish()
     }
 }
@@ -250,6 +256,7 @@ impl RedisStoreBuilder {
             connection_timeout: Duration::from_secs(1),
             reconnect_attempts: 3,
             native_claim: true,
+            native_fence: true,
         }
     }
 
@@ -305,6 +312,16 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// Whether the owner's complete, sticky fail and renew may be one native
+    /// `SET … IFEQ` where the server has it (Valkey 8.1, Redis 8.4; default yes).
+    /// [`connect`](Self::connect) probes the command once; without it (or with `false`) they
+    /// are scripts, which compare the same whole value first. The entries and every answer
+    /// are the same either way; `false` is for comparing the two.
+    pub fn native_fence(mut self, native: bool) -> Self {
+        self.native_fence = native;
+        self
+    }
+
     /// Connects (to one node of a cluster at least), checks that Redis will not evict entries
     /// (see [`allow_eviction`](Self::allow_eviction)), reads whether every master has the
     /// native claim (see [`native_claim`](Self::native_claim)) and loads the scripts.
@@ -329,9 +346,11 @@ impl RedisStoreBuilder {
             prefix,
             display: target.display,
             native_claim: false,
+            native_fence: false,
         };
         store.check_eviction(allow_eviction).await?;
         store.native_claim = self.native_claim && store.every_master_claims_natively().await?;
+        store.native_fence = self.native_fence && store.probe_set_ifeq().await?;
         let scripts = &*SCRIPTS;
         for script in [
             &scripts.claim,

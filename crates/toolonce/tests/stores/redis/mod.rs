@@ -70,3 +70,4 @@ mod round_trips;
 mod cluster;
 mod old_servers;
 mod script_claim;
+mod valkey;
