@@ -24,11 +24,15 @@ mod floor;
 mod report;
 mod runner;
 mod stats;
+mod storm;
 mod workload;
 
 pub(crate) use args::BenchArgs;
 
 pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
+    if let Some(callers) = args.storm {
+        return storm::run(&args.store, callers, args.json).await;
+    }
     let run_id = format!("{:016x}", rand_u64());
     let mut bench = runner::Bench::open(&args.store, &run_id).await?;
     let measured = tokio::select! {
@@ -48,11 +52,27 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<std::process::ExitCod
     let store = redact_url(&args.store);
     if args.json {
         let results: Vec<Value> = rows.iter().map(stats::Row::to_json).collect();
-        outln!("{}", json!({"store": store, "results": results}));
+        outln!(
+            "{}",
+            json!({"store": store, "runtime": runtime(), "results": results})
+        );
     } else {
         report::print_table(&store, &bench.kind, &rows)?;
     }
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// The runtime both sides of every round run on (the command's own: toolonce and the floor
+/// share it, its worker threads and their connections), as the report names it.
+fn runtime() -> String {
+    let handle = tokio::runtime::Handle::current();
+    match handle.runtime_flavor() {
+        tokio::runtime::RuntimeFlavor::CurrentThread => "Tokio current-thread".to_owned(),
+        _ => format!(
+            "Tokio multi-thread, {} worker threads",
+            handle.metrics().num_workers()
+        ),
+    }
 }
 
 fn rand_u64() -> u64 {

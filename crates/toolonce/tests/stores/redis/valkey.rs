@@ -23,20 +23,27 @@ fn program() -> PathBuf {
         .join("valkey-server")
 }
 
-/// One Valkey for the whole test binary; each store has its own key prefix.
+fn start() -> RedisServer {
+    RedisServer::start_program(
+        &program(),
+        "run scripts/install-test-deps, which installs it (scripts/install-valkey)",
+    )
+}
+
+/// One Valkey for the whole test binary; each store has its own key prefix. The tests that
+/// count commands start their own, where nothing else runs.
 fn server() -> &'static RedisServer {
     static SERVER: OnceLock<RedisServer> = OnceLock::new();
-    SERVER.get_or_init(|| {
-        RedisServer::start_program(
-            &program(),
-            "run scripts/install-test-deps, which installs it (scripts/install-valkey)",
-        )
-    })
+    SERVER.get_or_init(start)
 }
 
 fn builder() -> toolonce::store::redis::RedisStoreBuilder {
+    builder_on(server())
+}
+
+fn builder_on(server: &RedisServer) -> toolonce::store::redis::RedisStoreBuilder {
     static N: AtomicU64 = AtomicU64::new(0);
-    RedisStore::builder(server().url()).prefix(format!(
+    RedisStore::builder(server.url()).prefix(format!(
         "test-valkey-{}-{}:",
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
@@ -75,9 +82,10 @@ async fn connect_finds_the_native_fence_by_probing_the_command() {
 
 #[tokio::test]
 async fn a_first_time_write_is_two_native_commands_and_a_replay_one() {
+    let server = start();
+    let store = builder_on(&server).connect().await.unwrap();
     let (write, replay) =
-        redis_round_trips::commands_of_a_write_and_its_replay(server(), store().await, "vk-rt")
-            .await;
+        redis_round_trips::commands_of_a_write_and_its_replay(&server, store, "vk-rt").await;
     // The claim `SET … NX GET PX` and the fenced complete `SET … IFEQ … PX`: no script.
     assert_eq!(write, ["set=2"]);
     assert_eq!(replay, ["set=1"]);
@@ -85,10 +93,14 @@ async fn a_first_time_write_is_two_native_commands_and_a_replay_one() {
 
 #[tokio::test]
 async fn without_the_native_fence_the_complete_script_compares_the_whole_value_only() {
-    let store = builder().native_fence(false).connect().await.unwrap();
+    let server = start();
+    let store = builder_on(&server)
+        .native_fence(false)
+        .connect()
+        .await
+        .unwrap();
     let (write, _) =
-        redis_round_trips::commands_of_a_write_and_its_replay(server(), store, "vk-rt-script")
-            .await;
+        redis_round_trips::commands_of_a_write_and_its_replay(&server, store, "vk-rt-script").await;
     // The native claim, then one EVALSHA that GETs, compares and SETs: no TIME, no parsing.
     assert_eq!(write, ["evalsha=1", "get=1", "set=2"]);
 }
@@ -105,23 +117,24 @@ async fn claimed(store: &RedisStore, scope: &str) -> (toolonce::OperationKey, Ow
 
 #[tokio::test]
 async fn renew_and_a_sticky_failure_are_one_native_command_each() {
-    let store = store().await;
+    let server = start();
+    let store = builder_on(&server).connect().await.unwrap();
     let (key, owner) = claimed(&store, "vk-renew").await;
-    assert_eq!(server().command(&["CONFIG", "RESETSTAT"]), "OK");
+    assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
     assert!(
         store
             .renew(&key, &owner, Duration::from_secs(120))
             .await
             .unwrap()
     );
-    assert_eq!(server().commands_run(), ["set=1"]);
+    assert_eq!(server.commands_run(), ["set=1"]);
     // The key now lives for the new lease plus the retention.
-    let pttl: u64 = server()
+    let pttl: u64 = server
         .command(&["PTTL", &store.redis_key(&key)])
         .parse()
         .unwrap();
     assert!(pttl > 600_000 + 110_000, "{pttl}");
-    assert_eq!(server().command(&["CONFIG", "RESETSTAT"]), "OK");
+    assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
     let failed = store
         .fail(
             &key,
@@ -132,7 +145,7 @@ async fn renew_and_a_sticky_failure_are_one_native_command_each() {
         .await
         .unwrap();
     assert_eq!(failed, Fenced::Applied);
-    assert_eq!(server().commands_run(), ["set=1"]);
+    assert_eq!(server.commands_run(), ["set=1"]);
     let entry = store.get(&key).await.unwrap().unwrap();
     assert!(
         matches!(entry.state, EntryState::Failed { .. }),
@@ -175,7 +188,8 @@ async fn a_natively_settled_entry_has_the_shape_the_scripts_write() {
 
 #[tokio::test]
 async fn a_stale_owner_is_refused_by_the_native_fence_and_its_script_fallback() {
-    let store = store().await;
+    let server = start();
+    let store = builder_on(&server).connect().await.unwrap();
     let op = key::derive("vk-stale", "charge", &json!({"n": 1}), None).unwrap();
     let stale = OwnerToken::generate();
     let req = ClaimRequest::new(&op.key, &op.fingerprint, &stale, Duration::from_millis(50));
@@ -185,7 +199,7 @@ async fn a_stale_owner_is_refused_by_the_native_fence_and_its_script_fallback() 
     let req =
         ClaimRequest::new(&op.key, &op.fingerprint, &next, Duration::from_secs(60)).takeover(true);
     assert!(matches!(store.claim(&req).await.unwrap(), Claim::TookOver));
-    assert_eq!(server().command(&["CONFIG", "RESETSTAT"]), "OK");
+    assert_eq!(server.command(&["CONFIG", "RESETSTAT"]), "OK");
     assert!(
         !store
             .renew(&op.key, &stale, Duration::from_secs(60))
@@ -199,7 +213,7 @@ async fn a_stale_owner_is_refused_by_the_native_fence_and_its_script_fallback() 
     assert_eq!(late, Fenced::NotOwner);
     // Each tried the native fence, then the script, which judges by the owner's digest.
     assert_eq!(
-        server().commands_run(),
+        server.commands_run(),
         ["evalsha=2", "get=4", "set=2"],
         "renew and complete: a refused SET … IFEQ each, then the script (its whole-value \
          GET, then the fence's)"
