@@ -86,11 +86,10 @@ impl toolonce::WriteTool for StormTool {
     }
 }
 
-/// One caller's answer: its outcome, and when it started and was answered.
+/// One caller's answer: its outcome, and when the caller started.
 struct Answered {
     outcome: Outcome,
     start: Instant,
-    end: Instant,
 }
 
 /// A storm's figures.
@@ -148,8 +147,8 @@ impl Opened {
     async fn clean_up(self) -> anyhow::Result<()> {
         if self.kind.entries_need_deleting() {
             for key in &self.keys {
-                self.store
-                    .delete(key)
+                let store = &self.store;
+                back(|| store.delete(key))
                     .await
                     .context("deleting a storm entry")?;
             }
@@ -224,7 +223,7 @@ pub(super) async fn run(
         }
         outln!("{doc}");
     } else {
-        print(url, &reports, stopped.as_deref());
+        print(url, &reports, stopped.as_deref())?;
     }
     if ok {
         Ok(std::process::ExitCode::SUCCESS)
@@ -235,7 +234,7 @@ pub(super) async fn run(
     }
 }
 
-fn print(url: &str, reports: &[Report], skipped: Option<&str>) {
+fn print(url: &str, reports: &[Report], skipped: Option<&str>) -> anyhow::Result<()> {
     outln!(
         "store: {} (storm of duplicates of one operation; runtime: {})",
         toolonce::store::redact_url(url),
@@ -263,6 +262,7 @@ fn print(url: &str, reports: &[Report], skipped: Option<&str>) {
     if let Some(why) = skipped {
         outln!("store_stopped  not run: {why}");
     }
+    Ok(())
 }
 
 /// One storm of `callers` duplicates on `opened`; with `proxy`, stopped halfway.
@@ -307,14 +307,12 @@ async fn storm(
             let _ = gate.wait_for(|s| *s >= stage).await;
             let start = Instant::now();
             let answer = toolbox.call(TOOL, json!({"storm": name})).await;
-            let end = Instant::now();
             answered.fetch_add(1, Ordering::SeqCst);
             (
                 answer.key,
                 Answered {
                     outcome: answer.outcome,
                     start,
-                    end,
                 },
             )
         }));
@@ -368,7 +366,7 @@ async fn storm(
             let late = started.iter().filter(|s| **s > stop).count();
             proxy.resume();
             let entry = match opened.keys.first() {
-                Some(key) => match opened.store.get(key).await {
+                Some(key) => match back(|| opened.store.get(key)).await {
                     Ok(Some(entry)) => entry.state().as_str().to_owned(),
                     Ok(None) => "absent".to_owned(),
                     Err(e) => format!("unreadable: {e}"),
@@ -387,6 +385,24 @@ async fn storm(
         wall,
         after_stop,
     })
+}
+
+/// `op`'s answer once the store is back: its connections were dropped by the stop and are
+/// remade on the next request, so an unavailable store is asked again for up to 10 s.
+async fn back<T, F, Fut>(op: F) -> toolonce::Result<T>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = toolonce::Result<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match op().await {
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Waits until `answered` reaches `n`.
