@@ -52,7 +52,7 @@ pub(super) fn print_table(store: &str, kind: &Kind, rows: &[Row]) -> anyhow::Res
         out,
         "store: {store} ({}; both on {})",
         kind.floor(),
-        super::runtime()
+        super::env::runtime()
     )?;
     let server = rows.iter().any(|r| r.ours_server_us.is_some());
     write!(

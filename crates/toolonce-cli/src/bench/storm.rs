@@ -162,7 +162,7 @@ pub(super) async fn run(
     callers: u64,
     json_out: bool,
 ) -> anyhow::Result<std::process::ExitCode> {
-    let run_id = format!("{:016x}", super::rand_u64());
+    let run_id = format!("{:016x}", super::env::rand_u64());
     let mut reports = Vec::new();
     for (name, policy) in [
         ("in_flight", InFlight::Reject),
@@ -215,7 +215,7 @@ pub(super) async fn run(
         let storms: Vec<Value> = reports.iter().map(Report::to_json).collect();
         let mut doc = json!({
             "store": toolonce::store::redact_url(url),
-            "runtime": super::runtime(),
+            "runtime": super::env::runtime(),
             "storms": storms,
         });
         if let Some(why) = &stopped {
@@ -238,7 +238,7 @@ fn print(url: &str, reports: &[Report], skipped: Option<&str>) -> anyhow::Result
     outln!(
         "store: {} (storm of duplicates of one operation; runtime: {})",
         toolonce::store::redact_url(url),
-        super::runtime()
+        super::env::runtime()
     );
     for r in reports {
         let answers: Vec<String> = r.answers.iter().map(|(o, n)| format!("{o} {n}")).collect();
@@ -285,7 +285,7 @@ async fn storm(
         .in_flight(policy);
     let toolbox = Arc::new(
         Toolbox::builder(Arc::clone(&opened.store))
-            .scope(format!("toolonce-bench-storm-{}", super::rand_u64()))
+            .scope(format!("toolonce-bench-storm-{}", super::env::rand_u64()))
             .write_with(tool, options)
             .build()
             .map_err(exit::internal)?,
