@@ -11,7 +11,8 @@
 //! Layout: this file is the command (the run from start to clean-up); `args` its arguments and
 //! the lease and retention of what it writes, `workload` the write tool and the two workloads,
 //! `runner` the rounds, `floor` the raw floor of each store (one file per store), `stats` the
-//! figures of a row, `report` the table and the JSON document.
+//! figures of a row, `report` the table and the JSON document, `storm` the storm of duplicates
+//! (`--storm N`), `env` the runtime the run reports and its random id.
 
 use anyhow::Context;
 use serde_json::{Value, json};
@@ -20,15 +21,21 @@ use toolonce::store::redact_url;
 use crate::output::outln;
 
 mod args;
+mod env;
 mod floor;
 mod report;
 mod runner;
 mod stats;
+mod storm;
 mod workload;
 
 pub(crate) use args::BenchArgs;
+use env::{rand_u64, runtime};
 
 pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
+    if let Some(callers) = args.storm {
+        return storm::run(&args.store, callers, args.json).await;
+    }
     let run_id = format!("{:016x}", rand_u64());
     let mut bench = runner::Bench::open(&args.store, &run_id).await?;
     let measured = tokio::select! {
@@ -48,21 +55,12 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<std::process::ExitCod
     let store = redact_url(&args.store);
     if args.json {
         let results: Vec<Value> = rows.iter().map(stats::Row::to_json).collect();
-        outln!("{}", json!({"store": store, "results": results}));
+        outln!(
+            "{}",
+            json!({"store": store, "runtime": runtime(), "results": results})
+        );
     } else {
         report::print_table(&store, &bench.kind, &rows)?;
     }
     Ok(std::process::ExitCode::SUCCESS)
-}
-
-fn rand_u64() -> u64 {
-    let mut bytes = [0u8; 8];
-    // A clock-derived id is good enough if the system has no randomness to give.
-    if getrandom::fill(&mut bytes).is_err() {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        return nanos as u64 ^ u64::from(std::process::id());
-    }
-    u64::from_le_bytes(bytes)
 }

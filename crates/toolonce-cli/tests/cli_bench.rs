@@ -312,3 +312,108 @@ fn bench_refuses_a_url_that_requires_tls_of_a_server_without_it_before_writing_a
     );
     assert_eq!(tables, "0");
 }
+
+/// Runs `toolonce bench --storm 200 --json` and returns its report.
+fn storm(url: &str) -> Value {
+    let out = toolonce()
+        .args(["bench", "--store", url, "--storm", "200", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    json(&out)
+}
+
+/// Checks a storm report: each storm executed its operation once and answered every caller;
+/// `stoppable` says whether the store-stopped storm ran (else the report says why not).
+fn check_storm(report: &Value, stoppable: bool) {
+    let storms = report["storms"].as_array().expect("storms");
+    let names: Vec<&str> = storms
+        .iter()
+        .map(|s| s["storm"].as_str().unwrap())
+        .collect();
+    let expected: &[&str] = if stoppable {
+        &["in_flight", "wait", "store_stopped"]
+    } else {
+        &["in_flight", "wait"]
+    };
+    assert_eq!(names, expected, "{report}");
+    assert!(
+        report["runtime"].as_str().unwrap().starts_with("Tokio"),
+        "{report}"
+    );
+    for storm in storms {
+        assert_eq!(storm["executions"], 1, "{storm}");
+        let answers = storm["answers"].as_object().unwrap();
+        let total: u64 = answers.values().map(|n| n.as_u64().unwrap()).sum();
+        assert_eq!(total, 200, "{storm}");
+        assert_eq!(answers["executed"], 1, "{storm}");
+        assert!(storm["wall_ms"].as_f64().unwrap() > 0.0, "{storm}");
+    }
+    // Duplicates that found it running were told so, or waited for it.
+    assert!(storms[0]["answers"].get("in_flight").is_some(), "{report}");
+    assert!(storms[1]["answers"].get("in_flight").is_none(), "{report}");
+    assert!(storms[1]["answers"].get("waited").is_some(), "{report}");
+    if stoppable {
+        let stopped = &storms[2];
+        assert_eq!(stopped["executions_after_stop"], 0, "{stopped}");
+        let after = stopped["answers_after_stop"].as_object().unwrap();
+        // The half let go after the stop, every one of them failing closed.
+        let late: u64 = after.values().map(|n| n.as_u64().unwrap()).sum();
+        assert_eq!(late, 100, "{stopped}");
+        assert_eq!(
+            after.keys().collect::<Vec<_>>(),
+            ["store_unavailable"],
+            "{stopped}"
+        );
+        // The owner could not record its result: the entry is still running, never released.
+        assert_eq!(stopped["entry_after_restart"], "running", "{stopped}");
+    } else {
+        assert!(
+            report["store_stopped"]["skipped"].as_str().is_some(),
+            "{report}"
+        );
+    }
+}
+
+#[test]
+fn a_storm_on_the_memory_store_executes_once_and_says_it_cannot_stop_the_store() {
+    check_storm(&storm("memory://"), false);
+}
+
+#[test]
+fn a_storm_on_sqlite_executes_once_and_leaves_the_users_file_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = cli_support::sqlite_url(dir.path());
+    check_storm(&storm(&url), false);
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn a_storm_on_redis_executes_once_and_with_the_server_stopped_halfway_fails_closed() {
+    let redis = shared_redis();
+    let before = redis_keys(redis);
+    check_storm(&storm(&redis.url()), true);
+    assert_eq!(redis_keys(redis), before);
+}
+
+#[test]
+fn a_storm_on_redis_cluster_executes_once() {
+    let cluster = shared_redis_cluster();
+    let seeds: Vec<String> = cluster
+        .ports()
+        .iter()
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect();
+    check_storm(
+        &storm(&format!("redis+cluster://{}", seeds.join(","))),
+        false,
+    );
+}
+
+#[test]
+fn a_storm_on_postgres_executes_once_and_with_the_server_stopped_halfway_fails_closed() {
+    let postgres = shared_postgres();
+    let url = postgres.create_unique_database();
+    check_storm(&storm(&url), true);
+}

@@ -24,6 +24,11 @@ pub(crate) struct BenchArgs {
     /// Interleaved rounds; figures are medians over them.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub(super) rounds: u64,
+    /// Instead of the throughput rows, fire this many concurrent duplicates of one operation
+    /// at the store, three times (answered in flight, waiting, and with the store stopped
+    /// halfway where the bench can stop it), and report executions and answers.
+    #[arg(long, value_name = "CALLERS", value_parser = clap::value_parser!(u64).range(2..=100_000))]
+    pub(super) storm: Option<u64>,
     /// Print one JSON document instead of a table.
     #[arg(long)]
     pub(super) json: bool,

@@ -48,7 +48,12 @@ impl Row {
 pub(super) fn print_table(store: &str, kind: &Kind, rows: &[Row]) -> anyhow::Result<()> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
-    writeln!(out, "store: {store} ({})", kind.floor())?;
+    writeln!(
+        out,
+        "store: {store} ({}; both on {})",
+        kind.floor(),
+        super::env::runtime()
+    )?;
     let server = rows.iter().any(|r| r.ours_server_us.is_some());
     write!(
         out,

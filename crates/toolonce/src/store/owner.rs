@@ -3,8 +3,9 @@
 //! release.
 
 use std::fmt;
-use std::sync::OnceLock;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 /// The random token that marks who holds a `running` entry.
 ///
@@ -19,8 +20,29 @@ use std::sync::atomic::{AtomicU64, Ordering};
 ///
 /// The token is the caller's secret: it is never shown to a duplicate or to the model (its
 /// `Debug` hides it), since anyone holding it could settle the operation.
-#[derive(PartialEq, Eq, Hash)]
-pub struct OwnerToken(String);
+///
+/// A store may also keep in it, byte for byte, the entry its claim wrote for this owner (the
+/// Redis store does, to fence its settles and renewals by comparing that whole value with one
+/// native `SET … IFEQ`). That memo is the store's own: it is copied by
+/// [`duplicate`](Self::duplicate), never shown, and plays no part in equality.
+pub struct OwnerToken {
+    token: String,
+    written: Mutex<Option<String>>,
+}
+
+impl PartialEq for OwnerToken {
+    fn eq(&self, other: &Self) -> bool {
+        self.token == other.token
+    }
+}
+
+impl Eq for OwnerToken {}
+
+impl Hash for OwnerToken {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.token.hash(state);
+    }
+}
 
 impl OwnerToken {
     /// A fresh token: 128 bits, unique within the process and random across processes.
@@ -47,23 +69,47 @@ impl OwnerToken {
         bytes[..8].copy_from_slice(&hi.to_be_bytes());
         bytes[8..].copy_from_slice(&lo.to_be_bytes());
         crate::key::hex_into(&bytes, &mut text);
-        OwnerToken(String::from_utf8(text.to_vec()).expect("hex is ASCII"))
+        Self::new(String::from_utf8(text.to_vec()).expect("hex is ASCII"))
+    }
+
+    fn new(token: String) -> Self {
+        OwnerToken {
+            token,
+            written: Mutex::new(None),
+        }
     }
 
     /// Rebuilds a token read back from a store.
     pub fn from_stored(token: impl Into<String>) -> Self {
-        OwnerToken(token.into())
+        Self::new(token.into())
     }
 
     /// The token as text, as stores keep it.
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.token
     }
 
     /// A copy, for a caller that must retry a settle whose reply was lost (each attempt
     /// consumes one). Deliberately not `Clone`, so copies are made on purpose only.
     pub fn duplicate(&self) -> Self {
-        OwnerToken(self.0.clone())
+        OwnerToken {
+            token: self.token.clone(),
+            written: Mutex::new(self.written()),
+        }
+    }
+
+    /// Records what the store wrote for this owner (`None`: it does not know the exact bytes,
+    /// as after a claim a script rewrote). Only the store that claimed with this token sets it.
+    pub(crate) fn remember_written(&self, written: Option<String>) {
+        *self.written.lock().unwrap_or_else(|e| e.into_inner()) = written;
+    }
+
+    /// What the store last recorded with [`remember_written`](Self::remember_written).
+    pub(crate) fn written(&self) -> Option<String> {
+        self.written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 

@@ -29,6 +29,7 @@ mod error;
 mod eviction;
 mod link;
 mod list;
+mod native;
 mod persistence;
 mod replicas;
 mod scripts;
@@ -45,6 +46,7 @@ pub use link::Conn;
 
 use error::to_error;
 use list::{ListCursor, MAX_SCANS_PER_PAGE, glob_escape};
+use native::{Held, Native, held_by, now_ms};
 use replicas::{Acks, evalsha, short_claim, warn_short_settle, write_alone};
 use scripts::SCRIPTS;
 use wire::{decode_read, decode_unless_running, running_value};
@@ -116,7 +118,11 @@ impl Store for RedisStore {
                 .arg(lease + retention);
             let reply = self.write(&set, None).await;
             match reply {
-                Ok((Value::Nil, Acks::Enough)) => return Ok(Claim::Won),
+                Ok((Value::Nil, Acks::Enough)) => {
+                    // Exactly what the key now holds: the owner's settles compare it whole.
+                    req.owner.remember_written(Some(value));
+                    return Ok(Claim::Won);
+                }
                 Ok((Value::Nil, acks)) => return Err(short_claim(req.key, acks)),
                 Ok((Value::BulkString(raw), _)) => {
                     if let Some(entry) = decode_unless_running(req.key, &raw, SystemTime::now())? {
@@ -129,6 +135,9 @@ impl Store for RedisStore {
                 Err(e) => return Err(e),
             }
         }
+        // The script may write `value` or rewrite an entry of ours (a lost claim's retry, a
+        // takeover): the exact bytes are not known, so the owner's settles go by its digest.
+        req.owner.remember_written(None);
         // Owner digest and fingerprint are hex digits and the about members are JSON-encoded
         // here, so the script splices them into the entry without escaping anything.
         let mut claim = evalsha(&SCRIPTS.claim, &redis_key);
@@ -151,11 +160,28 @@ impl Store for RedisStore {
     }
 
     async fn renew(&self, key: &OperationKey, owner: &OwnerToken, lease: Duration) -> Result<bool> {
-        let applied: i64 = SCRIPTS
-            .renew
-            .key(self.redis_key(key))
-            .arg(owner.as_str())
-            .arg(px(lease))
+        let redis_key = self.redis_key(key);
+        let lease = px(lease);
+        let written = held_by(owner);
+        let held = written.as_deref().and_then(Held::parse);
+        if let Some(held) = &held
+            && self.native_fence
+        {
+            // The same value again under a new expiry: the lease plus the retention.
+            let expiry = lease.saturating_add(held.retention).min(MAX_PX_MS);
+            if let Native::Applied = self
+                .set_ifeq(&redis_key, held.value, held.value, expiry)
+                .await?
+            {
+                return Ok(true);
+            }
+        }
+        let mut invocation = SCRIPTS.renew.key(redis_key);
+        invocation.arg(owner.as_str()).arg(lease);
+        if let Some(held) = &held {
+            invocation.arg(held.value).arg(held.retention);
+        }
+        let applied: i64 = invocation
             .invoke_async(&mut self.conn())
             .await
             .map_err(to_error)?;
@@ -171,14 +197,13 @@ impl Store for RedisStore {
     ) -> Result<Fenced> {
         let mut head = String::from(r#"{"status":"done","result":"#);
         head.push_str(&serde_json::to_string(result).map_err(Error::store)?);
-        let mut complete = evalsha(&SCRIPTS.complete, &self.redis_key(key));
-        complete.arg(owner.as_str()).arg(px(retention)).arg(head);
-        let (reply, acks) = self.write(&complete, Some(&SCRIPTS.complete)).await?;
-        let applied = fenced(applied(reply)?);
-        if applied == Fenced::Applied {
-            warn_short_settle(key, "result", acks);
-        }
-        Ok(applied)
+        let settle = Settle {
+            head,
+            at_field: "completedAt",
+            retention: Some(px(retention)),
+            what: "result",
+        };
+        self.settle(key, owner, settle, &SCRIPTS.complete).await
     }
 
     async fn fail(
@@ -192,21 +217,17 @@ impl Store for RedisStore {
             Some(retention) => {
                 let mut head = String::from(r#"{"status":"failed","error":"#);
                 head.push_str(&serde_json::to_string(error).map_err(Error::store)?);
-                (px(retention).to_string(), head)
+                (Some(px(retention)), head)
             }
-            None => (String::new(), String::new()),
+            None => (None, String::new()),
         };
-        let sticky = !head.is_empty();
-        let mut fail = evalsha(&SCRIPTS.fail, &self.redis_key(key));
-        fail.arg(owner.as_str()).arg(retention).arg(head);
-        let (reply, acks) = self.write(&fail, Some(&SCRIPTS.fail)).await?;
-        let applied = fenced(applied(reply)?);
-        // A release that a replica lacks leaves it the running claim: after a failover that
-        // entry runs out into `unknown`, which fails closed, so only a failure record warns.
-        if applied == Fenced::Applied && sticky {
-            warn_short_settle(key, "failure", acks);
-        }
-        Ok(applied)
+        let settle = Settle {
+            head,
+            at_field: "failedAt",
+            retention,
+            what: "failure",
+        };
+        self.settle(key, owner, settle, &SCRIPTS.fail).await
     }
 
     async fn get(&self, key: &OperationKey) -> Result<Option<Entry>> {
@@ -333,6 +354,63 @@ fn applied(reply: Value) -> Result<i64> {
     match reply {
         Value::Int(n) => Ok(n),
         _ => Err(Error::store("unexpected reply from a fenced script")),
+    }
+}
+
+/// A fenced settle: the head of the settled entry (empty when released), the member its
+/// settling time goes under, its retention (`None`: release the entry), and what it records,
+/// for the warning when too few replicas acknowledged it.
+struct Settle {
+    head: String,
+    at_field: &'static str,
+    retention: Option<u64>,
+    what: &'static str,
+}
+
+impl RedisStore {
+    /// Settles `key` for `owner`: with one native `SET … IFEQ` where the server has it and the
+    /// owner holds the exact value its claim wrote, else with `script` (complete.lua or
+    /// fail.lua), which compares that whole value first when the owner has it and falls back
+    /// to the owner's digest. A release is always the script: `SET` cannot delete (`DELEX`,
+    /// Redis 8.4's, is not in Valkey 8.1). With `replicas=N` the native fence is off (see
+    /// `connect`): every settle is the script, followed by its `WAIT`.
+    async fn settle(
+        &self,
+        key: &OperationKey,
+        owner: OwnerToken,
+        settle: Settle,
+        script: &::redis::Script,
+    ) -> Result<Fenced> {
+        let redis_key = self.redis_key(key);
+        let written = held_by(&owner);
+        let held = written.as_deref().and_then(Held::parse);
+        let settled = match (&held, settle.retention) {
+            (Some(held), Some(_)) => held.settled(&settle.head, settle.at_field, now_ms()),
+            _ => String::new(),
+        };
+        if let (Some(held), Some(retention), true) = (&held, settle.retention, self.native_fence)
+            && let Native::Applied = self
+                .set_ifeq(&redis_key, &settled, held.value, retention)
+                .await?
+        {
+            return Ok(Fenced::Applied);
+        }
+        let mut invocation = evalsha(script, &redis_key);
+        invocation
+            .arg(owner.as_str())
+            .arg(settle.retention.map(|r| r.to_string()).unwrap_or_default())
+            .arg(&settle.head);
+        if let Some(held) = &held {
+            invocation.arg(held.value).arg(&settled);
+        }
+        let (reply, acks) = self.write(&invocation, Some(script)).await?;
+        let applied = fenced(applied(reply)?);
+        // A release that a replica lacks leaves it the running claim: after a failover that
+        // entry runs out into `unknown`, which fails closed, so only a record warns.
+        if applied == Fenced::Applied && settle.retention.is_some() {
+            warn_short_settle(key, settle.what, acks);
+        }
+        Ok(applied)
     }
 }
 

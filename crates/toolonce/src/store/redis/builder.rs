@@ -51,6 +51,7 @@ pub struct RedisStoreBuilder {
     connection_timeout: Duration,
     reconnect_attempts: usize,
     native_claim: bool,
+    native_fence: bool,
     replicas: Option<u32>,
     replica_timeout: Option<Duration>,
 }
@@ -65,6 +66,7 @@ impl fmt::Debug for RedisStoreBuilder {
             .field("connection_timeout", &self.connection_timeout)
             .field("reconnect_attempts", &self.reconnect_attempts)
             .field("native_claim", &self.native_claim)
+            .field("native_fence", &self.native_fence)
             .field("replicas", &self.replicas)
             .field("replica_timeout", &self.replica_timeout)
             .finish()
@@ -85,6 +87,7 @@ impl RedisStoreBuilder {
             connection_timeout: Duration::from_secs(1),
             reconnect_attempts: 3,
             native_claim: true,
+            native_fence: true,
             replicas: None,
             replica_timeout: None,
         }
@@ -168,6 +171,17 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// Whether the owner's complete, sticky fail and renew may be one native
+    /// `SET … IFEQ` where the server has it (Valkey 8.1, Redis 8.4; default yes).
+    /// [`connect`](Self::connect) probes the command once; without it (or with `false`, or
+    /// with `replicas=N`, whose writes are each followed by `WAIT`) they are scripts, which
+    /// compare the same whole value first. The entries and every answer are the same either
+    /// way; `false` is for comparing the two.
+    pub fn native_fence(mut self, native: bool) -> Self {
+        self.native_fence = native;
+        self
+    }
+
     /// Connects (to one node of a cluster at least), checks that Redis will not evict entries
     /// (see [`allow_eviction`](Self::allow_eviction)), reads whether every master has the
     /// native claim (see [`native_claim`](Self::native_claim)) and loads the scripts.
@@ -215,6 +229,7 @@ impl RedisStoreBuilder {
             prefix,
             display: target.display.clone(),
             native_claim: false,
+            native_fence: false,
             replication,
         };
         store.check_eviction(allow_eviction).await?;
@@ -223,6 +238,10 @@ impl RedisStoreBuilder {
         store.native_claim = self.native_claim
             && target.native_claim.unwrap_or(true)
             && store.every_master_claims_natively().await?;
+        // With replicas, every settle is a script sent with its WAIT (see `settle`).
+        store.native_fence = self.native_fence
+            && store.replication.is_none()
+            && store.probe_set_ifeq().await?;
         let scripts = &*SCRIPTS;
         let writers = store
             .replication

@@ -133,6 +133,9 @@ pub struct RedisStore {
     /// `replicas=N`: how many replicas each write waits for, and the connections those writes
     /// go over (see `replicas.rs`). `None` for `replicas=0`.
     pub(super) replication: Option<Arc<Replication>>,
+    /// Whether the owner's settles and renewals are one native `SET … IFEQ` (the server took
+    /// the option when probed on connect; see `native`). Off with `replicas=N`.
+    pub(super) native_fence: bool,
 }
 
 impl fmt::Debug for RedisStore {
@@ -145,6 +148,7 @@ impl fmt::Debug for RedisStore {
                 "replicas",
                 &self.replication.as_ref().map_or(0, |r| r.replicas),
             )
+            .field("native_fence", &self.native_fence)
             .finish()
     }
 }
