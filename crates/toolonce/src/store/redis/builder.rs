@@ -239,9 +239,8 @@ impl RedisStoreBuilder {
             && target.native_claim.unwrap_or(true)
             && store.every_master_claims_natively().await?;
         // With replicas, every settle is a script sent with its WAIT (see `settle`).
-        store.native_fence = self.native_fence
-            && store.replication.is_none()
-            && store.probe_set_ifeq().await?;
+        store.native_fence =
+            self.native_fence && store.replication.is_none() && store.probe_set_ifeq().await?;
         let scripts = &*SCRIPTS;
         let writers = store
             .replication
