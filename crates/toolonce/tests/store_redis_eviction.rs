@@ -125,7 +125,9 @@ async fn allow_eviction_in_the_url_or_the_builder_connects_and_logs_a_warning() 
 
 #[tokio::test]
 async fn the_default_noeviction_policy_connects_without_a_warning() {
-    let server = RedisServer::start();
+    // With an append-only file: a server that keeps nothing on disk gets the persistence
+    // warning, which is another test's subject.
+    let server = RedisServer::start_with(&["--appendonly", "yes"]);
     let policy = server.command(&["CONFIG", "GET", "maxmemory-policy"]);
     assert!(policy.contains("noeviction"), "{policy}");
     let logs = Logs::default();
