@@ -5,7 +5,7 @@ mod cli_support;
 
 use cli_support::{code, json, stderr, toolonce};
 use serde_json::Value;
-use toolonce_testsupport::{shared_postgres, shared_redis, shared_redis_cluster};
+use toolonce_testsupport::{RedisServer, shared_postgres, shared_redis, shared_redis_cluster};
 
 /// Runs a small bench (`--ops 40 --concurrency 1,4 --rounds 3`) and returns its JSON report.
 fn bench(url: &str) -> Value {
@@ -391,10 +391,12 @@ fn a_storm_on_sqlite_executes_once_and_leaves_the_users_file_alone() {
 
 #[test]
 fn a_storm_on_redis_executes_once_and_with_the_server_stopped_halfway_fails_closed() {
-    let redis = shared_redis();
-    let before = redis_keys(redis);
+    // A server of its own: the other tests' keys on the shared one would come and go while
+    // this one compares the keys before and after.
+    let redis = RedisServer::start();
+    let before = redis_keys(&redis);
     check_storm(&storm(&redis.url()), true);
-    assert_eq!(redis_keys(redis), before);
+    assert_eq!(redis_keys(&redis), before);
 }
 
 #[test]
