@@ -172,9 +172,11 @@ fn a_connection_lost_after_a_write_left_leaves_its_operation_locked() {
             lost["result"]["_meta"]["toolonce/outcome"], "server_gone",
             "{mode}: {lost}"
         );
+        // The proxy gave the call up: a duplicate within the lease is told the truth, that its
+        // outcome is unknown (issue 21, item 10), and is not run.
         let duplicate = peer.call("crash", json!({}));
         assert_eq!(
-            duplicate["result"]["_meta"]["toolonce/outcome"], "in_flight",
+            duplicate["result"]["_meta"]["toolonce/outcome"], "unknown",
             "{mode}: {duplicate}"
         );
         assert_eq!(server.executions().len(), 1, "{mode}");
@@ -260,7 +262,7 @@ fn http_statuses_tell_refused_requests_from_unknown_outcomes() {
     );
     let duplicate = peer.call("status-500", json!({}));
     assert_eq!(
-        duplicate["result"]["_meta"]["toolonce/outcome"], "in_flight",
+        duplicate["result"]["_meta"]["toolonce/outcome"], "unknown",
         "{duplicate}"
     );
     assert_eq!(posts("status-500"), 1);

@@ -9,7 +9,7 @@ fn a_write_sent_twice_runs_once_and_the_duplicate_replays(mode: &str) {
     let init = peer.initialize();
     assert_eq!(init["serverInfo"]["name"], "toolonce-http-test", "{init}");
     let tools = peer.list_tools();
-    assert_eq!(tools.len(), 7, "{tools:?}");
+    assert_eq!(tools.len(), 8, "{tools:?}");
 
     let first = peer.call("write", json!({"item": "a"}));
     assert!(!is_error(&first), "{first}");
@@ -179,7 +179,7 @@ fn the_sdk_client_over_stdio_reaches_the_sdk_http_server_through_the_proxy() {
         assert_eq!(
             got["tools"],
             json!([
-                "write", "read", "slow", "crash", "expire", "roots", "announce"
+                "write", "read", "slow", "crash", "expire", "roots", "garbled", "announce"
             ])
         );
         assert_eq!(

@@ -52,6 +52,9 @@ async def main() -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
+    # Listening before the port is said: a client that connects before uvicorn has started
+    # waits in the backlog instead of being refused.
+    sock.listen(128)
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     http = uvicorn.Server(config)
     print(f"PORT={sock.getsockname()[1]}", flush=True)
