@@ -83,13 +83,13 @@ fn bench_times_the_raw_floor_over_tls_whenever_the_store_uses_it_and_in_plain_te
     for url in [base.clone(), format!("{base}?sslmode=require"), verified] {
         let table = bench_table(&url);
         assert!(
-            table.contains("one connection per caller, TLS)"),
+            table.contains("one connection per caller, TLS;"),
             "{url}: {table}"
         );
     }
     let table = bench_table(&format!("{base}?sslmode=disable"));
     assert!(
-        table.contains("one connection per caller, no TLS)"),
+        table.contains("one connection per caller, no TLS;"),
         "{table}"
     );
 }

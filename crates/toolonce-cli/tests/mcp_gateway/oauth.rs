@@ -320,7 +320,7 @@ fn keys_from_a_jwks_url_are_fetched_again_for_an_unknown_key_at_most_every_30_se
 /// the same request does wait for its body, so the test would see a gateway that read first.
 #[test]
 fn a_request_without_a_valid_token_is_refused_before_its_16_mib_body_is_read() {
-    let mut oauth = Setup::start(&[]);
+    let mut oauth = Setup::start(&["--max-body", "33554432"]);
     let valid = bearer(&oauth.ec.sign(&claims("alice")));
     let dir = tempfile::tempdir().unwrap();
     let mut command = Command::new(toolonce());
@@ -331,6 +331,10 @@ fn a_request_without_a_valid_token_is_refused_before_its_16_mib_body_is_read() {
             "127.0.0.1:0",
             "--require-token",
             "AUTH_TEST_TOKEN",
+            // Above the 16 MiB body, so that a valid token's request waits for it instead of
+            // getting 413 at once from the size limit.
+            "--max-body",
+            "33554432",
             "--",
         ])
         .arg(test_server())
