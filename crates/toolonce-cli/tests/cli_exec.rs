@@ -7,7 +7,7 @@ mod cli_support;
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-use cli_support::{code, exec, lines, sqlite_url, stderr, stdout, toolonce};
+use cli_support::{code, exec, key_of, lines, sqlite_url, stderr, stdout, toolonce};
 
 #[test]
 fn exec_runs_once_and_replays_a_failing_commands_exit_code_stdout_and_stderr_byte_for_byte() {
@@ -33,15 +33,6 @@ fn exec_runs_once_and_replays_a_failing_commands_exit_code_stdout_and_stderr_byt
         again.stderr,
         [&b"err\x00\xff\n"[..], note.as_bytes(), b"\n"].concat()
     );
-}
-
-/// The key `exec --scope s --name <name>` uses (no `--args`).
-fn key_of(name: &str) -> String {
-    let out = toolonce()
-        .args(["key", "--json", "--scope", "s", "--tool", name])
-        .output()
-        .unwrap();
-    cli_support::json(&out)["key"].as_str().unwrap().to_owned()
 }
 
 /// The line a replay ends stderr with, checked to be toolonce's own and to say it did not run.

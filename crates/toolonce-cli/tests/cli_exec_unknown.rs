@@ -10,10 +10,10 @@ mod cli_support;
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cli_support::{code, exec, json, lines, sqlite_url, stderr, stdout, toolonce};
+use cli_support::{code, exec, json, key_of, lines, run, sqlite_url, stderr, stdout, toolonce};
 use serde_json::Value;
 
 /// The command: records the key it got (and in `before`, whether it was told that an earlier
@@ -25,25 +25,6 @@ const SCRIPT: &str = "echo \"$TOOLONCE_KEY\" >> keys; \
                       echo finished";
 
 const LEASE: &[&str] = &["--lease", "1"];
-
-/// `toolonce <args…> --store <the dir's store>`.
-fn run(dir: &Path, args: &[&str]) -> Output {
-    toolonce()
-        .current_dir(dir)
-        .args(args)
-        .args(["--store", &sqlite_url(dir)])
-        .output()
-        .unwrap()
-}
-
-/// The key `exec --scope s --name <name>` uses (no `--args`).
-fn key_of(name: &str) -> String {
-    let out = toolonce()
-        .args(["key", "--json", "--scope", "s", "--tool", name])
-        .output()
-        .unwrap();
-    json(&out)["key"].as_str().unwrap().to_owned()
-}
 
 /// Whether a process exists and is not a zombie.
 fn alive(pid: u32) -> bool {

@@ -5,17 +5,7 @@ mod cli_support;
 use std::path::Path;
 use std::time::Duration;
 
-use cli_support::{code, json, sqlite_url, stderr, stdout, toolonce};
-
-/// Runs `toolonce <args…> --store <the dir's store>` and returns its output.
-fn run(dir: &Path, args: &[&str]) -> std::process::Output {
-    toolonce()
-        .current_dir(dir)
-        .args(args)
-        .args(["--store", &sqlite_url(dir)])
-        .output()
-        .unwrap()
-}
+use cli_support::{code, json, run, sqlite_url, stderr, stdout, toolonce};
 
 /// Records one operation with `exec` and returns its key.
 fn record(dir: &Path, name: &str, extra: &[&str], script: &str) -> String {

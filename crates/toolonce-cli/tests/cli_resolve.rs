@@ -13,25 +13,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use cli_support::{code, json, lines, sqlite_url, stderr, toolonce};
-
-/// `toolonce <args…> --store <the dir's store>`.
-fn run(dir: &Path, args: &[&str]) -> Output {
-    toolonce()
-        .current_dir(dir)
-        .args(args)
-        .args(["--store", &sqlite_url(dir)])
-        .output()
-        .unwrap()
-}
-
-fn key_of(name: &str) -> String {
-    let out = toolonce()
-        .args(["key", "--json", "--scope", "s", "--tool", name])
-        .output()
-        .unwrap();
-    json(&out)["key"].as_str().unwrap().to_owned()
-}
+use cli_support::{code, json, key_of, lines, run, sqlite_url, stderr};
 
 /// A child killed (with its process group) when the test ends, whatever happens.
 struct Group(Option<Child>);

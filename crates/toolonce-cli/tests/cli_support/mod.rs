@@ -66,3 +66,22 @@ pub(crate) fn json(out: &Output) -> serde_json::Value {
 pub(crate) fn lines(path: &Path) -> usize {
     std::fs::read_to_string(path).map_or(0, |t| t.lines().count())
 }
+
+/// `toolonce <args…> --store <the dir's store>`, run in `dir`.
+pub(crate) fn run(dir: &Path, args: &[&str]) -> Output {
+    toolonce()
+        .current_dir(dir)
+        .args(args)
+        .args(["--store", &sqlite_url(dir)])
+        .output()
+        .unwrap()
+}
+
+/// The key `exec --scope s --name <name>` uses (no `--args`).
+pub(crate) fn key_of(name: &str) -> String {
+    let out = toolonce()
+        .args(["key", "--json", "--scope", "s", "--tool", name])
+        .output()
+        .unwrap();
+    json(&out)["key"].as_str().unwrap().to_owned()
+}
