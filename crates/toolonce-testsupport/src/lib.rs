@@ -60,6 +60,7 @@
 
 mod fault_proxy;
 mod intercepted;
+mod logs;
 mod postgres;
 mod process;
 mod redis;
@@ -72,6 +73,7 @@ use std::sync::{Mutex, OnceLock};
 
 pub use crate::fault_proxy::FaultProxy;
 pub use crate::intercepted::{Intercept, Intercepted};
+pub use crate::logs::Logs;
 pub use crate::postgres::PostgresServer;
 pub use crate::redis::{RedisCluster, RedisServer, ReplicatedRedis};
 pub use crate::resp::Reply;

@@ -5,58 +5,16 @@
 //! and without it the same storm runs some twice: the window that `replicas=N` closes. A
 //! Sentinel trio shows that a `redis+sentinel://` store follows the master it promotes.
 
-use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use toolonce::key::{self, Derived};
 use toolonce::store::redis::RedisStore;
 use toolonce::{Layer, Outcome, Store, WriteAnswer, WriteOptions};
-use toolonce_testsupport::{RedisServer, ReplicatedRedis};
-
-/// The log lines of this test binary (one global subscriber: see lost_replies.rs).
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Logs {
-    fn capture() -> &'static Logs {
-        static LOGS: OnceLock<Logs> = OnceLock::new();
-        LOGS.get_or_init(|| {
-            let logs = Logs::default();
-            let writer = logs.clone();
-            tracing_subscriber::fmt()
-                .with_writer(move || writer.clone())
-                .with_ansi(false)
-                .init();
-            logs
-        })
-    }
-
-    fn about(&self, key: &toolonce::OperationKey) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap())
-            .lines()
-            .filter(|line| line.contains(key.as_str()))
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-
-    fn all(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
-impl Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+use toolonce_testsupport::{Logs, RedisServer, ReplicatedRedis};
 
 /// Where `scripts/install-valkey` (run by `scripts/install-test-deps`) puts `valkey-server`.
 fn valkey() -> PathBuf {

@@ -3,9 +3,8 @@
 //! Most tests run on the paused Tokio clock, which the memory store's clock follows, so
 //! leases expire without waiting and nothing depends on the machine's speed.
 
-use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
@@ -17,7 +16,7 @@ use toolonce::{
     Error, Fenced, Layer, MemoryStore, OperationKey, Outcome, OwnerToken, State, Store, ToolError,
     WriteOptions,
 };
-use toolonce_testsupport::{Intercept, Intercepted};
+use toolonce_testsupport::{Intercept, Intercepted, Logs};
 
 /// The store's clock, following Tokio's (paused in these tests).
 #[derive(Debug)]
@@ -38,44 +37,6 @@ fn memory_on_tokio_clock() -> Arc<MemoryStore> {
 
 fn op(scope: &str, n: u64) -> Derived {
     key::derive(scope, "charge", &json!({"n": n}), None).unwrap()
-}
-
-/// The log lines of this test binary (a global subscriber, as in `lost_replies.rs`: a
-/// thread-local one would miss events of the heartbeat task on other threads).
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Logs {
-    fn capture() -> &'static Logs {
-        static LOGS: OnceLock<Logs> = OnceLock::new();
-        LOGS.get_or_init(|| {
-            let logs = Logs::default();
-            let writer = logs.clone();
-            tracing_subscriber::fmt()
-                .with_writer(move || writer.clone())
-                .with_ansi(false)
-                .init();
-            logs
-        })
-    }
-
-    fn about(&self, key: &OperationKey) -> Vec<String> {
-        String::from_utf8_lossy(&self.0.lock().unwrap())
-            .lines()
-            .filter(|line| line.contains(key.as_str()))
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
-impl Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 /// A memory store whose renewals can be held at a gate, made to fail, and counted, and which
@@ -304,7 +265,7 @@ async fn a_renewal_in_flight_when_the_tool_returns_is_waited_out_before_the_resu
         ["renew started", "renew answered", "complete"]
     );
     assert_eq!(state_of(&*store, &op.key).await, Some(State::Done));
-    let lines = logs.about(&op.key);
+    let lines = logs.lines_about(&op.key);
     assert!(
         lines
             .iter()
@@ -386,7 +347,7 @@ async fn a_renewal_error_is_retried_at_the_next_period_and_the_lease_holds() {
     assert_eq!(answer.outcome, Outcome::Executed);
     assert!(seen.iter().all(|o| *o == Outcome::InFlight), "{seen:?}");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
-    let lines = logs.about(&op.key);
+    let lines = logs.lines_about(&op.key);
     let retried = lines
         .iter()
         .filter(|l| l.contains("could not renew the lease"))
@@ -413,7 +374,7 @@ async fn a_lost_lease_is_logged_once_and_no_longer_renewed() {
     assert_eq!(answer.outcome, Outcome::Executed);
     // Renewed at 1 s, refused at 2 s, and never asked again.
     assert_eq!(store.renewals.load(Ordering::SeqCst), 2);
-    let lines = logs.about(&op.key);
+    let lines = logs.lines_about(&op.key);
     let lost = lines.iter().filter(|l| l.contains("lease lost")).count();
     assert_eq!(lost, 1, "{lines:#?}");
 }

@@ -6,9 +6,8 @@
 //! reported as a lost claim.
 
 use std::future::Future;
-use std::io::Write;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use serde_json::json;
@@ -16,48 +15,7 @@ use toolonce::key::{self, Derived};
 use toolonce::store::postgres::PostgresStore;
 use toolonce::store::redis::RedisStore;
 use toolonce::{Layer, Outcome, Store, WriteAnswer, WriteOptions};
-use toolonce_testsupport::{FaultProxy, RedisCluster, RedisServer, shared_postgres};
-
-/// The log lines of this test binary, to check what the layer told the operator. A global
-/// subscriber (installed by the first test that asks) sees every thread's events, which a
-/// thread-local one set by one test would not always do, since tracing caches per call site
-/// whether anybody listens.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Logs {
-    fn capture() -> &'static Logs {
-        static LOGS: OnceLock<Logs> = OnceLock::new();
-        LOGS.get_or_init(|| {
-            let logs = Logs::default();
-            let writer = logs.clone();
-            tracing_subscriber::fmt()
-                .with_writer(move || writer.clone())
-                .with_ansi(false)
-                .init();
-            logs
-        })
-    }
-
-    /// The lines that name `key` (each test has keys of its own).
-    fn about(&self, key: &toolonce::OperationKey) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap())
-            .lines()
-            .filter(|line| line.contains(key.as_str()))
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-}
-
-impl Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+use toolonce_testsupport::{FaultProxy, Logs, RedisCluster, RedisServer, shared_postgres};
 
 /// One operation, unique to the test.
 fn op(name: &str) -> Derived {
