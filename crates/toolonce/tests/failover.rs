@@ -288,7 +288,11 @@ async fn valkey_without_replicas_the_same_failover_runs_operations_twice() {
 /// Three Sentinels watching `set`'s primary, quick to act.
 fn sentinels(set: &ReplicatedRedis) -> Vec<RedisServer> {
     let conf = [
-        "sentinel down-after-milliseconds toolonce 1000".to_owned(),
+        // Not much lower: on a loaded machine a Sentinel stalled for a moment takes the new
+        // master for dead and fails over again, to the old primary, which returns empty and
+        // has not synced yet: everything would be lost, as it would with real servers
+        // restarting without persistence.
+        "sentinel down-after-milliseconds toolonce 4000".to_owned(),
         "sentinel failover-timeout toolonce 4000".to_owned(),
         "sentinel parallel-syncs toolonce 1".to_owned(),
     ];
@@ -297,6 +301,21 @@ fn sentinels(set: &ReplicatedRedis) -> Vec<RedisServer> {
             RedisServer::start_sentinel(set.program(), "toolonce", set.primary.addr(), 2, &conf)
         })
         .collect()
+}
+
+/// The failovers the Sentinels' logs show (what a failed assertion needs to be understood).
+fn sentinel_events(sentinels: &[RedisServer]) -> String {
+    sentinels
+        .iter()
+        .flat_map(|s| {
+            s.log()
+                .lines()
+                .filter(|l| l.contains("+sdown master") || l.contains("+switch-master"))
+                .map(|l| format!("sentinel {}: {l}", s.port()))
+                .collect::<Vec<_>>()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The master the Sentinels name, once they all name the same one and it is not `old`.
@@ -365,7 +384,13 @@ async fn a_sentinel_store_follows_the_master(set: ReplicatedRedis) {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    assert_eq!(replay.outcome, Outcome::Replayed, "{replay:?}");
+    assert_eq!(
+        replay.outcome,
+        Outcome::Replayed,
+        "{replay:?}\nwhat the Sentinels did (a second failover to the old primary, promoted \
+         before it had synced, would have lost everything):\n{}",
+        sentinel_events(&sentinels)
+    );
     assert_eq!(runs_before.load(Ordering::SeqCst), 1);
     // New writes reach the new master, and wait for the rejoined replica.
     let fresh = loop {
