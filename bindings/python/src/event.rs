@@ -1,6 +1,6 @@
 //! What the layer tells the Python side of a write call, as the tuples the Python protocol
 //! reads: `("run", key, may_have_run_before)`, `("verify", key)` and
-//! `("done", outcome, key, ok, payload)`.
+//! `("done", outcome, key, ok, payload, notice)`.
 
 use pyo3::prelude::*;
 use toolonce::WriteAnswer;
@@ -34,8 +34,9 @@ impl Event {
             Event::Done(answer) => {
                 let key = answer.key.as_str().to_owned();
                 let outcome = answer.outcome.as_str();
+                let notice = answer.notice;
                 match answer.result {
-                    Ok(value) => ("done", outcome, key, true, to_py(py, &value)?)
+                    Ok(value) => ("done", outcome, key, true, to_py(py, &value)?, notice)
                         .into_pyobject(py)?
                         .into_any(),
                     Err(error) => {
@@ -49,7 +50,7 @@ impl Event {
                             None => py.None(),
                         };
                         let error = (error.message, class, detail).into_pyobject(py)?;
-                        ("done", outcome, key, false, error)
+                        ("done", outcome, key, false, error, notice)
                             .into_pyobject(py)?
                             .into_any()
                     }

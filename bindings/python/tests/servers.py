@@ -44,13 +44,13 @@ def _require(program: str) -> str:
 
 
 class RedisServer:
-    def __init__(self) -> None:
+    def __init__(self, *extra: str) -> None:
         self.dir = tempfile.mkdtemp(prefix="toolonce-py-redis-")
         self.port = free_port()
         self.log = Path(self.dir, "redis.log")
         self.proc = subprocess.Popen(
             [_require("redis-server"), "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", self.dir],
+             "--save", "", "--appendonly", "no", "--dir", self.dir, *extra],
             stdout=self.log.open("w"), stderr=subprocess.STDOUT,
         )
         _wait_port(self.port, self.proc, "redis-server", self.log)
@@ -66,6 +66,13 @@ class RedisServer:
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}"
+
+    def command(self, *args: str) -> bytes:
+        """One command's raw reply (as much of it as one read gives)."""
+        request = f"*{len(args)}\r\n" + "".join(f"${len(a)}\r\n{a}\r\n" for a in args)
+        with socket.create_connection(("127.0.0.1", self.port)) as s:
+            s.sendall(request.encode())
+            return s.recv(65536)
 
     def flush(self) -> None:
         with socket.create_connection(("127.0.0.1", self.port)) as s:

@@ -238,6 +238,10 @@ pub(crate) async fn run(a: ExecArgs) -> anyhow::Result<ExitCode> {
         Err(sig) => return Ok(not_started(&child::stopped_before_start(sig))),
     };
 
+    if let (Some(Ok(_)), Some(notice)) = (&ran, &answer.notice) {
+        // The command ran, but its outcome was not simply recorded: say so beside its output.
+        eprintln!("toolonce: warning: operation {}: {notice}", op.key);
+    }
     match ran {
         Some(Ok(record)) => return Ok(exit_code(record.exit_code)),
         Some(Err(not_started_here)) => return Ok(not_started(&not_started_here)),

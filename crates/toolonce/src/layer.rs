@@ -234,6 +234,7 @@ impl Layer {
         let answer = |outcome, result| WriteAnswer {
             outcome,
             key: key.clone(),
+            notice: None,
             result,
         };
         let deadline = match options.in_flight {
@@ -369,6 +370,7 @@ impl Layer {
         let answer = |outcome, result| WriteAnswer {
             outcome,
             key: key.clone(),
+            notice: None,
             result,
         };
         let resolution = Resolution::Done(value.clone());
@@ -450,6 +452,7 @@ impl Layer {
                 return WriteAnswer {
                     outcome: Outcome::Executed,
                     key: key.clone(),
+                    notice: None,
                     result: Err(ToolError::transient(format!(
                         "The tool `{tool}` failed unexpectedly (it panicked), so whether it took \
                          effect is unknown. The operation stays locked until its lease expires; \
@@ -492,6 +495,7 @@ impl Layer {
         WriteAnswer {
             outcome: Outcome::Executed,
             key: key.clone(),
+            notice: answer::settle_notice(settled),
             result,
         }
     }
@@ -509,6 +513,7 @@ fn store_failed(tool: &str, key: &OperationKey, e: &crate::Error) -> WriteAnswer
     WriteAnswer {
         outcome,
         key: key.clone(),
+        notice: None,
         result: Err(error),
     }
 }

@@ -23,7 +23,7 @@ mod url;
 
 pub use contract::{
     About, Claim, ClaimRequest, DEFAULT_UNKNOWN_RETENTION, Entry, EntryState, Fenced, ListQuery,
-    Page, Resolution, Resolved, Seen, State, Store, owner_digest,
+    Page, Resolution, Resolved, Seen, State, Store, Unreplicated, owner_digest,
 };
 pub use json::MAX_STORED_DEPTH;
 pub use open::open;

@@ -95,17 +95,29 @@ async fn a_claim_the_replica_lacks_is_not_run(set: ReplicatedRedis) {
 }
 
 /// `replicas=1`, the replica's link stalls while the tool runs: the result is the caller's,
-/// the entry stays done on the primary, and the log says it may not survive a failover.
+/// the entry stays done on the primary, and both the answer's notice and the log say it may
+/// not survive a failover.
 async fn a_result_the_replica_lacks_is_returned_and_kept(set: ReplicatedRedis) {
     let logs = Logs::capture();
     let store = store(&set.front.url("redis"), 1).await;
     let layer = Layer::new(store.clone());
-    let op = op("result", 0);
+    let (healthy, op) = (op("result", 1), op("result", 0));
     let runs = AtomicU32::new(0);
+
+    // With the replica in step, the answer carries no notice.
+    let acknowledged = call(&layer, &healthy, &AtomicU32::new(0), || {}).await;
+    assert_eq!(acknowledged.outcome, Outcome::Executed, "{acknowledged:?}");
+    assert_eq!(acknowledged.notice, None);
 
     let first = call(&layer, &op, &runs, || set.link.stall()).await;
     assert_eq!(first.outcome, Outcome::Executed, "{first:?}");
     assert_eq!(first.result, Ok(json!({"receipt": "r_5", "run": 1})));
+    let notice = first.notice.clone().unwrap_or_default();
+    assert!(
+        notice.contains("only 0 of the 1 replicas asked (replicas=1) acknowledged the write")
+            && notice.contains("the record may be lost"),
+        "the answer does not say the result may not survive a failover: {first:?}"
+    );
     let duplicate = call(&layer, &op, &runs, || {}).await;
     assert_eq!(duplicate.outcome, Outcome::Replayed, "{duplicate:?}");
     assert_eq!(runs.load(Ordering::SeqCst), 1);

@@ -372,6 +372,12 @@ async fn a_lost_lease_is_logged_once_and_no_longer_renewed() {
         })
         .await;
     assert_eq!(answer.outcome, Outcome::Executed);
+    // The caller hears that its outcome was not recorded, and why.
+    let notice = answer.notice.unwrap_or_default();
+    assert!(
+        notice.contains("not recorded") && notice.contains("claim was lost"),
+        "{notice:?}"
+    );
     // Renewed at 1 s, refused at 2 s, and never asked again.
     assert_eq!(store.renewals.load(Ordering::SeqCst), 2);
     let lines = logs.lines_about(&op.key);

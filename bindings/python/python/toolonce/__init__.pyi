@@ -66,8 +66,14 @@ class Answer:
     key: Optional[str]
     value: Any
     error: Optional[BaseException]
+    notice: Optional[str]
     def __init__(
-        self, outcome: str, key: Optional[str], value: Any = None, error: Optional[BaseException] = None
+        self,
+        outcome: str,
+        key: Optional[str],
+        value: Any = None,
+        error: Optional[BaseException] = None,
+        notice: Optional[str] = None,
     ) -> None: ...
     @property
     def ok(self) -> bool: ...

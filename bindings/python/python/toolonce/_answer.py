@@ -55,12 +55,16 @@ class Answer:
     """What :meth:`call_detailed` returns: the outcome word of the core (``executed``,
     ``replayed``, ``replayed_failure``, ``in_flight``, ``conflict``, ``unknown``,
     ``store_unavailable``, ``invalid_arguments``), the operation key, the value (on success)
-    and the error (the exception a plain call would raise, not raised)."""
+    and the error (the exception a plain call would raise, not raised). ``notice`` is set when
+    the tool ran but its outcome was not simply recorded: it may not survive a failover of the
+    store (fewer replicas acknowledged it than asked), it could not be recorded, or the claim
+    was lost while the tool ran; it is written for a person, and logged too."""
 
     outcome: str
     key: Optional[str]
     value: Any = None
     error: Optional[BaseException] = None
+    notice: Optional[str] = None
 
     @property
     def ok(self) -> bool:

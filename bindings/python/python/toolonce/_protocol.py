@@ -3,7 +3,7 @@
 answers, and what it remembers to tell the caller in the end.
 
 The layer sends ``("run", key, may_have_run_before)`` when the claim is won, ``("verify",
-key)`` when an unknown operation is to be probed, and ``("done", outcome, key, ok, payload)``
+key)`` when an unknown operation is to be probed, and ``("done", outcome, key, ok, payload, notice)``
 last. Each ``run`` and ``verify`` is answered with a native ``Reply``, which converts the
 outcome at once (``_native.Reply`` applies the verdict on it: only the tool's own transient
 exception releases the operation). An :class:`Attempt` keeps what the caller must get that the
@@ -142,18 +142,18 @@ class Attempt:
 
     def answer(self, event: tuple) -> Answer:
         """The caller's :class:`Answer` for the ``done`` event."""
-        _, outcome, key, ok, payload = event
+        _, outcome, key, ok, payload, notice = event
         if outcome == "executed":
             if self.exc is not None:
-                return Answer(outcome, key, None, self.exc)
+                return Answer(outcome, key, None, self.exc, notice)
             if ok:
-                return Answer(outcome, key, self.result if self.ran else payload)
+                return Answer(outcome, key, self.result if self.ran else payload, None, notice)
             message, _class, detail = payload
-            return Answer(outcome, key, None, ToolFailed(message, key, detail))
+            return Answer(outcome, key, None, ToolFailed(message, key, detail), notice)
         if ok:
-            return Answer(outcome, key, payload)
+            return Answer(outcome, key, payload, None, notice)
         error = error_of(outcome, key, payload)
         if self.verify_error is not None and outcome == "unknown":
             # The probe failed, so the operation was held: say why.
             error.__cause__ = self.verify_error
-        return Answer(outcome, key, None, error)
+        return Answer(outcome, key, None, error, notice)

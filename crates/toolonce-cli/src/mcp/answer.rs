@@ -34,7 +34,7 @@ use super::given_up::Why;
 use super::jsonrpc::{self, Lenient};
 use super::protocol::{
     HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, META_KEY, METHOD_NOT_FOUND,
-    MISSING_CLIENT_CAPABILITY, OUTCOME_KEY, PARSE_ERROR, UNSUPPORTED_PROTOCOL_VERSION,
+    MISSING_CLIENT_CAPABILITY, NOTICE_KEY, OUTCOME_KEY, PARSE_ERROR, UNSUPPORTED_PROTOCOL_VERSION,
 };
 
 /// Why a forwarded call stopped waiting for the server. The layer's future is then dropped,
@@ -109,6 +109,29 @@ pub(super) fn replay(id: &Value, answer: WriteAnswer, modern: bool) -> Vec<u8> {
     };
     let result = with_outcome(result, outcome, answer.key.as_str());
     jsonrpc::result_line(id, &completed(result, modern))
+}
+
+/// The server's answer `line` to an executed call with the layer's `notice` (see
+/// [`toolonce::WriteAnswer::notice`]) in its result's `_meta`. An answer that is not a result
+/// object (an error, bytes serde_json cannot read) is sent as it came: the log has the notice.
+pub(super) fn with_notice(line: Vec<u8>, notice: &str) -> Vec<u8> {
+    let Ok(mut answer) = serde_json::from_slice::<Value>(&line) else {
+        return line;
+    };
+    let Some(meta) = answer
+        .get_mut("result")
+        .and_then(Value::as_object_mut)
+        .map(|result| {
+            result
+                .entry("_meta")
+                .or_insert_with(|| Value::Object(serde_json::Map::new()))
+        })
+        .and_then(Value::as_object_mut)
+    else {
+        return line;
+    };
+    meta.insert(NOTICE_KEY.to_owned(), Value::String(notice.to_owned()));
+    jsonrpc::line(&answer)
 }
 
 /// Where an answer of the server that serde_json cannot read is recorded, as the text it came
@@ -527,6 +550,27 @@ mod tests {
             json!({"a": 1, "toolonce/outcome": "replayed", "toolonce/key": "idem:k"})
         );
         assert_eq!(out["isError"], json!(false));
+    }
+
+    #[test]
+    fn an_executed_answer_with_a_notice_carries_it_beside_the_servers_meta() {
+        let line = br#"{"jsonrpc":"2.0","id":7,"result":{"content":[],"_meta":{"a":1}}}"#;
+        let out: Value =
+            serde_json::from_slice(&with_notice(line.to_vec(), "may be lost")).unwrap();
+        assert_eq!(out["id"], json!(7));
+        assert_eq!(
+            out["result"]["_meta"],
+            json!({"a": 1, "toolonce/notice": "may be lost"})
+        );
+        // A result without `_meta` gets one.
+        let line = br#"{"jsonrpc":"2.0","id":"x","result":{"content":[]}}"#;
+        let out: Value = serde_json::from_slice(&with_notice(line.to_vec(), "n")).unwrap();
+        assert_eq!(out["result"]["_meta"], json!({"toolonce/notice": "n"}));
+        // An error, or bytes serde_json cannot read, go as they came.
+        let error = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-1,"message":"m"}}"#.to_vec();
+        assert_eq!(with_notice(error.clone(), "n"), error);
+        let garbled = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"t\":\"\\ud800\"}\n".to_vec();
+        assert_eq!(with_notice(garbled.clone(), "n"), garbled);
     }
 
     #[test]

@@ -49,6 +49,7 @@ use toolonce::{About, Layer, Outcome, ToolError};
 
 use super::answer::{
     GiveUp, completed, give_up_answer, given_up_duplicate, interpret, proxy_result, replay,
+    with_notice,
 };
 use super::batch::Batch;
 use super::config::{Config, Policy};
@@ -254,7 +255,11 @@ async fn answer(
     };
     // Executed and answered by the server: its own bytes, which carry the client's id.
     if let Some(line) = response.lock().unwrap_or_else(|p| p.into_inner()).take() {
-        return Some(line);
+        // Unless its outcome was not simply recorded: then the client hears so too.
+        return Some(match &answer.notice {
+            Some(notice) => with_notice(line, notice),
+            None => line,
+        });
     }
     // Cancelled (before it reached the server, or while waiting for another run of the same
     // operation): the client expects no answer.

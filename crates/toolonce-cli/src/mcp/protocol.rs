@@ -32,6 +32,11 @@ pub(crate) const META_KEY: &str = "toolonce/key";
 /// The member of a result's `_meta` (or a JSON-RPC error's `data`) that says what the proxy did
 /// (`replayed`, `in_flight`, `not_executed`, …): it tells a replay from a first answer.
 pub(crate) const OUTCOME_KEY: &str = "toolonce/outcome";
+
+/// The `_meta` member of an executed call's answer that says its outcome was not simply
+/// recorded (it may not survive a failover of the store, or was not recorded at all): the
+/// layer's notice, for a person.
+pub(crate) const NOTICE_KEY: &str = "toolonce/notice";
 /// The member of an error's `data` with which the proxy's HTTP client tells the gateway the
 /// HTTP status an upstream server refused a request with.
 pub(crate) const HTTP_STATUS_KEY: &str = "toolonce/httpStatus";

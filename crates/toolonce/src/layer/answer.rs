@@ -7,6 +7,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::key::{Derived, OperationKey};
+use crate::store::Fenced;
 use crate::tool::ToolError;
 
 /// How a write call ended. Every answer carries one.
@@ -74,6 +75,38 @@ pub struct WriteAnswer {
     /// written for a model; for `store_unavailable` the store's own error, for an operator, is
     /// in the error's `detail` under [`STORE_ERROR`].
     pub result: Result<Value, ToolError>,
+    /// What the caller should know about how the outcome was kept, when it is not simply
+    /// recorded: it may not survive a failover of the store (fewer replicas acknowledged it
+    /// than asked), it could not be recorded at all, or the claim was lost while the tool ran.
+    /// Written for a person (the surfaces pass it on: `_meta["toolonce/notice"]` over MCP, a
+    /// line on stderr from `toolonce exec`, `Answer.notice` in Python); `None` otherwise.
+    pub notice: Option<String>,
+}
+
+/// What the caller of an executed call is told when its outcome was not simply recorded (see
+/// [`WriteAnswer::notice`]); `None` when it was. `settled` is what recording it answered
+/// (`None`: it could not be recorded at all).
+pub(crate) fn settle_notice(settled: Option<Fenced>) -> Option<String> {
+    match settled {
+        Some(Fenced::Applied) => None,
+        Some(Fenced::AppliedUnreplicated(short)) => Some(format!(
+            "The outcome is recorded on the store's primary, but {short}: if the primary fails \
+             before a replica has it, the record may be lost, and an identical call would then \
+             run the tool again."
+        )),
+        Some(Fenced::NotOwner) => Some(
+            "The outcome was not recorded: the claim was lost while the tool ran (its lease \
+             expired, and the operation was taken over or settled by someone else), so another \
+             call may have run it too."
+                .to_owned(),
+        ),
+        None => Some(
+            "The outcome could not be recorded (the store failed; its log says how): an \
+             identical call finds the operation running until its lease ends, then \
+             interrupted, and never gets this outcome."
+                .to_owned(),
+        ),
+    }
 }
 
 /// The answer to a call whose options are invalid: nothing is claimed or run. A mistake of the
@@ -90,6 +123,7 @@ pub(crate) fn misconfigured(tool: &str, op: &Derived, e: &crate::Error) -> Write
     WriteAnswer {
         outcome: Outcome::InvalidArguments,
         key: op.key.clone(),
+        notice: None,
         result: Err(ToolError::permanent(format!(
             "Not executed: `{tool}` is misconfigured in this program ({e}), so it was not run. \
              Retrying will not help; continue without it."

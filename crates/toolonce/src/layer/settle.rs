@@ -64,7 +64,7 @@ impl Layer {
             };
             match written {
                 Ok(Fenced::NotOwner) => return Some(self.applied_before(key, result).await),
-                Ok(Fenced::Applied) => return Some(Fenced::Applied),
+                Ok(applied) => return Some(applied),
                 Err(e) if e.is_retryable() && attempt < SETTLE_RETRIES => {
                     tokio::time::sleep(pause).await;
                     pause *= 2;
@@ -111,7 +111,8 @@ impl Layer {
             .fail(key, owner.duplicate(), &instead, retention)
             .await
         {
-            Ok(Fenced::Applied) => {
+            Ok(Fenced::NotOwner) => Some(Fenced::NotOwner),
+            Ok(applied) => {
                 tracing::warn!(
                     target: "toolonce",
                     tool,
@@ -119,9 +120,8 @@ impl Layer {
                     error = %refusal.report(),
                     "the store refused the tool's outcome; recorded as a failure that says so"
                 );
-                Some(Fenced::Applied)
+                Some(applied)
             }
-            Ok(Fenced::NotOwner) => Some(Fenced::NotOwner),
             Err(_) => None,
         }
     }
@@ -176,7 +176,9 @@ impl Layer {
             }
             let attempt = self.store.fail(key, owner.duplicate(), &reason, None);
             match tokio::time::timeout(left, attempt).await {
-                Ok(Ok(Fenced::Applied)) => {
+                // The claim never applied (or its entry is gone): nothing to release.
+                Ok(Ok(Fenced::NotOwner)) => return,
+                Ok(Ok(_released)) => {
                     tracing::info!(
                         target: "toolonce",
                         tool,
@@ -185,8 +187,6 @@ impl Layer {
                     );
                     return;
                 }
-                // The claim never applied (or its entry is gone): nothing to release.
-                Ok(Ok(Fenced::NotOwner)) => return,
                 Ok(Err(e)) if e.is_retryable() => {}
                 Ok(Err(_)) | Err(_) => break,
             }

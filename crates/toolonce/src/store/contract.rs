@@ -45,9 +45,59 @@ pub enum Claim {
 pub enum Fenced {
     /// The caller still owned the running (or unknown) entry and the write took effect.
     Applied,
+    /// As [`Applied`](Fenced::Applied), but fewer of the store's replicas acknowledged the
+    /// write in time than it was asked to wait for (a Redis store's `replicas=N`): the record
+    /// stands on the primary, and a failover of the primary before a replica has it may lose
+    /// it. Only a record (a result, a sticky failure) answers this; a claim that too few
+    /// acknowledged fails instead, since its tool has not run.
+    AppliedUnreplicated(Unreplicated),
     /// The caller no longer owns the entry (it was taken over, resolved, settled or deleted):
     /// nothing was written.
     NotOwner,
+}
+
+impl Fenced {
+    /// Whether the write took effect ([`Applied`](Fenced::Applied) or
+    /// [`AppliedUnreplicated`](Fenced::AppliedUnreplicated)).
+    pub fn is_applied(self) -> bool {
+        !matches!(self, Fenced::NotOwner)
+    }
+}
+
+/// How far short of its replicas a write fell: see [`Fenced::AppliedUnreplicated`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Unreplicated {
+    /// How many replicas acknowledged the write.
+    pub acknowledged: u32,
+    /// How many the store was asked to wait for.
+    pub asked: u32,
+    /// How long it waited for them.
+    pub waited: Duration,
+}
+
+impl Unreplicated {
+    /// `acknowledged` of `asked` replicas acknowledged a write within `waited`.
+    pub fn new(acknowledged: u32, asked: u32, waited: Duration) -> Unreplicated {
+        Unreplicated {
+            acknowledged,
+            asked,
+            waited,
+        }
+    }
+}
+
+impl fmt::Display for Unreplicated {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "only {} of the {asked} replicas asked (replicas={asked}) acknowledged the write \
+             within {} ms",
+            self.acknowledged,
+            self.waited.as_millis(),
+            asked = self.asked
+        )
+    }
 }
 
 /// The default time an `unknown` entry is kept after its lease: 24 hours, as long as a result.

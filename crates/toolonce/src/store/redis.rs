@@ -407,8 +407,12 @@ impl RedisStore {
         let applied = fenced(applied(reply)?);
         // A release that a replica lacks leaves it the running claim: after a failover that
         // entry runs out into `unknown`, which fails closed, so only a record warns.
-        if applied == Fenced::Applied && settle.retention.is_some() {
+        if applied == Fenced::Applied
+            && settle.retention.is_some()
+            && let Acks::Short(short) = acks
+        {
             warn_short_settle(key, settle.what, acks);
+            return Ok(Fenced::AppliedUnreplicated(short));
         }
         Ok(applied)
     }

@@ -57,6 +57,38 @@ async fn a_store_that_errors_means_the_write_tool_is_not_executed() {
     assert_eq!(tool.charges.load(Ordering::SeqCst), 1);
 }
 
+#[tokio::test]
+async fn a_result_the_store_cannot_record_is_returned_with_a_notice_that_says_it_was_not_recorded()
+{
+    let store = Arc::new(Intercepted::new(
+        Arc::new(MemoryStore::new()),
+        Switch {
+            down: AtomicBool::new(false),
+        },
+    ));
+    let layer = Layer::new(store.clone());
+    let op = key::derive("unrecorded", "charge", &json!({"n": 1}), None).unwrap();
+    let options = WriteOptions::new().lease(Duration::from_secs(30));
+    let answer = layer
+        .run("charge", &op, &options, |_| async {
+            // The store goes away while the tool runs, and stays away.
+            store.down.store(true, Ordering::SeqCst);
+            Ok(json!({"receipt": "r_1"}))
+        })
+        .await;
+    assert_eq!(answer.outcome, Outcome::Executed, "{answer:?}");
+    assert_eq!(answer.result, Ok(json!({"receipt": "r_1"})));
+    let notice = answer.notice.clone().unwrap_or_default();
+    assert!(
+        notice.contains("could not be recorded") && notice.contains("never gets this outcome"),
+        "{answer:?}"
+    );
+    // And it is true: the entry is still the running claim, not a result.
+    store.down.store(false, Ordering::SeqCst);
+    let entry = store.get(&op.key).await.unwrap().unwrap();
+    assert_eq!(entry.state(), toolonce::State::Running, "{entry:?}");
+}
+
 /// A store whose replies get lost: the write is applied, then the caller gets an
 /// `Unavailable` error, as when the connection drops after the server acted.
 #[derive(Debug, Default)]
@@ -231,6 +263,8 @@ async fn a_complete_whose_reply_is_lost_is_recorded_and_replayed() {
     assert_eq!(duplicate.outcome, Outcome::Replayed, "{duplicate:?}");
     assert_eq!(duplicate.result, first.result);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // Recorded after all: the caller is not told otherwise.
+    assert_eq!(first.notice, None);
     // The operator's log must not say the result was lost when it was recorded.
     let logs = logged_about(&op.key);
     assert!(logs.contains("write call"), "the log was captured: {logs}");

@@ -35,6 +35,7 @@ use ::redis::{Cmd, ErrorKind, Pipeline, RedisError, Script, ServerErrorKind, Val
 use super::error::to_error;
 use super::link::Conn;
 use crate::key::OperationKey;
+use crate::store::Unreplicated;
 use crate::{Error, Result};
 
 /// How many connections carry the replicated writes: each is blocked while its `WAIT` waits,
@@ -77,26 +78,14 @@ pub(super) enum Acks {
     /// No replication asked (`replicas=0`), or as many as asked acknowledged.
     Enough,
     /// Fewer than asked acknowledged within the timeout.
-    Short {
-        acked: i64,
-        asked: u32,
-        timeout_ms: u64,
-    },
+    Short(Unreplicated),
 }
 
 impl fmt::Display for Acks {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Acks::Enough => f.write_str("acknowledged by the replicas asked"),
-            Acks::Short {
-                acked,
-                asked,
-                timeout_ms,
-            } => write!(
-                f,
-                "only {acked} of the {asked} replicas asked (replicas={asked}) acknowledged the \
-                 write within {timeout_ms} ms"
-            ),
+            Acks::Short(short) => short.fmt(f),
         }
     }
 }
@@ -177,11 +166,11 @@ impl Replication {
             let acks = if acked >= i64::from(replication.replicas) {
                 Acks::Enough
             } else {
-                Acks::Short {
-                    acked,
-                    asked: replication.replicas,
-                    timeout_ms: replication.timeout_ms(),
-                }
+                Acks::Short(Unreplicated::new(
+                    u32::try_from(acked.max(0)).unwrap_or(u32::MAX),
+                    replication.replicas,
+                    Duration::from_millis(replication.timeout_ms()),
+                ))
             };
             return Ok((reply, acks));
         }
@@ -199,7 +188,8 @@ pub(super) fn short_claim(key: &OperationKey, acks: Acks) -> Error {
 
 /// Says that a settle the tool's caller relies on may not survive a failover: the result
 /// stands (the tool ran; running it again would be the double effect), the entry stays as
-/// written on the primary.
+/// written on the primary. The caller hears it too, in its answer's notice (see
+/// [`Fenced::AppliedUnreplicated`](crate::store::Fenced::AppliedUnreplicated)).
 pub(super) fn warn_short_settle(key: &OperationKey, what: &str, acks: Acks) {
     if acks != Acks::Enough {
         tracing::warn!(
@@ -208,7 +198,7 @@ pub(super) fn warn_short_settle(key: &OperationKey, what: &str, acks: Acks) {
             replication = %acks,
             "the {what} is recorded on the Redis primary, but {acks}: if the primary fails \
              before a replica has it, the entry may be lost and a duplicate call run the tool \
-             again; the caller got its result"
+             again; the caller got its result, with a notice that says so"
         );
     }
 }
