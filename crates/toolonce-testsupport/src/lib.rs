@@ -13,7 +13,8 @@
 //!   Redis built by `scripts/install-old-redis`
 //!   ([`RedisServer::start_program`]).
 //! - [`RedisCluster`]: three cluster-mode masters joined with
-//!   `redis-cli --cluster create`.
+//!   `redis-cli --cluster create`, optionally each with a replica
+//!   ([`RedisCluster::start_with_replicas`]) to stall or fail over to.
 //! - [`PostgresServer`]: `initdb` plus `postgres` with trust
 //!   authentication, durability off for speed, `pg_stat_statements`
 //!   preloaded where installed, and kill, restart (crash recovery), `psql`

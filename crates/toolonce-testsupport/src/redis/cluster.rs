@@ -1,6 +1,8 @@
 //! A three-node Redis Cluster of real `redis-server` processes, joined with
 //! `redis-cli --cluster create`, optionally with a [`FaultProxy`] in front of every node.
+//! (`cluster_replicas` gives each master a replica.)
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -10,8 +12,8 @@ use crate::FaultProxy;
 use crate::process::POLL;
 
 /// How long a cluster may take to report `cluster_state:ok`.
-const CLUSTER_TIMEOUT: Duration = Duration::from_secs(30);
-const MISSING_CLI: &str =
+pub(super) const CLUSTER_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const MISSING_CLI: &str =
     "redis-cli not found on PATH: run scripts/install-test-deps (Debian package redis-server)";
 
 /// Three `redis-server --cluster-enabled yes` masters on free ports,
@@ -23,12 +25,17 @@ const MISSING_CLI: &str =
 /// rejoins, and [`wait_ok`](Self::wait_ok) waits for the cluster to heal.
 #[derive(Debug)]
 pub struct RedisCluster {
-    nodes: Vec<RedisServer>,
+    /// The masters, as created.
+    pub(super) nodes: Vec<RedisServer>,
+    /// One replica per master, in the masters' order, when started with replicas.
+    pub(super) replicas: Vec<RedisServer>,
+    /// The slot ranges each master was created with, in the masters' order.
+    pub(super) slots: Vec<Vec<(u16, u16)>>,
 }
 
 /// The cluster-mode arguments of one node; the bus port is set explicitly,
 /// since the default (port + 10000) may be taken or out of range.
-fn cluster_args(bus_port: u16) -> Vec<String> {
+pub(super) fn cluster_args(bus_port: u16) -> Vec<String> {
     [
         "--cluster-enabled",
         "yes",
@@ -101,17 +108,20 @@ impl RedisCluster {
     /// Starts the nodes, lets `proxy` put a proxy in front of each (whose
     /// port the node then announces), and creates the cluster.
     fn start_announcing(
+        proxy: impl FnMut(&RedisServer) -> Option<FaultProxy>,
+    ) -> (RedisCluster, Vec<FaultProxy>) {
+        let bin = find_redis_binary("redis-server", MISSING_SERVER);
+        Self::create(&bin, proxy)
+    }
+
+    /// Starts three nodes of `program` (whose every build here knows `--enable-debug-command`),
+    /// lets `proxy` front each, and creates the cluster of masters.
+    pub(super) fn create(
+        program: &Path,
         mut proxy: impl FnMut(&RedisServer) -> Option<FaultProxy>,
     ) -> (RedisCluster, Vec<FaultProxy>) {
         let cli = find_redis_binary("redis-cli", MISSING_CLI);
-        let bin = find_redis_binary("redis-server", MISSING_SERVER);
-        let nodes: Vec<RedisServer> = (0..3)
-            .map(|_| {
-                start_on_free_ports(|port, bus| {
-                    RedisServer::try_start(port, &bin, true, cluster_args(bus))
-                })
-            })
-            .collect();
+        let nodes: Vec<RedisServer> = (0..3).map(|_| cluster_node(program)).collect();
         let mut proxies = Vec::new();
         for node in &nodes {
             if let Some(p) = proxy(node) {
@@ -135,7 +145,12 @@ impl RedisCluster {
                 String::from_utf8_lossy(&output.stderr)
             );
         }
-        let cluster = RedisCluster { nodes };
+        let slots = nodes.iter().map(own_slots).collect();
+        let cluster = RedisCluster {
+            nodes,
+            replicas: Vec::new(),
+            slots,
+        };
         cluster.wait_ok();
         (cluster, proxies)
     }
@@ -187,7 +202,7 @@ impl RedisCluster {
     }
 
     /// Waits until every node reports `cluster_state:ok` and knows all
-    /// three nodes.
+    /// the nodes (three, or six with replicas).
     ///
     /// # Panics
     ///
@@ -195,10 +210,15 @@ impl RedisCluster {
     /// `CLUSTER INFO`.
     pub fn wait_ok(&self) {
         let deadline = Instant::now() + CLUSTER_TIMEOUT;
+        let known = format!(
+            "cluster_known_nodes:{}",
+            self.nodes.len() + self.replicas.len()
+        );
         loop {
             let infos: Vec<String> = self
                 .nodes
                 .iter()
+                .chain(&self.replicas)
                 .map(|n| match n.try_command(&["CLUSTER", "INFO"]) {
                     Ok(reply) => reply.to_string(),
                     Err(e) => format!("unreachable: {e}"),
@@ -206,7 +226,7 @@ impl RedisCluster {
                 .collect();
             let ok = |info: &String| {
                 let has = |field: &str| info.lines().any(|l| l.trim() == field);
-                has("cluster_state:ok") && has("cluster_known_nodes:3")
+                has("cluster_state:ok") && has(&known)
             };
             if infos.iter().all(ok) {
                 return;
@@ -215,6 +235,7 @@ impl RedisCluster {
                 let report: Vec<String> = self
                     .nodes
                     .iter()
+                    .chain(&self.replicas)
                     .zip(&infos)
                     .map(|(n, info)| format!("node {}:\n{info}", n.port()))
                     .collect();
@@ -226,6 +247,27 @@ impl RedisCluster {
             thread::sleep(POLL * 4);
         }
     }
+}
+
+/// One cluster-mode node of `program` on free ports.
+pub(super) fn cluster_node(program: &Path) -> RedisServer {
+    start_on_free_ports(|port, bus| RedisServer::try_start(port, program, true, cluster_args(bus)))
+}
+
+/// The slot ranges `node` serves, from the `myself` line of its `CLUSTER NODES`.
+fn own_slots(node: &RedisServer) -> Vec<(u16, u16)> {
+    let map = node.command(&["CLUSTER", "NODES"]);
+    let line = map
+        .lines()
+        .find(|l| l.contains("myself"))
+        .unwrap_or_else(|| panic!("no myself line in CLUSTER NODES:\n{map}"));
+    line.split_whitespace()
+        .skip(8)
+        .filter_map(|range| {
+            let (first, last) = range.split_once('-').unwrap_or((range, range));
+            Some((first.parse().ok()?, last.parse().ok()?))
+        })
+        .collect()
 }
 
 #[cfg(test)]
