@@ -57,11 +57,19 @@ async fn call(
         .await
 }
 
+/// A store on `url` whose writes wait 200 ms for `replicas` (the storms: short, so a stalled
+/// replica costs little).
 async fn store(url: &str, replicas: u32) -> Arc<dyn Store> {
+    store_waiting(url, replicas, Duration::from_millis(200)).await
+}
+
+/// A store whose writes wait up to `wait` for `replicas`: the single-call tests give a
+/// replica that is up (or has just caught up) time to answer on a loaded machine.
+async fn store_waiting(url: &str, replicas: u32, wait: Duration) -> Arc<dyn Store> {
     Arc::new(
         RedisStore::builder(url)
             .replicas(replicas)
-            .replica_timeout(Duration::from_millis(200))
+            .replica_timeout(wait)
             .reconnect_attempts(1)
             .connect()
             .await
@@ -69,11 +77,27 @@ async fn store(url: &str, replicas: u32) -> Arc<dyn Store> {
     )
 }
 
+/// How long the single-call tests let a write wait for its replica.
+const PATIENT: Duration = Duration::from_secs(2);
+
+/// [`call`] again while the store answers `store_unavailable` (nothing ran: retrying is what
+/// that answer says is safe), for at most 30 s: a replica that was just healed catches up.
+async fn call_until_available(layer: &Layer, op: &Derived, runs: &AtomicU32) -> WriteAnswer {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = call(layer, op, runs, || {}).await;
+        if answer.outcome != Outcome::StoreUnavailable || Instant::now() > deadline {
+            return answer;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// `replicas=1`, the replica's link stalled: the claim reaches only the primary, so the tool
 /// is not run, the claim is released (nothing stays behind) and the caller hears
 /// `store_unavailable`; once the replica catches up, the same call runs once.
 async fn a_claim_the_replica_lacks_is_not_run(set: ReplicatedRedis) {
-    let store = store(&set.front.url("redis"), 1).await;
+    let store = store_waiting(&set.front.url("redis"), 1, PATIENT).await;
     let layer = Layer::new(store.clone());
     let op = op("claim", 0);
     let runs = AtomicU32::new(0);
@@ -87,7 +111,7 @@ async fn a_claim_the_replica_lacks_is_not_run(set: ReplicatedRedis) {
     assert_eq!(store.get(&op.key).await.unwrap(), None, "the claim stayed");
 
     set.link.heal();
-    let retry = call(&layer, &op, &runs, || {}).await;
+    let retry = call_until_available(&layer, &op, &runs).await;
     assert_eq!(retry.outcome, Outcome::Executed, "{retry:?}");
     let duplicate = call(&layer, &op, &runs, || {}).await;
     assert_eq!(duplicate.outcome, Outcome::Replayed, "{duplicate:?}");
@@ -99,13 +123,13 @@ async fn a_claim_the_replica_lacks_is_not_run(set: ReplicatedRedis) {
 /// not survive a failover.
 async fn a_result_the_replica_lacks_is_returned_and_kept(set: ReplicatedRedis) {
     let logs = Logs::capture();
-    let store = store(&set.front.url("redis"), 1).await;
+    let store = store_waiting(&set.front.url("redis"), 1, PATIENT).await;
     let layer = Layer::new(store.clone());
     let (healthy, op) = (op("result", 1), op("result", 0));
     let runs = AtomicU32::new(0);
 
     // With the replica in step, the answer carries no notice.
-    let acknowledged = call(&layer, &healthy, &AtomicU32::new(0), || {}).await;
+    let acknowledged = call_until_available(&layer, &healthy, &AtomicU32::new(0)).await;
     assert_eq!(acknowledged.outcome, Outcome::Executed, "{acknowledged:?}");
     assert_eq!(acknowledged.notice, None);
 
@@ -127,6 +151,28 @@ async fn a_result_the_replica_lacks_is_returned_and_kept(set: ReplicatedRedis) {
         "no warning about the unreplicated result:\n{logs}"
     );
     set.link.heal();
+}
+
+/// `replicas=1`: a duplicate of a recorded operation is answered from one `GET` on the
+/// store's own connection. It does not claim, so it sends no `WAIT` and never queues on the
+/// write connections behind writes waiting for their replicas.
+async fn a_replay_sends_no_wait(set: ReplicatedRedis) {
+    let store = store_waiting(&set.front.url("redis"), 1, PATIENT).await;
+    let layer = Layer::new(store.clone());
+    let op = op("replay", 0);
+    let runs = AtomicU32::new(0);
+    let first = call_until_available(&layer, &op, &runs).await;
+    assert_eq!(first.outcome, Outcome::Executed, "{first:?}");
+
+    assert_eq!(set.primary.command(&["CONFIG", "RESETSTAT"]), "OK");
+    let duplicate = call(&layer, &op, &runs, || {}).await;
+    assert_eq!(duplicate.outcome, Outcome::Replayed, "{duplicate:?}");
+    assert_eq!(duplicate.result, first.result);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // (The replica's own `REPLCONF ACK`, once a second, is not the store's.)
+    let mut commands = set.primary.commands_run();
+    commands.retain(|c| !c.starts_with("replconf="));
+    assert_eq!(commands, ["get=1"]);
 }
 
 /// What a storm saw: the runs of each operation, and how many calls were refused.
@@ -258,6 +304,16 @@ async fn redis_a_claim_the_replica_lacks_is_not_run_and_is_released() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_a_result_the_replica_lacks_is_returned_kept_and_logged() {
     a_result_the_replica_lacks_is_returned_and_kept(ReplicatedRedis::start()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_with_replicas_1_a_replay_is_one_get_and_sends_no_wait() {
+    a_replay_sends_no_wait(ReplicatedRedis::start()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valkey_with_replicas_1_a_replay_is_one_get_and_sends_no_wait() {
+    a_replay_sends_no_wait(ReplicatedRedis::start_program(&valkey())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

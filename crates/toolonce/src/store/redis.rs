@@ -76,6 +76,24 @@ impl RedisStore {
         }
     }
 
+    /// Under `replicas=N`: the entry of `key` when it is settled (or not toolonce's own
+    /// shape), read with one `GET` on the store's connection. A claim would find that entry
+    /// and write nothing, but every claim goes over the write connections with a `WAIT` behind
+    /// it; looking first keeps a replay (the common duplicate) off them, for one more round
+    /// trip on a first-time write. A running entry, or none, is left to the claim: only the
+    /// claim's own atomic step may decide those.
+    async fn settled(&self, key: &OperationKey, redis_key: &str) -> Result<Option<Entry>> {
+        let raw: Option<Vec<u8>> = ::redis::cmd("GET")
+            .arg(redis_key)
+            .query_async(&mut self.conn())
+            .await
+            .map_err(to_error)?;
+        match raw {
+            Some(raw) => decode_unless_running(key, &raw, SystemTime::now()),
+            None => Ok(None),
+        }
+    }
+
     /// Runs the read script: the live entry of `key`, if any.
     async fn read(&self, key: &OperationKey) -> Result<Option<Entry>> {
         let reply: Value = SCRIPTS
@@ -104,6 +122,11 @@ impl Store for RedisStore {
                 .unwrap_or_default(),
         );
         let value = running_value(req, started, retention)?;
+        if self.replication.is_some()
+            && let Some(entry) = self.settled(req.key, &redis_key).await?
+        {
+            return Ok(Claim::Existing(entry));
+        }
         if self.native_claim {
             // One native command decides and answers atomically: nil when the key was absent
             // (now ours), else the value that was there (and stays: NX wrote nothing). A
