@@ -247,7 +247,7 @@ mod tests {
         batch.settle(0, Some(b"{\"id\":1}".to_vec()));
         assert!(rx.try_recv().is_err());
         batch.settle(1, None);
-        assert_eq!(rx.try_recv().unwrap(), b"[{\"id\":1},{\"id\":3}]\n");
+        assert_eq!(rx.try_recv().unwrap().line, b"[{\"id\":1},{\"id\":3}]\n");
     }
 
     #[test]

@@ -130,7 +130,8 @@ pub(crate) async fn run(
 async fn read_upstream(shared: Arc<Shared>, mut incoming: mpsc::UnboundedReceiver<Incoming>) {
     while let Some(message) = incoming.recv().await {
         match message {
-            Incoming::Message(line) => shared.on_server_message(line),
+            Incoming::Message(line) => shared.on_server_message(line, None),
+            Incoming::Related(line, id) => shared.on_server_message(line, Some(id)),
             Incoming::Lost(ids, why) => {
                 let upstream = shared
                     .router()
@@ -178,7 +179,7 @@ async fn read_server(shared: Arc<Shared>, stdout: ChildStdout) {
                 if line.last() != Some(&b'\n') {
                     line.push(b'\n');
                 }
-                shared.on_server_message(line);
+                shared.on_server_message(line, None);
             }
             Err(e) => {
                 tracing::warn!(target: "toolonce::mcp", error = %e, "cannot read from the server");

@@ -66,7 +66,7 @@ mod shared;
 
 use body::{Cancel, EventBody, Pending};
 pub(crate) use limits::BoundsArgs;
-use limits::{AcceptErrors, Connections};
+use limits::{AcceptErrors, Answering, Connections, InProgress};
 use request::{
     Answer, accepts_events, answer, events, metadata, origin_allowed, progress_token, refuse,
     refused_for_credentials, sessionless,
@@ -100,8 +100,12 @@ pub(crate) async fn serve(gateway: Gateway) -> anyhow::Result<std::process::Exit
     loop {
         tokio::select! {
             accepted = async {
-                connections.room().await;
-                listener.accept().await
+                let accepted = listener.accept().await;
+                // After the accept, so that a connection is only closed for one that came.
+                if accepted.is_ok() {
+                    connections.room().await;
+                }
+                accepted
             } => {
                 let (stream, _) = match accepted {
                     Ok(accepted) => accepted,
@@ -123,13 +127,29 @@ pub(crate) async fn serve(gateway: Gateway) -> anyhow::Result<std::process::Exit
                 let header_timeout = bounds.header_timeout;
                 let task = tokio::spawn(async move {
                     let headed = slot.headed.clone();
+                    let requests = slot.requests.clone();
                     let _slot = slot;
                     let service = hyper::service::service_fn(move |request| {
                         // A whole request head came: this connection is no socket held open
-                        // with half a header, and is not closed to make room.
+                        // with half a header, and while the request is in progress (until its
+                        // answer's body is dropped) it is not closed to make room.
                         headed.store(true, std::sync::atomic::Ordering::Release);
+                        let in_progress = InProgress::begin(&requests);
                         let state = state.clone();
-                        async move { Ok::<_, Infallible>(handle(&state, request).await) }
+                        async move {
+                            let answer = match &in_progress {
+                                Some(_) => handle(&state, request).await,
+                                // Closed to make room just now: the abort is on its way.
+                                None => refuse(
+                                    StatusCode::SERVICE_UNAVAILABLE,
+                                    "the connection was closed to make room",
+                                ),
+                            };
+                            Ok::<_, Infallible>(answer.map(|body| Answering {
+                                body,
+                                _request: in_progress,
+                            }))
+                        }
                     });
                     if let Err(e) = hyper::server::conn::http1::Builder::new()
                         .timer(TokioTimer::new())

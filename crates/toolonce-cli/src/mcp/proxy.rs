@@ -400,8 +400,9 @@ impl Shared {
         true
     }
 
-    /// Handles one message from the server.
-    pub(super) fn on_server_message(self: &Arc<Self>, line: Vec<u8>) {
+    /// Handles one message from the server; `related` is the request it belongs to, when the
+    /// server said so (see [`http::Incoming::Related`]).
+    pub(super) fn on_server_message(self: &Arc<Self>, line: Vec<u8>, related: Option<Value>) {
         match line.trim_ascii_start().first() {
             Some(b'{') => {
                 let peek = Peek::of(&line);
@@ -487,7 +488,7 @@ impl Shared {
             }
             _ => {}
         }
-        self.to_client.send(line);
+        self.to_client.send_related(line, related);
     }
 
     fn learn(&self, response: &Value) {

@@ -9,6 +9,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::FileTypeExt;
 
+use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -109,11 +110,20 @@ pub(crate) fn spawn_reader(
 
 /// Where messages for the client go. Cheap to clone; sending never blocks.
 #[derive(Clone, Debug)]
-pub(crate) struct ClientOut(mpsc::UnboundedSender<Vec<u8>>);
+pub(crate) struct ClientOut(mpsc::UnboundedSender<Outgoing>);
+
+/// One message for the client (empty: the end), and the request it belongs to when the server
+/// said so: an HTTP server sent it on that request's event stream. A stdio client reads every
+/// message alike; the gateway delivers it on that request's own stream.
+#[derive(Debug)]
+pub(crate) struct Outgoing {
+    pub(crate) line: Vec<u8>,
+    pub(crate) related: Option<Value>,
+}
 
 impl ClientOut {
     /// A sender and the receiving end a writer drains.
-    pub(crate) fn channel() -> (ClientOut, mpsc::UnboundedReceiver<Vec<u8>>) {
+    pub(crate) fn channel() -> (ClientOut, mpsc::UnboundedReceiver<Outgoing>) {
         let (tx, rx) = mpsc::unbounded_channel();
         (ClientOut(tx), rx)
     }
@@ -121,14 +131,25 @@ impl ClientOut {
     /// Queues one message (ending with a newline). Once the writer is gone it is dropped: the
     /// client has hung up.
     pub(crate) fn send(&self, message: Vec<u8>) {
+        self.send_related(message, None);
+    }
+
+    /// The same, for a message that belongs to the request `related` (see [`Outgoing`]).
+    pub(crate) fn send_related(&self, message: Vec<u8>, related: Option<Value>) {
         if !message.is_empty() {
-            let _ = self.0.send(message);
+            let _ = self.0.send(Outgoing {
+                line: message,
+                related,
+            });
         }
     }
 
     /// Tells the writer to flush and stop; messages sent later are dropped.
     pub(crate) fn close(&self) {
-        let _ = self.0.send(Vec::new());
+        let _ = self.0.send(Outgoing {
+            line: Vec::new(),
+            related: None,
+        });
     }
 }
 
@@ -137,11 +158,14 @@ impl ClientOut {
 /// its end) messages are drained and dropped, so senders never wait.
 pub(crate) fn spawn_writer(
     mut output: impl AsyncWrite + Send + Unpin + 'static,
-    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+    mut rx: mpsc::UnboundedReceiver<Outgoing>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut ok = true;
-        'messages: while let Some(mut message) = rx.recv().await {
+        'messages: while let Some(Outgoing {
+            line: mut message, ..
+        }) = rx.recv().await
+        {
             loop {
                 if message.is_empty() {
                     break 'messages;
@@ -150,7 +174,7 @@ pub(crate) fn spawn_writer(
                     ok = output.write_all(&message).await.is_ok();
                 }
                 match rx.try_recv() {
-                    Ok(next) => message = next,
+                    Ok(next) => message = next.line,
                     Err(_) => break,
                 }
             }

@@ -62,6 +62,140 @@ fn under_200_half_open_sockets_a_token_holder_is_still_answered_within_a_second(
     assert!(warnings <= 3, "{warnings} accept warnings: {log}");
 }
 
+/// One answer on a keep-alive connection: its head, then as many bytes as its
+/// `Content-Length` says, and no more (the connection stays open).
+fn read_one_answer(stream: &mut TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(stream.read(&mut byte).unwrap(), 1, "the connection closed");
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse().unwrap())
+        })
+        .expect("a Content-Length");
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).unwrap();
+    head
+}
+
+/// A keep-alive connection that sent one whole request, read its answer and was left open.
+fn idle_after_one_answer(port: u16) -> TcpStream {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    stream
+        .write_all(b"GET /elsewhere HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .unwrap();
+    let head = read_one_answer(&mut stream);
+    assert!(head.starts_with("HTTP/1.1 404"), "{head}");
+    stream
+}
+
+/// Whether the gateway closed `stream` (it reads the end, not data or a timeout).
+fn closed_by_the_gateway(stream: &mut TcpStream) -> bool {
+    stream
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    matches!(stream.read(&mut [0u8; 1]), Ok(0))
+}
+
+/// The token holder's `initialize`, timed.
+fn timed_initialize(port: u16) -> (Raw, Duration) {
+    let started = Instant::now();
+    let answer = raw(
+        port,
+        "POST",
+        &format!("{JSON_ONLY}Authorization: Bearer {GATEWAY_TOKEN}\r\n"),
+        INITIALIZE,
+    );
+    (answer, started.elapsed())
+}
+
+#[test]
+fn at_the_connection_cap_idle_keep_alive_connections_make_room_for_a_new_client() {
+    // The header timeout is far longer than the test's patience: the room must not come from
+    // idle connections timing out.
+    let mut gateway =
+        gateway_with_fd_limit(1024, &["--max-connections", "3", "--header-timeout", "60"]);
+    let port = gateway.port;
+    let mut idle: Vec<TcpStream> = (0..3).map(|_| idle_after_one_answer(port)).collect();
+    let (answer, took) = timed_initialize(port);
+    assert_eq!(answer.status(), 200, "{}", answer.body);
+    assert!(took < Duration::from_secs(2), "answered after {took:?}");
+    // The oldest idle one gave up its slot; the others were not needed.
+    assert!(closed_by_the_gateway(&mut idle[0]));
+    assert!(!closed_by_the_gateway(&mut idle[2]));
+    drop(idle);
+    gateway.stop();
+}
+
+#[test]
+fn a_connection_with_a_request_in_progress_is_never_closed_to_make_room() {
+    let mut gateway =
+        gateway_with_fd_limit(1024, &["--max-connections", "2", "--header-timeout", "60"]);
+    let port = gateway.port;
+    let token = format!("Authorization: Bearer {GATEWAY_TOKEN}\r\n");
+    // The oldest connection is mid-request (its call takes a while), the other idle.
+    let busy = modern_send(
+        port,
+        &token,
+        "tools/call",
+        Some(json!(1)),
+        json!({"name": "slow", "arguments": {"ms": 2500}}),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let mut idle = idle_after_one_answer(port);
+    let (answer, took) = timed_initialize(port);
+    assert_eq!(answer.status(), 200, "{}", answer.body);
+    assert!(took < Duration::from_secs(2), "answered after {took:?}");
+    assert!(closed_by_the_gateway(&mut idle));
+    let busy = read_raw(busy);
+    let answer = busy
+        .messages()
+        .pop()
+        .expect("the busy connection got its answer");
+    assert_eq!(answer["id"], json!(1), "{answer}");
+    assert!(
+        result_text(&answer["result"]).contains("slow done"),
+        "{answer}"
+    );
+    // With every connection busy, a new client waits instead of cutting one.
+    let first = modern_send(
+        port,
+        &token,
+        "tools/call",
+        Some(json!(2)),
+        json!({"name": "slow", "arguments": {"ms": 1500}}),
+    );
+    let second = modern_send(
+        port,
+        &token,
+        "tools/call",
+        Some(json!(3)),
+        // Not the same call as the first (that one would be answered "in progress" at once).
+        json!({"name": "slow", "arguments": {"ms": 1600}}),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let (answer, took) = timed_initialize(port);
+    assert_eq!(answer.status(), 200, "{}", answer.body);
+    assert!(took > Duration::from_millis(700), "answered after {took:?}");
+    for (call, id) in [(first, 2), (second, 3)] {
+        let answer = read_raw(call).messages().pop().unwrap();
+        assert_eq!(answer["id"], json!(id), "{answer}");
+        assert!(
+            result_text(&answer["result"]).contains("slow done"),
+            "{answer}"
+        );
+    }
+    gateway.stop();
+}
+
 #[test]
 fn a_connection_that_sends_half_a_head_is_closed_after_the_header_timeout() {
     let mut gateway = gateway_with_fd_limit(1024, &["--header-timeout", "0.5"]);

@@ -42,6 +42,7 @@ use toolonce_testsupport::RedisServer;
 
 const SERVER_SCRIPT: &str = include_str!("../support/mcp_http_server.mjs");
 const BRIDGE_SCRIPT: &str = include_str!("../support/mcp_http_bridge.mjs");
+const STREAM_SERVER_SCRIPT: &str = include_str!("../support/mcp_http_stream_server.mjs");
 const CLIENT_SCRIPT: &str = include_str!("../support/mcp_sdk_gateway_client.mjs");
 
 /// A token no test would write by accident into a log.
@@ -53,6 +54,7 @@ fn sdk_dir() -> &'static Path {
     mcp_sdk::sdk_dir(&[
         ("mcp_http_server.mjs", SERVER_SCRIPT),
         ("mcp_http_bridge.mjs", BRIDGE_SCRIPT),
+        ("mcp_http_stream_server.mjs", STREAM_SERVER_SCRIPT),
         ("mcp_sdk_gateway_client.mjs", CLIENT_SCRIPT),
     ])
 }

@@ -148,3 +148,68 @@ fn a_client_hanging_up_mid_call_leaves_its_request_id_free_for_later_clients() {
     assert_eq!(counted(&counter, "charge"), 3);
     gateway.stop();
 }
+
+#[test]
+fn what_an_http_server_sends_on_a_requests_stream_reaches_only_that_clients_request() {
+    let server = HttpServer::streaming();
+    let mut gateway = gateway_to(&server.url(), &[], &[]);
+    let port = gateway.port;
+    let report = move |id: i64, text: &'static str, ms: u64| {
+        std::thread::spawn(move || {
+            modern_raw(
+                port,
+                "tools/call",
+                Some(json!(id)),
+                json!({"name": "report", "_meta": {"progressToken": "t"},
+                       "arguments": {"text": text, "ms": ms}}),
+            )
+        })
+    };
+    // Alice's messages come while Bob's request, with the same id and progress token, is the
+    // newest in progress; Bob's come after Alice's answer.
+    let alice = report(1, "alice: card 4111-1111 charged", 800);
+    std::thread::sleep(Duration::from_millis(200));
+    let bob = report(1, "bob: nothing to see", 1500);
+    let (alice, bob) = (alice.join().unwrap(), bob.join().unwrap());
+    for (raw, text, other) in [
+        (&alice, "alice: card 4111-1111 charged", "alice"),
+        (&bob, "bob: nothing to see", "bob"),
+    ] {
+        let stranger = if other == "alice" { "bob" } else { "alice" };
+        assert!(
+            !raw.body.contains(stranger),
+            "{other} saw {stranger}'s: {}",
+            raw.body
+        );
+        let messages = raw.messages();
+        let of = |method: &str| -> Vec<&Value> {
+            messages.iter().filter(|m| m["method"] == method).collect()
+        };
+        let progress = of("notifications/progress");
+        assert_eq!(progress.len(), 1, "{messages:?}");
+        assert_eq!(
+            progress[0]["params"]["progressToken"],
+            json!("t"),
+            "{messages:?}"
+        );
+        assert_eq!(
+            progress[0]["params"]["message"],
+            json!(text),
+            "{messages:?}"
+        );
+        let logs = of("notifications/message");
+        assert_eq!(logs.len(), 1, "{messages:?}");
+        assert_eq!(logs[0]["params"]["data"], json!(text), "{messages:?}");
+        let asks = of("elicitation/create");
+        assert_eq!(asks.len(), 1, "{messages:?}");
+        assert_eq!(asks[0]["params"]["message"], json!(text), "{messages:?}");
+        let last = messages.last().unwrap();
+        assert_eq!(last["id"], json!(1), "{messages:?}");
+        assert_eq!(
+            result_text(&last["result"]),
+            format!("reported {text}"),
+            "{messages:?}"
+        );
+    }
+    gateway.stop();
+}

@@ -1,5 +1,5 @@
 //! The official TypeScript SDK's Streamable HTTP server (`mcp_http_server.mjs`) and the
-//! 2026-07-28 bridge (`mcp_http_bridge.mjs`) on free loopback ports, with what they record
+//! 2026-07-28 bridge (`mcp_http_bridge.mjs`) and event-stream server (`mcp_http_stream_server.mjs`) on free loopback ports, with what they record
 //! (executions, HTTP requests). The test file defines `sdk_dir()`, which writes its scripts
 //! beside the SDK.
 #![allow(dead_code)]
@@ -28,6 +28,11 @@ impl HttpServer {
     /// The stdio server `command` behind the 2026-07-28 bridge (`mcp_http_bridge.mjs`).
     pub(crate) fn bridge(command: &Path) -> HttpServer {
         Self::node("mcp_http_bridge.mjs", &[command], "json", &[])
+    }
+
+    /// The 2026-07-28 server that answers on event streams (`mcp_http_stream_server.mjs`).
+    pub(crate) fn streaming() -> HttpServer {
+        Self::node("mcp_http_stream_server.mjs", &[], "sse", &[])
     }
 
     fn node(script: &str, args: &[&Path], mode: &str, env: &[(&str, &str)]) -> HttpServer {

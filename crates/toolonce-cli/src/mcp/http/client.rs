@@ -375,7 +375,7 @@ impl Client {
                 *retry = Duration::from_millis(ms.min(60_000));
             }
             if let Some(data) = event.data {
-                self.deliver(incoming, data, pending, None);
+                self.deliver(incoming, data, pending, None, None);
             }
             if until_answered && pending.is_empty() {
                 return Ok(());
@@ -391,17 +391,23 @@ impl Client {
         message: Vec<u8>,
         pending: &mut HashSet<IdKey>,
         initialize: Option<&IdKey>,
+        related: Option<&Value>,
     ) {
         let line = one_line(message);
+        let answers = response_ids(&line);
         if !pending.is_empty() {
-            for id in response_ids(&line) {
-                if initialize == Some(&id) {
+            for id in &answers {
+                if initialize == Some(id) {
                     self.learn_version(&line);
                 }
-                pending.remove(&id);
+                pending.remove(id);
             }
         }
-        let _ = incoming.send(Incoming::Message(line));
+        let message = match related {
+            Some(id) if answers.is_empty() => Incoming::Related(line, id.clone()),
+            _ => Incoming::Message(line),
+        };
+        let _ = incoming.send(message);
     }
 
     /// The negotiated protocol version, from the `initialize` answer.

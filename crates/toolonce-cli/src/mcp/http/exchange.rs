@@ -126,11 +126,17 @@ impl Exchange {
                     last_event = Some(id);
                 }
                 if let Some(data) = event.data {
+                    // What comes on the stream of one request's answer belongs to it.
+                    let related = match self.requests.as_slice() {
+                        [id] => Some(id),
+                        _ => None,
+                    };
                     upstream.deliver(
                         &self.incoming,
                         data,
                         &mut self.pending,
                         self.initialize.as_ref(),
+                        related,
                     );
                 }
             }
@@ -155,6 +161,7 @@ impl Exchange {
                         body.to_vec(),
                         &mut self.pending,
                         self.initialize.as_ref(),
+                        None,
                     );
                 }
                 if sender.ready().await.is_ok() {

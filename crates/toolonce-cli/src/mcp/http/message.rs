@@ -10,6 +10,10 @@ use crate::mcp::jsonrpc::{IdKey, Peek};
 pub(crate) enum Incoming {
     /// One message, as one line.
     Message(Vec<u8>),
+    /// One message the server sent on the event stream of its answer to the request with this
+    /// id (progress, a log message, a request of its own made while handling it): it belongs
+    /// to that request.
+    Related(Vec<u8>, Value),
     /// Requests that left and will never be answered (the connection broke, a 5xx status):
     /// their ids, and why.
     Lost(Vec<Value>, String),

@@ -1,8 +1,9 @@
 //! One client session of the gateway: its proxy's input, and where the messages of its server
 //! go (the answer to a request on that request's stream or body, progress on the stream of the
-//! request that asked for it, anything else on the newest request's stream or the `GET`
-//! stream). A proxy shared by many clients (see [`shared`](super::shared)) sends anything else
-//! nowhere: it may be any of its clients'.
+//! request that asked for it, what an HTTP server sent on one request's answer stream on that
+//! request's stream, anything else on the newest request's stream or the `GET` stream). A
+//! proxy shared by many clients (see [`shared`](super::shared)) sends anything else nowhere:
+//! it may be any of its clients'.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -106,8 +107,9 @@ pub(super) enum Waiter {
 }
 
 impl Routes {
-    /// Routes one message from the session's proxy.
-    pub(super) fn deliver(&mut self, line: Vec<u8>) {
+    /// Routes one message from the session's proxy; `related` is the (proxy's) id of the
+    /// request the server said it belongs to.
+    pub(super) fn deliver(&mut self, line: Vec<u8>, related: Option<Value>) {
         let peek = Peek::of(&line);
         if let Some(peek) = &peek
             && peek.is_response()
@@ -156,6 +158,14 @@ impl Routes {
             {
                 return;
             }
+        }
+        // What an HTTP server sent on a request's answer stream goes on that request's stream
+        // (in a shared proxy, the request is one client's: the gateway's id names it).
+        if let Some(request) = related
+            && let Some(Waiter::Events { tx, .. }) = self.waiting.get(&IdKey::of(&request))
+            && tx.send(event(&line)).is_ok()
+        {
+            return;
         }
         if self.shared {
             tracing::debug!(

@@ -306,11 +306,11 @@ pub(super) fn start_session(
         let _live = live;
         let routing = delivered.clone();
         let deliver = tokio::spawn(async move {
-            while let Some(line) = out_rx.recv().await {
-                if line.is_empty() {
+            while let Some(out) = out_rx.recv().await {
+                if out.line.is_empty() {
                     break;
                 }
-                lock(&routing).deliver(line);
+                lock(&routing).deliver(out.line, out.related);
             }
         });
         let status = lifecycle::run(

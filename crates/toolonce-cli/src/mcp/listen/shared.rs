@@ -5,9 +5,11 @@
 //! hangs up mid-call leaves behind an id no later client can have, and a progress token is
 //! renamed the same way, so progress reaches only the request that asked for it.
 //!
-//! What such a server sends that belongs to no request of a known client (a log message, any
-//! message without a progress token of a request in progress) reaches nobody: the gateway
-//! cannot tell whose it is, and another client's data must never be shown to a client.
+//! What an HTTP server (`--upstream`) sends on the event stream of one request's answer (a log
+//! message, a request of its own) belongs to that request, named by the gateway's id, and goes
+//! on its client's stream. What belongs to no request of a known client (a stdio server's log
+//! message, any message without a progress token of a request in progress) reaches nobody: the
+//! gateway cannot tell whose it is, and another client's data must never be shown to a client.
 //! A client's own `notifications/cancelled` has the same problem (its `requestId` is the
 //! client's, which any other client may use too); protocol 2026-07-28 cancels a request over
 //! HTTP by closing its stream, which the gateway passes on as a cancel of the gateway's id.
