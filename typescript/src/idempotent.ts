@@ -42,9 +42,16 @@ export interface ReadTool {
 }
 
 /** The answer of `runDetailed`. `key` is undefined when the call failed before keying. */
-export type Detailed<Result> =
+export type Detailed<Result> = (
   | { outcome: Outcome; key: string; result: Result; error?: undefined }
-  | { outcome: Outcome; key: string | undefined; error: unknown; result?: undefined };
+  | { outcome: Outcome; key: string | undefined; error: unknown; result?: undefined }
+) & {
+  /**
+   * Set when the handler ran but its outcome was not simply recorded: it could not be recorded
+   * (a duplicate will not get it), or the claim was lost while it ran. Written for a person.
+   */
+  notice?: string;
+};
 
 /** A wrapped write tool: the original's fields, with `run` taking effect at most once. */
 export type IdempotentTool<Args, Result> = Omit<WriteTool<Args, Result>, "run"> & {
@@ -74,14 +81,15 @@ function invalid(message: string, cause?: unknown): Detailed<never> {
 /** The layer's answer as `runDetailed` gives it. */
 function detailed<Result>(answer: Answer): Detailed<Result> {
   const { outcome, key } = answer;
-  if ("result" in answer) return { outcome, key, result: answer.result as Result };
-  if ("thrown" in answer) return { outcome, key, error: answer.thrown };
+  const notice = answer.notice === undefined ? {} : { notice: answer.notice };
+  if ("result" in answer) return { outcome, key, result: answer.result as Result, ...notice };
+  if ("thrown" in answer) return { outcome, key, error: answer.thrown, ...notice };
   if ("stored" in answer) {
     const error = new PermanentError(answer.stored.message, { detail: answer.stored.detail });
     error.replayed = outcome === "replayed_failure";
     error.key = key;
     error.outcome = outcome;
-    return { outcome, key, error };
+    return { outcome, key, error, ...notice };
   }
   const Kind = REFUSALS[outcome] ?? ToolonceError;
   return { outcome, key, error: new Kind(answer.refused, { outcome, key, detail: answer.detail }) };

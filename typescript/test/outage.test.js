@@ -17,6 +17,9 @@ test("a store outage rejects with StoreUnavailable without running the handler",
   let runs = 0;
   const tool = idempotent({ kind: "write", name: "charge_card", run: async () => ++runs }, store);
   assert.equal(await tool.run({ n: 1 }, { runId: uniqueRunId() }), 1);
+  // Recorded: no notice.
+  const recorded = await tool.runDetailed({ n: 0 }, { runId: uniqueRunId() });
+  assert.deepEqual([recorded.outcome, recorded.result, recorded.notice], ["executed", 2, undefined]);
 
   const exited = new Promise((resolve) => redis.child.once("exit", resolve));
   redis.child.kill("SIGKILL");
@@ -26,7 +29,7 @@ test("a store outage rejects with StoreUnavailable without running the handler",
   assert.ok(answer.error instanceof StoreUnavailable, String(answer.error));
   assert.match(answer.error.message, /store/i);
   await assert.rejects(tool.run({ n: 3 }, { runId: uniqueRunId() }), StoreUnavailable);
-  assert.equal(runs, 1);
+  assert.equal(runs, 2);
 
   // Back on the same port: the store reconnects and calls run again.
   const again = spawn("redis-server", ["--port", String(redis.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], {
@@ -40,7 +43,7 @@ test("a store outage rejects with StoreUnavailable without running the handler",
       await new Promise((r) => setTimeout(r, 100));
     }
     assert.equal(answer2.outcome, "executed");
-    assert.equal(runs, 2);
+    assert.equal(runs, 3);
   } finally {
     again.kill("SIGKILL");
     await store.close();
@@ -77,7 +80,10 @@ test("an outcome that cannot be recorded is never released: the operation turns 
     { lease: 1000 },
   );
   const runId = uniqueRunId("unrecorded");
-  assert.deepEqual(await tool.run({ n: 1 }, { runId }), { charged: true });
+  const first = await tool.runDetailed({ n: 1 }, { runId });
+  assert.deepEqual(first.result, { charged: true });
+  // The caller hears that it was not recorded.
+  assert.match(first.notice ?? "", /could not be recorded.*never gets this outcome/);
   const again = spawn("redis-server", ["--port", String(redis.port), "--bind", "127.0.0.1", "--save", "", "--dir", redis.dir, ...aof], { stdio: "ignore" });
   try {
     let answer;
