@@ -549,9 +549,9 @@ fn compare(revision: Revision, shapes: &[Shape], must_pass: &[Shape]) -> Vec<Str
             continue;
         };
         for scenario in &scenarios {
-            let known = KNOWN_GAPS
-                .iter()
-                .find(|(s, names, _)| *s == shape && names.contains(&scenario.as_str()));
+            let known = KNOWN_GAPS.iter().find(|(r, s, names, _)| {
+                *r == revision && *s == shape && names.contains(&scenario.as_str())
+            });
             let through = &of(shape)[scenario];
             match (of(baseline)[scenario].passed, through.passed, known) {
                 (true, false, None) => problems.push(format!(
@@ -564,7 +564,7 @@ fn compare(revision: Revision, shapes: &[Shape], must_pass: &[Shape]) -> Vec<Str
                     "{scenario} now passes through {}: remove it from KNOWN_GAPS",
                     shape.name()
                 )),
-                (_, false, Some((_, _, why))) => {
+                (_, false, Some((_, _, _, why))) => {
                     println!("known gap: {scenario} through {}: {why}", shape.name());
                 }
                 _ => {}

@@ -2,14 +2,15 @@
 //! against the reference server directly (`mcp_conformance.rs` compares the runs), kept apart
 //! from the runner so that the list and its reasons read on their own.
 
-use super::Shape;
+use super::{Revision, Shape};
 
 /// Scenarios known to fail through one shape while they pass directly, each group with why. The
 /// test fails when one of them passes (remove it then), as it does for any other difference.
 ///
 /// These are gateway defects found by the 2026-07-28 run and not fixed yet (issue 22 item 11):
-pub(crate) const KNOWN_GAPS: &[(Shape, &[&str], &str)] = &[
+pub(crate) const KNOWN_GAPS: &[(Revision, Shape, &[&str], &str)] = &[
     (
+        Revision::Y2026,
         Shape::Listen,
         &[
             "server-stateless",
@@ -55,6 +56,7 @@ pub(crate) const KNOWN_GAPS: &[(Shape, &[&str], &str)] = &[
          on its own and the probe is refused with -32602 and HTTP 400",
     ),
     (
+        Revision::Y2026,
         Shape::ListenUpstream,
         &["server-stateless"],
         "the gateway answers HTTP 200 where the server answers a 2026-07-28 refusal with HTTP \
