@@ -287,6 +287,11 @@ const REFUSED_BEFORE_RUNNING: [i64; 7] = [
     UNSUPPORTED_PROTOCOL_VERSION,
 ];
 
+/// Whether a JSON-RPC error `code` means the server refused the request before running anything.
+pub(crate) fn refused_before_running(code: i64) -> bool {
+    REFUSED_BEFORE_RUNNING.contains(&code)
+}
+
 /// What the server's answer means for the store (see the module's table).
 pub(super) fn interpret(line: &[u8], tool: &str, policy: &Policy) -> Result<Value, ToolError> {
     let Ok(Value::Object(mut message)) = serde_json::from_slice::<Value>(line) else {
@@ -307,7 +312,7 @@ pub(super) fn interpret(line: &[u8], tool: &str, policy: &Policy) -> Result<Valu
             .unwrap_or("no message");
         let code = error.get("code").and_then(Value::as_i64);
         let on_error = match code {
-            Some(code) if REFUSED_BEFORE_RUNNING.contains(&code) => OnError::Release,
+            Some(code) if refused_before_running(code) => OnError::Release,
             _ => policy.on_error,
         };
         return Err(failure(

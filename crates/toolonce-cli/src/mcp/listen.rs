@@ -9,7 +9,9 @@
 //! the store, the scope and the server id, so calls of one principal are deduplicated across
 //! its sessions, and across gateway processes sharing a durable store. Requests of protocol
 //! 2026-07-28, which has no sessions, go to a pool of sessionless proxies, each shared by many
-//! clients of one principal and kept apart by ids of the gateway's own (see [`shared`]).
+//! clients of one principal and kept apart by ids of the gateway's own (see [`shared`]); such
+//! a request is checked at the door as a 2026-07-28 server checks it over HTTP, and refusals
+//! get that protocol's HTTP statuses (see [`envelope`]).
 //!
 //! What is served: a POSTed request is answered as an event stream when the client accepts
 //! `text/event-stream`: what the server sends while the request is in progress goes on the
@@ -55,9 +57,12 @@ use tokio::task::JoinSet;
 
 use super::auth::Principal;
 use super::jsonrpc::{IdKey, Peek};
-use super::protocol::{PROTOCOL_VERSION_HEADER as PROTOCOL_VERSION, SESSION_ID_HEADER as SESSION};
+use super::protocol::{
+    METHOD_HEADER, PROTOCOL_VERSION_HEADER as PROTOCOL_VERSION, SESSION_ID_HEADER as SESSION,
+};
 
 mod body;
+mod envelope;
 mod limits;
 mod request;
 mod routes;
@@ -68,8 +73,8 @@ use body::{Cancel, EventBody, Pending};
 pub(crate) use limits::BoundsArgs;
 use limits::{AcceptErrors, Answering, Connections, InProgress};
 use request::{
-    Answer, accepts_events, answer, events, metadata, origin_allowed, progress_token, refuse,
-    refused_for_credentials, sessionless,
+    Answer, accepts_events, answer, events, json_answer, metadata, origin_allowed, progress_token,
+    refuse, refused_for_credentials, sessionless,
 };
 use routes::{Session, Waiter, lock};
 use sessions::{AtLimit, Busy, State, end_idle_sessions, open_session, sessionless_proxy};
@@ -269,7 +274,11 @@ fn get(
         }
         routes.stream = Some(tx);
     }
-    events(EventBody { rx, _cancel: None })
+    events(EventBody {
+        head: None,
+        rx,
+        _cancel: None,
+    })
 }
 
 /// Gives the HTTP server the client's `Authorization` for the session's next requests, when it
@@ -292,7 +301,15 @@ async fn post(
         .get(PROTOCOL_VERSION)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    let method_header = request
+        .headers()
+        .get(METHOD_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let authorization = request.headers().get(header::AUTHORIZATION).cloned();
+    // What a 2026-07-28 request is checked for, and the statuses of its refusals, depend on
+    // whether the server is a command (see `envelope`).
+    let stdio = matches!(state.gateway.backend, Backend::Command { .. });
     let bounds = &state.gateway.bounds;
     let body = match limits::read_body(request, bounds).await {
         Ok(body) => body,
@@ -322,7 +339,10 @@ async fn post(
             Some(session) => (None, session),
             None => return refuse(StatusCode::NOT_FOUND, "no such session: initialize again"),
         },
-        None if peek.method.as_deref() == Some("initialize") && peek.id.is_some() => {
+        None if peek.method.as_deref() == Some("initialize")
+            && peek.id.is_some()
+            && !envelope::claims_sessionless(&line) =>
+        {
             match open_session(state, principal) {
                 Ok((id, session)) => (Some(id), session),
                 Err(e) if e.is::<AtLimit>() => {
@@ -336,6 +356,14 @@ async fn post(
             }
         }
         None if sessionless(version.as_deref(), &line) => {
+            let headers = envelope::Headers {
+                version: version.as_deref(),
+                method: method_header.as_deref(),
+            };
+            // Before any proxy is chosen: a refused message reaches no shared server.
+            if let Some(refusal) = envelope::refusal(&headers, &line, &peek, stdio) {
+                return json_answer(StatusCode::BAD_REQUEST, refusal);
+            }
             match sessionless_proxy(state, principal, peek.id.as_ref(), &authorization) {
                 Ok(Some(session)) => (None, session),
                 Ok(None) => return answer(StatusCode::ACCEPTED, Vec::new()),
@@ -378,9 +406,10 @@ async fn post(
     // credentials is then answered with its status (see `refused_for_credentials`).
     let streams = streams && method != "initialize";
     let progress = progress_token(&line);
+    let shared = session.routes().shared;
     // The id (and progress token) the proxy sees: the client's own, or in a shared proxy the
     // gateway's (see `shared`).
-    let (upstream_id, line) = if session.routes().shared {
+    let (upstream_id, line) = if shared {
         let n = shared::next_id();
         let Some(line) = shared::to_upstream(&line, n, progress.is_some()) else {
             return refuse(
@@ -394,7 +423,7 @@ async fn post(
     };
     let key = IdKey::of(&upstream_id);
     let sent_token = |token: &Value| {
-        if session.routes().shared {
+        if shared {
             key.clone()
         } else {
             IdKey::of(token)
@@ -403,7 +432,7 @@ async fn post(
     let mut response = if streams {
         let progress = progress.map(|token| (sent_token(&token), token));
         let (tx, rx) = mpsc::unbounded_channel();
-        {
+        let body = {
             let mut routes = session.routes();
             if routes.waiting.contains_key(&key) {
                 return refuse(
@@ -450,10 +479,16 @@ async fn post(
                 seq,
                 cancel,
             };
-            events(EventBody {
+            EventBody {
+                head: None,
                 rx,
                 _cancel: Some(cancel),
-            })
+            }
+        };
+        if shared {
+            envelope::answer_on_stream(body, stdio).await
+        } else {
+            events(body)
         }
     } else {
         let (tx, rx) = oneshot::channel();
@@ -517,12 +552,12 @@ async fn post(
             }
             return response;
         }
-        let mut response = answer(StatusCode::OK, reply);
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        response
+        if shared {
+            let (status, reply) = envelope::answered(reply, stdio);
+            json_answer(status, reply)
+        } else {
+            json_answer(StatusCode::OK, reply)
+        }
     };
     if let Some(id) = session_id
         && let Ok(value) = HeaderValue::from_str(&id)

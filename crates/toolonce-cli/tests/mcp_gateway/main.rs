@@ -7,6 +7,8 @@
 
 #[path = "../support/jwt_issuer.rs"]
 mod jwt_issuer;
+#[path = "../support/mcp_conformance_npm.rs"]
+mod mcp_conformance_npm;
 #[path = "../support/mcp_gateway.rs"]
 mod mcp_gateway;
 #[path = "../support/mcp_http_upstream.rs"]
@@ -21,6 +23,7 @@ mod http_upstream;
 mod modern;
 mod oauth;
 mod principals;
+mod refusals;
 mod sessions;
 mod shared;
 mod stores;
@@ -249,7 +252,14 @@ fn modern_post(port: u16, method: &str, id: &str, params: Value) -> Value {
 }
 
 /// The same with more headers (`Name: value\r\n` each).
-fn modern_post_with(port: u16, headers: &str, method: &str, id: &str, mut params: Value) -> Value {
+fn modern_post_with(port: u16, headers: &str, method: &str, id: &str, params: Value) -> Value {
+    let answer = modern_answer(port, headers, method, id, params);
+    assert_eq!(answer.status(), 200, "{}", answer.body);
+    answer.messages().pop().unwrap()
+}
+
+/// The whole answer to such a request, whatever its status.
+fn modern_answer(port: u16, headers: &str, method: &str, id: &str, mut params: Value) -> Raw {
     params["_meta"] = json!({
         "io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
@@ -263,9 +273,8 @@ fn modern_post_with(port: u16, headers: &str, method: &str, id: &str, mut params
         &format!("{BOTH}{headers}MCP-Protocol-Version: {MODERN}\r\n"),
         &body.to_string(),
     );
-    assert_eq!(answer.status(), 200, "{}", answer.body);
     assert!(answer.header("mcp-session-id").is_none(), "{}", answer.head);
-    answer.messages().pop().unwrap()
+    answer
 }
 
 /// A 2026-07-28 request with `id` (none: a notification) and `params`, whose `_meta` gets the

@@ -30,8 +30,12 @@ fn the_2026_07_28_flow_works_through_the_gateway_without_sessions() {
         json!([MODERN]),
         "{discovered}"
     );
-    let unknown = modern_post(port, "com.example/frobnicate", "u-1", json!({"z": [1]}));
+    // An unknown method gets the 404 a 2026-07-28 server answers it with over HTTP.
+    let unknown = modern_answer(port, "", "com.example/frobnicate", "u-1", json!({"z": [1]}));
+    assert_eq!(unknown.status(), 404, "{}", unknown.body);
+    let unknown = unknown.messages().pop().unwrap();
     assert_eq!(unknown["error"]["code"], -32601, "{unknown}");
+    assert_eq!(unknown["id"], "u-1", "{unknown}");
 
     let args = json!({"to": "ops@example.com", "body": "deploy done"});
     let call = |id: &str, extra: Value| {

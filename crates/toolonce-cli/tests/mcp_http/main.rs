@@ -5,6 +5,8 @@
 //! client. Node.js and npm must be installed: without them these tests fail (they are never
 //! skipped), naming what is missing.
 
+#[path = "../support/mcp_conformance_npm.rs"]
+mod mcp_conformance_npm;
 #[path = "../support/mcp_http_upstream.rs"]
 mod mcp_http_upstream;
 #[path = "../support/mcp_peer.rs"]

@@ -66,3 +66,48 @@ fn the_2026_07_28_flow_works_over_http() {
     peer.close_stdin();
     assert_eq!(peer.wait(PATIENCE).code(), Some(0));
 }
+
+/// A 2026-07-28 server refuses a request with a 4xx status and its own JSON-RPC error (an
+/// unknown method: 404 and -32601; a capability the client did not declare: 400 and -32021
+/// naming it): the client gets the server's error, code, message and data, with the status
+/// beside them, not a -32600 of the proxy's, so it learns what to fix. The official SDK's
+/// 2026-07-28 server (the conformance suite's reference server) over HTTP.
+#[test]
+fn a_2026_07_28_servers_own_refusal_reaches_the_client_with_its_code_and_data() {
+    let server = mcp_conformance_npm::Reference::start();
+    let mut peer = Spawn::proxy()
+        .arg("--scope")
+        .arg("http-test")
+        .upstream(&server.url)
+        .start();
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    let unknown = peer.request("unknown/method", json!({"_meta": meta}));
+    assert_eq!(unknown["error"]["code"], -32601, "{unknown}");
+    assert_eq!(
+        unknown["error"]["data"]["toolonce/httpStatus"], 404,
+        "{unknown}"
+    );
+    for attempt in 0..2 {
+        let refused = peer.request(
+            "tools/call",
+            json!({"name": "test_missing_capability", "arguments": {}, "_meta": meta}),
+        );
+        assert_eq!(refused["error"]["code"], -32021, "{attempt}: {refused}");
+        assert!(
+            refused["error"]["data"]["requiredCapabilities"]["sampling"].is_object(),
+            "{refused}"
+        );
+        assert_eq!(
+            refused["error"]["data"]["toolonce/httpStatus"], 400,
+            "{refused}"
+        );
+        // Not recorded: the same call is refused by the server again, never replayed.
+        assert!(
+            refused["error"]["data"].get("toolonce/outcome").is_none(),
+            "{refused}"
+        );
+    }
+}

@@ -226,8 +226,9 @@ impl Exchange {
             .await
             .map(|b| b.to_bytes())
             .unwrap_or_default();
-        let said = serde_json::from_slice::<Value>(&body)
-            .ok()
+        let refusal = serde_json::from_slice::<Value>(&body).ok();
+        let said = refusal
+            .as_ref()
             .and_then(|m| {
                 m.pointer("/error/message")
                     .and_then(Value::as_str)
@@ -244,6 +245,18 @@ impl Exchange {
         } else {
             ""
         };
+        if let [id] = &self.requests[..]
+            && let Some(error) = refusal.and_then(|r| own_refusal(r, id, status))
+        {
+            let _ = self
+                .incoming
+                .send(Incoming::Message(jsonrpc::line(&serde_json::json!({
+                    "jsonrpc": "2.0",
+                    "id": id,
+                    "error": error,
+                }))));
+            return;
+        }
         for id in &self.requests {
             let text = format!(
                 "toolonce: the MCP server at {shown} refused this request with HTTP {status} \
@@ -283,4 +296,33 @@ impl Exchange {
             .collect();
         let _ = self.incoming.send(Incoming::Lost(ids, why.to_owned()));
     }
+}
+
+/// The server's own JSON-RPC error in a 4xx body that answers the request `id`, with a code
+/// that says nothing ran (a 2026-07-28 server answers an unknown method with 404 and -32601, an
+/// unsupported version with 400 and -32022, ...): passed on as the server wrote it, so that its
+/// client learns what the server said (the versions it supports, the capability it needs), with
+/// the status beside its `data` for a gateway (see `listen`). Any other refusal is the proxy's
+/// own -32600, which also says nothing ran.
+fn own_refusal(refusal: Value, id: &Value, status: StatusCode) -> Option<Value> {
+    let Value::Object(mut refusal) = refusal else {
+        return None;
+    };
+    if refusal.get("id") != Some(id) {
+        return None;
+    }
+    let mut error = refusal.remove("error")?;
+    let code = error.get("code").and_then(Value::as_i64)?;
+    if !crate::mcp::answer::refused_before_running(code) {
+        return None;
+    }
+    // Data the status cannot be put beside (not an object) goes on without it.
+    if let Value::Object(data) = error
+        .as_object_mut()?
+        .entry("data")
+        .or_insert_with(|| Value::Object(serde_json::Map::new()))
+    {
+        data.insert(HTTP_STATUS_KEY.to_owned(), Value::from(status.as_u16()));
+    }
+    Some(error)
 }

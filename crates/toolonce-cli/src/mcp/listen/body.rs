@@ -39,6 +39,8 @@ impl Drop for Pending<'_> {
 
 /// An event stream: the messages of one request and its answer, or the `GET` stream.
 pub(crate) struct EventBody {
+    /// An event already taken from `rx`, sent first.
+    pub(super) head: Option<Bytes>,
     pub(super) rx: mpsc::UnboundedReceiver<Bytes>,
     /// Held for its `Drop`: the stream closing early cancels the request.
     pub(super) _cancel: Option<Cancel>,
@@ -52,6 +54,9 @@ impl hyper::body::Body for EventBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if let Some(head) = self.head.take() {
+            return Poll::Ready(Some(Ok(Frame::data(head))));
+        }
         self.rx
             .poll_recv(cx)
             .map(|frame| frame.map(|frame| Ok(Frame::data(frame))))

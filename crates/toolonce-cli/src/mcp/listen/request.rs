@@ -37,10 +37,15 @@ pub(super) fn events(body: EventBody) -> Answer {
 
 /// An HTTP error with a JSON-RPC error body, as Streamable HTTP servers answer.
 pub(super) fn refuse(status: StatusCode, message: &str) -> Answer {
-    let mut response = answer(
+    json_answer(
         status,
         jsonrpc::error_line(None, jsonrpc_code(status), message),
-    );
+    )
+}
+
+/// A JSON-RPC message as a JSON body with `status`.
+pub(super) fn json_answer(status: StatusCode, body: Vec<u8>) -> Answer {
+    let mut response = answer(status, body);
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),

@@ -232,6 +232,13 @@ pub(super) fn event(line: &[u8]) -> Bytes {
     Bytes::from(frame)
 }
 
+/// The message of an event written by [`event`].
+pub(super) fn message_of(frame: &[u8]) -> Option<&[u8]> {
+    frame
+        .strip_prefix(b"event: message\ndata: ")?
+        .strip_suffix(b"\n\n")
+}
+
 pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
