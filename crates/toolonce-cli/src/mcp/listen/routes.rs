@@ -1,7 +1,7 @@
 //! One client session of the gateway: its proxy's input, and where the messages of its server
 //! go (the answer to a request on that request's stream or body, progress on the stream of the
-//! request that asked for it, what an HTTP server sent on one request's answer stream on that
-//! request's stream, anything else on the newest request's stream or the `GET` stream). A
+//! request that asked for it, what an HTTP server sent on one request's answer stream and what
+//! names a request as its subscription on that request's stream, anything else on the newest request's stream or the `GET` stream). A
 //! proxy shared by many clients (see [`shared`](super::shared)) sends anything else nowhere:
 //! it may be any of its clients'.
 
@@ -159,13 +159,26 @@ impl Routes {
                 return;
             }
         }
-        // What an HTTP server sent on a request's answer stream goes on that request's stream
-        // (in a shared proxy, the request is one client's: the gateway's id names it).
-        if let Some(request) = related
-            && let Some(Waiter::Events { tx, .. }) = self.waiting.get(&IdKey::of(&request))
-            && tx.send(event(&line)).is_ok()
+        // What belongs to one request goes on that request's stream: what an HTTP server sent
+        // on its answer stream, and a notification that names it as its subscription (a
+        // `subscriptions/listen`). In a shared proxy the gateway's id names the request, one
+        // client's, and that client sees its own id of it.
+        let belongs = related
+            .map(|request| IdKey::of(&request))
+            .or_else(|| shared::subscription_of(&line));
+        if let Some(request) = belongs
+            && let Some(Waiter::Events { tx, id, .. }) = self.waiting.get(&request)
         {
-            return;
+            let line = if self.shared {
+                shared::related_for_client(&line, id)
+            } else {
+                Some(line.clone())
+            };
+            if let Some(line) = line
+                && tx.send(event(&line)).is_ok()
+            {
+                return;
+            }
         }
         if self.shared {
             tracing::debug!(

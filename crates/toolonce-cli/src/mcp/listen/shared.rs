@@ -7,7 +7,9 @@
 //!
 //! What an HTTP server (`--upstream`) sends on the event stream of one request's answer (a log
 //! message, a request of its own) belongs to that request, named by the gateway's id, and goes
-//! on its client's stream. What belongs to no request of a known client (a stdio server's log
+//! on its client's stream; so does a notification that names a request as its subscription (a
+//! `subscriptions/listen` acknowledgement or list change, from either kind of server), under the
+//! client's id of that request. What belongs to no request of a known client (a stdio server's log
 //! message, any message without a progress token of a request in progress) reaches nobody: the
 //! gateway cannot tell whose it is, and another client's data must never be shown to a client.
 //! A client's own `notifications/cancelled` has the same problem (its `requestId` is the
@@ -51,6 +53,31 @@ pub(super) fn progress_for_client(line: &[u8], token: &Value) -> Option<Vec<u8>>
     jsonrpc::with_member(line, &["params", "progressToken"], token)
 }
 
+/// Where a 2026-07-28 server names the `subscriptions/listen` request a notification belongs to
+/// (its acknowledgement, a list change).
+const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// The request a server's message names as its subscription, if it names one: in a shared
+/// proxy, the gateway's id of one client's `subscriptions/listen`.
+pub(super) fn subscription_of(line: &[u8]) -> Option<IdKey> {
+    serde_json::from_slice::<Value>(line)
+        .ok()?
+        .get("params")?
+        .get("_meta")?
+        .get(SUBSCRIPTION_ID)
+        .map(IdKey::of)
+}
+
+/// A message that belongs to one client's request as that client gets it: where it names the
+/// request as its subscription, the client's `id` in place of the gateway's. `None` if that
+/// cannot be spliced (the message then reaches nobody: it names an id the client never sent).
+pub(super) fn related_for_client(line: &[u8], id: &Value) -> Option<Vec<u8>> {
+    if subscription_of(line).is_none() {
+        return Some(line.to_vec());
+    }
+    jsonrpc::with_member(line, &["params", "_meta", SUBSCRIPTION_ID], id)
+}
+
 /// The progress token of a `notifications/progress` from the server.
 pub(super) fn progress_of(line: &[u8]) -> Option<IdKey> {
     serde_json::from_slice::<Value>(line)
@@ -80,5 +107,21 @@ mod tests {
         let back: Value =
             serde_json::from_slice(&progress_for_client(progress, &json!("p")).unwrap()).unwrap();
         assert_eq!(back["params"]["progressToken"], json!("p"));
+    }
+
+    #[test]
+    fn a_notification_of_a_subscription_names_the_clients_own_listen_request() {
+        let line = br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":42}}}"#;
+        assert_eq!(subscription_of(line), Some(IdKey::of(&json!(42))));
+        let back: Value =
+            serde_json::from_slice(&related_for_client(line, &json!("listen-1")).unwrap()).unwrap();
+        assert_eq!(
+            back["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+            json!("listen-1")
+        );
+        // A message that names no subscription goes as it came.
+        let log = br#"{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"x"}}"#;
+        assert_eq!(subscription_of(log), None);
+        assert_eq!(related_for_client(log, &json!(1)).unwrap(), log.to_vec());
     }
 }

@@ -35,7 +35,7 @@ use ::redis::{Cmd, ErrorKind, Pipeline, RedisError, Script, ServerErrorKind, Val
 use super::error::to_error;
 use super::link::Conn;
 use crate::key::OperationKey;
-use crate::store::Unreplicated;
+use crate::store::contract::Unreplicated;
 use crate::{Error, Result};
 
 /// How many connections carry the replicated writes: each is blocked while its `WAIT` waits,
