@@ -132,8 +132,11 @@ impl Store for RedisStore {
             // (now ours), else the value that was there (and stays: NX wrote nothing). A
             // settled or foreign-shaped entry is the answer; a running one needs its PTTL and
             // perhaps a fenced write (our own lost claim, a takeover): the script below.
-            let mut set = ::redis::cmd("SET");
-            set.arg(&redis_key)
+            // Sized up front: the command's buffer would otherwise grow (and copy the value)
+            // three times as the arguments go in, on every claim, replays included.
+            let mut set = ::redis::Cmd::with_capacity(7, redis_key.len() + value.len() + 40);
+            set.arg("SET")
+                .arg(&redis_key)
                 .arg(&value)
                 .arg("NX")
                 .arg("GET")
