@@ -143,6 +143,31 @@ mod tests {
     }
 
     #[test]
+    fn stored_bytes_read_as_text_or_as_bytes_give_what_serde_json_gives_for_bytes() {
+        let cases: [&[u8]; 7] = [
+            b"{\"status\":\"done\",\"result\":{\"note\":\"caf\\u00e9 \xc3\xa9\"}}",
+            br#"["\ud83d\ude00","\"quoted\""]"#,
+            // Not UTF-8: inside a string, outside one, and cut inside a character.
+            b"[\"\xff\"]",
+            b"[1,\xfe]",
+            b"\"\xc3\"",
+            br#"{"a":1"#,
+            br#"["\ud83d"]"#,
+        ];
+        for raw in cases {
+            let ours = read_json::<Value>(raw).map_err(|e| e.to_string());
+            let theirs = serde_json::from_slice::<Value>(raw).map_err(|e| e.to_string());
+            assert_eq!(ours, theirs, "{}", String::from_utf8_lossy(raw));
+        }
+        // A value that borrows from the bytes still can.
+        let borrowed: &str = read_json(br#""plain""#).unwrap();
+        assert_eq!(borrowed, "plain");
+        // And the lenient reader still repairs a lone surrogate.
+        let repaired: Value = read_lenient(br#"["caf\ud83d"]"#, &mut None).unwrap();
+        assert_eq!(repaired, json!(["caf\u{fffd}"]));
+    }
+
+    #[test]
     fn depth_counts_levels_of_arrays_and_objects() {
         assert_eq!(nesting_depth(&json!(1)), 0);
         assert_eq!(nesting_depth(&json!([])), 1);
