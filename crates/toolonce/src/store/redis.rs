@@ -46,7 +46,7 @@ pub use link::Conn;
 
 use error::to_error;
 use list::{ListCursor, MAX_SCANS_PER_PAGE, glob_escape};
-use native::{Held, Native, held_by, now_ms};
+use native::{Held, Native, now_ms};
 use replicas::{Acks, evalsha, short_claim, warn_short_settle, write_alone};
 use scripts::SCRIPTS;
 use wire::{decode_read, decode_unless_running, running_value};
@@ -132,8 +132,11 @@ impl Store for RedisStore {
             // (now ours), else the value that was there (and stays: NX wrote nothing). A
             // settled or foreign-shaped entry is the answer; a running one needs its PTTL and
             // perhaps a fenced write (our own lost claim, a takeover): the script below.
-            let mut set = ::redis::cmd("SET");
-            set.arg(&redis_key)
+            // Sized up front: the command's buffer would otherwise grow (and copy the value)
+            // three times as the arguments go in, on every claim, replays included.
+            let mut set = ::redis::Cmd::with_capacity(7, redis_key.len() + value.len() + 40);
+            set.arg("SET")
+                .arg(&redis_key)
                 .arg(&value)
                 .arg("NX")
                 .arg("GET")
@@ -185,7 +188,7 @@ impl Store for RedisStore {
     async fn renew(&self, key: &OperationKey, owner: &OwnerToken, lease: Duration) -> Result<bool> {
         let redis_key = self.redis_key(key);
         let lease = px(lease);
-        let written = held_by(owner);
+        let written = owner.written();
         let held = written.as_deref().and_then(Held::parse);
         if let Some(held) = &held
             && self.native_fence
@@ -405,7 +408,7 @@ impl RedisStore {
         script: &::redis::Script,
     ) -> Result<Fenced> {
         let redis_key = self.redis_key(key);
-        let written = held_by(&owner);
+        let written = owner.written();
         let held = written.as_deref().and_then(Held::parse);
         let settled = match (&held, settle.retention) {
             (Some(held), Some(_)) => held.settled(&settle.head, settle.at_field, now_ms()),

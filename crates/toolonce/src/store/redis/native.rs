@@ -1,10 +1,11 @@
 //! Fenced writes without a script: where the server has `SET key value IFEQ expected` (Valkey
 //! 8.1 and later, Redis 8.4 and later), the owner's complete, sticky fail and renew are one
 //! native command each, fenced by comparing the whole running value its claim wrote, which the
-//! owner keeps byte for byte (see [`OwnerToken`]'s memo). A takeover, a resolve or another claim
-//! rewrites the value (a new owner digest, start or attempt count), so an equal value means the
-//! entry is still exactly the one this owner claimed: the same fence the scripts check by the
-//! owner's digest, with nothing to parse on the server.
+//! owner keeps byte for byte (see [`OwnerToken`](crate::store::owner::OwnerToken)'s memo). A
+//! takeover, a resolve or another claim rewrites the value (a new owner digest, start or
+//! attempt count), so an equal value means the entry is still exactly the one this owner
+//! claimed: the same fence the scripts check by the owner's digest, with nothing to parse on
+//! the server.
 //!
 //! The settled value is built here from the running one exactly as owned.lua's `settled`
 //! builds it, except for the clock: `completedAt`/`failedAt` and `settledAt` come from this
@@ -20,7 +21,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use ::redis::{RedisError, Value};
 
 use crate::store::contract::millis;
-use crate::store::owner::OwnerToken;
 use crate::store::redis::conn::RedisStore;
 use crate::{Error, Result};
 
@@ -167,11 +167,6 @@ impl RedisStore {
             }
         }
     }
-}
-
-/// The running value the owner's claim wrote, if its store kept it and it has today's shape.
-pub(super) fn held_by(owner: &OwnerToken) -> Option<String> {
-    owner.written().filter(|v| Held::parse(v).is_some())
 }
 
 #[cfg(test)]

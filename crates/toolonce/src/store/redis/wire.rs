@@ -69,7 +69,15 @@ pub(super) fn running_value(
     let mut started = itoa::Buffer::new();
     let started = started.format(started_ms);
     let mut retention = itoa::Buffer::new();
-    let mut out = String::with_capacity(256);
+    // The fixed members, the numbers and the hex digits come to at most 272 bytes; the about
+    // members (JSON-encoded, so perhaps a little longer than their text) go on top. Sized
+    // once, as the string would otherwise grow, copying itself, on every claim.
+    let about_len: usize = [&req.about.scope, &req.about.tool, &req.about.detail]
+        .into_iter()
+        .flatten()
+        .map(|text| text.len() + 16)
+        .sum();
+    let mut out = String::with_capacity(272 + about_len);
     out.push_str(r#"{"status":"running","startedAt":"#);
     out.push_str(started);
     out.push_str(r#","owner":""#);
