@@ -5,29 +5,19 @@
 //! `replicas=1` runs every operation at most once, where without it the same failover runs
 //! some twice.
 
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
 
 use serde_json::json;
 use toolonce::key::{self, Derived};
 use toolonce::store::redis::RedisStore;
-use toolonce::{Layer, Outcome, Store, WriteAnswer, WriteOptions};
+use toolonce::{Layer, Outcome, Store};
 use toolonce_testsupport::RedisCluster;
 
-/// Where `scripts/install-valkey` (run by `scripts/install-test-deps`) puts `valkey-server`.
-fn valkey() -> PathBuf {
-    let program = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join("valkey")
-        .join("valkey-server");
-    assert!(
-        program.exists(),
-        "{} is missing: run scripts/install-test-deps, which installs it (scripts/install-valkey)",
-        program.display()
-    );
-    program
-}
+#[path = "support/storm.rs"]
+mod storm;
+use storm::{Storm, at_most_once, call, some_twice, valkey};
 
 fn redis_cluster() -> RedisCluster {
     RedisCluster::start_with_replicas()
@@ -46,17 +36,6 @@ fn op(test: &str, n: usize) -> Derived {
         RUN.fetch_add(1, Ordering::Relaxed)
     );
     key::derive(&scope, "charge", &json!({"n": n}), None).unwrap()
-}
-
-/// A write tool that counts its runs.
-async fn call(layer: &Layer, op: &Derived, runs: &AtomicU32) -> WriteAnswer {
-    let options = WriteOptions::new().lease(Duration::from_secs(2));
-    layer
-        .run("charge", op, &options, |_| async move {
-            let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
-            Ok(json!({"receipt": "r_5", "run": n}))
-        })
-        .await
 }
 
 async fn store(cluster: &RedisCluster, replicas: u32) -> RedisStore {
@@ -166,115 +145,22 @@ async fn the_wait_goes_to_the_keys_own_node(cluster: RedisCluster) {
     }
 }
 
-/// What a storm saw: the runs of each operation, and how many calls were refused.
-struct Storm {
-    runs: Vec<u32>,
-    refused: usize,
-}
-
-/// A storm of duplicates across the failover of shard 0's master, as in `failover.rs`:
-/// operations (on every shard) come in one every 4 ms and eight callers keep calling the ten
-/// newest. After 300 ms shard 0's replica stalls; 300 ms later its master is SIGKILLed and the
-/// replica promoted; the old master rejoins as its replica and the storm goes on for another
-/// 300 ms. Then every operation is called once more, until the store answers.
+/// The storm of `storm.rs` on a cluster: shard 0's replica stalls, then its master is
+/// SIGKILLed, the replica promoted and the old master brought back as its replica (the
+/// operations fall on every shard).
 async fn storm_across_a_failover(cluster: RedisCluster, replicas: u32) -> Storm {
-    const OPS: usize = 240;
     let store = store(&cluster, replicas).await;
-    let layer = Arc::new(Layer::new(Arc::new(store)));
-    let ops: Arc<Vec<Derived>> = Arc::new((0..OPS).map(|n| op("storm", n)).collect());
-    let runs: Arc<Vec<AtomicU32>> = Arc::new((0..OPS).map(|_| AtomicU32::new(0)).collect());
-    let frontier = Arc::new(AtomicUsize::new(1));
-    let stop = Arc::new(AtomicBool::new(false));
-    let refused = Arc::new(AtomicUsize::new(0));
-    let mut callers = Vec::new();
-    for caller in 0..8u64 {
-        let (layer, ops, runs) = (layer.clone(), ops.clone(), runs.clone());
-        let (frontier, stop, refused) = (frontier.clone(), stop.clone(), refused.clone());
-        callers.push(tokio::spawn(async move {
-            let mut seed = caller.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-            while !stop.load(Ordering::SeqCst) {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                let newest = frontier.load(Ordering::SeqCst).min(OPS);
-                let i = newest - 1 - (seed as usize % newest.min(10));
-                let answer = call(&layer, &ops[i], &runs[i]).await;
-                if answer.outcome == Outcome::StoreUnavailable {
-                    refused.fetch_add(1, Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-            }
-        }));
-    }
-    let advance = |ms: u64| {
-        let frontier = frontier.clone();
-        async move {
-            let end = Instant::now() + Duration::from_millis(ms);
-            while Instant::now() < end {
-                tokio::time::sleep(Duration::from_millis(4)).await;
-                frontier.fetch_add(1, Ordering::SeqCst);
-            }
-        }
-    };
-    advance(300).await;
-    tokio::task::block_in_place(|| cluster.stall_replica(0));
-    advance(300).await;
-    tokio::task::block_in_place(|| {
-        cluster.fail_over(0);
-        cluster.rejoin(0);
-    });
-    advance(300).await;
-    stop.store(true, Ordering::SeqCst);
-    for caller in callers {
-        caller.await.unwrap();
-    }
-    let last = frontier.load(Ordering::SeqCst).min(OPS);
-    for i in 0..last {
-        for _ in 0..100 {
-            let answer = call(&layer, &ops[i], &runs[i]).await;
-            if answer.outcome != Outcome::StoreUnavailable {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-    Storm {
-        runs: runs[..last]
-            .iter()
-            .map(|r| r.load(Ordering::SeqCst))
-            .collect(),
-        refused: refused.load(Ordering::SeqCst),
-    }
-}
-
-fn at_most_once(storm: &Storm) {
-    let twice: Vec<usize> = (0..storm.runs.len())
-        .filter(|&i| storm.runs[i] > 1)
-        .collect();
-    assert!(
-        twice.is_empty(),
-        "operations ran more than once across the failover with replicas=1: {twice:?}"
-    );
-    assert!(
-        storm.refused > 0,
-        "no claim was refused while the replica was stalled: the stall did not happen"
-    );
-    let ran = storm.runs.iter().filter(|&&r| r == 1).count();
-    assert!(
-        ran * 10 >= storm.runs.len() * 9,
-        "only {ran} of {} operations ran at all",
-        storm.runs.len()
-    );
-}
-
-fn some_twice(storm: &Storm) {
-    let twice = storm.runs.iter().filter(|&&r| r > 1).count();
-    assert!(
-        twice > 0,
-        "no operation ran twice without replicas: the test does not reach the window it closes \
-         ({:?})",
-        storm.runs
-    );
+    let ops = (0..240).map(|n| op("storm", n)).collect();
+    storm::across_a_failover(
+        Arc::new(Layer::new(Arc::new(store))),
+        ops,
+        || cluster.stall_replica(0),
+        || {
+            cluster.fail_over(0);
+            cluster.rejoin(0);
+        },
+    )
+    .await
 }
 
 // ---------------------------------------------------------------------------------------------
