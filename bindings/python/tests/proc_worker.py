@@ -26,6 +26,7 @@ import ctypes
 import json
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 import time
@@ -79,6 +80,12 @@ def main() -> None:
         charge(order="o1", scope=scope)
     elif mode == "interrupted":
         marker = sys.argv[4]
+        # What a terminal's Ctrl-C finds: Python's KeyboardInterrupt handler. A process started
+        # from a background job of a shell without job control (`(cmd &)`, how a CI runner may
+        # start the suite) inherits SIGINT ignored, Python then installs no handler, and the
+        # test's SIGINT would be dropped: this worker hung twice in a row in such a run.
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
         @toolonce.write(store, name="charge", lease=0.5)
         def charge(order: str) -> str:

@@ -186,10 +186,12 @@ def thread_report(pid: int) -> str:
 
 
 def test_ctrl_c_while_the_function_runs_records_nothing_and_the_operation_becomes_unknown(tmp_path, run_id):
-    # KNOWN DEFECT, not yet fixed: on a loaded machine a Ctrl-C'd worker sometimes does not exit
-    # (seen about 1 run in 20 in full-suite runs, after the signal-mask fix; never alone). Until
-    # its cause is found the test gives the worker a second, fresh attempt and fails only if
-    # both hang; the closing note of the session that added this says so.
+    # A Ctrl-C'd worker sometimes did not exit (about 1 run in 20 in full-suite runs, never
+    # alone). One cause is found: a suite started with SIGINT ignored (a background job of a
+    # shell without job control) passed that on to the worker, which then had no handler; the
+    # worker now restores Python's (see proc_worker.py). Whether it was the only cause is not
+    # known, so a hung worker still gets one fresh attempt, and its threads' signal masks and
+    # stacks are printed.
     for attempt in range(2):
         url = f"sqlite://{tmp_path / f'int-{attempt}.db'}"
         scope = f"{run_id}-{attempt}"
