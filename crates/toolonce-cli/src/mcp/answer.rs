@@ -112,26 +112,20 @@ pub(super) fn replay(id: &Value, answer: WriteAnswer, modern: bool) -> Vec<u8> {
 }
 
 /// The server's answer `line` to an executed call with the layer's `notice` (see
-/// [`toolonce::WriteAnswer::notice`]) in its result's `_meta`. An answer that is not a result
-/// object (an error, bytes serde_json cannot read) is sent as it came: the log has the notice.
+/// [`toolonce::WriteAnswer::notice`]) in its result's `_meta`, spliced in with every other byte
+/// as the server sent it. An answer that is not a result object (an error), or bytes
+/// serde_json cannot read, is sent as it came: the log has the notice.
 pub(super) fn with_notice(line: Vec<u8>, notice: &str) -> Vec<u8> {
-    let Ok(mut answer) = serde_json::from_slice::<Value>(&line) else {
+    if serde_json::from_slice::<serde::de::IgnoredAny>(&line).is_err() {
         return line;
-    };
-    let Some(meta) = answer
-        .get_mut("result")
-        .and_then(Value::as_object_mut)
-        .map(|result| {
-            result
-                .entry("_meta")
-                .or_insert_with(|| Value::Object(serde_json::Map::new()))
-        })
-        .and_then(Value::as_object_mut)
-    else {
-        return line;
-    };
-    meta.insert(NOTICE_KEY.to_owned(), Value::String(notice.to_owned()));
-    jsonrpc::line(&answer)
+    }
+    jsonrpc::with_meta_member(
+        &line,
+        "result",
+        NOTICE_KEY,
+        &Value::String(notice.to_owned()),
+    )
+    .unwrap_or(line)
 }
 
 /// Where an answer of the server that serde_json cannot read is recorded, as the text it came

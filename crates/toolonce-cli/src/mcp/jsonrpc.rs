@@ -178,50 +178,62 @@ pub(crate) fn own_request_meta(params: &Value) -> Option<(String, Value)> {
 }
 
 /// Returns `request` (one JSON object on one line, already known to parse) with
-/// `params._meta["toolonce/key"] = key`, every other byte kept as it was.
-///
-/// The request is spliced rather than re-serialized so the server sees the client's arguments
-/// exactly: a re-encoding would reorder members and could change numbers (an integer beyond
-/// 64 bits parses as a double). A `toolonce/key` the client sent (its own key) has its value
-/// replaced, so the server sees one member; without one, the member is added last in `_meta`.
+/// `params._meta["toolonce/key"] = key`, every other byte kept as it was (see
+/// [`with_meta_member`]). A `toolonce/key` the client sent (its own key) has its value
+/// replaced, so the server sees one member.
 ///
 /// `None` if the structure is not what a `tools/call` has (no `params` object, or a `_meta`
 /// that is not an object).
 pub(crate) fn add_meta_key(request: &[u8], key: &str) -> Option<Vec<u8>> {
-    let key_member = format!("{}:{}", json!(META_KEY), json!(key));
-    let params = member_span(request, 0, "params")?;
-    if request.get(params.start) != Some(&b'{') {
+    with_meta_member(request, "params", META_KEY, &json!(key))
+}
+
+/// `text` (one JSON object) with `PARENT._meta[NAME] = value`, where `PARENT` is a top-level
+/// member (`params` of a request, `result` of an answer), every other byte kept as it was.
+///
+/// The message is spliced rather than re-serialized so the peer sees the other side's bytes
+/// exactly: a re-encoding would reorder members and could change numbers (an integer beyond
+/// 64 bits parses as a double). A `NAME` already there has its value replaced; without one,
+/// the member is added last in `_meta` (created if absent).
+///
+/// `None` if `PARENT` is not an object, or its `_meta` is there and not an object.
+pub(crate) fn with_meta_member(
+    text: &[u8],
+    parent: &str,
+    name: &str,
+    value: &Value,
+) -> Option<Vec<u8>> {
+    let value = value.to_string();
+    let member = format!("{}:{value}", json!(name));
+    let parent = member_span(text, 0, parent)?;
+    if text.get(parent.start) != Some(&b'{') {
         return None;
     }
-    let (at, insert) = match member_span(request, params.start, "_meta") {
+    let (at, insert) = match member_span(text, parent.start, "_meta") {
         Some(meta) => {
-            if request.get(meta.start) != Some(&b'{') {
+            if text.get(meta.start) != Some(&b'{') {
                 return None;
             }
             // With a name given twice, this is the last one: the one a last-wins parser
             // (JavaScript's, serde_json's) keeps.
-            if let Some(value) = member_span(request, meta.start, META_KEY) {
-                let mut out = Vec::with_capacity(request.len() + key.len());
-                out.extend_from_slice(&request[..value.start]);
-                out.extend_from_slice(json!(key).to_string().as_bytes());
-                out.extend_from_slice(&request[value.end..]);
+            if let Some(old) = member_span(text, meta.start, name) {
+                let mut out = Vec::with_capacity(text.len() + value.len());
+                out.extend_from_slice(&text[..old.start]);
+                out.extend_from_slice(value.as_bytes());
+                out.extend_from_slice(&text[old.end..]);
                 return Some(out);
             }
-            (meta.end - 1, with_comma(request, meta.clone(), key_member))
+            (meta.end - 1, with_comma(text, meta.clone(), member))
         }
         None => (
-            params.end - 1,
-            with_comma(
-                request,
-                params.clone(),
-                format!("\"_meta\":{{{key_member}}}"),
-            ),
+            parent.end - 1,
+            with_comma(text, parent.clone(), format!("\"_meta\":{{{member}}}")),
         ),
     };
-    let mut out = Vec::with_capacity(request.len() + insert.len());
-    out.extend_from_slice(&request[..at]);
+    let mut out = Vec::with_capacity(text.len() + insert.len());
+    out.extend_from_slice(&text[..at]);
     out.extend_from_slice(insert.as_bytes());
-    out.extend_from_slice(&request[at..]);
+    out.extend_from_slice(&text[at..]);
     Some(out)
 }
 
