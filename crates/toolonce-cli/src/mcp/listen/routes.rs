@@ -172,11 +172,9 @@ impl Routes {
             let line = if self.shared {
                 shared::related_for_client(&line, id)
             } else {
-                Some(line.clone())
+                line.clone()
             };
-            if let Some(line) = line
-                && tx.send(event(&line)).is_ok()
-            {
+            if tx.send(event(&line)).is_ok() {
                 return;
             }
         }
