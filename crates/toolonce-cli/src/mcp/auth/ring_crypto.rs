@@ -42,13 +42,10 @@ fn no_signer(_: &Algorithm, _: &EncodingKey) -> Result<Box<dyn JwtSigner>, Error
 
 /// The ring algorithm of `alg` (none for HMAC).
 fn ring_algorithm(alg: Algorithm) -> Option<&'static dyn VerificationAlgorithm> {
+    if let Some(rsa) = rsa_parameters(alg) {
+        return Some(rsa);
+    }
     Some(match alg {
-        Algorithm::RS256 => &sig::RSA_PKCS1_2048_8192_SHA256,
-        Algorithm::RS384 => &sig::RSA_PKCS1_2048_8192_SHA384,
-        Algorithm::RS512 => &sig::RSA_PKCS1_2048_8192_SHA512,
-        Algorithm::PS256 => &sig::RSA_PSS_2048_8192_SHA256,
-        Algorithm::PS384 => &sig::RSA_PSS_2048_8192_SHA384,
-        Algorithm::PS512 => &sig::RSA_PSS_2048_8192_SHA512,
         Algorithm::ES256 => &sig::ECDSA_P256_SHA256_FIXED,
         Algorithm::ES384 => &sig::ECDSA_P384_SHA384_FIXED,
         Algorithm::EdDSA => &sig::ED25519,
@@ -115,6 +112,8 @@ impl JwtVerifier for Verifier {
     }
 }
 
+/// The ring parameters of an RSA `alg` (none for the others): how an RSA key from a JWK's
+/// modulus and exponent is checked, and, as a verification algorithm, an RSA signature.
 fn rsa_parameters(alg: Algorithm) -> Option<&'static sig::RsaParameters> {
     Some(match alg {
         Algorithm::RS256 => &sig::RSA_PKCS1_2048_8192_SHA256,
