@@ -11,17 +11,13 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cli_support::{code, exec, json, lines, sqlite_url, stderr, toolonce};
+use cli_support::{code, exec, exec_command, json, lines, sqlite_url, stderr, toolonce};
 
 /// Starts `toolonce exec --lease 1 … -- sh -c <script>` in `dir`, in a process group of its own
 /// so that a signal to "its group" reaches it and what it started, never the test runner.
 fn start(dir: &Path, name: &str, script: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_toolonce"))
-        .current_dir(dir)
-        .env_remove("TOOLONCE_STORE")
-        .env_remove("RUST_LOG")
-        .args(["exec", "--store", &sqlite_url(dir), "--scope", "s"])
-        .args(["--name", name, "--lease", "1", "--", "sh", "-c", script])
+    exec_command(dir, &sqlite_url(dir), name)
+        .args(["--lease", "1", "--", "sh", "-c", script])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

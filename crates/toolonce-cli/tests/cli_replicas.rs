@@ -5,19 +5,15 @@
 mod cli_support;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use cli_support::{code, exec, stderr, stdout};
+use cli_support::{code, exec, exec_command, stderr, stdout};
 use toolonce_testsupport::ReplicatedRedis;
 
-/// `toolonce exec` on `url`, as `cli_support::exec` but with another store.
+/// `toolonce exec` on `url` of `script`, its output piped.
 fn exec_on(dir: &Path, url: &str, script: &str) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_toolonce"))
-        .current_dir(dir)
-        .env_remove("TOOLONCE_STORE")
-        .env_remove("RUST_LOG")
-        .args(["exec", "--store", url, "--scope", "s", "--name", "charge"])
+    exec_command(dir, url, "charge")
         .args(["--", "sh", "-c", script])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

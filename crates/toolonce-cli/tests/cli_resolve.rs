@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use cli_support::{code, json, key_of, lines, run, sqlite_url, stderr};
+use cli_support::{code, exec_command, json, key_of, lines, run, sqlite_url, stderr};
 
 /// A child killed (with its process group) when the test ends, whatever happens.
 struct Group(Option<Child>);
@@ -39,12 +39,8 @@ impl Drop for Group {
 fn live_exec(dir: &Path, name: &str) -> Group {
     let script = "echo run >> runs; echo $$ > pid; sleep 300";
     let group = Group(Some(
-        Command::new(env!("CARGO_BIN_EXE_toolonce"))
-            .current_dir(dir)
-            .env_remove("TOOLONCE_STORE")
-            .env_remove("RUST_LOG")
-            .args(["exec", "--store", &sqlite_url(dir), "--scope", "s"])
-            .args(["--name", name, "--lease", "1", "--", "sh", "-c", script])
+        exec_command(dir, &sqlite_url(dir), name)
+            .args(["--lease", "1", "--", "sh", "-c", script])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

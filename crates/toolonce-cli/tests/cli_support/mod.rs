@@ -36,6 +36,18 @@ pub(crate) fn exec(dir: &Path, name: &str, extra: &[&str], script: &str) -> Outp
         .unwrap()
 }
 
+/// `toolonce exec --store <url> --scope s --name <name>` in `dir` as a std `Command` (for a
+/// test that spawns it and acts while it runs), with no store picked up from the environment:
+/// the caller adds the rest of its options, `-- <command>`, and its stdio.
+pub(crate) fn exec_command(dir: &Path, url: &str, name: &str) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_toolonce"));
+    cmd.current_dir(dir)
+        .env_remove("TOOLONCE_STORE")
+        .env_remove("RUST_LOG")
+        .args(["exec", "--store", url, "--scope", "s", "--name", name]);
+    cmd
+}
+
 /// The URL of a SQLite store file in `dir`.
 pub(crate) fn sqlite_url(dir: &Path) -> String {
     format!("sqlite://{}", dir.join("store.db").display())
