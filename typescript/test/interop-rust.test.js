@@ -77,7 +77,7 @@ async function startExec(url, scope, name, args, extra) {
 }
 
 const urls = storeUrls();
-for (const name of ["sqlite", "redis", "redis cluster", "postgres"]) {
+for (const name of ["sqlite", "redis", "valkey", "redis cluster", "postgres"]) {
   const url = urls[name];
   test.describe(`with the toolonce command, on ${name}`, { skip }, () => {
     let store;
