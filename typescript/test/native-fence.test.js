@@ -231,3 +231,14 @@ test("a failover from Valkey to a server without SET … IFEQ makes the native c
     valkey.child.kill("SIGKILL");
   }
 });
+
+test("the held values are bounded: past the limit the oldest owner's is forgotten, which only costs its settle the fast path", () => {
+  const { HeldValues, held } = require("../dist/stores/redis-native.js");
+  const values = new HeldValues();
+  for (let i = 0; i <= HeldValues.MAX_HELD; i++) values.remember(`owner-${i}`, held(`{"n":${i},"fingerprint":""}`, i, 1));
+  assert.equal(values.size, HeldValues.MAX_HELD);
+  assert.equal(values.get("owner-0"), undefined);
+  assert.ok(values.get(`owner-${HeldValues.MAX_HELD}`));
+  assert.ok(values.take("owner-1"));
+  assert.equal(values.take("owner-1"), undefined);
+});
