@@ -1,19 +1,22 @@
-// `npm run bench [-- --json] [-- --store redis://…] [-- --package PATH]`: the reference design
+// `npm run bench [-- --json] [-- --store redis://… | --server valkey] [-- --package PATH [--label NAME]]`: the reference design
 // (its TypeScript worker with ioredis: SET NX PX to claim, GET for a duplicate, SET PX to
 // complete; crates/toolonce/tests/interop/reference_worker.ts) against toolonce's `idempotent`
 // on one Redis, in the same run: first-time calls and replays, 1 and 8 concurrent callers,
 // OPERATIONS calls per measurement, ROUNDS rounds with the two designs alternating, the best
 // round of each kept. Then toolonce alone on memory:// (no store I/O): microseconds per call.
 //
-// Redis: --store URL, else a redis-server of its own on a free port. --package PATH measures
-// another build of the `toolonce` API (the napi package this one replaced, for the table
-// before/after). A benchmark, not a test: nothing here fails on a slow machine.
+// Redis: --store URL, else a server of its own on a free port: redis-server, or with --server
+// valkey the valkey-server 8.1 of scripts/install-valkey (it has `SET … IFEQ`, so toolonce's
+// settles are native commands there); the output names the server and its version. --package
+// PATH measures another build of the `toolonce` API (an earlier one, for the table
+// before/after), named NAME in the output with --label (else its path relative to this
+// package). A benchmark, not a test: nothing here fails on a slow machine.
 
 "use strict";
 
 const path = require("node:path");
 const Redis = require("ioredis");
-const { compileReferenceWorker, startRedis } = require("../test/support.js");
+const { compileReferenceWorker, startRedis, startValkey } = require("../test/support.js");
 
 const OPERATIONS = Number(process.env.TOOLONCE_BENCH_OPERATIONS ?? 2000);
 const ROUNDS = Number(process.env.TOOLONCE_BENCH_ROUNDS ?? 5);
@@ -28,9 +31,15 @@ async function main() {
   const json = process.argv.includes("--json");
   const pkg = option("--package") ?? path.join(__dirname, "..");
   const { openStore, idempotent } = require(path.resolve(pkg));
-  const url = option("--store") ?? (await startRedis()).url;
+  const serverKind = option("--server") ?? "redis";
+  if (!["redis", "valkey"].includes(serverKind)) throw new Error(`--server ${serverKind}: redis or valkey`);
+  const url = option("--store") ?? (await (serverKind === "valkey" ? startValkey() : startRedis())).url;
   const reference = require(compileReferenceWorker());
   const redis = new Redis(url);
+  const info = await redis.info("server");
+  const field = (name) => new RegExp(`^${name}:(\\S+)`, "m").exec(info)?.[1];
+  const server = `${field("server_name") ?? "redis"} ${field("valkey_version") ?? field("redis_version") ?? "?"}`;
+  const label = option("--label") ?? (path.relative(path.join(__dirname, ".."), path.resolve(pkg)) || ".");
   const store = await openStore(url);
   const handler = async (args) => ({ ok: true, n: args.n });
   const tag = `bench-${process.pid}-${Date.now()}`;
@@ -110,9 +119,9 @@ async function main() {
 
   const shown = url.replace(/:[^:@/]*@/, ":***@");
   if (json) {
-    process.stdout.write(JSON.stringify({ store: shown, package: path.resolve(pkg), node: process.version, operations: OPERATIONS, rounds: ROUNDS, results, memory_us_per_call: perCall }) + "\n");
+    process.stdout.write(JSON.stringify({ store: shown, server, package: label, node: process.version, operations: OPERATIONS, rounds: ROUNDS, results, memory_us_per_call: perCall }) + "\n");
   } else {
-    console.log(`Redis ${shown}, node ${process.version}, ${OPERATIONS} operations per measurement, best of ${ROUNDS} rounds, ${path.resolve(pkg)}\n`);
+    console.log(`${server} at ${shown}, node ${process.version}, ${OPERATIONS} operations per measurement, best of ${ROUNDS} rounds, package ${label}\n`);
     const header = ["workload", "callers", "reference ops/s", "toolonce ops/s", "ratio"];
     const rows = results.map((r) => [r.workload, r.concurrency, r.reference_ops_s, r.toolonce_ops_s, r.ratio.toFixed(2) + "×"]);
     const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => String(r[i]).length)));

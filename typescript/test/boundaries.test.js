@@ -130,7 +130,7 @@ test.describe("results that cannot be stored", () => {
   });
 });
 
-for (const name of ["sqlite", "redis"]) {
+for (const name of ["sqlite", "redis", "valkey"]) {
   const url = urls[name];
   test.describe(`calls that end without an outcome, on ${name}`, () => {
     let store;

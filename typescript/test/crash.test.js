@@ -28,7 +28,7 @@ function chargeTool(runs) {
 }
 
 const urls = storeUrls();
-for (const name of ["sqlite", "redis", "redis cluster", "postgres"]) {
+for (const name of ["sqlite", "redis", "valkey", "redis cluster", "postgres"]) {
   const url = urls[name];
   test.describe(`on ${name}`, () => {
     let store;

@@ -14,6 +14,7 @@ const path = require("node:path");
 const { spawn } = require("node:child_process");
 const { openStore, idempotent, idemKey, PermanentError, OperationInFlight, OutcomeUnknown } = require("..");
 const { storeUrls, uniqueRunId, tempDir, runProgram, sleep, crashAfterClaim, CRASH_ARGS } = require("./support.js");
+const { backendOf } = require("../dist/open.js");
 
 const BIN = process.env.TOOLONCE_BIN;
 const skip = BIN ? false : "no `toolonce` command: set TOOLONCE_BIN or build it (cargo build -p toolonce-cli --all-features)";
@@ -77,7 +78,7 @@ async function startExec(url, scope, name, args, extra) {
 }
 
 const urls = storeUrls();
-for (const name of ["sqlite", "redis", "redis cluster", "postgres"]) {
+for (const name of ["sqlite", "redis", "valkey", "redis cluster", "postgres"]) {
   const url = urls[name];
   test.describe(`with the toolonce command, on ${name}`, { skip }, () => {
     let store;
@@ -293,3 +294,46 @@ test.describe("stores the toolonce command created", { skip }, () => {
     }
   });
 });
+
+// The settled entry itself: on Valkey both sides settle with a native `SET … IFEQ`, on Redis 7
+// with the script, and the bytes must agree (a reference-design worker reads them too).
+for (const name of ["redis", "valkey"]) {
+  test(`on ${name}, a done entry settled here is byte for byte the one the toolonce command writes, but for its times, and each side replays the other's`, { skip }, async () => {
+    const Redis = require("ioredis");
+    const base = urls[name];
+    const scope = uniqueRunId("interop-bytes");
+    const args = { to: "ada@example.com", note: "é\u2028\"" };
+    const rust = `${base}?prefix=rs:`;
+    const ours = `${base}?prefix=ts:`;
+    const first = await exec(rust, scope, "send_email", args, "echo sent");
+    assert.equal(first.code, 0, first.stderr);
+    const key = idemKey(scope, "send_email", args);
+    const redis = new Redis(base);
+    const store = await openStore(ours);
+    try {
+      const theirs = await redis.get(`rs:${key}`);
+      // The same claim as exec's (its about members include the command line as the detail),
+      // settled with exec's result text, through this package's store.
+      const wire = JSON.parse(theirs);
+      const backend = backendOf(store);
+      const owner = require("node:crypto").randomBytes(16).toString("hex");
+      const about = { scope: wire.scope, tool: wire.tool, detail: wire.detail };
+      const claim = await backend.claim({ key, fingerprint: wire.fingerprint, owner, leaseMs: 30_000, retentionMs: 86_400_000, takeover: false, about });
+      assert.deepEqual(claim, { kind: "won" });
+      const result = /^\{"status":"done","result":(.*),"startedAt":/.exec(theirs)[1];
+      assert.equal(await backend.complete(key, owner, result, 86_400_000), true);
+      const mine = await redis.get(`ts:${key}`);
+      const times = (v) => v.replace(/"(startedAt|completedAt|settledAt|firstStartedAt)":\d+/g, '"$1":T');
+      assert.equal(times(mine), times(theirs));
+      assert.match(mine, /"completedAt":(\d+),"settledAt":\1,/);
+      const m = marker();
+      const replay = await exec(ours, scope, "send_email", args, m.script);
+      assert.equal(replay.code, 0, replay.stderr);
+      assert.equal(m.ran(), false);
+      assert.equal(replay.stdout, "sent\n");
+    } finally {
+      redis.disconnect();
+      await store.close();
+    }
+  });
+}

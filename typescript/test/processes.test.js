@@ -46,3 +46,7 @@ test("8 processes × 500 operations on SQLite: each operation runs exactly once"
 test("8 processes × 500 operations on Redis: each operation runs exactly once", async () => {
   await everyOperationRunsOnce(storeUrls().redis);
 });
+
+test("8 processes × 500 operations on Valkey (native fenced settles): each operation runs exactly once", async () => {
+  await everyOperationRunsOnce(storeUrls().valkey);
+});

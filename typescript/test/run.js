@@ -1,4 +1,4 @@
-// `npm test`: starts a Redis server, a three-master Redis Cluster and a PostgreSQL server once
+// `npm test`: starts a Redis server, a Valkey 8.1 server, a three-master Redis Cluster and a PostgreSQL server once
 // (servers.js), compiles the reference design's TypeScript worker, and runs every test file
 // with node:test, the servers' URLs in the environment. The interop tests with the Rust side
 // run the `toolonce` command of TOOLONCE_BIN, else ../target/debug/toolonce; without one they
@@ -10,12 +10,12 @@
 const { spawn } = require("node:child_process");
 const fs = require("node:fs");
 const path = require("node:path");
-const { startRedis, startRedisCluster, startPostgres, tempDir } = require("./servers.js");
+const { startRedis, startValkey, startRedisCluster, startPostgres, tempDir } = require("./servers.js");
 const { compileReferenceWorker, repo } = require("./support.js");
 
 async function main() {
   const dir = tempDir("toolonce-ts-servers-");
-  const [redis, cluster, postgres] = await Promise.all([startRedis(dir), startRedisCluster(dir), startPostgres(dir)]);
+  const [redis, valkey, cluster, postgres] = await Promise.all([startRedis(dir), startValkey(dir), startRedisCluster(dir), startPostgres(dir)]);
   compileReferenceWorker();
   const files = process.argv.slice(2).length
     ? process.argv.slice(2)
@@ -29,6 +29,7 @@ async function main() {
     ...process.env,
     TOOLONCE_QUIET: "1",
     TOOLONCE_TEST_REDIS: redis.url,
+    TOOLONCE_TEST_VALKEY: valkey.url,
     TOOLONCE_TEST_REDIS_CLUSTER: cluster.url,
     TOOLONCE_TEST_POSTGRES: postgres.url,
   };

@@ -1,5 +1,6 @@
 // The servers the tests run against, started by this package's own test support (no Rust
-// toolchain involved): a redis-server, a three-master Redis Cluster joined with
+// toolchain involved): a redis-server, a valkey-server 8.1 (the one with `SET … IFEQ`, from
+// scripts/install-valkey), a three-master Redis Cluster joined with
 // `redis-cli --cluster create`, and a PostgreSQL server from `initdb` (as the `postgres` OS
 // user through setpriv when the tests run as root), each on free loopback ports, in a
 // temporary directory, stopped when the test run ends. scripts/install-test-deps installs them.
@@ -73,14 +74,30 @@ function start(program, args, options = {}) {
   return child;
 }
 
-/** A redis-server of its own on a free port (`extra` arguments added); resolves once it answers. */
-async function startRedis(dir, extra = []) {
-  if (!found("redis-server")) throw new Error("redis-server is missing: run scripts/install-test-deps");
-  const port = await freePort();
+/**
+ * A redis-server of its own on a free port (or `port`; `extra` arguments added); resolves once
+ * it answers. `program`: another Redis-compatible server taking the same arguments.
+ */
+async function startRedis(dir, extra = [], { port, program = "redis-server" } = {}) {
+  if (program === "redis-server" && !found("redis-server")) throw new Error("redis-server is missing: run scripts/install-test-deps");
+  port ??= await freePort();
   const data = fs.mkdtempSync(path.join(dir, "redis-"));
-  const child = start("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", data, ...extra]);
-  await until(`redis-server on ${port} did not answer`, 10_000, async () => (await ask(port, "PING")) === "+PONG\r\n");
+  const child = start(program, ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", data, ...extra]);
+  await until(`${path.basename(program)} on ${port} did not answer`, 10_000, async () => (await ask(port, "PING")) === "+PONG\r\n");
   return { url: `redis://127.0.0.1:${port}/`, port, child, dir: data };
+}
+
+/** Where scripts/install-valkey (run by scripts/install-test-deps) puts valkey-server 8.1. */
+function valkeyServer() {
+  const target = process.env.CARGO_TARGET_DIR ?? path.resolve(__dirname, "..", "..", "target");
+  return path.join(target, "tmp", "valkey", "valkey-server");
+}
+
+/** A valkey-server 8.1 of its own on a free port (or `port`), as `startRedis`; fails loudly when it is not installed. */
+async function startValkey(dir, extra = [], { port } = {}) {
+  const program = valkeyServer();
+  if (!fs.existsSync(program)) throw new Error(`${program} is missing: run scripts/install-test-deps (it installs valkey-server 8.1 with scripts/install-valkey)`);
+  return startRedis(dir, extra, { port, program });
 }
 
 /** Three cluster-mode masters joined into one cluster; resolves once every node reports ok. */
@@ -180,4 +197,4 @@ function tempDir(label = "toolonce-ts-") {
   return dir;
 }
 
-module.exports = { startRedis, startRedisCluster, startPostgres, tempDir, freePort, sleep };
+module.exports = { startRedis, startValkey, valkeyServer, startRedisCluster, startPostgres, tempDir, freePort, sleep };

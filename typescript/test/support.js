@@ -31,6 +31,7 @@ function storeUrls() {
     memory: "memory://",
     sqlite: `sqlite://${path.join(tempDir(), `store-${++sqliteN}.db`)}`,
     redis: env("TOOLONCE_TEST_REDIS"),
+    valkey: env("TOOLONCE_TEST_VALKEY"),
     "redis cluster": env("TOOLONCE_TEST_REDIS_CLUSTER"),
     postgres: env("TOOLONCE_TEST_POSTGRES"),
   };
@@ -65,9 +66,14 @@ function referenceWorker() {
   return script;
 }
 
-/** A redis-server of the test's own on a free port, to kill; resolves once it answers. */
-function startRedis() {
-  return servers.startRedis(tempDir());
+/** A redis-server of the test's own on a free port (or `port`), to kill; resolves once it answers. */
+function startRedis(extra = [], options = {}) {
+  return servers.startRedis(tempDir(), extra, options);
+}
+
+/** A valkey-server 8.1 of the test's own, as `startRedis`. */
+function startValkey(extra = [], options = {}) {
+  return servers.startValkey(tempDir(), extra, options);
 }
 
 /** Runs `node script ...args`; resolves with its exit code, signal and stdout. */
@@ -124,6 +130,7 @@ module.exports = {
   compileReferenceWorker,
   referenceWorker,
   startRedis,
+  startValkey,
   runNode,
   runProgram,
   sleep: servers.sleep,

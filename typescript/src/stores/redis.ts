@@ -4,14 +4,17 @@
 // from crates/toolonce/src/store/redis at build time), assembled from the same helpers in the
 // same order. On Redis 7 or later a claim is the native `SET … NX GET PX`: one round trip for
 // every first-time call and every replay; a key found running goes on to the claim script.
+// The owner's complete, sticky fail and renew are one native `SET … IFEQ` where every master
+// has it, else the scripts with the whole running value to compare first (redis-native.ts).
 
 import { createHash } from "node:crypto";
 import { LUA } from "../artifacts.generated.js";
 import { hexDigest } from "../digest.js";
-import { CorruptEntry, StoreError } from "../errors.js";
-import { readJson } from "../outcome.js";
-import { type Backend, type Claim, type ClaimRequest, type Entry, type Resolution, type Resolved, type Seen, clampMs, decodeError, isFingerprint, refusal } from "../store.js";
+import { StoreError } from "../errors.js";
+import { type Backend, type Claim, type ClaimRequest, type Entry, MAX_MS, type Resolution, type Resolved, type Seen, clampMs, refusal } from "../store.js";
+import { decodeReply, entryOf, parseWire } from "./redis-entry.js";
 import { type RedisLink, storeError } from "./redis-link.js";
+import { type Held, HeldValues, type Native, held, isErrRefusal, nativeReply, probeSetIfeq, settled } from "./redis-native.js";
 
 /** A script: its text and its SHA-1, which EVALSHA names it by. */
 interface Script {
@@ -52,18 +55,6 @@ export interface RedisSettings {
   nativeClaim: boolean;
 }
 
-/** What one JSON value says, as far as a reader needs it. Every member but `status` is optional. */
-interface Wire {
-  status?: unknown;
-  retention?: unknown;
-  leaseUntil?: unknown;
-  fingerprint?: unknown;
-  result?: unknown;
-  error?: unknown;
-  owner?: unknown;
-  attempts?: unknown;
-}
-
 /** The running entry a claim writes (the shape entry.lua's `ours` and owned.lua's fence read). */
 function runningValue(req: ClaimRequest, startedMs: number, retentionMs: number): string {
   const digest = hexDigest("sha1", req.owner);
@@ -75,74 +66,6 @@ function runningValue(req: ClaimRequest, startedMs: number, retentionMs: number)
   return out + "}";
 }
 
-function corrupt(key: string, why: string): CorruptEntry {
-  return new CorruptEntry(`the entry of ${key} cannot be read: ${why}`);
-}
-
-/**
- * The entry of the value `raw`, whose key had `pttl` ms left (undefined: not read, as by the
- * native claim, which never decodes a running entry) when the server's clock said `serverNow`.
- */
-function decode(key: string, raw: string, pttl: number | undefined, serverNow: number | undefined): Entry {
-  return entryOf(key, parseWire(key, raw), pttl, serverNow);
-}
-
-function parseWire(key: string, raw: string): Wire {
-  let wire: Wire;
-  try {
-    wire = readJson(raw) as Wire;
-  } catch (e) {
-    throw corrupt(key, `not JSON (${(e as Error).message})`);
-  }
-  if (wire === null || typeof wire !== "object" || Array.isArray(wire)) throw corrupt(key, "not a JSON object");
-  return wire;
-}
-
-/** The entry of a parsed value: see `decode`. */
-function entryOf(key: string, wire: Wire, pttl: number | undefined, serverNow: number | undefined): Entry {
-  let fingerprint: string | undefined;
-  if (wire.fingerprint !== undefined && wire.fingerprint !== null) {
-    if (!isFingerprint(wire.fingerprint)) throw corrupt(key, "its fingerprint is not 64 hex digits");
-    fingerprint = wire.fingerprint;
-  }
-  switch (wire.status) {
-    case "running": {
-      const owner = typeof wire.owner === "string" ? wire.owner : undefined;
-      const attempts = typeof wire.attempts === "number" ? wire.attempts : 0;
-      if (typeof wire.retention === "number") {
-        if (pttl === undefined) throw new StoreError("a running entry read without its key's expiry", false);
-        // The key lives for the lease plus the retention: what is left above it is the lease.
-        const left = pttl < 0 ? 0 : pttl - wire.retention;
-        return { state: left > 0 ? "running" : "unknown", fingerprint, owner, attempts };
-      }
-      if (typeof wire.leaseUntil === "number") {
-        if (serverNow === undefined) throw new StoreError("unexpected reply from the script: a leaseUntil without TIME", false);
-        return { state: wire.leaseUntil > serverNow ? "running" : "unknown", fingerprint, owner, attempts };
-      }
-      // Another writer's (the reference design's): running for as long as its key lives.
-      return { state: "running", fingerprint, owner, attempts };
-    }
-    case "done":
-      if (!("result" in wire)) throw corrupt(key, "a done entry without a result");
-      return { state: "done", fingerprint, result: wire.result };
-    case "failed": {
-      const error = decodeError(wire.error);
-      if (error === undefined) throw corrupt(key, "a failed entry without a readable error");
-      return { state: "failed", fingerprint, error };
-    }
-    default:
-      throw corrupt(key, `unknown status ${JSON.stringify(wire.status)}`);
-  }
-}
-
-/** Decodes `{value, PTTL, now?}` from the claim, read and resolve scripts. */
-function decodeReply(key: string, reply: unknown): Entry {
-  if (!Array.isArray(reply) || reply.length < 2 || reply.length > 3 || typeof reply[0] !== "string") {
-    throw new StoreError(`unexpected reply from the script: ${JSON.stringify(reply)}`, false);
-  }
-  return decode(key, reply[0], Number(reply[1]), reply.length === 3 ? Number(reply[2]) : undefined);
-}
-
 function rejectAsStoreError(e: unknown): never {
   throw storeError(e);
 }
@@ -152,6 +75,10 @@ export class RedisBackend implements Backend {
   readonly url: string;
   private readonly prefix: string;
   private native = false;
+  /** Whether the owner's settles and renewals start with `SET … IFEQ` (every master took it). */
+  private fence = false;
+  /** The running value each native claim wrote, by owner: what `SET … IFEQ` compares. */
+  readonly held = new HeldValues();
   private closed = false;
 
   private constructor(
@@ -172,6 +99,9 @@ export class RedisBackend implements Backend {
       throw storeError(e);
     }
     let native = settings.nativeClaim;
+    // On only if every master that serves our keys has it: a cluster mid-upgrade settles by
+    // the scripts, which fence the same, rather than paying a refused command per settle.
+    let fence: boolean | undefined;
     for (const master of masters) {
       const memory = await master.send(["INFO", "memory"]).catch((e: unknown) => {
         const error = storeError(e);
@@ -194,10 +124,13 @@ export class RedisBackend implements Backend {
       });
       const major = typeof server === "string" ? Number(/^redis_version:(\d+)/m.exec(server)?.[1]) : NaN;
       if (!(major >= 7)) native = false;
+      const ifeq = await probeSetIfeq((args) => master.send(args), settings.prefix).catch((e: unknown) => Promise.reject(storeError(e)));
+      if (ifeq !== "none") fence = (fence ?? true) && ifeq === "yes";
       // Loaded up front, on every master, so the first calls cost one round trip too.
       for (const s of Object.values(theScripts())) await master.send(["SCRIPT", "LOAD", s.text]).catch((e: unknown) => Promise.reject(storeError(e)));
     }
     store.native = native;
+    store.fence = fence === true;
     return store;
   }
 
@@ -236,13 +169,20 @@ export class RedisBackend implements Backend {
     if (this.native) {
       const redisKey = this.redisKey(req.key);
       const reply = await this.send(["SET", redisKey, value, "NX", "GET", "PX", String(lease + retention)], redisKey);
-      if (reply === null || reply === undefined) return { kind: "won" };
+      if (reply === null || reply === undefined) {
+        // Exactly what the key now holds: the owner's settles compare it whole.
+        this.held.remember(req.owner, held(value, started, retention));
+        return { kind: "won" };
+      }
       if (typeof reply !== "string") throw new StoreError("unexpected reply to SET … NX GET", false);
       // A settled entry is the answer (every replay: one round trip); a running one needs its
       // key's PTTL, and may be our own lost claim or an unknown one to take over: the script.
       const wire = parseWire(req.key, reply);
       if (wire.status !== "running") return { kind: "existing", entry: entryOf(req.key, wire, undefined, undefined) };
     }
+    // The script may write `value` or rewrite an entry of ours (a lost claim's retry, a
+    // takeover): the exact bytes are not known, so the owner's settles go by its digest.
+    this.held.forget(req.owner);
     const reply = await this.evalScript(theScripts().claim, req.key, [
       String(lease),
       String(retention),
@@ -258,17 +198,62 @@ export class RedisBackend implements Backend {
   }
 
   async renew(key: string, owner: string, leaseMs: number): Promise<boolean> {
-    return (await this.evalScript(theScripts().renew, key, [owner, String(clampMs(leaseMs))])) === 1;
+    const lease = clampMs(leaseMs);
+    const h = this.held.get(owner);
+    if (h !== undefined && this.fence) {
+      // The same value again under a new expiry: the lease plus the retention.
+      const redisKey = this.redisKey(key);
+      if ((await this.setIfeq(redisKey, h.value, h.value, Math.min(lease + h.retention, MAX_MS))) === "applied") return true;
+    }
+    const args = [owner, String(lease)];
+    if (h !== undefined) args.push(h.value, String(h.retention));
+    const renewed = (await this.evalScript(theScripts().renew, key, args)) === 1;
+    // Refused by the digest too: the claim is lost, and so is the point of keeping its value.
+    if (!renewed) this.held.forget(owner);
+    return renewed;
   }
 
   async complete(key: string, owner: string, resultJson: string, retentionMs: number): Promise<boolean> {
-    const head = '{"status":"done","result":' + resultJson;
-    return (await this.evalScript(theScripts().complete, key, [owner, String(clampMs(retentionMs)), head])) === 1;
+    return this.settle(key, owner, '{"status":"done","result":' + resultJson, "completedAt", clampMs(retentionMs), theScripts().complete);
   }
 
   async fail(key: string, owner: string, errorJson: string | undefined, retentionMs: number): Promise<boolean> {
-    const args = errorJson === undefined ? [owner, "", ""] : [owner, String(clampMs(retentionMs)), '{"status":"failed","error":' + errorJson];
-    return (await this.evalScript(theScripts().fail, key, args)) === 1;
+    if (errorJson === undefined) return this.settle(key, owner, "", "failedAt", undefined, theScripts().fail);
+    return this.settle(key, owner, '{"status":"failed","error":' + errorJson, "failedAt", clampMs(retentionMs), theScripts().fail);
+  }
+
+  /**
+   * Settles `key` for `owner` (as the core's `settle`): with one native `SET … IFEQ` where the
+   * servers have it and this store holds the value the owner's claim wrote, else with `s`
+   * (complete.lua or fail.lua), given that value and the settled one to compare first, then
+   * falling back to the owner's digest. `retention` undefined releases the entry, always by
+   * the script: `SET` cannot delete (`DELEX`, Redis 8.4's, is not in Valkey 8.1).
+   */
+  private async settle(key: string, owner: string, head: string, atField: string, retention: number | undefined, s: Script): Promise<boolean> {
+    // Taken out whatever happens next: settled, refused, or failed (a retry goes by the digest).
+    const h: Held | undefined = this.held.take(owner);
+    const value = h !== undefined && retention !== undefined ? settled(h, head, atField, Date.now()) : "";
+    if (h !== undefined && retention !== undefined && this.fence) {
+      if ((await this.setIfeq(this.redisKey(key), value, h.value, retention)) === "applied") return true;
+    }
+    const args = [owner, retention === undefined ? "" : String(retention), head];
+    if (h !== undefined) args.push(h.value, value);
+    return (await this.evalScript(s, key, args)) === 1;
+  }
+
+  /** `SET redisKey value IFEQ expected PX px`: one atomic compare-and-set on the server. */
+  private setIfeq(redisKey: string, value: string, expected: string, px: number): Promise<Native> {
+    if (this.closed) return Promise.reject(new StoreError("the store is closed", false));
+    try {
+      return this.link.send(["SET", redisKey, value, "IFEQ", expected, "PX", String(px)], redisKey).then(nativeReply, (e: unknown) => {
+        // `ERR` refuses the command itself (`syntax error`): nothing was written. Anything
+        // else (a lost connection, a timeout) may have been written, and fails closed.
+        if (isErrRefusal(e)) return "refused";
+        throw storeError(e);
+      });
+    } catch (e) {
+      return Promise.reject(storeError(e));
+    }
   }
 
   async resolve(key: string, seen: Seen, resolution: Resolution, retentionMs: number): Promise<Resolved> {

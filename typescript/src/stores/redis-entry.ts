@@ -1,0 +1,88 @@
+// Reading the Redis store's entries (docs/contract.md, "Wire format shared with TypeScript
+// workers"): one JSON value per key, ours or another writer's (the reference design's, the
+// previous version's with a lease deadline), decoded into the entry a duplicate needs. The
+// lease is the key's TTL, so a running value is judged with its PTTL.
+
+import { CorruptEntry, StoreError } from "../errors.js";
+import { readJson } from "../outcome.js";
+import { type Entry, decodeError, isFingerprint } from "../store.js";
+
+/** What one JSON value says, as far as a reader needs it. Every member but `status` is optional. */
+export interface Wire {
+  status?: unknown;
+  retention?: unknown;
+  leaseUntil?: unknown;
+  fingerprint?: unknown;
+  result?: unknown;
+  error?: unknown;
+  owner?: unknown;
+  attempts?: unknown;
+}
+
+function corrupt(key: string, why: string): CorruptEntry {
+  return new CorruptEntry(`the entry of ${key} cannot be read: ${why}`);
+}
+
+/**
+ * The entry of the value `raw`, whose key had `pttl` ms left (undefined: not read, as by the
+ * native claim, which never decodes a running entry) when the server's clock said `serverNow`.
+ */
+function decode(key: string, raw: string, pttl: number | undefined, serverNow: number | undefined): Entry {
+  return entryOf(key, parseWire(key, raw), pttl, serverNow);
+}
+
+export function parseWire(key: string, raw: string): Wire {
+  let wire: Wire;
+  try {
+    wire = readJson(raw) as Wire;
+  } catch (e) {
+    throw corrupt(key, `not JSON (${(e as Error).message})`);
+  }
+  if (wire === null || typeof wire !== "object" || Array.isArray(wire)) throw corrupt(key, "not a JSON object");
+  return wire;
+}
+
+/** The entry of a parsed value: see `decode`. */
+export function entryOf(key: string, wire: Wire, pttl: number | undefined, serverNow: number | undefined): Entry {
+  let fingerprint: string | undefined;
+  if (wire.fingerprint !== undefined && wire.fingerprint !== null) {
+    if (!isFingerprint(wire.fingerprint)) throw corrupt(key, "its fingerprint is not 64 hex digits");
+    fingerprint = wire.fingerprint;
+  }
+  switch (wire.status) {
+    case "running": {
+      const owner = typeof wire.owner === "string" ? wire.owner : undefined;
+      const attempts = typeof wire.attempts === "number" ? wire.attempts : 0;
+      if (typeof wire.retention === "number") {
+        if (pttl === undefined) throw new StoreError("a running entry read without its key's expiry", false);
+        // The key lives for the lease plus the retention: what is left above it is the lease.
+        const left = pttl < 0 ? 0 : pttl - wire.retention;
+        return { state: left > 0 ? "running" : "unknown", fingerprint, owner, attempts };
+      }
+      if (typeof wire.leaseUntil === "number") {
+        if (serverNow === undefined) throw new StoreError("unexpected reply from the script: a leaseUntil without TIME", false);
+        return { state: wire.leaseUntil > serverNow ? "running" : "unknown", fingerprint, owner, attempts };
+      }
+      // Another writer's (the reference design's): running for as long as its key lives.
+      return { state: "running", fingerprint, owner, attempts };
+    }
+    case "done":
+      if (!("result" in wire)) throw corrupt(key, "a done entry without a result");
+      return { state: "done", fingerprint, result: wire.result };
+    case "failed": {
+      const error = decodeError(wire.error);
+      if (error === undefined) throw corrupt(key, "a failed entry without a readable error");
+      return { state: "failed", fingerprint, error };
+    }
+    default:
+      throw corrupt(key, `unknown status ${JSON.stringify(wire.status)}`);
+  }
+}
+
+/** Decodes `{value, PTTL, now?}` from the claim, read and resolve scripts. */
+export function decodeReply(key: string, reply: unknown): Entry {
+  if (!Array.isArray(reply) || reply.length < 2 || reply.length > 3 || typeof reply[0] !== "string") {
+    throw new StoreError(`unexpected reply from the script: ${JSON.stringify(reply)}`, false);
+  }
+  return decode(key, reply[0], Number(reply[1]), reply.length === 3 ? Number(reply[2]) : undefined);
+}
