@@ -1,6 +1,7 @@
 """toolonce's decorator against idemkit and exactly-once on the same Redis and PostgreSQL, in
 the same run, with the same workload: OPS operations by one caller the first time, the same
-OPS again (replays), and OPS first-time operations spread over WORKERS concurrent workers.
+OPS again (replays), OPS first-time operations spread over WORKERS concurrent workers, and
+those again (replays) over as many.
 
 Each library decorates the same function (it counts its executions and returns a small dict)
 and keys on the same arguments (run, order, cents); a fresh run id keeps every phase's
@@ -247,7 +248,8 @@ async def async_phase(lib, ops: int, workers: int, run: str) -> float:
 
 
 def measure(lib, ops: int, workers: int) -> dict:
-    """first (1 caller), replay (1 caller, same ops), concurrent first-time (workers)."""
+    """first (1 caller), replay (1 caller, same ops), concurrent first-time (workers), and
+    those replayed by as many workers."""
     first_run, concurrent_run = f"r-{uuid.uuid4().hex}", f"c-{uuid.uuid4().hex}"
     if lib.is_async:
         async def all_phases():
@@ -258,6 +260,7 @@ def measure(lib, ops: int, workers: int) -> dict:
                 "first": await async_phase(lib, ops, 1, first_run),
                 "replay": await async_phase(lib, ops, 1, first_run),
                 "concurrent": await async_phase(lib, ops, workers, concurrent_run),
+                "concurrent_replay": await async_phase(lib, ops, workers, concurrent_run),
             }
             if hasattr(lib, "aclose"):
                 await lib.aclose()
@@ -271,13 +274,17 @@ def measure(lib, ops: int, workers: int) -> dict:
         lib.replaying = True
         replay = sync_phase(lib, ops, 1, first_run)
         lib.replaying = False
+        concurrent = sync_phase(lib, ops, workers, concurrent_run)
+        lib.replaying = True
+        concurrent_replay = sync_phase(lib, ops, workers, concurrent_run)
         out = {
             "first": first,
             "replay": replay,
-            "concurrent": sync_phase(lib, ops, workers, concurrent_run),
+            "concurrent": concurrent,
+            "concurrent_replay": concurrent_replay,
         }
         lib.close()
-    # Every first-time operation ran once: 50 warm-up + 2 x ops first-time, none on replay.
+    # Every first-time operation ran once: 50 warm-up + 2 x ops first-time, none on replays.
     assert lib.effect.n == 50 + 2 * ops, (lib.name, lib.effect.n)
     return out
 
@@ -305,13 +312,13 @@ def main() -> None:
               "library could reach)")
         print()
         print("| store | library | first-time, 1 caller | replay, 1 caller | "
-              f"first-time, {args.workers} workers |")
-        print("|---|---|---:|---:|---:|")
+              f"first-time, {args.workers} workers | replay, {args.workers} workers |")
+        print("|---|---|---:|---:|---:|---:|")
         for store, results in rows:
             base = results["idemkit"]
             for name, r in results.items():
                 cells = []
-                for phase in ("first", "replay", "concurrent"):
+                for phase in ("first", "replay", "concurrent", "concurrent_replay"):
                     cell = f"{r[phase]:,.0f}"
                     if name.startswith("toolonce") or name.startswith("raw"):
                         cell += f" ({r[phase] / base[phase]:.1f}×)"

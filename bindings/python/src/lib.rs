@@ -8,7 +8,8 @@
 //! the lease heartbeat, a task of the core, keeps renewing on a runtime worker. The call
 //! protocol (what the Python side does with each event) is `python/toolonce/_protocol.py`; it
 //! is driven by two pumps, the sync one over [`inline::run_inline`] and the async one over
-//! [`call::start`].
+//! [`poll::begin`] (polled on the event loop's thread; [`call::start`] where the loop cannot
+//! watch a descriptor).
 //!
 //! The files, by job:
 //! - `runtime.rs`: the runtime of each process (rebuilt after `fork()`), and the thread that
@@ -17,7 +18,8 @@
 //! - `store.rs`, `tool.rs`: the store handle, and a tool's settings and key derivation;
 //! - `event.rs`, `reply.rs`: what the layer tells Python, and what Python answers (where the
 //!   verdict on a tool's outcome is applied);
-//! - `inline.rs`, `call.rs`: the sync pump and the async pump;
+//! - `inline.rs`, `poll.rs`, `call.rs`: the sync pump, the async pump, and the pump on the
+//!   runtime for the loops `poll.rs` cannot wake and for a sync call nested in another's run;
 //! - `convert.rs`, `errors.rs`: values and errors across the boundary.
 
 use pyo3::prelude::*;
@@ -27,6 +29,7 @@ mod convert;
 mod errors;
 mod event;
 mod inline;
+mod poll;
 mod reply;
 mod runtime;
 mod signals;
@@ -41,10 +44,13 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tool::Tool>()?;
     m.add_class::<call::Call>()?;
     m.add_class::<reply::Reply>()?;
+    m.add_class::<poll::Pump>()?;
+    m.add_class::<poll::Polled>()?;
     m.add_function(wrap_pyfunction!(store::open_store, m)?)?;
     m.add_function(wrap_pyfunction!(tool::derive_key, m)?)?;
     m.add_function(wrap_pyfunction!(call::start, m)?)?;
     m.add_function(wrap_pyfunction!(inline::run_inline, m)?)?;
+    m.add_function(wrap_pyfunction!(poll::begin, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::_shutdown, m)?)?;
     Ok(())
 }

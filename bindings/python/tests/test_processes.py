@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -242,6 +243,12 @@ def test_no_toolonce_thread_can_take_a_ctrl_c_meant_for_the_sleeping_caller(tmp_
 
         assert sync_op(x=1, scope=run_id) == 1
         assert asyncio.run(async_op(x=1, scope=run_id)) == 1
+        # An async call on a loop that cannot watch a descriptor starts the Python thread.
+        loop = NoReaderLoop()
+        try:
+            assert loop.run_until_complete(async_op(x=2, scope=run_id)) == 2
+        finally:
+            loop.close()
         tasks = {t: (t / "comm").read_text().strip() for t in Path("/proc/self/task").iterdir()}
         ours = {t: name for t, name in tasks.items() if name.startswith("toolonce")}
         assert {"toolonce", "toolonce-sqlite", "toolonce-python"} <= set(ours.values()), ours
@@ -252,6 +259,13 @@ def test_no_toolonce_thread_can_take_a_ctrl_c_meant_for_the_sleeping_caller(tmp_
             assert not missing, f"thread {task.name} ({name}) can take {sorted(missing)}"
         # The caller's thread gets its signals, as before the call.
         assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
+class NoReaderLoop(asyncio.SelectorEventLoop):
+    """A loop without add_reader, as Windows' proactor loop: async calls take the hand-off."""
+
+    def add_reader(self, *args, **kwargs):
+        raise NotImplementedError
 
 
 def start_worker(*args: str) -> subprocess.Popen:

@@ -1,10 +1,12 @@
 """The two pumps that drive the call protocol of ``_protocol.py``: the sync one, which runs the
 function on the caller's thread (inline, or by a hand-off when nested in another write
-function's run), and the async one, which awaits it on the caller's event loop."""
+function's run), and the async one, which awaits it on the caller's event loop, polling the
+native layer on the loop's thread and woken through the loop's pump."""
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from typing import Any
 
 from . import _native
@@ -62,11 +64,83 @@ def _run_sync_handoff(tool: WriteTool, attempt: Attempt, scope: str, key_args: A
 
 
 async def run_async(tool: WriteTool, args: tuple, kwargs: dict) -> Answer:
-    """An async call: the layer runs on the runtime and hands its events to this event loop."""
+    """An async call: the layer is polled on this event loop's thread (``_native.begin``), or,
+    on a loop that cannot watch a descriptor, runs on the runtime and hands its events over."""
     scope = tool.scope_of(kwargs)
     key_args = tool.key_args(args, kwargs)
     attempt = Attempt(tool, args, kwargs)
-    waiter = _Waiter(asyncio.get_running_loop())
+    loop = asyncio.get_running_loop()
+    pump = _pump_of(loop)
+    if pump is None:
+        return await _run_async_handoff(tool, attempt, scope, key_args, loop)
+    call = tool.begin(pump, scope, key_args)
+    try:
+        event = call.poll()
+    except BaseException:
+        call.cancel()
+        raise
+    while True:
+        while event is None:
+            # Nothing to do until the layer is woken (a store's answer, a timer): wait for the
+            # pump to say so, then poll again.
+            woken = loop.create_future()
+            try:
+                if call.park(woken):
+                    await woken
+                event = call.poll()
+            except BaseException:
+                call.cancel()
+                raise
+        kind = event[0]
+        if kind == "done":
+            return attempt.answer(event)
+        if kind == "verify":
+            reply = await attempt.verify_async(event[1])
+        else:
+            reply = await attempt.run_async(event[1], event[2])
+            if reply is None:
+                # Cancelled or interrupted mid-run: it may have taken effect, so nothing is
+                # recorded; the operation is `unknown` once its lease expires.
+                call.abandon()
+                raise attempt.exc  # type: ignore[misc]
+        try:
+            event = call.reply(reply)
+        except BaseException:
+            call.cancel()
+            raise
+
+
+# The pump of each event loop (``_native.Pump``), or None for a loop that cannot watch one
+# (Windows' proactor loop): made on a loop's first call, gone with the loop.
+_pumps: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any]" = weakref.WeakKeyDictionary()
+
+
+def _pump_of(loop: asyncio.AbstractEventLoop) -> Any:
+    try:
+        return _pumps[loop]
+    except KeyError:
+        pass
+    try:
+        pump = _native.Pump()
+        loop.add_reader(pump.fileno(), _drain, pump)
+    except NotImplementedError:
+        pump = None
+    _pumps[loop] = pump
+    return pump
+
+
+def _drain(pump: Any) -> None:
+    """Run by the loop when its pump's socket is readable: wakes the calls woken since."""
+    for woken in pump.drain():
+        if not woken.done():
+            woken.set_result(None)
+
+
+async def _run_async_handoff(
+    tool: WriteTool, attempt: Attempt, scope: str, key_args: Any, loop: asyncio.AbstractEventLoop
+) -> Answer:
+    """An async call whose layer runs on the runtime and hands its events to this loop."""
+    waiter = _Waiter(loop)
     call = tool.start(scope, key_args, waiter.deliver)
     while True:
         try:
@@ -83,8 +157,6 @@ async def run_async(tool: WriteTool, args: tuple, kwargs: dict) -> Answer:
         else:
             reply = await attempt.run_async(event[1], event[2])
             if reply is None:
-                # Cancelled or interrupted mid-run: it may have taken effect, so nothing is
-                # recorded; the operation is `unknown` once its lease expires.
                 call.abandon()
                 raise attempt.exc  # type: ignore[misc]
         waiter.arm()

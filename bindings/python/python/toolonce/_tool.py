@@ -196,6 +196,15 @@ class WriteTool:
                 raise
             raise InvalidArgumentsError(f"{self.name}: {e}") from None
 
+    def begin(self, pump: Any, scope: str, key_args: Any) -> Any:
+        """Prepares the native call, to be polled on this event loop (see ``_native.begin``)."""
+        try:
+            return _native.begin(pump, self.store._native, self.native, scope, key_args)
+        except (TypeError, ValueError) as e:
+            if isinstance(e, ToolonceError):
+                raise
+            raise InvalidArgumentsError(f"{self.name}: {e}") from None
+
 
 def _is_default(value: Any, default: Any) -> bool:
     """Whether ``value`` is ``default`` as the function sees it: the same type and equal (so

@@ -1,0 +1,130 @@
+"""The async pump's promises on every store: the layer polled on the event loop's thread keeps
+its lease while a coroutine blocks that loop, wakes every call it parks (many at once, on
+several loops), lets a cancelled waiter go without touching the operation, and still works on
+a loop that cannot watch a descriptor (the runtime's pump)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import toolonce
+from counting import Counter
+
+
+def test_the_heartbeat_keeps_the_lease_while_an_async_function_blocks_its_event_loop(store, run_id):
+    started = threading.Event()
+    runs = Counter()
+
+    @toolonce.write(store, lease=0.3, on_expired="rerun")
+    async def stuck(x: int) -> int:
+        started.set()
+        time.sleep(1.5)  # five leases with the loop blocked: nothing on it can renew
+        return runs.add(x)
+
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(lambda: asyncio.run(stuck(x=1, scope=run_id)))
+        assert started.wait(10)
+        time.sleep(0.9)  # three leases later, a rerun would take over an expired claim
+        assert asyncio.run(stuck.call_detailed(x=1, scope=run_id)).outcome == "in_flight"
+        assert first.result() == 1
+    assert len(runs.calls) == 1
+
+
+def test_many_concurrent_async_calls_on_one_loop_each_run_once_then_replay(store, run_id):
+    runs = Counter()
+
+    @toolonce.write(store, in_flight=toolonce.Wait(30))
+    async def charge(order: int) -> dict:
+        runs.add(order)
+        await asyncio.sleep(0)
+        return {"order": order}
+
+    async def wave() -> list:
+        # Every order called by three tasks at once: one runs it, two wait or replay.
+        calls = [charge(order=i % 100, scope=run_id) for i in range(300)]
+        return await asyncio.gather(*calls)
+
+    first = asyncio.run(wave())
+    again = asyncio.run(wave())
+    assert first == again == [{"order": i % 100} for i in range(300)]
+    assert sorted(runs.calls) == list(range(100))
+
+
+def test_async_calls_on_loops_in_two_threads_are_each_answered_on_their_own_loop(store, run_id):
+    @toolonce.write(store)
+    async def where(side: str, n: int) -> list:
+        return [side, id(asyncio.get_running_loop())]
+
+    def side(name: str) -> set:
+        async def main() -> set:
+            loop = id(asyncio.get_running_loop())
+            answers = await asyncio.gather(*(where(side=name, n=n, scope=run_id) for n in range(50)))
+            assert {tuple(a) for a in answers} == {(name, loop)}
+            return {loop}
+
+        return asyncio.run(main())
+
+    with ThreadPoolExecutor(2) as pool:
+        loops = list(pool.map(side, ["a", "b"]))
+    assert loops[0] != loops[1]
+
+
+def test_a_task_cancelled_while_it_waits_for_a_duplicate_leaves_the_operation_to_its_owner(store, run_id):
+    runs = Counter()
+
+    async def main() -> None:
+        release = asyncio.Event()
+
+        @toolonce.write(store, name="ship", in_flight=toolonce.Wait(30))
+        async def ship(order: str) -> str:
+            runs.add(order)
+            await release.wait()
+            return "shipped"
+
+        owner = asyncio.ensure_future(ship(order="o1", scope=run_id))
+        while not runs.calls:
+            await asyncio.sleep(0.01)
+        waiter = asyncio.ensure_future(ship(order="o1", scope=run_id))
+        await asyncio.sleep(0.2)  # the waiter is parked on the running operation
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        release.set()
+        assert await owner == "shipped"
+        assert (await ship.call_detailed(order="o1", scope=run_id)).outcome == "replayed"
+
+    asyncio.run(main())
+    assert runs.calls == ["o1"]
+
+
+class _NoReaderLoop(asyncio.SelectorEventLoop):
+    """A loop that cannot watch a descriptor, as Windows' proactor loop cannot."""
+
+    def add_reader(self, *args, **kwargs):
+        raise NotImplementedError
+
+
+def test_a_loop_that_cannot_watch_a_descriptor_still_runs_each_operation_once(store, run_id):
+    runs = Counter()
+
+    @toolonce.write(store, in_flight=toolonce.Wait(30))
+    async def charge(order: int) -> int:
+        runs.add(order)
+        await asyncio.sleep(0)
+        return order
+
+    async def wave() -> list:
+        return await asyncio.gather(*(charge(order=i % 20, scope=run_id) for i in range(60)))
+
+    for _ in range(2):
+        loop = _NoReaderLoop()
+        try:
+            assert loop.run_until_complete(wave()) == [i % 20 for i in range(60)]
+        finally:
+            loop.close()
+    assert sorted(runs.calls) == list(range(20))
