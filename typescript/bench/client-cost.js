@@ -1,4 +1,4 @@
-// `node bench/client-cost.js [memory|redis|client] [--package PATH] [--callers N]`: what one
+// `node bench/client-cost.js [memory|redis|client] [--package PATH] [--callers N] [--only first_time|replay]`: what one
 // `idempotent(...).run` costs this process, in microseconds per call at N callers (wall time, and this process's CPU time)
 // (1 unless given), first-time calls and replays, best of ROUNDS rounds. A small driver to run
 // under `node --cpu-prof --cpu-prof-interval 50`, apart from bench/bench.js, which compares
@@ -60,7 +60,9 @@ async function main() {
   }
 
   const out = { mode, package: path.relative(process.cwd(), pkg) || ".", node: process.version, callers, operations: OPERATIONS };
+  const only = option("--only");
   for (const [name, call] of Object.entries(workloads)) {
+    if (only !== undefined && only !== name) continue;
     await measure(call); // Warm-up: JIT, connections.
     let wall = Infinity;
     let cpu = Infinity;
