@@ -2,7 +2,9 @@
 // `Cluster`) and node-redis (`createClient`, `createCluster`). The store sends raw commands
 // through it, routed by key on a cluster, and reaches every master for what is asked of each
 // (INFO, SCRIPT LOAD). Replies come back as the clients give them: strings, numbers, null,
-// arrays. Errors become `StoreError`s: retryable unless the server refused the command.
+// arrays. Errors become `StoreError`s: retryable unless the server refused the command. A link
+// over an ioredis client the store made itself fails a command whose reply has not come within
+// its response timeout, with one timer for all of them (`Deadlines`), not one per command.
 
 import { StoreError } from "../errors.js";
 
@@ -38,31 +40,165 @@ export function storeError(e: unknown): StoreError {
 
 type Sender = (...args: unknown[]) => Promise<unknown>;
 
+/** An ioredis command, as far as a deadline needs it (ioredis's `Command`: public, typed). */
+interface Pending {
+  isResolved: boolean;
+  reject(e: Error): void;
+  promise: Promise<unknown>;
+}
+
+/** ioredis's `Command` class: a command made by the store, sent with `sendCommand`. */
+export type CommandClass = new (name: string, args: string[], options: { replyEncoding: "utf8" }) => Pending;
+
+/**
+ * Rejects each command not answered within `ms` of being sent, as ioredis's `commandTimeout`
+ * does (the same error, the command left in its queue so that a late reply still finds its
+ * place), but with one unref'd timer for all the commands in flight rather than a timer armed
+ * and cleared per command, which cost more than the rest of a replay. Every command has the
+ * same timeout, so deadlines come in the order commands are sent: a queue, whose answered head
+ * is dropped as the next command is sent, and whose timer is armed for the oldest command
+ * still unanswered.
+ */
+export class Deadlines {
+  private commands: Pending[] = [];
+  private dues: number[] = [];
+  private head = 0;
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(private readonly ms: number) {}
+
+  track(command: Pending): void {
+    this.dropAnswered();
+    this.commands.push(command);
+    this.dues.push(performance.now() + this.ms);
+    if (this.timer === undefined) this.arm(this.ms);
+  }
+
+  private dropAnswered(): void {
+    while (this.head < this.commands.length && (this.commands[this.head] as Pending).isResolved) this.head++;
+    if (this.head === this.commands.length) {
+      // Most of the time (a caller at a time): every command answered, and the arrays start over.
+      this.commands.length = 0;
+      this.dues.length = 0;
+      this.head = 0;
+    } else if (this.head > 1024 && this.head * 2 > this.commands.length) {
+      this.commands = this.commands.slice(this.head);
+      this.dues = this.dues.slice(this.head);
+      this.head = 0;
+    }
+  }
+
+  private arm(ms: number): void {
+    this.timer = setTimeout(() => this.sweep(), Math.max(1, Math.ceil(ms)));
+    this.timer.unref();
+  }
+
+  private sweep(): void {
+    this.timer = undefined;
+    const now = performance.now();
+    while (this.head < this.commands.length) {
+      const command = this.commands[this.head] as Pending;
+      if (!command.isResolved) {
+        const due = this.dues[this.head] as number;
+        if (due > now) break;
+        // ioredis sets isResolved on a reply only; rejecting a command already rejected (its
+        // connection closed) does nothing.
+        command.reject(new Error("Command timed out"));
+      }
+      this.head++;
+    }
+    this.dropAnswered();
+    if (this.head < this.commands.length) this.arm((this.dues[this.head] as number) - now);
+  }
+}
+
 function fn(client: object, name: string): Sender | undefined {
   const f = (client as Record<string, unknown>)[name];
   return typeof f === "function" ? (f as Sender).bind(client) : undefined;
 }
 
+/** How the store made an ioredis client: its `Command` class and its response timeout. */
+export interface Timed {
+  Command: CommandClass;
+  timeoutMs: number;
+}
+
+type Send = (args: string[]) => Promise<unknown>;
+
+/**
+ * A sender on the ioredis client or cluster node `client`: `call`, or, when the store times
+ * commands out itself, a `Command` of its own tracked by `deadlines`.
+ */
+function ioredisSender(client: object, deadlines: Deadlines | undefined, Command: CommandClass | undefined): Send {
+  if (deadlines === undefined || Command === undefined) {
+    const call = fn(client, "call") as Sender;
+    return (args) => call(...args);
+  }
+  const sendCommand = fn(client, "sendCommand") as (command: Pending) => Promise<unknown>;
+  const batch = new Batch(client);
+  return (args) => {
+    const command = new Command(args[0] as string, args.slice(1), { replyEncoding: "utf8" });
+    deadlines.track(command);
+    batch.cork();
+    return sendCommand(command);
+  };
+}
+
+/** A socket, as far as `Batch` needs it. */
+interface Corkable {
+  cork(): void;
+  uncork(): void;
+}
+
+/**
+ * Writes the commands sent in one turn of the event loop with one system call: the client's
+ * socket is corked at the first and uncorked on the next tick, after the microtasks that send
+ * the others (concurrent callers answered by one read all send their next command in the same
+ * turn). The write, not the JavaScript around it, is most of what a command costs the client;
+ * the order of the commands, and the client's queue of replies, are untouched.
+ */
+class Batch {
+  private corked: Corkable | undefined;
+  private readonly flush = () => {
+    const stream = this.corked;
+    this.corked = undefined;
+    stream?.uncork();
+  };
+
+  constructor(private readonly client: object) {}
+
+  cork(): void {
+    if (this.corked !== undefined) return;
+    // A cluster routes each command to a node's socket of its own: none to cork here.
+    const stream = (this.client as { stream?: Partial<Corkable> }).stream;
+    if (stream === undefined || stream === null || typeof stream.cork !== "function") return;
+    stream.cork();
+    this.corked = stream as Corkable;
+    process.nextTick(this.flush);
+  }
+}
+
 /**
  * A link over `client`, or undefined when it is no Redis client this package knows. `owned`:
- * the store made the client, and closing the store closes it.
+ * the store made the client, and closing the store closes it. `timed`: an ioredis client the
+ * store made without a `commandTimeout`, whose commands the link times out itself.
  */
-export function linkOf(client: object, owned: boolean): RedisLink | undefined {
+export function linkOf(client: object, owned: boolean, timed?: Timed): RedisLink | undefined {
   const c = client as Record<string, unknown>;
-  const call = fn(client, "call");
   const sendCommand = fn(client, "sendCommand");
   // ioredis: `call(command, ...args)` on a client and on a cluster (routed by the command's key).
-  if (call !== undefined && typeof c.isCluster === "boolean") {
+  if (fn(client, "call") !== undefined && typeof c.isCluster === "boolean") {
+    const deadlines = timed === undefined ? undefined : new Deadlines(timed.timeoutMs);
+    const send = ioredisSender(client, deadlines, timed?.Command);
     const nodes = fn(client, "nodes");
     return {
-      send: (args) => call(...args),
+      send,
       masters: async () => {
-        if (c.isCluster !== true || nodes === undefined) return [{ name: "the server", send: (args) => call(...args) }];
+        if (c.isCluster !== true || nodes === undefined) return [{ name: "the server", send }];
         const masters = (await nodes("master")) as object[];
         return masters.map((node) => {
           const options = (node as { options?: { host?: string; port?: number } }).options ?? {};
-          const nodeCall = fn(node, "call") as Sender;
-          return { name: `${options.host}:${options.port}`, send: (args: string[]) => nodeCall(...args) };
+          return { name: `${options.host}:${options.port}`, send: ioredisSender(node, deadlines, timed?.Command) };
         });
       },
       close: async () => {

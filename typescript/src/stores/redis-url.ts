@@ -111,14 +111,20 @@ function optional(name: string): any {
 const CONNECT_TIMEOUT_MS = 1000;
 const RESPONSE_TIMEOUT_MS = 2000;
 
-/** Connects with ioredis: calls fail at once while it reconnects (fail closed), and time out after 2 s. */
+/**
+ * Connects with ioredis: calls fail at once while it reconnects (fail closed), and time out
+ * after 2 s, timed by the link (one timer for every command in flight) rather than by
+ * ioredis's `commandTimeout`, which arms and clears a timer per command.
+ */
 async function ioredisLink(ioredis: any, t: Target): Promise<RedisLink> {
   const Redis = ioredis.default ?? ioredis;
+  const Command = ioredis.Command ?? Redis.Command;
   const common = {
     username: t.username,
     password: t.password,
     connectTimeout: CONNECT_TIMEOUT_MS,
-    commandTimeout: RESPONSE_TIMEOUT_MS,
+    // Where the link cannot time commands out (no `Command` class found), ioredis does.
+    commandTimeout: typeof Command === "function" ? undefined : RESPONSE_TIMEOUT_MS,
     tls: t.tls ? {} : undefined,
   };
   let client: any;
@@ -136,7 +142,7 @@ async function ioredisLink(ioredis: any, t: Target): Promise<RedisLink> {
     client.disconnect();
     throw storeError(e);
   }
-  return linkOf(client, true) as RedisLink;
+  return linkOf(client, true, typeof Command === "function" ? { Command, timeoutMs: RESPONSE_TIMEOUT_MS } : undefined) as RedisLink;
 }
 
 /** Connects with node-redis, with the same timeouts. */
