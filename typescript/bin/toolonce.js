@@ -53,13 +53,18 @@ function binaryPath() {
 }
 
 function main() {
-  const child = spawn(binaryPath(), process.argv.slice(2), { stdio: "inherit", windowsHide: true });
-  // A signal sent to this process (Ctrl-C reaches both through the terminal's process group;
-  // a supervisor's SIGTERM reaches only this one) is passed on, and the child decides.
+  const binary = binaryPath();
+  // Listening before the binary starts: a signal sent to this process (Ctrl-C reaches both
+  // through the terminal's process group; a supervisor's SIGTERM reaches only this one) must
+  // never find it without a handler, which would end it alone and leave the binary running.
+  // Signals are handled on the event loop, so one that comes before `child` is set is handled
+  // after it is, and passed on; the child decides.
+  let child;
   const forward = (signal) => () => {
     if (child.exitCode === null && child.signalCode === null) child.kill(signal);
   };
   for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) process.on(signal, forward(signal));
+  child = spawn(binary, process.argv.slice(2), { stdio: "inherit", windowsHide: true });
   child.on("error", (error) => {
     process.stderr.write(`toolonce: cannot run ${child.spawnfile}: ${error.message}\n`);
     process.exit(1);

@@ -33,14 +33,42 @@ test("the launcher passes arguments, standard input and output, and the exit sta
   assert.equal(out.stdout, "mcp|--|a b|'c'|from stdin");
 });
 
+/** Runs `body` with the fake binary's pid (it writes `$0.pid`) killed at the end, whatever happened. */
+async function killingBinary(file, body) {
+  try {
+    return await body();
+  } finally {
+    try {
+      process.kill(Number(fs.readFileSync(`${file}.pid`, "utf8")), "SIGKILL");
+    } catch {
+      // Gone already, as it should be.
+    }
+  }
+}
+
+/** Starts the launcher on a binary that traps SIGTERM, sends SIGTERM once it is ready, and checks the outcome. */
+async function sigtermReachesTheBinary(nodeArgs) {
+  const { dir, file } = fakeBinary(`echo $$ > "$0.pid"; trap 'echo got-term > "$0.log"; trap - TERM; kill -TERM $$' TERM; echo ready; while :; do sleep 0.05; done`);
+  await killingBinary(file, async () => {
+    const child = spawn(process.execPath, [...nodeArgs, launcher], { env: { ...process.env, TOOLONCE_BINARY: file }, stdio: ["ignore", "pipe", "inherit"] });
+    await new Promise((resolve) => child.stdout.once("data", resolve));
+    child.kill("SIGTERM");
+    const [code, signal] = await new Promise((resolve) => child.once("exit", (c, s) => resolve([c, s])));
+    child.stdout.destroy();
+    assert.ok(fs.existsSync(`${file}.log`), `the binary in ${dir} saw no SIGTERM: the launcher died of it alone and left the binary running`);
+    assert.equal(fs.readFileSync(`${file}.log`, "utf8").trim(), "got-term");
+    assert.deepEqual([code, signal], [null, "SIGTERM"]);
+  });
+}
+
 test("a SIGTERM to the launcher reaches the binary, and the launcher dies of it as the binary did", async () => {
-  const { dir, file } = fakeBinary(`trap 'echo got-term > "$0.log"; trap - TERM; kill -TERM $$' TERM; echo ready; while :; do sleep 0.05; done`);
-  const child = spawn(process.execPath, [launcher], { env: { ...process.env, TOOLONCE_BINARY: file }, stdio: ["ignore", "pipe", "inherit"] });
-  await new Promise((resolve) => child.stdout.once("data", resolve));
-  child.kill("SIGTERM");
-  const [code, signal] = await new Promise((resolve) => child.once("exit", (c, s) => resolve([c, s])));
-  assert.equal(fs.readFileSync(`${file}.log`, "utf8").trim(), "got-term", `the binary in ${dir} saw no SIGTERM`);
-  assert.deepEqual([code, signal], [null, "SIGTERM"]);
+  await sigtermReachesTheBinary([]);
+});
+
+test("a SIGTERM that arrives while the launcher is still starting the binary reaches the binary too", async () => {
+  // The launcher is held busy right after its spawn returns (a loaded machine descheduling it
+  // there): the signal must not find it without a handler, dying and orphaning the binary.
+  await sigtermReachesTheBinary(["-r", path.join(__dirname, "fixtures", "slow-after-spawn.js")]);
 });
 
 test("a binary that cannot be run is a clear error, not a crash", () => {
