@@ -38,9 +38,9 @@ pub use options::SqliteOptions;
 pub use schema::SCHEMA_VERSION;
 pub use worker::SqliteStore;
 
-use claim::{Claimed, OwnedClaim, answers_claim, claim_locked, fenced};
+use claim::{ClaimArgs, Claimed, OwnedClaim, answers_claim, claim_inline, claim_locked, fenced};
 use row::{after, entry_from, now_ms, read_live};
-use transaction::Immediate;
+use transaction::Transaction;
 
 impl SqliteOptions {
     /// Opens (creating it if needed) the database at `path`; `:memory:` is a private in-memory
@@ -85,7 +85,9 @@ impl Store for SqliteStore {
     /// Claims the request's key, in up to two steps:
     ///
     /// 1. A read of the key's live row: on the inline writer when it is free (then step 2, if
-    ///    needed, follows on it at once), else on a reader connection, else at the start of
+    ///    needed, follows on it at once, in the same deferred transaction, whose first write
+    ///    takes the write lock only if nothing was committed since the read, else the claim
+    ///    falls back as a busy one does), else on a reader connection, else at the start of
     ///    step 2, on the same connection. If the row answers the claim
     ///    by itself (settled, or held by somebody else and not to be taken over), that is the
     ///    answer: the read is one statement on one consistent snapshot, so the row was live at a
@@ -100,18 +102,12 @@ impl Store for SqliteStore {
     ///    again (same owner token), so the claim happens at most once.
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim> {
         let (owner, takeover) = (req.owner.as_str(), req.takeover);
-        // Steps 1 and 2 on the inline writer in one go when it is free: its page cache is
-        // current after its own commits, while in WAL mode a reader drops its whole cache
-        // whenever another connection has committed since its last read, so on a store that
-        // writes, a read on a reader first re-reads the pages it needs.
-        let inline = self.on_inline_writer("claim", |conn| {
-            if let Some(entry) = read_live(conn, req.key, now_ms())?
-                && answers_claim(&entry, owner, takeover, req.fingerprint)
-            {
-                return Ok(Claimed::Existing(Box::new(entry)));
-            }
-            claim_locked(conn, &OwnedClaim::of(req))
-        });
+        // Steps 1 and 2 on the inline writer in one go when it is free, in one deferred
+        // transaction (`claim_inline`): its page cache is current after its own commits,
+        // while in WAL mode a reader drops its whole cache whenever another connection has
+        // committed since its last read, so on a store that writes, a read on a reader first
+        // re-reads the pages it needs.
+        let inline = self.on_inline_writer("claim", |conn| claim_inline(conn, &ClaimArgs::of(req)));
         match inline {
             Some(Ok(claimed)) => {
                 if !matches!(claimed, Claimed::Existing(_)) {
@@ -140,7 +136,7 @@ impl Store for SqliteStore {
                 {
                     return Ok(Claimed::Existing(Box::new(entry)));
                 }
-                claim_locked(conn, &owned)
+                claim_locked(conn, &owned.args())
             })
             .await?;
         Ok(claimed.into())
@@ -257,7 +253,7 @@ impl Store for SqliteStore {
         let k = key.clone();
         let seen = seen.clone();
         self.write("resolve an entry", move |conn| {
-            let tx = Immediate::begin(conn)?;
+            let tx = Transaction::immediate(conn)?;
             let now = now_ms();
             let Some(entry) = read_live(conn, &k, now)? else {
                 tx.commit()?;
@@ -346,7 +342,7 @@ impl Store for SqliteStore {
     async fn delete(&self, key: &OperationKey) -> Result<bool> {
         let k = key.as_str().to_owned();
         self.on_thread("delete an entry", move |conn| {
-            let tx = Immediate::begin(conn)?;
+            let tx = Transaction::immediate(conn)?;
             let live = conn
                 .prepare_cached(sql::DELETE)?
                 .query_row(params![k, now_ms()], |r| r.get::<_, bool>(0))
@@ -362,7 +358,7 @@ impl Store for SqliteStore {
     /// `unknown` entry is kept for its retention.
     async fn purge_expired(&self) -> Result<u64> {
         self.on_thread("purge expired entries", move |conn| {
-            let tx = Immediate::begin(conn)?;
+            let tx = Transaction::immediate(conn)?;
             let purged = conn
                 .prepare_cached(sql::PURGE)?
                 .execute(params![now_ms()])?;

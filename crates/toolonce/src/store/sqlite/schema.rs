@@ -6,7 +6,7 @@
 use rusqlite::Connection;
 
 use super::error::sql_error;
-use super::transaction::Immediate;
+use super::transaction::Transaction;
 use crate::store::contract::DEFAULT_UNKNOWN_RETENTION;
 use crate::{Error, Result};
 
@@ -42,7 +42,7 @@ fn from_v1() -> String {
 /// once.
 pub(super) fn migrate(conn: &Connection, path: &str) -> Result<()> {
     let err = |doing| move |e| sql_error(path, doing, e);
-    let tx = Immediate::begin(conn).map_err(err("read the schema version"))?;
+    let tx = Transaction::immediate(conn).map_err(err("read the schema version"))?;
     let application_id: i32 = conn
         .pragma_query_value(None, "application_id", |r| r.get(0))
         .map_err(err("read the application id"))?;

@@ -12,6 +12,9 @@
 
 /// Takes the write lock for the operation's transaction.
 pub(super) const BEGIN: &str = "BEGIN IMMEDIATE";
+/// Begins the inline writer's claim, a read that becomes a write only when the row does not
+/// answer it (see `claim_inline`).
+pub(super) const BEGIN_DEFERRED: &str = "BEGIN";
 /// Ends it.
 pub(super) const COMMIT: &str = "COMMIT";
 

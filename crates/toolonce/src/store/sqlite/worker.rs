@@ -273,7 +273,7 @@ impl SqliteStore {
     ) -> Option<Result<T>> {
         let conn = match self.writer.as_ref()?.try_lock() {
             Ok(guard) => guard,
-            // A panic inside a write unwound through `Immediate`, which rolled back;
+            // A panic inside a write unwound through `Transaction`, which rolled back;
             // `in_autocommit` below checks it.
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => return None,
@@ -282,7 +282,7 @@ impl SqliteStore {
             return None;
         }
         let result = write(&conn);
-        // `Immediate` rolls back a transaction that did not commit (a busy `COMMIT` included);
+        // `Transaction` rolls back a transaction that did not commit (a busy `COMMIT` included);
         // if that rollback failed, the connection may still hold the write lock, and the
         // thread would only wait for it: report the error instead of falling back.
         let settled = in_autocommit(&conn);
@@ -446,7 +446,7 @@ pub(super) fn in_autocommit(conn: &Connection) -> bool {
 pub(super) fn serve(mut conn: Connection, jobs: mpsc::Receiver<Job>) {
     for job in jobs {
         // A panicking job drops its oneshot, so its caller gets an error; the thread carries on
-        // for the others. `Immediate` has rolled back any open transaction while unwinding.
+        // for the others. `Transaction` has rolled back any open transaction while unwinding.
         let _ = std::panic::catch_unwind(AssertUnwindSafe(|| job(&mut conn)));
     }
 }

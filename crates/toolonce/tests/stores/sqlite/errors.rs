@@ -257,6 +257,39 @@ async fn concurrent_claims_of_one_key_inline_and_on_the_thread_have_one_winner()
     }
 }
 
+/// Each store's inline writer claims in a deferred transaction whose write must not land on a
+/// snapshot another connection has committed past: two handles on one file (as two processes
+/// are) race for every key, so one's read often precedes the other's commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_claims_of_one_key_from_two_stores_on_one_file_have_one_winner() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("race2.db");
+    let stores = [
+        Arc::new(SqliteStore::open(&path).unwrap()),
+        Arc::new(SqliteStore::open(&path).unwrap()),
+    ];
+    for round in 0..100 {
+        let (key, fp) = conformance::op(&format!("race{round}"));
+        let tasks: Vec<_> = (0..8)
+            .map(|i| {
+                let (store, key, fp) = (stores[i % 2].clone(), key.clone(), fp.clone());
+                tokio::spawn(async move { store.claim_fresh(&key, &fp, conformance::LONG).await })
+            })
+            .collect();
+        let mut won = 0;
+        for task in tasks {
+            match task.await.unwrap().unwrap() {
+                Fresh::Won(_) => won += 1,
+                Fresh::Existing(entry) => assert!(
+                    matches!(entry.state, EntryState::Running { .. }),
+                    "round {round}: {entry:?}"
+                ),
+            }
+        }
+        assert_eq!(won, 1, "round {round}");
+    }
+}
+
 #[tokio::test]
 async fn an_entry_whose_result_is_not_json_is_reported_corrupt() {
     let dir = tempfile::tempdir().unwrap();

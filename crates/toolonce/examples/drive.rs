@@ -1,0 +1,84 @@
+//! Profiling aid: drives a `Toolbox` with one write tool on a store, N first-time calls or N
+//! replays of one call, on a 2-worker multi-thread runtime, so a profiler (strace -c,
+//! perf, callgrind) sees only toolonce's side. `drive URL first|replay N`.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use toolonce::{ToolError, Toolbox, WriteContext, WriteOptions, WriteTool};
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Args {
+    n: u64,
+    cents: u64,
+}
+
+struct Charge;
+
+impl WriteTool for Charge {
+    type Args = Args;
+    type Output = Value;
+    fn name(&self) -> &str {
+        "bench_charge"
+    }
+    fn description(&self) -> &str {
+        "Charges nothing."
+    }
+    async fn call(&self, _ctx: WriteContext, args: Args) -> Result<Value, ToolError> {
+        Ok(
+            json!({"receipt": format!("re_{:012}", args.n), "cents": args.cents, "status": "succeeded"}),
+        )
+    }
+}
+
+fn main() {
+    let mut argv = std::env::args().skip(1);
+    let url = argv.next().expect("URL");
+    let mode = argv.next().expect("first|replay");
+    let n: u64 = argv.next().expect("N").parse().expect("N");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let store = toolonce::store::open(&url).await.expect("store");
+        let run = format!("{:x}", std::process::id());
+        let toolbox = Arc::new(
+            Toolbox::builder(store)
+                .scope(format!("drive-{run}"))
+                .write_with(
+                    Charge,
+                    WriteOptions::new()
+                        .lease(std::time::Duration::from_secs(60))
+                        .retention(std::time::Duration::from_secs(600)),
+                )
+                .build()
+                .unwrap(),
+        );
+        let first = mode == "first";
+        let t = tokio::spawn(async move {
+            if !first {
+                toolbox
+                    .call("bench_charge", json!({"n": u64::MAX, "cents": 500}))
+                    .await;
+            }
+            let start = std::time::Instant::now();
+            for i in 0..n {
+                let op = if first { i } else { u64::MAX };
+                let a = toolbox
+                    .call("bench_charge", json!({"n": op, "cents": 500}))
+                    .await;
+                assert!(!a.is_error, "{}", a.content);
+            }
+            start.elapsed()
+        });
+        let took = t.await.unwrap();
+        eprintln!(
+            "{} calls in {:?}: {:.1} µs/call",
+            n,
+            took,
+            took.as_secs_f64() * 1e6 / n as f64
+        );
+    });
+}
