@@ -4,12 +4,13 @@
 //! and no trip through the `to_python` thread. `call.rs` stays for the other loops.
 //!
 //! A [`Polled`] call is polled with the GIL released and the runtime entered. When it cannot
-//! progress, the coroutine parks an asyncio future on it; its waker, called on any thread (a
-//! runtime worker, the I/O driver), never takes the GIL nor waits for the loop: it queues the
-//! call on its loop's [`Pump`] and writes a byte to a socket the loop watches
-//! (`loop.add_reader`), and [`Pump::drain`], run by the loop, hands back the parked futures to
-//! resolve. The lease heartbeat is the layer's runtime task, as for every call: a coroutine
-//! that blocks the loop stops only its own call's progress, never a renewal.
+//! progress, the coroutine parks its awaitable on it (`_pump._Wake`); its waker, called on any
+//! thread (a runtime worker, the I/O driver), never takes the GIL nor waits for the loop: it
+//! queues the call on its loop's [`Pump`] and writes a byte to a socket the loop watches
+//! (`loop.add_reader`), and [`Pump::drain`], run by the loop, hands back the parked awaitables,
+//! whose tasks `_pump._drain` steps then and there. The lease heartbeat is the layer's runtime
+//! task, as for every call: a coroutine that blocks the loop stops only its own call's
+//! progress, never a renewal.
 
 use std::future::Future;
 #[cfg(unix)]
@@ -108,7 +109,7 @@ impl Pump {
         Err(PyNotImplementedError::new_err("no socket pair here"))
     }
 
-    /// Run by the loop when the socket is readable: the futures parked on the calls woken
+    /// Run by the loop when the socket is readable: the awaitables parked on the calls woken
     /// since, to resolve. The socket is emptied before the queue is taken, so a wake queued
     /// meanwhile leaves a byte for the next round rather than being lost.
     fn drain(&self) -> Vec<Py<PyAny>> {
@@ -153,7 +154,7 @@ struct State {
     queued: bool,
     /// Being polled on the loop's thread, which looks at `woken` before it stops.
     polling: bool,
-    /// The asyncio future the coroutine awaits until the call is woken.
+    /// What the coroutine awaits until the call is woken (`_pump._Wake`).
     parked: Option<Py<PyAny>>,
 }
 
@@ -308,12 +309,12 @@ impl Polled {
 
 #[pymethods]
 impl Polled {
-    /// Polls the call: its next event, or `None` when it must wait (park a future on it).
+    /// Polls the call: its next event, or `None` when it must wait (park an awaitable on it).
     fn poll(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
         self.drive(py, || ())
     }
 
-    /// Parks `future`, resolved by the pump once the call is woken; `False` when it already
+    /// Parks `future`, woken by the pump once the call is woken; `False` when it already
     /// was (poll again now).
     fn park(&self, future: Py<PyAny>) -> bool {
         let mut state = lock(&self.shared.state);

@@ -6,6 +6,7 @@ a loop that cannot watch a descriptor (the runtime's pump)."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -128,3 +129,102 @@ def test_a_loop_that_cannot_watch_a_descriptor_still_runs_each_operation_once(st
         finally:
             loop.close()
     assert sorted(runs.calls) == list(range(20))
+
+
+# A woken call is stepped by the pump's reader callback itself (`_pump._Wake`), not by the loop
+# one iteration later: what a task expects of the future it awaits must still hold there.
+
+_caller = contextvars.ContextVar("caller", default="none")
+
+
+def test_a_woken_call_resumes_in_its_own_tasks_context_among_many_woken_together(store, run_id):
+    @toolonce.write(store, in_flight=toolonce.Wait(30))
+    async def seen(task: int) -> list:
+        before = _caller.get()
+        await asyncio.sleep(0)
+        return [before, _caller.get()]
+
+    async def one(task: int) -> list:
+        _caller.set(f"task {task}")
+        first = await seen(task=task, scope=run_id)  # a claim and a settle: two wakes
+        after_first = _caller.get()
+        again = await seen(task=task, scope=run_id)  # replayed: one read, one wake
+        return [first, after_first, again, _caller.get()]
+
+    async def main() -> list:
+        return await asyncio.gather(*(one(t) for t in range(40)))
+
+    for t, (first, after_first, again, after) in enumerate(asyncio.run(main())):
+        mine = f"task {t}"
+        assert first == [mine, mine]
+        assert again == first
+        assert after_first == after == mine
+
+
+def test_tasks_cancelled_by_other_tasks_as_they_are_woken_end_cancelled_and_run_at_most_once(
+    store, run_id
+):
+    runs = Counter()
+
+    @toolonce.write(store, in_flight=toolonce.Wait(30))
+    async def charge(order: int) -> int:
+        runs.add(order)
+        return order
+
+    async def main() -> list:
+        tasks: list = []
+
+        async def one(i: int) -> int:
+            answer = await charge(order=i, scope=run_id)
+            # Woken in the same drain as its neighbours, maybe: cancel the next one wherever
+            # it is (parked on the store, or already woken and not yet resumed).
+            if i + 1 < len(tasks):
+                tasks[i + 1].cancel()
+            return answer
+
+        tasks.extend(asyncio.ensure_future(one(i)) for i in range(60))
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+    answers = asyncio.run(asyncio.wait_for(main(), 30))
+    assert answers[0] == 0
+    for i, answer in enumerate(answers):
+        assert answer == i or isinstance(answer, asyncio.CancelledError), (i, answer)
+    assert len(runs.calls) == len(set(runs.calls))  # none ran twice
+
+    async def replay() -> list:
+        return [(await charge.call_detailed(order=i, scope=run_id)).outcome for i in range(60)]
+
+    # Each operation is replayed, or was released by its cancelled caller and runs now; none
+    # is left held.
+    outcomes = asyncio.run(asyncio.wait_for(replay(), 30))
+    assert set(outcomes) <= {"replayed", "executed"}
+    assert sorted(runs.calls) == list(range(60))
+
+
+def test_ctrl_c_out_of_one_woken_task_reaches_the_caller_and_the_others_still_finish(store, run_id):
+    started: list = []
+    finished: list = []
+
+    @toolonce.write(store, in_flight=toolonce.Wait(30))
+    async def charge(order: int) -> int:
+        if order == 3:
+            raise KeyboardInterrupt  # as Ctrl-C does when it lands in this task's step
+        return order
+
+    async def one(i: int) -> None:
+        started.append(i)
+        try:
+            await charge(order=i, scope=run_id)
+            await charge(order=i, scope=run_id)  # a second wait, after the interruption
+        finally:
+            finished.append(i)
+
+    async def main() -> None:
+        await asyncio.gather(*(one(i) for i in range(20)))
+
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(main())
+    # asyncio.run cancelled the rest and ran them to their end: none was left parked (a task
+    # the interruption came before never started).
+    assert 3 in started
+    assert sorted(finished) == sorted(started)
