@@ -1,6 +1,9 @@
 //! Profiling aid: drives a `Toolbox` with one write tool on a store, N first-time calls or N
 //! replays of one call, on a 2-worker multi-thread runtime, so a profiler (strace -c,
 //! perf, callgrind) sees only toolonce's side. `drive URL first|replay N`.
+//!
+//! Unlike `toolonce bench`, it leaves what it wrote in the store: entries under the scope
+//! `drive-<pid>`, each kept for its 10-minute retention (`toolonce purge` removes them after).
 
 use std::sync::Arc;
 
