@@ -48,7 +48,7 @@ export type Answer = (
   | { outcome: Outcome; key: string; stored: StoredError }
   | { outcome: Outcome; key: string; refused: string; detail?: unknown }
 ) & {
-  /** Set when the handler ran but its outcome was not simply recorded (see `settleNotice`). */
+  /** Set when the handler ran but its outcome was not simply recorded (see `noted`). */
   notice?: string;
 };
 
@@ -168,7 +168,7 @@ async function execute(call: WriteCall, owner: string, mayHaveRunBefore: boolean
     const permanent = isPermanent(thrown.error);
     const written = await settle(call, owner, permanent ? { failed: errorJson(thrown.error, "permanent") } : { released: true });
     if (written === "not_owner") lostClaim(tool, key);
-    return { outcome: "executed", key, thrown: thrown.error, permanent, ...settleNotice(written) };
+    return noted({ outcome: "executed", key, thrown: thrown.error, permanent }, written);
   }
   // The handler ran: from here nothing releases the operation. What cannot be stored as it is
   // is stored as what stands for it: a failure that says why.
@@ -185,37 +185,37 @@ async function execute(call: WriteCall, owner: string, mayHaveRunBefore: boolean
     warn(`${tool} (${key}) ran, but its result cannot be stored (${notJson}); recorded as a failure instead`);
     const written = await settle(call, owner, { failed: JSON.stringify(error) });
     if (written === "not_owner") lostClaim(tool, key);
-    return { outcome: "executed", key, stored: error, ...settleNotice(written) };
+    return noted({ outcome: "executed", key, stored: error }, written);
   }
   const why = unstorableResult(resultJson);
   if (why !== undefined) warn(`${tool} (${key}) ran, but its result cannot be stored (${why}); recorded as a failure instead`);
   const written = await settle(call, owner, why === undefined ? { done: resultJson } : { failed: JSON.stringify(unstorable(tool, why)) });
   if (written === "not_owner") lostClaim(tool, key);
   // The first caller gets what a reader of the stored JSON gets.
-  return { outcome: "executed", key, result: readJson(resultJson), ...settleNotice(written) };
+  return noted({ outcome: "executed", key, result: readJson(resultJson) }, written);
 }
 
 /**
- * What the caller of an executed call is told when its outcome was not simply recorded, in the
- * words of the Rust layer (`WriteAnswer::notice`); nothing when it was.
+ * `answer` with what the caller of an executed call is told when its outcome was not simply
+ * recorded, in the words of the Rust layer (`WriteAnswer::notice`); as it is when it was. Set
+ * in place rather than spread in: a spread copies the answer on every first-time call.
  */
-function settleNotice(written: "applied" | "not_owner" | "unwritten"): { notice?: string } {
+function noted(answer: Answer, written: "applied" | "not_owner" | "unwritten"): Answer {
   switch (written) {
     case "applied":
-      return {};
+      break;
     case "not_owner":
-      return {
-        notice:
-          "The outcome was not recorded: the claim was lost while the tool ran (its lease expired, and the operation " +
-          "was taken over or settled by someone else), so another call may have run it too.",
-      };
+      answer.notice =
+        "The outcome was not recorded: the claim was lost while the tool ran (its lease expired, and the operation " +
+        "was taken over or settled by someone else), so another call may have run it too.";
+      break;
     case "unwritten":
-      return {
-        notice:
-          "The outcome could not be recorded (the store failed; its log says how): an identical call finds the " +
-          "operation running until its lease ends, then interrupted, and never gets this outcome.",
-      };
+      answer.notice =
+        "The outcome could not be recorded (the store failed; its log says how): an identical call finds the " +
+        "operation running until its lease ends, then interrupted, and never gets this outcome.";
+      break;
   }
+  return answer;
 }
 
 function lostClaim(tool: string, key: string): void {

@@ -242,3 +242,23 @@ test("the held values are bounded: past the limit the oldest owner's is forgotte
   assert.ok(values.take("owner-1"));
   assert.equal(values.take("owner-1"), undefined);
 });
+
+test("a call on a closed store with the native claim is refused as store_unavailable and neither runs nor writes anything", async () => {
+  const server = await startValkey();
+  const redis = new Redis(server.url);
+  try {
+    const store = await openStore(server.url);
+    let ran = 0;
+    const tool = idempotent({ kind: "write", name: "closed_store", run: async () => ++ran }, store);
+    await store.close();
+    const runId = uniqueRunId();
+    const answer = await tool.runDetailed({ n: 1 }, { runId });
+    assert.equal(answer.outcome, "store_unavailable");
+    assert.match(answer.error.message, /the store is closed/);
+    assert.equal(ran, 0);
+    assert.equal(await redis.exists(idemKey(runId, "closed_store", { n: 1 })), 0);
+  } finally {
+    redis.disconnect();
+    server.child.kill("SIGKILL");
+  }
+});

@@ -55,11 +55,13 @@ export interface RedisSettings {
   nativeClaim: boolean;
 }
 
+const ABOUT = ["scope", "tool", "detail"] as const;
+
 /** The running entry a claim writes (the shape entry.lua's `ours` and owned.lua's fence read). */
 function runningValue(req: ClaimRequest, startedMs: number, retentionMs: number): string {
   const digest = hexDigest("sha1", req.owner);
   let out = `{"status":"running","startedAt":${startedMs},"owner":"${digest}","retention":${retentionMs},"fingerprint":"${req.fingerprint}","firstStartedAt":${startedMs},"attempts":1`;
-  for (const name of ["scope", "tool", "detail"] as const) {
+  for (const name of ABOUT) {
     const value = req.about[name];
     if (value !== undefined) out += `,"${name}":${JSON.stringify(value)}`;
   }
@@ -168,7 +170,14 @@ export class RedisBackend implements Backend {
     const value = runningValue(req, started, retention);
     if (this.native) {
       const redisKey = this.redisKey(req.key);
-      const reply = await this.send(["SET", redisKey, value, "NX", "GET", "PX", String(lease + retention)], redisKey);
+      if (this.closed) throw new StoreError("the store is closed", false);
+      // Awaited here rather than through `send`: its `then` is one more promise on every call.
+      let reply: unknown;
+      try {
+        reply = await this.link.send(["SET", redisKey, value, "NX", "GET", "PX", String(lease + retention)], redisKey);
+      } catch (e) {
+        throw storeError(e);
+      }
       if (reply === null || reply === undefined) {
         // Exactly what the key now holds: the owner's settles compare it whole.
         this.held.remember(req.owner, held(value, started, retention));
@@ -213,11 +222,13 @@ export class RedisBackend implements Backend {
     return renewed;
   }
 
-  async complete(key: string, owner: string, resultJson: string, retentionMs: number): Promise<boolean> {
+  // Not async functions: an async function returning a promise takes two more turns of the
+  // microtask queue to adopt it, on every first-time call.
+  complete(key: string, owner: string, resultJson: string, retentionMs: number): Promise<boolean> {
     return this.settle(key, owner, '{"status":"done","result":' + resultJson, "completedAt", clampMs(retentionMs), theScripts().complete);
   }
 
-  async fail(key: string, owner: string, errorJson: string | undefined, retentionMs: number): Promise<boolean> {
+  fail(key: string, owner: string, errorJson: string | undefined, retentionMs: number): Promise<boolean> {
     if (errorJson === undefined) return this.settle(key, owner, "", "failedAt", undefined, theScripts().fail);
     return this.settle(key, owner, '{"status":"failed","error":' + errorJson, "failedAt", clampMs(retentionMs), theScripts().fail);
   }
