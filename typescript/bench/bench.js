@@ -3,7 +3,11 @@
 // complete; crates/toolonce/tests/interop/reference_worker.ts) against toolonce's `idempotent`
 // on one Redis, in the same run: first-time calls and replays, 1 and 8 concurrent callers,
 // OPERATIONS calls per measurement, ROUNDS rounds with the two designs alternating, the best
-// round of each kept. Then toolonce alone on memory:// (no store I/O): microseconds per call.
+// round of each kept (`ratio`: best over best), and beside it the median of the rounds' own
+// ratios (`median_round_ratio`: each round runs the two back to back, so drift in the
+// machine's load, which moves whole rounds on a shared machine, cancels out; the Rust bench's
+// ratio is taken the same way). Then toolonce alone on memory:// (no store I/O): microseconds
+// per call.
 //
 // Redis: --store URL, else a server of its own on a free port: redis-server, or with --server
 // valkey the valkey-server 8.1 of scripts/install-valkey (it has `SET … IFEQ`, so toolonce's
@@ -94,15 +98,25 @@ async function main() {
   const results = [];
   for (const w of workloads) {
     const best = { reference: 0, toolonce: 0 };
+    const ratios = [];
     for (let round = 0; round < ROUNDS; round++) {
-      for (const d of round % 2 ? ["toolonce", "reference"] : ["reference", "toolonce"]) best[d] = Math.max(best[d], await measure(w, d));
+      const got = {};
+      for (const d of round % 2 ? ["toolonce", "reference"] : ["reference", "toolonce"]) {
+        got[d] = await measure(w, d);
+        best[d] = Math.max(best[d], got[d]);
+      }
+      ratios.push(got.toolonce / got.reference);
     }
+    ratios.sort((a, b) => a - b);
+    const mid = ratios.length >> 1;
+    const median = ratios.length % 2 ? ratios[mid] : (ratios[mid - 1] + ratios[mid]) / 2;
     results.push({
       workload: w.workload,
       concurrency: w.concurrency,
       reference_ops_s: Math.round(best.reference),
       toolonce_ops_s: Math.round(best.toolonce),
       ratio: Number((best.toolonce / best.reference).toFixed(2)),
+      median_round_ratio: Number(median.toFixed(2)),
     });
   }
 
@@ -122,8 +136,8 @@ async function main() {
     process.stdout.write(JSON.stringify({ store: shown, server, package: label, node: process.version, operations: OPERATIONS, rounds: ROUNDS, results, memory_us_per_call: perCall }) + "\n");
   } else {
     console.log(`${server} at ${shown}, node ${process.version}, ${OPERATIONS} operations per measurement, best of ${ROUNDS} rounds, package ${label}\n`);
-    const header = ["workload", "callers", "reference ops/s", "toolonce ops/s", "ratio"];
-    const rows = results.map((r) => [r.workload, r.concurrency, r.reference_ops_s, r.toolonce_ops_s, r.ratio.toFixed(2) + "×"]);
+    const header = ["workload", "callers", "reference ops/s", "toolonce ops/s", "ratio", "median round ratio"];
+    const rows = results.map((r) => [r.workload, r.concurrency, r.reference_ops_s, r.toolonce_ops_s, r.ratio.toFixed(2) + "×", r.median_round_ratio.toFixed(2) + "×"]);
     const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => String(r[i]).length)));
     const line = (cells) => "| " + cells.map((c, i) => String(c).padEnd(widths[i])).join(" | ") + " |";
     console.log(line(header));
