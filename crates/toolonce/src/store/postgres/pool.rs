@@ -11,7 +11,7 @@ use deadpool_postgres::tokio_postgres::types::ToSql;
 use deadpool_postgres::tokio_postgres::{self, NoTls, Row, Statement};
 use deadpool_postgres::{
     ClientWrapper, Hook, Manager, ManagerConfig, Object, Pool, PoolError, QueueMode,
-    RecyclingMethod, Runtime,
+    RecyclingMethod, Runtime, TimeoutType, Timeouts,
 };
 
 use super::tls::TlsOptions;
@@ -257,7 +257,8 @@ impl PostgresStoreBuilder {
             .runtime(Runtime::Tokio1)
             .wait_timeout(Some(self.wait_timeout))
             .create_timeout(Some(self.connect_timeout))
-            .recycle_timeout(Some(self.connect_timeout))
+            // No recycle timeout: `Fast` recycling awaits nothing, and a timeout would still
+            // arm a timer on every checkout.
             .post_create(Hook::async_fn(move |client: &mut ClientWrapper, _| {
                 let sql = Arc::clone(&prepare);
                 Box::pin(async move {
@@ -448,9 +449,20 @@ pub(super) async fn prepare_all(client: &ClientWrapper, sql: &Sql) {
 }
 
 impl PostgresStore {
-    /// Takes a connection from the pool.
+    /// Takes a connection from the pool. A free one (or room for a new one) is taken without
+    /// waiting, so without arming the wait timeout's timer: a timer per checkout cost about
+    /// 1.5k instructions under callgrind, and on an otherwise idle runtime a wake-up of a
+    /// parked worker thread. Only a caller that has to wait for a busy pool arms it.
     pub(super) async fn checkout(&self) -> Result<Object> {
-        self.pool.get().await.map_err(|e| match e {
+        let at_once = Timeouts {
+            wait: Some(Duration::ZERO),
+            ..self.pool.timeouts()
+        };
+        let got = match self.pool.timeout_get(&at_once).await {
+            Err(PoolError::Timeout(TimeoutType::Wait)) => self.pool.get().await,
+            other => other,
+        };
+        got.map_err(|e| match e {
             PoolError::Timeout(kind) => Error::unavailable(format!(
                 "timed out waiting for a PostgreSQL connection ({kind:?})"
             )),
