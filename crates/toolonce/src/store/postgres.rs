@@ -26,6 +26,7 @@ use crate::{Error, Result};
 mod constants;
 mod error;
 mod pool;
+mod prepared;
 mod row;
 mod schema;
 mod sql;

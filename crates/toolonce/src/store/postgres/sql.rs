@@ -190,6 +190,13 @@ impl Sql {
         .into_iter()
         .map(String::as_str)
     }
+
+    /// The place of one of these statements in [`all`](Self::all), found by address: the
+    /// operations pass the texts of this very struct, so no text is read or compared.
+    pub(super) fn slot(&self, text: &str) -> Option<usize> {
+        self.all()
+            .position(|s| std::ptr::eq(s.as_ptr(), text.as_ptr()) && s.len() == text.len())
+    }
 }
 
 /// Checks a table name: 1 to [`MAX_TABLE_NAME`] ASCII letters, digits and underscores, not

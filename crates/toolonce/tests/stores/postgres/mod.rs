@@ -64,6 +64,7 @@ async fn shared_psql(sql: String) -> String {
         .unwrap()
 }
 
+mod connections;
 mod crash;
 mod migrations;
 mod outage;
