@@ -140,15 +140,25 @@ export class RedisBackend implements Backend {
     return this.prefix + key;
   }
 
-  // Not an async function: every call of every operation comes through here, and a `then` on
-  // the client's promise is one promise where an async wrapper and its await are two.
-  private send(args: string[], key: string): Promise<unknown> {
+  /**
+   * The client's own promise for `args`, the client's errors as they come: the one place that
+   * refuses a closed store and turns a synchronous throw into a rejection. Callers that read
+   * the raw error (`setIfeq`: an `ERR` refusal) or await it in place (the native claim, with no
+   * `then` of its own) use it directly; everything else goes through `send`.
+   */
+  private request(args: string[], key: string): Promise<unknown> {
     if (this.closed) return Promise.reject(new StoreError("the store is closed", false));
     try {
-      return this.link.send(args, key).then(undefined, rejectAsStoreError);
+      return this.link.send(args, key);
     } catch (e) {
       return Promise.reject(storeError(e));
     }
+  }
+
+  // Not an async function: every call of every operation comes through here, and a `then` on
+  // the client's promise is one promise where an async wrapper and its await are two.
+  private send(args: string[], key: string): Promise<unknown> {
+    return this.request(args, key).then(undefined, rejectAsStoreError);
   }
 
   /** Runs a script by its hash, loading it again if the server lost it (a restart, SCRIPT FLUSH). */
@@ -170,11 +180,10 @@ export class RedisBackend implements Backend {
     const value = runningValue(req, started, retention);
     if (this.native) {
       const redisKey = this.redisKey(req.key);
-      if (this.closed) throw new StoreError("the store is closed", false);
       // Awaited here rather than through `send`: its `then` is one more promise on every call.
       let reply: unknown;
       try {
-        reply = await this.link.send(["SET", redisKey, value, "NX", "GET", "PX", String(lease + retention)], redisKey);
+        reply = await this.request(["SET", redisKey, value, "NX", "GET", "PX", String(lease + retention)], redisKey);
       } catch (e) {
         throw storeError(e);
       }
@@ -254,17 +263,12 @@ export class RedisBackend implements Backend {
 
   /** `SET redisKey value IFEQ expected PX px`: one atomic compare-and-set on the server. */
   private setIfeq(redisKey: string, value: string, expected: string, px: number): Promise<Native> {
-    if (this.closed) return Promise.reject(new StoreError("the store is closed", false));
-    try {
-      return this.link.send(["SET", redisKey, value, "IFEQ", expected, "PX", String(px)], redisKey).then(nativeReply, (e: unknown) => {
-        // `ERR` refuses the command itself (`syntax error`): nothing was written. Anything
-        // else (a lost connection, a timeout) may have been written, and fails closed.
-        if (isErrRefusal(e)) return "refused";
-        throw storeError(e);
-      });
-    } catch (e) {
-      return Promise.reject(storeError(e));
-    }
+    return this.request(["SET", redisKey, value, "IFEQ", expected, "PX", String(px)], redisKey).then(nativeReply, (e: unknown) => {
+      // `ERR` refuses the command itself (`syntax error`): nothing was written. Anything
+      // else (a lost connection, a timeout) may have been written, and fails closed.
+      if (isErrRefusal(e)) return "refused";
+      throw storeError(e);
+    });
   }
 
   async resolve(key: string, seen: Seen, resolution: Resolution, retentionMs: number): Promise<Resolved> {
