@@ -61,11 +61,18 @@ def test_async_calls_on_loops_in_two_threads_are_each_answered_on_their_own_loop
     async def where(side: str, n: int) -> list:
         return [side, id(asyncio.get_running_loop())]
 
+    # Both loops run at once (each waits for the other before its calls), which is the case
+    # under test, and which keeps both alive: a loop already collected could leave its id to
+    # the next one, and the two ids would compare equal though the loops were two.
+    both_running = threading.Barrier(2)
+
     def side(name: str) -> set:
         async def main() -> set:
             loop = id(asyncio.get_running_loop())
+            await asyncio.to_thread(both_running.wait, 30)
             answers = await asyncio.gather(*(where(side=name, n=n, scope=run_id) for n in range(50)))
             assert {tuple(a) for a in answers} == {(name, loop)}
+            await asyncio.to_thread(both_running.wait, 30)
             return {loop}
 
         return asyncio.run(main())
