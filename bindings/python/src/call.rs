@@ -68,6 +68,24 @@ pub(crate) fn take<T>(slot: &Mutex<Option<T>>) -> Option<T> {
     slot.lock().unwrap_or_else(|e| e.into_inner()).take()
 }
 
+/// Answers the replies a cancelled caller will never give, for both pumps: a run not started
+/// gets a transient error (nothing ran, so the layer releases the claim), a verify probe
+/// "cannot tell" (the entry stays `unknown`). A reply already taken, the run's once the
+/// function was called, is left alone: its outcome is the layer's to record.
+pub(crate) fn refuse_pending(
+    run: &Mutex<Option<oneshot::Sender<Result<Value, ToolError>>>>,
+    verify: &Mutex<Option<oneshot::Sender<Verified>>>,
+) {
+    if let Some(reply) = take(run) {
+        let _ = reply.send(Err(ToolError::transient(
+            "the caller was cancelled before the tool ran",
+        )));
+    }
+    if let Some(reply) = take(verify) {
+        let _ = reply.send(Verified::CannotTell);
+    }
+}
+
 /// Starts a write call of `tool` in `scope` with `args` on `store`. With `deliver`, events are
 /// passed to it (from a runtime thread, GIL taken); without, the caller reads them with
 /// [`Call::wait`].
@@ -195,14 +213,7 @@ impl Call {
     /// wins the claim, it gets a transient error at once and releases the operation. The call
     /// finishes in the background.
     fn cancel(&self) {
-        if let Some(reply) = take(&self.run_reply) {
-            let _ = reply.send(Err(ToolError::transient(
-                "the caller was cancelled before the tool ran",
-            )));
-        }
-        if let Some(reply) = take(&self.verify_reply) {
-            let _ = reply.send(Verified::CannotTell);
-        }
+        refuse_pending(&self.run_reply, &self.verify_reply);
         take(&self.task);
     }
 

@@ -27,7 +27,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use toolonce::{About, ToolError, Verified, WriteAnswer};
 
-use crate::call::take;
+use crate::call::{refuse_pending, take};
 use crate::event::Event;
 use crate::reply::{Answer, Reply};
 use crate::runtime::runtime;
@@ -350,14 +350,7 @@ impl Polled {
     /// (cancelled, interrupted): as `Call.cancel`, a won claim gets a transient error at once
     /// and is released, and the call finishes on the runtime, where it is moved.
     fn cancel(&self) {
-        if let Some(reply) = take(&self.run_reply) {
-            let _ = reply.send(Err(ToolError::transient(
-                "the caller was cancelled before the tool ran",
-            )));
-        }
-        if let Some(reply) = take(&self.verify_reply) {
-            let _ = reply.send(Verified::CannotTell);
-        }
+        refuse_pending(&self.run_reply, &self.verify_reply);
         if let Some(future) = take(&self.future) {
             drop(runtime().spawn(future));
         }

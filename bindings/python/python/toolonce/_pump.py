@@ -96,18 +96,9 @@ async def run_async(tool: WriteTool, args: tuple, kwargs: dict) -> Answer:
             except BaseException:
                 call.cancel()
                 raise
-        kind = event[0]
-        if kind == "done":
+        if event[0] == "done":
             return attempt.answer(event)
-        if kind == "verify":
-            reply = await attempt.verify_async(event[1])
-        else:
-            reply = await attempt.run_async(event[1], event[2])
-            if reply is None:
-                # Cancelled or interrupted mid-run: it may have taken effect, so nothing is
-                # recorded; the operation is `unknown` once its lease expires.
-                call.abandon()
-                raise attempt.exc  # type: ignore[misc]
+        reply = await _reply_to(attempt, call, event)
         try:
             event = call.reply(reply)
         except BaseException:
@@ -253,6 +244,20 @@ class _Wake:
             self._loop.call_soon(fn, self, context=context)
 
 
+async def _reply_to(attempt: Attempt, call: Any, event: tuple) -> Any:
+    """The reply to a `run` or `verify` event, the same for both pumps: the function's outcome,
+    or the probe's. A run cancelled or interrupted midway may have taken effect, so nothing is
+    recorded: the call is abandoned (the operation is `unknown` once its lease expires) and the
+    interruption goes on up."""
+    if event[0] == "verify":
+        return await attempt.verify_async(event[1])
+    reply = await attempt.run_async(event[1], event[2])
+    if reply is None:
+        call.abandon()
+        raise attempt.exc  # type: ignore[misc]
+    return reply
+
+
 async def _run_async_handoff(
     tool: WriteTool, attempt: Attempt, scope: str, key_args: Any, loop: asyncio.AbstractEventLoop
 ) -> Answer:
@@ -265,17 +270,10 @@ async def _run_async_handoff(
         except BaseException:
             call.cancel()
             raise
-        kind = event[0]
-        if kind == "done":
+        if event[0] == "done":
             call.finish()
             return attempt.answer(event)
-        if kind == "verify":
-            reply = await attempt.verify_async(event[1])
-        else:
-            reply = await attempt.run_async(event[1], event[2])
-            if reply is None:
-                call.abandon()
-                raise attempt.exc  # type: ignore[misc]
+        reply = await _reply_to(attempt, call, event)
         waiter.arm()
         call.reply(reply)
 
