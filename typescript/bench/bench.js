@@ -20,24 +20,19 @@
 
 const path = require("node:path");
 const Redis = require("ioredis");
-const { compileReferenceWorker, startRedis, startValkey } = require("../test/support.js");
+const { compileReferenceWorker } = require("../test/support.js");
+const { option, redisUrl } = require("./options.js");
 
 const OPERATIONS = Number(process.env.TOOLONCE_BENCH_OPERATIONS ?? 2000);
 const ROUNDS = Number(process.env.TOOLONCE_BENCH_ROUNDS ?? 5);
 const REPLAY_KEYS = 64;
 
-function option(name) {
-  const i = process.argv.indexOf(name);
-  return i < 0 ? undefined : process.argv[i + 1];
-}
 
 async function main() {
   const json = process.argv.includes("--json");
   const pkg = option("--package") ?? path.join(__dirname, "..");
   const { openStore, idempotent } = require(path.resolve(pkg));
-  const serverKind = option("--server") ?? "redis";
-  if (!["redis", "valkey"].includes(serverKind)) throw new Error(`--server ${serverKind}: redis or valkey`);
-  const url = option("--store") ?? (await (serverKind === "valkey" ? startValkey() : startRedis())).url;
+  const url = await redisUrl();
   const reference = require(compileReferenceWorker());
   const redis = new Redis(url);
   const info = await redis.info("server");

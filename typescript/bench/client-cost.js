@@ -14,16 +14,13 @@
 
 const path = require("node:path");
 const Redis = require("ioredis");
-const { compileReferenceWorker, startRedis, startValkey } = require("../test/support.js");
+const { compileReferenceWorker } = require("../test/support.js");
+const { option, redisUrl } = require("./options.js");
 
 const OPERATIONS = Number(process.env.TOOLONCE_BENCH_OPERATIONS ?? 20000);
 const ROUNDS = Number(process.env.TOOLONCE_BENCH_ROUNDS ?? 5);
 const REPLAY_KEYS = 64;
 
-function option(name) {
-  const i = process.argv.indexOf(name);
-  return i < 0 ? undefined : process.argv[i + 1];
-}
 
 async function main() {
   const mode = process.argv[2] ?? "memory";
@@ -32,8 +29,7 @@ async function main() {
   const { openStore, idempotent } = require(pkg);
   let url = "memory://";
   let client;
-  const server = option("--server") === "valkey" ? startValkey : startRedis;
-  if (mode !== "memory") url = option("--store") ?? (await server()).url;
+  if (mode !== "memory") url = await redisUrl();
   if (mode === "client" || mode === "reference") client = new Redis(url);
   const store = mode === "reference" ? undefined : await openStore(client ?? url);
   const handler = async (args) => ({ ok: true, n: args.n });
