@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::tokio_postgres::types::ToSql;
-use deadpool_postgres::tokio_postgres::{self, NoTls, Row, Statement};
+use deadpool_postgres::tokio_postgres::{self, NoTls, Row};
 use deadpool_postgres::{
     ClientWrapper, Hook, Manager, ManagerConfig, Object, Pool, PoolError, QueueMode,
     RecyclingMethod, Runtime, TimeoutType, Timeouts,
@@ -487,7 +487,7 @@ impl PostgresStore {
         loop {
             let client = self.checkout().await?;
             let statement = async {
-                let statement = self.statement(&client, sql).await?;
+                let statement = self.prepared.statement(&self.sql, &client, sql).await?;
                 match exec {
                     Exec::Rows => client.query(&statement, params).await.map(Output::Rows),
                     Exec::Count => client.execute(&statement, params).await.map(Output::Count),
@@ -523,34 +523,6 @@ impl PostgresStore {
             }
             return Err(class.into_error(error));
         }
-    }
-
-    /// The prepared statement of `sql` on this connection: from [`Prepared`] for the store's
-    /// own statements, which a connection's first operation fills from the pool's cache (where
-    /// `post_create` prepared them); from the pool's cache for any other text, or while one of
-    /// the store's statements cannot be prepared (a table not migrated yet).
-    async fn statement(
-        &self,
-        client: &Object,
-        sql: &str,
-    ) -> Result<Statement, tokio_postgres::Error> {
-        let id = Object::id(client);
-        let Some(slot) = self.sql.slot(sql) else {
-            return client.prepare_cached(sql).await;
-        };
-        if let Some(statement) = self.prepared.get(id, slot) {
-            return Ok(statement);
-        }
-        let mut all = Vec::new();
-        for text in self.sql.all() {
-            match client.prepare_cached(text).await {
-                Ok(statement) => all.push(statement),
-                Err(_) => return client.prepare_cached(sql).await,
-            }
-        }
-        let statement = all[slot].clone();
-        self.prepared.insert(id, all);
-        Ok(statement)
     }
 
     pub(super) async fn rows(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {

@@ -2,13 +2,15 @@
 //! id and the statement's place in [`Sql::all`](super::sql::Sql::all). The pool's own cache
 //! finds a statement by its text, so every operation hashed and compared the whole text (650
 //! bytes for the claim): about 2.9k instructions per statement under callgrind, against a
-//! lookup by a number here.
+//! lookup by a number here. Operations get them through [`Prepared::statement`].
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use deadpool_postgres::ObjectId;
-use deadpool_postgres::tokio_postgres::Statement;
+use deadpool_postgres::tokio_postgres::{self, Statement};
+use deadpool_postgres::{Object, ObjectId};
+
+use super::sql::Sql;
 
 /// The statements of each connection that has run one, in the order of `Sql::all`.
 pub(super) struct Prepared {
@@ -50,5 +52,36 @@ impl Prepared {
             .write()
             .unwrap_or_else(|e| e.into_inner());
         map.remove(&id);
+    }
+}
+
+impl Prepared {
+    /// The prepared statement of `text` on this connection: from this map for the store's
+    /// own statements (`sql`), which a connection's first operation fills from the pool's cache (where
+    /// `post_create` prepared them); from the pool's cache for any other text, or while one of
+    /// the store's statements cannot be prepared (a table not migrated yet).
+    pub(super) async fn statement(
+        &self,
+        sql: &Sql,
+        client: &Object,
+        text: &str,
+    ) -> Result<Statement, tokio_postgres::Error> {
+        let id = Object::id(client);
+        let Some(slot) = sql.slot(text) else {
+            return client.prepare_cached(text).await;
+        };
+        if let Some(statement) = self.get(id, slot) {
+            return Ok(statement);
+        }
+        let mut all = Vec::new();
+        for each in sql.all() {
+            match client.prepare_cached(each).await {
+                Ok(statement) => all.push(statement),
+                Err(_) => return client.prepare_cached(text).await,
+            }
+        }
+        let statement = all[slot].clone();
+        self.insert(id, all);
+        Ok(statement)
     }
 }
