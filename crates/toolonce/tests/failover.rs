@@ -17,7 +17,7 @@ use toolonce_testsupport::{Logs, RedisServer, ReplicatedRedis};
 
 #[path = "support/storm.rs"]
 mod storm;
-use storm::{Storm, at_most_once, some_twice, valkey};
+use storm::{Storm, at_most_once, some_twice, until_available, valkey};
 
 /// An operation unique to the test run.
 fn op(test: &str, n: usize) -> Derived {
@@ -70,17 +70,10 @@ async fn store_waiting(url: &str, replicas: u32, wait: Duration) -> Arc<dyn Stor
 /// How long the single-call tests let a write wait for its replica.
 const PATIENT: Duration = Duration::from_secs(2);
 
-/// [`call`] again while the store answers `store_unavailable` (nothing ran: retrying is what
-/// that answer says is safe), for at most 30 s: a replica that was just healed catches up.
+/// [`call`] until the store answers something other than `store_unavailable`
+/// ([`until_available`]).
 async fn call_until_available(layer: &Layer, op: &Derived, runs: &AtomicU32) -> WriteAnswer {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let answer = call(layer, op, runs, || {}).await;
-        if answer.outcome != Outcome::StoreUnavailable || Instant::now() > deadline {
-            return answer;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until_available(|| call(layer, op, runs, || {})).await
 }
 
 /// `replicas=1`, the replica's link stalled: the claim reaches only the primary, so the tool
@@ -334,14 +327,7 @@ async fn a_sentinel_store_follows_the_master(set: ReplicatedRedis) {
     set.primary.restart();
 
     // The acknowledged result survived on the promoted replica, through the same store.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let replay = loop {
-        let answer = call(&layer, &before, &runs_before, || {}).await;
-        if answer.outcome != Outcome::StoreUnavailable || Instant::now() > deadline {
-            break answer;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let replay = call_until_available(&layer, &before, &runs_before).await;
     assert_eq!(
         replay.outcome,
         Outcome::Replayed,
@@ -351,13 +337,7 @@ async fn a_sentinel_store_follows_the_master(set: ReplicatedRedis) {
     );
     assert_eq!(runs_before.load(Ordering::SeqCst), 1);
     // New writes reach the new master, and wait for the rejoined replica.
-    let fresh = loop {
-        let answer = call(&layer, &after, &runs_after, || {}).await;
-        if answer.outcome != Outcome::StoreUnavailable || Instant::now() > deadline {
-            break answer;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let fresh = call_until_available(&layer, &after, &runs_after).await;
     assert_eq!(fresh.outcome, Outcome::Executed, "{fresh:?}");
     assert_eq!(runs_after.load(Ordering::SeqCst), 1);
 }

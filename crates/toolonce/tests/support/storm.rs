@@ -38,6 +38,24 @@ pub(crate) async fn call(layer: &Layer, op: &Derived, runs: &AtomicU32) -> Write
         .await
 }
 
+/// `attempt` again while the store answers `store_unavailable` (nothing ran: retrying is what
+/// that answer says is safe), for at most 30 s: a replica that is slow to acknowledge on a
+/// loaded machine, or was just healed, catches up. The last answer otherwise.
+pub(crate) async fn until_available<F, Fut>(mut attempt: F) -> WriteAnswer
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = WriteAnswer>,
+{
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = attempt().await;
+        if answer.outcome != Outcome::StoreUnavailable || Instant::now() > deadline {
+            return answer;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// What a storm saw: the runs of each operation, and how many calls were refused.
 pub(crate) struct Storm {
     pub(crate) runs: Vec<u32>,
