@@ -23,7 +23,9 @@ def test_a_result_the_replica_did_not_acknowledge_is_returned_with_a_notice_that
     replica = RedisServer("--replicaof", "127.0.0.1", str(primary.port))
     try:
         _wait_in_sync(primary)
-        store = toolonce.open_store(f"{primary.url}/?replicas=1&replica_timeout_ms=200")
+        # 2 s: the healthy replica must acknowledge the first call and the claims, which on a
+        # loaded machine has taken over 200 ms; the stalled result then waits the whole 2 s.
+        store = toolonce.open_store(f"{primary.url}/?replicas=1&replica_timeout_ms=2000")
         runs = []
 
         @toolonce.write(store)

@@ -25,8 +25,10 @@ fn exec_on(dir: &Path, url: &str, script: &str) -> std::process::Child {
 fn a_result_the_replica_did_not_acknowledge_is_kept_and_the_command_warns_that_it_may_be_lost() {
     let set = ReplicatedRedis::start();
     let dir = tempfile::tempdir().unwrap();
+    // 2 s: the claim must be acknowledged by a healthy replica, which on a loaded machine has
+    // taken over 200 ms; the stalled result then waits the whole 2 s.
     let url = format!(
-        "{}?replicas=1&replica_timeout_ms=200",
+        "{}?replicas=1&replica_timeout_ms=2000",
         set.front.url("redis")
     );
     // The command marks that it started, then runs a moment: long enough for the test to
