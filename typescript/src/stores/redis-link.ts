@@ -3,8 +3,9 @@
 // through it, routed by key on a cluster, and reaches every master for what is asked of each
 // (INFO, SCRIPT LOAD). Replies come back as the clients give them: strings, numbers, null,
 // arrays. Errors become `StoreError`s: retryable unless the server refused the command. A link
-// over an ioredis client the store made itself fails a command whose reply has not come within
-// its response timeout, with one timer for all of them (`Deadlines`), not one per command.
+// over a client the store made itself (ioredis or node-redis) fails a command whose reply has
+// not come within its response timeout, with one timer for all of them (`Deadlines`), not one
+// per command.
 
 import { StoreError } from "../errors.js";
 
@@ -40,11 +41,10 @@ export function storeError(e: unknown): StoreError {
 
 type Sender = (...args: unknown[]) => Promise<unknown>;
 
-/** An ioredis command, as far as a deadline needs it (ioredis's `Command`: public, typed). */
+/** A command under a deadline: ioredis's `Command` (public, typed), or a node-redis one's `Deadlined`. */
 interface Pending {
   isResolved: boolean;
   reject(e: Error): void;
-  promise: Promise<unknown>;
 }
 
 /** ioredis's `Command` class: a command made by the store, sent with `sendCommand`. */
@@ -117,13 +117,57 @@ function fn(client: object, name: string): Sender | undefined {
   return typeof f === "function" ? (f as Sender).bind(client) : undefined;
 }
 
-/** How the store made an ioredis client: its `Command` class and its response timeout. */
+/**
+ * How the store made its client: the response timeout the link enforces and, for ioredis, its
+ * `Command` class (a node-redis client needs none).
+ */
 export interface Timed {
-  Command: CommandClass;
+  Command?: CommandClass;
   timeoutMs: number;
 }
 
 type Send = (args: string[]) => Promise<unknown>;
+
+/**
+ * A node-redis command under a deadline: it settles with the client's answer or, if that has
+ * not come first, with the deadline's rejection. node-redis's own command `timeout` stops
+ * counting once the command is written, so without this a server that stops answering (the
+ * connection open, no reply, no error) would hold every call for ever. The command stays in
+ * node-redis's queue, so a late reply still finds its place and answers nobody.
+ */
+class Deadlined implements Pending {
+  isResolved = false;
+  private settle!: (value: unknown) => void;
+  private fail!: (e: unknown) => void;
+  readonly promise = new Promise<unknown>((resolve, reject) => {
+    this.settle = resolve;
+    this.fail = reject;
+  });
+  private readonly answered = (value: unknown) => {
+    if (this.isResolved) return;
+    this.isResolved = true;
+    this.settle(value);
+  };
+  readonly reject = (e: unknown) => {
+    if (this.isResolved) return;
+    this.isResolved = true;
+    this.fail(e);
+  };
+
+  constructor(answer: Promise<unknown>) {
+    answer.then(this.answered, this.reject);
+  }
+}
+
+/** `send`, each command failed by `deadlines` if unanswered in time (no deadlines: as it is). */
+function withDeadlines<A extends unknown[]>(send: (...args: A) => Promise<unknown>, deadlines: Deadlines | undefined): (...args: A) => Promise<unknown> {
+  if (deadlines === undefined) return send;
+  return (...args) => {
+    const command = new Deadlined(send(...args));
+    deadlines.track(command);
+    return command.promise;
+  };
+}
 
 /**
  * A sender on the ioredis client or cluster node `client`: `call`, or, when the store times
@@ -180,15 +224,17 @@ class Batch {
 
 /**
  * A link over `client`, or undefined when it is no Redis client this package knows. `owned`:
- * the store made the client, and closing the store closes it. `timed`: an ioredis client the
- * store made without a `commandTimeout`, whose commands the link times out itself.
+ * the store made the client, and closing the store closes it. `timed`: a client the store made
+ * (an ioredis one without a `commandTimeout`), whose commands the link times out itself; a
+ * program's own client keeps the timeouts the program gave it.
  */
 export function linkOf(client: object, owned: boolean, timed?: Timed): RedisLink | undefined {
   const c = client as Record<string, unknown>;
   const sendCommand = fn(client, "sendCommand");
+  // node-redis: one deadline queue per link, as for ioredis.
+  const deadlines = timed === undefined ? undefined : new Deadlines(timed.timeoutMs);
   // ioredis: `call(command, ...args)` on a client and on a cluster (routed by the command's key).
   if (fn(client, "call") !== undefined && typeof c.isCluster === "boolean") {
-    const deadlines = timed === undefined ? undefined : new Deadlines(timed.timeoutMs);
     const send = ioredisSender(client, deadlines, timed?.Command);
     const nodes = fn(client, "nodes");
     return {
@@ -210,13 +256,13 @@ export function linkOf(client: object, owned: boolean, timed?: Timed): RedisLink
   if (sendCommand !== undefined && Array.isArray(c.masters)) {
     const nodeClient = fn(client, "nodeClient") as Sender;
     return {
-      send: (args, key) => sendCommand(key, false, args),
+      send: withDeadlines((args: string[], key?: string) => sendCommand(key, false, args), deadlines),
       masters: async () =>
         Promise.all(
           (c.masters as { host?: string; port?: number }[]).map(async (master) => {
             const node = (await nodeClient(master)) as object;
             const send = fn(node, "sendCommand") as Sender;
-            return { name: `${master.host}:${master.port}`, send: (args: string[]) => send(args) };
+            return { name: `${master.host}:${master.port}`, send: withDeadlines((args: string[]) => send(args), deadlines) };
           }),
         ),
       close: async () => {
@@ -225,9 +271,10 @@ export function linkOf(client: object, owned: boolean, timed?: Timed): RedisLink
     };
   }
   if (sendCommand !== undefined && typeof c.isOpen === "boolean") {
+    const send = withDeadlines((args: string[]) => sendCommand(args), deadlines);
     return {
-      send: (args) => sendCommand(args),
-      masters: async () => [{ name: "the server", send: (args) => sendCommand(args) }],
+      send,
+      masters: async () => [{ name: "the server", send }],
       close: async () => {
         if (owned) await (fn(client, "close") ?? (fn(client, "quit") as Sender))();
       },

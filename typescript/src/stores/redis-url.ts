@@ -145,7 +145,10 @@ async function ioredisLink(ioredis: any, t: Target): Promise<RedisLink> {
   return linkOf(client, true, typeof Command === "function" ? { Command, timeoutMs: RESPONSE_TIMEOUT_MS } : undefined) as RedisLink;
 }
 
-/** Connects with node-redis, with the same timeouts. */
+/**
+ * Connects with node-redis, with the same timeouts: the connect timeout its own, the response
+ * timeout the link's (node-redis's command `timeout` stops counting once a command is written).
+ */
 async function nodeRedisLink(redis: any, t: Target): Promise<RedisLink> {
   let ready = false;
   const socket = {
@@ -166,7 +169,7 @@ async function nodeRedisLink(redis: any, t: Target): Promise<RedisLink> {
     await Promise.resolve(client.destroy?.()).catch(() => {});
     throw storeError(e);
   }
-  return linkOf(client, true) as RedisLink;
+  return linkOf(client, true, { timeoutMs: RESPONSE_TIMEOUT_MS }) as RedisLink;
 }
 
 /** Opens the Redis store of `url`. */
