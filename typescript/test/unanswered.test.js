@@ -133,3 +133,51 @@ test("an outcome a stopped Redis never acknowledges is not released, and the han
     await store.close();
   }
 });
+
+/** A command as `Deadlines` sees one: answered by `reply()`, or rejected by the client (`reject`). */
+function pending() {
+  const command = {
+    isResolved: false,
+    rejections: [],
+    promise: Promise.resolve(),
+    reply() {
+      command.isResolved = true;
+    },
+    reject(e) {
+      command.rejections.push(e);
+    },
+  };
+  return command;
+}
+
+test("a command rejected without a reply is let go at once, not kept with every later one until its deadline", () => {
+  const { Deadlines } = require("../dist/stores/redis-link.js");
+  const deadlines = new Deadlines(TIMEOUT_MS);
+  // An error reply (Redis 7's to the IFEQ probe) rejects a command; ioredis sets isResolved on replies only.
+  const refused = pending();
+  deadlines.track(refused);
+  refused.reject(new Error("ERR syntax error"));
+  assert.equal(refused.rejections.length, 1, "the client's own rejection still goes through");
+  const sent = [];
+  for (let i = 0; i < 100; i++) {
+    const command = pending();
+    deadlines.track(command);
+    command.reply();
+    sent.push(command);
+  }
+  // Before, all 101 were kept (for 2 s) behind the refused one; now none but the last.
+  assert.ok(deadlines.commands.filter((c) => c !== undefined).length <= 1, `${deadlines.commands.length} commands kept`);
+  const slow = pending();
+  deadlines.track(slow);
+  for (let i = 0; i < 100; i++) {
+    const command = pending();
+    deadlines.track(command);
+    command.reply();
+  }
+  // Behind a command in flight, those answered after it are kept only until it is answered:
+  // the next command sent lets them all go.
+  slow.reply();
+  deadlines.track(pending());
+  assert.equal(deadlines.commands.filter((c) => c !== undefined).length, 1);
+  // The timer is unref'd: nothing here keeps the test's process alive.
+});
