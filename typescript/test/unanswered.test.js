@@ -2,7 +2,8 @@
 // error either): every command of a store opened from a URL fails within about 2 s with a
 // retryable StoreError, so a call ends instead of waiting for ever; and the layer's rules for
 // a reply that never came hold: a claim never answered does not run the handler, an outcome
-// never acknowledged is not released, and the handler runs once.
+// never acknowledged is not released, and the handler runs once. And the queue of deadlines
+// lets a command go once it is answered, by a reply or a rejection, not keeping later ones.
 
 "use strict";
 
