@@ -459,7 +459,10 @@ impl PostgresStore {
             ..self.pool.timeouts()
         };
         let got = match self.pool.timeout_get(&at_once).await {
-            Err(PoolError::Timeout(TimeoutType::Wait)) => self.pool.get().await,
+            // Boxed: the waiting checkout's future is larger than the one that took a free
+            // connection, and every operation's future (boxed by `async_trait`, moved on each
+            // creation) would otherwise carry room for it.
+            Err(PoolError::Timeout(TimeoutType::Wait)) => Box::pin(self.pool.get()).await,
             other => other,
         };
         got.map_err(|e| match e {
@@ -489,6 +492,7 @@ impl PostgresStore {
             let statement = async {
                 let statement = self.prepared.statement(&self.sql, &client, sql).await?;
                 match exec {
+                    Exec::Row => client.query_opt(&statement, params).await.map(Output::Row),
                     Exec::Rows => client.query(&statement, params).await.map(Output::Rows),
                     Exec::Count => client.execute(&statement, params).await.map(Output::Count),
                 }
@@ -525,28 +529,43 @@ impl PostgresStore {
         }
     }
 
+    /// The one row, if any, of a statement that returns at most one (a claim, a read or a
+    /// delete by key): read as it arrives, without collecting a `Vec` of rows.
+    pub(super) async fn row(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>> {
+        match self.run(sql, params, Exec::Row).await? {
+            Output::Row(row) => Ok(row),
+            _ => unreachable!("Exec::Row answers a row"),
+        }
+    }
+
     pub(super) async fn rows(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
         match self.run(sql, params, Exec::Rows).await? {
             Output::Rows(rows) => Ok(rows),
-            Output::Count(_) => unreachable!("Exec::Rows answers rows"),
+            _ => unreachable!("Exec::Rows answers rows"),
         }
     }
 
     pub(super) async fn count(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64> {
         match self.run(sql, params, Exec::Count).await? {
             Output::Count(n) => Ok(n),
-            Output::Rows(_) => unreachable!("Exec::Count answers a count"),
+            _ => unreachable!("Exec::Count answers a count"),
         }
     }
 }
 
 #[derive(Clone, Copy)]
 pub(super) enum Exec {
+    Row,
     Rows,
     Count,
 }
 
 pub(super) enum Output {
+    Row(Option<Row>),
     Rows(Vec<Row>),
     Count(u64),
 }
