@@ -459,9 +459,7 @@ impl PostgresStore {
             ..self.pool.timeouts()
         };
         let got = match self.pool.timeout_get(&at_once).await {
-            // Boxed: the waiting checkout's future is larger than the one that took a free
-            // connection, and every operation's future (boxed by `async_trait`, moved on each
-            // creation) would otherwise carry room for it.
+            // Boxed, so that every operation's future does not carry room for this larger one.
             Err(PoolError::Timeout(TimeoutType::Wait)) => Box::pin(self.pool.get()).await,
             other => other,
         };
@@ -529,8 +527,7 @@ impl PostgresStore {
         }
     }
 
-    /// The one row, if any, of a statement that returns at most one (a claim, a read or a
-    /// delete by key): read as it arrives, without collecting a `Vec` of rows.
+    /// The one row, if any, of a claim, a read or a delete by key, not collected into a `Vec`.
     pub(super) async fn row(
         &self,
         sql: &str,
