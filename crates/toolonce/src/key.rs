@@ -60,6 +60,13 @@ impl OperationKey {
         std::str::from_utf8(&self.0).expect("a key is ASCII by construction")
     }
 
+    /// The key's ASCII bytes, for a store that sends them as they are (`as_str` checks them
+    /// as UTF-8 on each call, which a statement parameter does not need).
+    #[cfg(feature = "postgres")]
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
     /// The value to send in an [`IDEMPOTENCY_KEY_HEADER`] header to a downstream system that
     /// deduplicates requests: the key itself, so a crash between the downstream success and our
     /// record of it is covered by the downstream system.
@@ -184,6 +191,12 @@ impl Fingerprint {
     /// The fingerprint as 64 lowercase hex digits.
     pub fn as_str(&self) -> &str {
         std::str::from_utf8(&self.0).expect("a fingerprint is ASCII by construction")
+    }
+
+    /// The fingerprint's ASCII bytes (see [`OperationKey::as_bytes`]).
+    #[cfg(feature = "postgres")]
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.0
     }
 }
 

@@ -40,7 +40,7 @@ use error::discard_if_broken;
 use pool::prepare_all;
 use row::{decode, fenced};
 use schema::{migrate_on, version_of};
-use sql::{PURGE_BATCH, millis};
+use sql::{Ascii, PURGE_BATCH, millis};
 
 impl PostgresStore {
     /// Connects with the default options ([`DEFAULT_TABLE`], migration on connect); see
@@ -134,13 +134,13 @@ impl Store for PostgresStore {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim> {
         let key = req.key;
         let about = req.about;
-        let rows = self
-            .rows(
+        let row = self
+            .row(
                 &self.sql.claim,
                 &[
-                    &key.as_str(),
+                    &Ascii(key.as_bytes()),
                     &req.owner.as_str(),
-                    &req.fingerprint.as_str(),
+                    &Ascii(req.fingerprint.as_bytes()),
                     &millis(req.lease),
                     &millis(req.retention),
                     &req.takeover,
@@ -150,9 +150,7 @@ impl Store for PostgresStore {
                 ],
             )
             .await?;
-        let row = rows
-            .first()
-            .ok_or_else(|| Error::store("the claim function returned no row"))?;
+        let row = row.ok_or_else(|| Error::store("the claim function returned no row"))?;
         let won: bool = row
             .try_get(0)
             .map_err(|e| Error::corrupt(key, format!("won: {e}")))?;
@@ -162,7 +160,7 @@ impl Store for PostgresStore {
         match (won, took_over) {
             (true, true) => Ok(Claim::TookOver),
             (true, false) => Ok(Claim::Won),
-            (false, _) => Ok(Claim::Existing(decode(key.clone(), row, 2)?)),
+            (false, _) => Ok(Claim::Existing(decode(key.clone(), &row, 2)?)),
         }
     }
 
@@ -170,7 +168,7 @@ impl Store for PostgresStore {
         let n = self
             .count(
                 &self.sql.renew,
-                &[&key.as_str(), &owner.as_str(), &millis(lease)],
+                &[&Ascii(key.as_bytes()), &owner.as_str(), &millis(lease)],
             )
             .await?;
         Ok(n > 0)
@@ -187,7 +185,12 @@ impl Store for PostgresStore {
         let n = self
             .count(
                 &self.sql.complete,
-                &[&key.as_str(), &owner.as_str(), &text, &millis(retention)],
+                &[
+                    &Ascii(key.as_bytes()),
+                    &owner.as_str(),
+                    &text,
+                    &millis(retention),
+                ],
             )
             .await?;
         Ok(fenced(n))
@@ -218,10 +221,8 @@ impl Store for PostgresStore {
     }
 
     async fn get(&self, key: &OperationKey) -> Result<Option<Entry>> {
-        let rows = self.rows(&self.sql.get, &[&key.as_str()]).await?;
-        rows.first()
-            .map(|row| decode(key.clone(), row, 0))
-            .transpose()
+        let row = self.row(&self.sql.get, &[&key.as_str()]).await?;
+        row.map(|row| decode(key.clone(), &row, 0)).transpose()
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Page> {
@@ -311,8 +312,8 @@ impl Store for PostgresStore {
     }
 
     async fn delete(&self, key: &OperationKey) -> Result<bool> {
-        let rows = self.rows(&self.sql.delete, &[&key.as_str()]).await?;
-        match rows.first() {
+        let row = self.row(&self.sql.delete, &[&key.as_str()]).await?;
+        match row {
             Some(row) => row
                 .try_get(0)
                 .map_err(|e| Error::corrupt(key, format!("expires_at: {e}"))),

@@ -459,7 +459,8 @@ impl PostgresStore {
             ..self.pool.timeouts()
         };
         let got = match self.pool.timeout_get(&at_once).await {
-            Err(PoolError::Timeout(TimeoutType::Wait)) => self.pool.get().await,
+            // Boxed, so that every operation's future does not carry room for this larger one.
+            Err(PoolError::Timeout(TimeoutType::Wait)) => Box::pin(self.pool.get()).await,
             other => other,
         };
         got.map_err(|e| match e {
@@ -489,6 +490,7 @@ impl PostgresStore {
             let statement = async {
                 let statement = self.prepared.statement(&self.sql, &client, sql).await?;
                 match exec {
+                    Exec::Row => client.query_opt(&statement, params).await.map(Output::Row),
                     Exec::Rows => client.query(&statement, params).await.map(Output::Rows),
                     Exec::Count => client.execute(&statement, params).await.map(Output::Count),
                 }
@@ -525,28 +527,42 @@ impl PostgresStore {
         }
     }
 
+    /// The one row, if any, of a claim, a read or a delete by key, not collected into a `Vec`.
+    pub(super) async fn row(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>> {
+        match self.run(sql, params, Exec::Row).await? {
+            Output::Row(row) => Ok(row),
+            _ => unreachable!("Exec::Row answers a row"),
+        }
+    }
+
     pub(super) async fn rows(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
         match self.run(sql, params, Exec::Rows).await? {
             Output::Rows(rows) => Ok(rows),
-            Output::Count(_) => unreachable!("Exec::Rows answers rows"),
+            _ => unreachable!("Exec::Rows answers rows"),
         }
     }
 
     pub(super) async fn count(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64> {
         match self.run(sql, params, Exec::Count).await? {
             Output::Count(n) => Ok(n),
-            Output::Rows(_) => unreachable!("Exec::Count answers a count"),
+            _ => unreachable!("Exec::Count answers a count"),
         }
     }
 }
 
 #[derive(Clone, Copy)]
 pub(super) enum Exec {
+    Row,
     Rows,
     Count,
 }
 
 pub(super) enum Output {
+    Row(Option<Row>),
     Rows(Vec<Row>),
     Count(u64),
 }

@@ -5,6 +5,7 @@
 //! lookup by a number here. Operations get them through [`Prepared::statement`].
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, RwLock};
 
 use deadpool_postgres::tokio_postgres::{self, Statement};
@@ -14,17 +15,45 @@ use super::sql::Sql;
 
 /// The statements of each connection that has run one, in the order of `Sql::all`.
 pub(super) struct Prepared {
-    by_connection: RwLock<HashMap<ObjectId, Arc<[Statement]>>>,
+    by_connection: RwLock<HashMap<ObjectId, Arc<[Statement]>, BuildHasherDefault<IdHasher>>>,
     /// More entries than this means connections went away unseen (the pool drops a closed
     /// one on checkout without telling): the map is emptied, and live connections fill it
     /// again from the pool's cache on their next operation.
     limit: usize,
 }
 
+/// A connection's id hashed by one multiplication (Fibonacci hashing, which spreads the
+/// pool's small sequential ids over the high bits the map's tags use): ids are the pool's
+/// counter, not chosen by anyone who could aim them at one bucket, so SipHash's ~140
+/// instructions per lookup buy nothing here.
+#[derive(Default)]
+pub(super) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Not reached for an id (a `usize`); kept correct for any other shape.
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+}
+
 impl Prepared {
     pub(super) fn new(pool_size: usize) -> Prepared {
         Prepared {
-            by_connection: RwLock::new(HashMap::new()),
+            by_connection: RwLock::new(HashMap::default()),
             limit: pool_size.saturating_mul(2),
         }
     }

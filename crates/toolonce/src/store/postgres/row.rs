@@ -15,9 +15,11 @@ use crate::{Error, Result};
 /// Decodes the entry columns ([`ENTRY_COLUMNS`]) starting at column `at`.
 pub(super) fn decode(key: OperationKey, row: &Row, at: usize) -> Result<Entry> {
     let corrupt = |what: &str, e: &dyn fmt::Display| Error::corrupt(&key, format!("{what}: {e}"));
-    let state: String = row.try_get(at).map_err(|e| corrupt("state", &e))?;
+    // The state and the fingerprint are read in place (`&str`): neither is kept as text, so
+    // an owned `String` would be an allocation per replay for nothing.
+    let state: &str = row.try_get(at).map_err(|e| corrupt("state", &e))?;
     let owner: Option<String> = row.try_get(at + 1).map_err(|e| corrupt("owner", &e))?;
-    let fingerprint: Option<String> = row
+    let fingerprint: Option<&str> = row
         .try_get(at + 2)
         .map_err(|e| corrupt("fingerprint", &e))?;
     let started_at: SystemTime = row.try_get(at + 3).map_err(|e| corrupt("started_at", &e))?;
@@ -30,7 +32,7 @@ pub(super) fn decode(key: OperationKey, row: &Row, at: usize) -> Result<Entry> {
         .map(|f| f.parse::<Fingerprint>())
         .transpose()
         .map_err(|e| corrupt("fingerprint", &e))?;
-    let state = match state.as_str() {
+    let state = match state {
         "running" => EntryState::Running { owner },
         "unknown" => EntryState::Unknown { owner },
         "done" => {

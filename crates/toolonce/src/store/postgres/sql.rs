@@ -3,6 +3,9 @@
 
 use std::time::Duration;
 
+use deadpool_postgres::tokio_postgres::types::private::BytesMut;
+use deadpool_postgres::tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
+
 use crate::{Error, Result};
 
 use super::constants::{MAX_MILLIS, MAX_TABLE_NAME, VERSION_TABLE};
@@ -230,6 +233,30 @@ pub(super) fn millis(d: Duration) -> i64 {
     i64::try_from(crate::store::contract::millis(d))
         .unwrap_or(i64::MAX)
         .min(MAX_MILLIS)
+}
+
+/// A text parameter already known to be ASCII (a key, a fingerprint), sent as its bytes.
+/// `&str`'s own encoding looks the parameter's type up by name (for `ltree`) on every call,
+/// and `as_str` checks the bytes as UTF-8 first: about 190 instructions per parameter under
+/// callgrind, twice in a claim and once in each settle. The bytes on the wire are the same.
+#[derive(Debug)]
+pub(super) struct Ascii<'a>(pub(super) &'a [u8]);
+
+impl ToSql for Ascii<'_> {
+    fn to_sql(
+        &self,
+        _: &Type,
+        out: &mut BytesMut,
+    ) -> std::result::Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        out.extend_from_slice(self.0);
+        Ok(IsNull::No)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        matches!(*ty, Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME)
+    }
+
+    to_sql_checked!();
 }
 
 #[cfg(test)]
