@@ -1,10 +1,7 @@
 //! Profiling aid: drives a `Toolbox` with one write tool on a store, N first-time calls or N
 //! replays of one call, on a 2-worker multi-thread runtime, so a profiler (strace -c,
-//! perf, callgrind) sees only toolonce's side. `drive URL first|replay N`; on Redis also
-//! `drive URL floor N`: the bench's raw floor (`SET NX PX` + `SET PX`, the bench's value
-//! sizes) on the store's own kind of connection, so both sides' instructions per operation can
-//! be compared (`valgrind --tool=callgrind`, two values of N, the difference over the
-//! difference).
+//! perf, callgrind) sees only toolonce's side. `drive URL first|replay N`. The floors to
+//! compare it with, on the same runtime shape: `redis_floor.rs` and `pg_floor.rs`.
 //!
 //! Unlike `toolonce bench`, it leaves what it wrote in the store: entries under the scope
 //! `drive-<pid>`, each kept for its 10-minute retention (`toolonce purge` removes them after).
@@ -49,9 +46,6 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async move {
-        if mode == "floor" {
-            return redis_floor(&url, n).await;
-        }
         let store = toolonce::store::open(&url).await.expect("store");
         let run = format!("{:x}", std::process::id());
         let toolbox = Arc::new(
@@ -91,54 +85,4 @@ fn main() {
             took.as_secs_f64() * 1e6 / n as f64
         );
     });
-}
-
-/// The Redis floor of `toolonce bench` (`bench/floor/redis.rs`), `n` first-time writes, with
-/// values of the bench's sizes, on a connection made by the store's own `connect_client`.
-#[cfg(feature = "redis")]
-async fn redis_floor(url: &str, n: u64) {
-    let mut conn = toolonce::store::redis::connect_client(url)
-        .await
-        .expect("redis");
-    let running = format!(
-        r#"{{"status":"running","startedAt":1764400000000,"leaseUntil":1764400060000,"owner":"{:032x}","fingerprint":"{:064x}"}}"#,
-        1, 2
-    );
-    let prefix = format!("drive-floor-{:x}:", std::process::id());
-    let start = std::time::Instant::now();
-    for i in 0..n {
-        let key = format!("{prefix}{i}");
-        let won: Option<String> = redis::cmd("SET")
-            .arg(&key)
-            .arg(&running)
-            .arg("NX")
-            .arg("PX")
-            .arg(60_000)
-            .query_async(&mut conn)
-            .await
-            .expect("SET NX");
-        assert!(won.is_some());
-        let done = format!(
-            r#"{{"status":"done","result":{{"receipt":"re_{i:012}","cents":500,"status":"succeeded"}},"startedAt":1764400000000,"completedAt":1764400000001,"fingerprint":"{:064x}"}}"#,
-            2
-        );
-        let () = redis::cmd("SET")
-            .arg(&key)
-            .arg(&done)
-            .arg("PX")
-            .arg(600_000)
-            .query_async(&mut conn)
-            .await
-            .expect("SET");
-    }
-    let took = start.elapsed();
-    eprintln!(
-        "{n} floor writes in {took:?}: {:.1} µs/write",
-        took.as_secs_f64() * 1e6 / n as f64
-    );
-}
-
-#[cfg(not(feature = "redis"))]
-async fn redis_floor(_url: &str, _n: u64) {
-    panic!("the floor mode needs the redis feature");
 }
