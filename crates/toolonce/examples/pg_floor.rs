@@ -60,20 +60,20 @@ fn main() {
         let client = std::sync::Arc::new(client);
         let c = std::sync::Arc::clone(&client);
         let took = tokio::spawn(async move {
-        let client = c;
-        let start = std::time::Instant::now();
-        for i in 0..n {
-            if mode == "first" {
-                let key = format!("first:{i}");
-                let won = client.execute(&insert, &[&key, &running]).await.unwrap();
-                assert_eq!(won, 1);
-                client.execute(&update, &[&key, &done(i)]).await.unwrap();
-            } else {
-                let row = client.query_opt(&select, &[&"replay"]).await.unwrap();
-                assert!(row.is_some());
+            let client = c;
+            let start = std::time::Instant::now();
+            for i in 0..n {
+                if mode == "first" {
+                    let key = format!("first:{i}");
+                    let won = client.execute(&insert, &[&key, &running]).await.unwrap();
+                    assert_eq!(won, 1);
+                    client.execute(&update, &[&key, &done(i)]).await.unwrap();
+                } else {
+                    let row = client.query_opt(&select, &[&"replay"]).await.unwrap();
+                    assert!(row.is_some());
+                }
             }
-        }
-        start.elapsed()
+            start.elapsed()
         })
         .await
         .unwrap();
