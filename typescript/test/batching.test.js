@@ -1,7 +1,7 @@
-// Concurrent calls on a store opened from a redis:// URL: the commands sent in one turn of the
-// event loop go out in one write (src/stores/redis-link.ts, `Batch`). Each must still get its
-// own reply, in order, whatever else was written with it: first-time calls, their duplicates
-// racing them, replays and lease renewals, all at once.
+// Concurrent calls on a store opened from a redis:// URL: the commands of many calls are in
+// flight on one connection at once (pipelined by the client). Each must still get its own
+// reply, in order, whatever else was sent around it: first-time calls, their duplicates racing
+// them, replays and lease renewals, all at once.
 
 "use strict";
 
