@@ -8,6 +8,9 @@
 
 use std::sync::Arc;
 
+#[path = "support/profiling.rs"]
+mod profiling;
+
 use serde_json::{Value, json};
 use toolonce::{ToolError, Toolbox, WriteContext, WriteOptions, WriteTool};
 
@@ -36,16 +39,8 @@ impl WriteTool for Charge {
 }
 
 fn main() {
-    let mut argv = std::env::args().skip(1);
-    let url = argv.next().expect("URL");
-    let mode = argv.next().expect("first|replay");
-    let n: u64 = argv.next().expect("N").parse().expect("N");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
+    let profiling::Run { url, first, n } = profiling::args("drive");
+    profiling::runtime().block_on(async move {
         let store = toolonce::store::open(&url).await.expect("store");
         let run = format!("{:x}", std::process::id());
         let toolbox = Arc::new(
@@ -60,7 +55,6 @@ fn main() {
                 .build()
                 .unwrap(),
         );
-        let first = mode == "first";
         let t = tokio::spawn(async move {
             if !first {
                 toolbox
@@ -78,11 +72,6 @@ fn main() {
             start.elapsed()
         });
         let took = t.await.unwrap();
-        eprintln!(
-            "{} calls in {:?}: {:.1} µs/call",
-            n,
-            took,
-            took.as_secs_f64() * 1e6 / n as f64
-        );
+        profiling::report("calls", n, took);
     });
 }

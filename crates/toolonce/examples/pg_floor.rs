@@ -5,19 +5,14 @@
 //!
 //! It makes a table of its own, `toolonce_floor_<pid>`, and drops it at the end.
 
+#[path = "support/profiling.rs"]
+mod profiling;
+
 use toolonce::store::postgres::connect_client;
 
 fn main() {
-    let mut argv = std::env::args().skip(1);
-    let url = argv.next().expect("URL");
-    let mode = argv.next().expect("first|replay");
-    let n: u64 = argv.next().expect("N").parse().expect("N");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
+    let profiling::Run { url, first, n } = profiling::args("pg_floor");
+    profiling::runtime().block_on(async move {
         let client = connect_client(&url).await.expect("connect");
         let table = format!("toolonce_floor_{:x}", std::process::id());
         client
@@ -63,7 +58,7 @@ fn main() {
             let client = c;
             let start = std::time::Instant::now();
             for i in 0..n {
-                if mode == "first" {
+                if first {
                     let key = format!("first:{i}");
                     let won = client.execute(&insert, &[&key, &running]).await.unwrap();
                     assert_eq!(won, 1);
@@ -81,11 +76,6 @@ fn main() {
             .batch_execute(&format!("DROP TABLE \"{table}\""))
             .await
             .unwrap();
-        eprintln!(
-            "{} ops in {:?}: {:.1} µs/op",
-            n,
-            took,
-            took.as_secs_f64() * 1e6 / n as f64
-        );
+        profiling::report("floor operations", n, took);
     });
 }

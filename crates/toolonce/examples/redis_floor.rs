@@ -4,25 +4,20 @@
 //! `drive`, so a profiler compares toolonce's client against the floor's.
 //! `redis_floor URL first|replay N`. Its keys (`drive-floor-<pid>:…`) expire within 10 minutes.
 
+#[path = "support/profiling.rs"]
+mod profiling;
+
 use redis::aio::ConnectionLike;
 
 fn main() {
-    let mut argv = std::env::args().skip(1);
-    let url = argv.next().expect("URL");
-    let mode = argv.next().expect("first|replay");
-    let n: u64 = argv.next().expect("N").parse().expect("N");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
+    let profiling::Run { url, first, n } = profiling::args("redis_floor");
+    profiling::runtime().block_on(async move {
         let conn = toolonce::store::redis::connect_client(&url)
             .await
             .expect("redis");
         let prefix = format!("drive-floor-{:x}:", std::process::id());
         let replay_key = format!("{prefix}replay");
-        let _: () = set(&mut conn.clone(), &replay_key, &done(0), None).await;
+        let _: () = set(&mut conn.clone(), &replay_key, &done(0), false).await;
         // Spawned, as `drive` and the bench spawn their callers: the loop and the connection's
         // task then share a worker, instead of waking one from the runtime's own thread.
         let took = tokio::spawn(async move {
@@ -30,11 +25,11 @@ fn main() {
             let running = running();
             let start = std::time::Instant::now();
             for i in 0..n {
-                if mode == "first" {
+                if first {
                     let key = format!("{prefix}{i}");
-                    let won: Option<String> = set(&mut conn, &key, &running, Some("NX")).await;
+                    let won: Option<String> = set(&mut conn, &key, &running, true).await;
                     assert!(won.is_some(), "the floor's claim of {key} lost");
-                    let () = set(&mut conn, &key, &done(i), None).await;
+                    let () = set(&mut conn, &key, &done(i), false).await;
                 } else {
                     let got: Option<String> = redis::cmd("GET")
                         .arg(&replay_key)
@@ -48,10 +43,7 @@ fn main() {
         })
         .await
         .unwrap();
-        eprintln!(
-            "{n} ops in {took:?}: {:.1} µs/op",
-            took.as_secs_f64() * 1e6 / n as f64
-        );
+        profiling::report("floor operations", n, took);
     });
 }
 
@@ -60,17 +52,14 @@ async fn set<T: redis::FromRedisValue>(
     conn: &mut (impl ConnectionLike + Send),
     key: &str,
     value: &str,
-    nx: Option<&str>,
+    nx: bool,
 ) -> T {
     let mut cmd = redis::cmd("SET");
     cmd.arg(key).arg(value);
-    let ms: u64 = match nx {
-        Some(flag) => {
-            cmd.arg(flag);
-            60_000
-        }
-        None => 600_000,
-    };
+    if nx {
+        cmd.arg("NX");
+    }
+    let ms: u64 = if nx { 60_000 } else { 600_000 };
     cmd.arg("PX").arg(ms).query_async(conn).await.expect("SET")
 }
 
