@@ -41,7 +41,7 @@ export function storeError(e: unknown): StoreError {
 
 type Sender = (...args: unknown[]) => Promise<unknown>;
 
-/** A command under a deadline: ioredis's `Command` (public, typed), or a node-redis one's `Deadlined`. */
+/** A command under a deadline: ioredis's `Command` (public, typed), or the record `withDeadlines` keeps of a node-redis one. */
 interface Pending {
   isResolved: boolean;
   reject(e: Error): void;
@@ -149,44 +149,29 @@ export interface Timed {
 type Send = (args: string[]) => Promise<unknown>;
 
 /**
- * A node-redis command under a deadline: it settles with the client's answer or, if that has
- * not come first, with the deadline's rejection. node-redis's own command `timeout` stops
- * counting once the command is written, so without this a server that stops answering (the
- * connection open, no reply, no error) would hold every call for ever. The command stays in
- * node-redis's queue, so a late reply still finds its place and answers nobody.
+ * `send` (node-redis's), each command failed by `deadlines` if its answer has not come in time
+ * (no deadlines: `send` as it is). node-redis's own command `timeout` stops counting once the
+ * command is written, so without this a server that stops answering (the connection open, no
+ * reply, no error) would hold every call for ever. The command stays in node-redis's queue, so
+ * a late reply still finds its place; the promise has settled by then and it changes nothing.
  */
-class Deadlined implements Pending {
-  isResolved = false;
-  private settle!: (value: unknown) => void;
-  private fail!: (e: unknown) => void;
-  readonly promise = new Promise<unknown>((resolve, reject) => {
-    this.settle = resolve;
-    this.fail = reject;
-  });
-  private readonly answered = (value: unknown) => {
-    if (this.isResolved) return;
-    this.isResolved = true;
-    this.settle(value);
-  };
-  readonly reject = (e: unknown) => {
-    if (this.isResolved) return;
-    this.isResolved = true;
-    this.fail(e);
-  };
-
-  constructor(answer: Promise<unknown>) {
-    answer.then(this.answered, this.reject);
-  }
-}
-
-/** `send`, each command failed by `deadlines` if unanswered in time (no deadlines: as it is). */
 function withDeadlines<A extends unknown[]>(send: (...args: A) => Promise<unknown>, deadlines: Deadlines | undefined): (...args: A) => Promise<unknown> {
   if (deadlines === undefined) return send;
-  return (...args) => {
-    const command = new Deadlined(send(...args));
-    deadlines.track(command);
-    return command.promise;
-  };
+  return (...args) =>
+    new Promise((resolve, reject) => {
+      const command: Pending = { isResolved: false, reject };
+      deadlines.track(command);
+      send(...args).then(
+        (value) => {
+          command.isResolved = true;
+          resolve(value);
+        },
+        (e) => {
+          command.isResolved = true;
+          reject(e);
+        },
+      );
+    });
 }
 
 /**
