@@ -279,8 +279,9 @@ static ESCAPE: [u8; 256] = {
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
-/// Writes `s` as a JSON string with minimal escaping.
-fn write_string(out: &mut String, s: &str) {
+/// Writes `s` as a JSON string with minimal escaping: the bytes `JSON.stringify` and
+/// serde_json write too, so other writers' text can be built with it.
+pub(crate) fn write_string(out: &mut String, s: &str) {
     out.push('"');
     let mut run_start = 0;
     for (i, &b) in s.as_bytes().iter().enumerate() {

@@ -5,7 +5,7 @@
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The random token that marks who holds a `running` entry.
 ///
@@ -27,7 +27,9 @@ use std::sync::{Mutex, OnceLock};
 /// [`duplicate`](Self::duplicate), never shown, and plays no part in equality.
 pub struct OwnerToken {
     token: String,
-    written: Mutex<Option<String>>,
+    /// Shared, not copied: a first-time call reads it twice (the heartbeat's duplicate of the
+    /// token and the settle), and it is a whole entry.
+    written: Mutex<Option<Arc<str>>>,
 }
 
 impl PartialEq for OwnerToken {
@@ -101,11 +103,11 @@ impl OwnerToken {
     /// Records what the store wrote for this owner (`None`: it does not know the exact bytes,
     /// as after a claim a script rewrote). Only the store that claimed with this token sets it.
     pub(crate) fn remember_written(&self, written: Option<String>) {
-        *self.written.lock().unwrap_or_else(|e| e.into_inner()) = written;
+        *self.written.lock().unwrap_or_else(|e| e.into_inner()) = written.map(Arc::from);
     }
 
     /// What the store last recorded with [`remember_written`](Self::remember_written).
-    pub(crate) fn written(&self) -> Option<String> {
+    pub(crate) fn written(&self) -> Option<Arc<str>> {
         self.written
             .lock()
             .unwrap_or_else(|e| e.into_inner())

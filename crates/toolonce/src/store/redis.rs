@@ -121,7 +121,7 @@ impl Store for RedisStore {
                 .duration_since(UNIX_EPOCH)
                 .unwrap_or_default(),
         );
-        let value = running_value(req, started, retention)?;
+        let value = running_value(req, started, retention);
         if self.replication.is_some()
             && let Some(entry) = self.settled(req.key, &redis_key).await?
         {
@@ -166,7 +166,12 @@ impl Store for RedisStore {
         req.owner.remember_written(None);
         // Owner digest and fingerprint are hex digits and the about members are JSON-encoded
         // here, so the script splices them into the entry without escaping anything.
-        let mut claim = evalsha(&SCRIPTS.claim, &redis_key);
+        let mut claim = evalsha(
+            &SCRIPTS.claim,
+            &redis_key,
+            7,
+            req.owner.as_str().len() + req.fingerprint.as_str().len() + value.len() + 60,
+        );
         claim
             .arg(lease)
             .arg(retention)
@@ -339,7 +344,7 @@ impl Store for RedisStore {
             }
             Resolution::Release => (String::new(), ""),
         };
-        let mut resolve = evalsha(&SCRIPTS.resolve, &self.redis_key(key));
+        let mut resolve = evalsha(&SCRIPTS.resolve, &self.redis_key(key), 6, head.len() + 80);
         resolve
             .arg(px(retention))
             .arg(head)
@@ -421,10 +426,17 @@ impl RedisStore {
         {
             return Ok(Fenced::Applied);
         }
-        let mut invocation = evalsha(script, &redis_key);
+        let held_len = held.as_ref().map_or(0, |h| h.value.len() + settled.len());
+        let mut invocation = evalsha(
+            script,
+            &redis_key,
+            5,
+            owner.as_str().len() + settle.head.len() + held_len + 20,
+        );
+        let mut retention = itoa::Buffer::new();
         invocation
             .arg(owner.as_str())
-            .arg(settle.retention.map(|r| r.to_string()).unwrap_or_default())
+            .arg(settle.retention.map_or("", |r| retention.format(r)))
             .arg(&settle.head);
         if let Some(held) = &held {
             invocation.arg(held.value).arg(&settled);

@@ -20,14 +20,14 @@ use crate::{Error, Result};
 /// The about members of a new entry as the claim script splices them in: `}` when nothing is
 /// recorded, else `,"scope":…,"tool":…,"detail":…}` with the members that are set, JSON-encoded.
 #[cfg(test)]
-pub(super) fn about_members(about: &About) -> Result<String> {
+pub(super) fn about_members(about: &About) -> String {
     let mut out = String::new();
-    about_members_into(about, &mut out)?;
-    Ok(out)
+    about_members_into(about, &mut out);
+    out
 }
 
 /// Appends [`about_members`] to `out`.
-pub(super) fn about_members_into(about: &About, out: &mut String) -> Result<()> {
+pub(super) fn about_members_into(about: &About, out: &mut String) {
     for (name, value) in [
         ("scope", &about.scope),
         ("tool", &about.tool),
@@ -37,11 +37,12 @@ pub(super) fn about_members_into(about: &About, out: &mut String) -> Result<()> 
             out.push_str(",\"");
             out.push_str(name);
             out.push_str("\":");
-            out.push_str(&serde_json::to_string(value).map_err(Error::store)?);
+            // Escaped in place, as serde_json would (and as the TypeScript package's
+            // `JSON.stringify` does): no string of its own per member on every claim.
+            crate::canonical::write_string(out, value);
         }
     }
     out.push('}');
-    Ok(())
 }
 
 /// The SHA-1 of an owner token as 40 lowercase hex digits, as the scripts compute it with
@@ -60,11 +61,7 @@ pub(super) fn owner_digest(owner: &OwnerToken) -> [u8; 40] {
 /// owned.lua read): started at `started_ms` on this machine's clock, first attempt, kept
 /// `retention_ms` after its lease. Built by hand, not with `format!`: it is made for every
 /// claim, replays included, since the native claim sends it before it knows.
-pub(super) fn running_value(
-    req: &ClaimRequest<'_>,
-    started_ms: u64,
-    retention_ms: u64,
-) -> Result<String> {
+pub(super) fn running_value(req: &ClaimRequest<'_>, started_ms: u64, retention_ms: u64) -> String {
     let digest = owner_digest(req.owner);
     let mut started = itoa::Buffer::new();
     let started = started.format(started_ms);
@@ -89,8 +86,8 @@ pub(super) fn running_value(
     out.push_str(r#"","firstStartedAt":"#);
     out.push_str(started);
     out.push_str(r#","attempts":1"#);
-    about_members_into(req.about, &mut out)?;
-    Ok(out)
+    about_members_into(req.about, &mut out);
+    out
 }
 
 /// Decodes `{value, PTTL, now}` from the claim, read and resolve scripts.
@@ -157,7 +154,7 @@ pub(super) struct Wire<'a> {
     #[serde(default)]
     pub(super) owner: Option<String>,
     #[serde(default, borrow)]
-    pub(super) fingerprint: Option<Cow<'a, str>>,
+    pub(super) fingerprint: Option<Borrowed<'a>>,
     #[serde(default)]
     pub(super) scope: Option<String>,
     #[serde(default)]
@@ -170,6 +167,11 @@ pub(super) struct Wire<'a> {
     #[serde(default)]
     pub(super) error: Option<Json>,
 }
+
+/// Text borrowed from the value unless it has escapes. serde borrows a `Cow` only where it is
+/// the field itself, not inside an `Option`, so an optional one is wrapped in this.
+#[derive(Deserialize)]
+pub(super) struct Borrowed<'a>(#[serde(borrow)] pub(super) Cow<'a, str>);
 
 pub(super) fn present<'de, D: Deserializer<'de>>(
     d: D,
@@ -252,7 +254,7 @@ pub(super) fn entry_of(
     local_now: SystemTime,
 ) -> Result<Entry> {
     let fingerprint = match &wire.fingerprint {
-        Some(f) => Some(
+        Some(Borrowed(f)) => Some(
             f.parse::<Fingerprint>()
                 .map_err(|e| Error::corrupt(key, e))?,
         ),
@@ -440,7 +442,7 @@ mod tests {
         let about = About::new("run \"1\"", "charge");
         let k = key();
         let req = ClaimRequest::new(&k, &fp, &owner, Duration::from_secs(60)).about(&about);
-        let value = running_value(&req, 1_764_400_000_123, 86_400_000).unwrap();
+        let value = running_value(&req, 1_764_400_000_123, 86_400_000);
         assert_eq!(
             value,
             format!(
@@ -506,11 +508,43 @@ mod tests {
 
     #[test]
     fn about_members_are_json_encoded_and_absent_ones_left_out() {
-        assert_eq!(about_members(&About::default()).unwrap(), "}");
+        assert_eq!(about_members(&About::default()), "}");
         let about = About::new("run \"1\"", "charge").detail("line\nbreak");
         assert_eq!(
-            about_members(&about).unwrap(),
+            about_members(&about),
             r#","scope":"run \"1\"","tool":"charge","detail":"line\nbreak"}"#
+        );
+    }
+
+    #[test]
+    fn a_fingerprint_written_with_escapes_reads_as_the_same_fingerprint() {
+        // Borrowed from the value when it can be; another writer's escaped hex digits are
+        // still the same digits.
+        let hex = format!("{:064x}", 0xabcu32);
+        let escaped = hex.replacen('a', "\\u0061", 1);
+        let raw = |fp: &str| {
+            format!(
+                r#"{{"status":"done","result":1,"startedAt":1764400000000,"fingerprint":"{fp}"}}"#
+            )
+        };
+        let plain = decode(raw(&hex).as_bytes()).unwrap();
+        let other = decode(raw(&escaped).as_bytes()).unwrap();
+        assert!(plain.fingerprint.is_some());
+        assert_eq!(plain.fingerprint, other.fingerprint);
+    }
+
+    #[test]
+    fn about_members_are_escaped_byte_for_byte_as_serde_json_escapes_them() {
+        // Every control character, the two that JSON always escapes, the ones it never does
+        // (`/`, DEL), and text beyond ASCII: what the TypeScript package's `JSON.stringify`
+        // writes and every reader decodes.
+        let mut text: String = (0u8..0x20).map(char::from).collect();
+        text.push_str("\"\\/\u{7f}é€😀 end");
+        let about = About::new(text.clone(), "charge").detail(text.clone());
+        let json = serde_json::to_string(&text).unwrap();
+        assert_eq!(
+            about_members(&about),
+            format!(r#","scope":{json},"tool":"charge","detail":{json}}}"#)
         );
     }
 
