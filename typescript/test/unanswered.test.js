@@ -59,3 +59,16 @@ test("a command rejected without a reply is let go at once, not kept with every 
   assert.equal(deadlines.commands.filter((c) => c !== undefined).length, 1);
   // The timer is unref'd: nothing here keeps the test's process alive.
 });
+
+test("a node-redis command that throws instead of rejecting fails its call and is let go at once", async () => {
+  const { Deadlines, withDeadlines } = require("../dist/stores/redis-link.js");
+  const deadlines = new Deadlines(2000);
+  const refused = withDeadlines(() => {
+    throw new Error("the client is closed");
+  }, deadlines);
+  await assert.rejects(refused(), /the client is closed/);
+  const answered = withDeadlines(async () => "OK", deadlines);
+  for (let i = 0; i < 100; i++) assert.equal(await answered(), "OK");
+  // Before, the refused command stayed at the head for its 2 s, and all 100 behind it.
+  assert.ok(deadlines.commands.filter((c) => c !== undefined).length <= 1, `${deadlines.commands.length} commands kept`);
+});

@@ -155,13 +155,22 @@ type Send = (args: string[]) => Promise<unknown>;
  * reply, no error) would hold every call for ever. The command stays in node-redis's queue, so
  * a late reply still finds its place; the promise has settled by then and it changes nothing.
  */
-function withDeadlines<A extends unknown[]>(send: (...args: A) => Promise<unknown>, deadlines: Deadlines | undefined): (...args: A) => Promise<unknown> {
+export function withDeadlines<A extends unknown[]>(send: (...args: A) => Promise<unknown>, deadlines: Deadlines | undefined): (...args: A) => Promise<unknown> {
   if (deadlines === undefined) return send;
   return (...args) =>
     new Promise((resolve, reject) => {
       const command: Pending = { isResolved: false, reject };
       deadlines.track(command);
-      send(...args).then(
+      let sent: Promise<unknown>;
+      try {
+        sent = send(...args);
+      } catch (e) {
+        // Refused before anything was written: nothing to wait for. Left unanswered, it would
+        // sit at the head of the queue for its whole deadline, keeping every later command.
+        command.isResolved = true;
+        throw e;
+      }
+      sent.then(
         (value) => {
           command.isResolved = true;
           resolve(value);
