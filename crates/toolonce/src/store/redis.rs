@@ -7,7 +7,8 @@
 //!
 //! This file declares the parts, re-exports the public API and drives the operations (the
 //! [`Store`] implementation); the parts never import it: the handle and the builder live in
-//! `conn`, the scripts in `scripts`.
+//! `conn`, the scripts in `scripts`, the running value a claim writes in `running` and the
+//! decoder of every entry read in `wire`.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -32,6 +33,7 @@ mod list;
 mod native;
 mod persistence;
 mod replicas;
+mod running;
 mod scripts;
 mod sentinel;
 mod url;
@@ -48,8 +50,9 @@ use error::to_error;
 use list::{ListCursor, MAX_SCANS_PER_PAGE, glob_escape};
 use native::{Held, Native, now_ms};
 use replicas::{Acks, evalsha, short_claim, warn_short_settle, write_alone};
+use running::running_value;
 use scripts::SCRIPTS;
-use wire::{decode_read, decode_unless_running, running_value};
+use wire::{decode_read, decode_unless_running};
 
 /// Redis refuses `PX 0`, and `PX` values whose deadline overflows its clock; a lease or
 /// retention is clamped into `1 ms ..= 100 years`.

@@ -1,7 +1,7 @@
-//! The shared wire format of an entry, both ways side by side: the encoder of a new running
-//! entry (the owner's digest, the about members) and the decoder of every entry a script or
-//! `GET` returns, whichever writer made it (this store, the scripts, a TypeScript worker of the
-//! reference design), with the server's clock deciding whether a lease ran out.
+//! The shared wire format of an entry, read: the decoder of every entry a script or `GET`
+//! returns, whichever writer made it (this store, the scripts, a TypeScript worker of the
+//! reference design), with the server's clock deciding whether a lease ran out. What a claim
+//! writes is built in `running`.
 
 use std::borrow::Cow;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -11,84 +11,10 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Value as Json;
 
 use crate::key::{Fingerprint, OperationKey};
-use crate::store::contract::{About, ClaimRequest, Entry, EntryState};
+use crate::store::contract::{About, Entry, EntryState};
 use crate::store::json::read_lenient;
-use crate::store::owner::OwnerToken;
 use crate::tool::ToolError;
 use crate::{Error, Result};
-
-/// The about members of a new entry as the claim script splices them in: `}` when nothing is
-/// recorded, else `,"scope":…,"tool":…,"detail":…}` with the members that are set, JSON-encoded.
-#[cfg(test)]
-pub(super) fn about_members(about: &About) -> String {
-    let mut out = String::new();
-    about_members_into(about, &mut out);
-    out
-}
-
-/// Appends [`about_members`] to `out`.
-pub(super) fn about_members_into(about: &About, out: &mut String) {
-    for (name, value) in [
-        ("scope", &about.scope),
-        ("tool", &about.tool),
-        ("detail", &about.detail),
-    ] {
-        if let Some(value) = value {
-            out.push_str(",\"");
-            out.push_str(name);
-            out.push_str("\":");
-            // Escaped in place, as serde_json would (and as the TypeScript package's
-            // `JSON.stringify` does): no string of its own per member on every claim.
-            crate::canonical::write_string(out, value);
-        }
-    }
-    out.push('}');
-}
-
-/// The SHA-1 of an owner token as 40 lowercase hex digits, as the scripts compute it with
-/// `redis.sha1hex`: what a running entry stores instead of the token, so that whoever reads the
-/// entry cannot settle it.
-pub(super) fn owner_digest(owner: &OwnerToken) -> [u8; 40] {
-    let mut hex = [0u8; 40];
-    crate::key::hex_into(
-        &sha1_smol::Sha1::from(owner.as_str()).digest().bytes(),
-        &mut hex,
-    );
-    hex
-}
-
-/// The running entry a claim writes for `req` (in the shape `ours` in entry.lua and `owned` in
-/// owned.lua read): started at `started_ms` on this machine's clock, first attempt, kept
-/// `retention_ms` after its lease. Built by hand, not with `format!`: it is made for every
-/// claim, replays included, since the native claim sends it before it knows.
-pub(super) fn running_value(req: &ClaimRequest<'_>, started_ms: u64, retention_ms: u64) -> String {
-    let digest = owner_digest(req.owner);
-    let mut started = itoa::Buffer::new();
-    let started = started.format(started_ms);
-    let mut retention = itoa::Buffer::new();
-    // The fixed members, the numbers and the hex digits come to at most 272 bytes; the about
-    // members (JSON-encoded, so perhaps a little longer than their text) go on top. Sized
-    // once, as the string would otherwise grow, copying itself, on every claim.
-    let about_len: usize = [&req.about.scope, &req.about.tool, &req.about.detail]
-        .into_iter()
-        .flatten()
-        .map(|text| text.len() + 16)
-        .sum();
-    let mut out = String::with_capacity(272 + about_len);
-    out.push_str(r#"{"status":"running","startedAt":"#);
-    out.push_str(started);
-    out.push_str(r#","owner":""#);
-    out.push_str(std::str::from_utf8(&digest).expect("hex is ASCII"));
-    out.push_str(r#"","retention":"#);
-    out.push_str(retention.format(retention_ms));
-    out.push_str(r#","fingerprint":""#);
-    out.push_str(req.fingerprint.as_str());
-    out.push_str(r#"","firstStartedAt":"#);
-    out.push_str(started);
-    out.push_str(r#","attempts":1"#);
-    about_members_into(req.about, &mut out);
-    out
-}
 
 /// Decodes `{value, PTTL, now}` from the claim, read and resolve scripts.
 ///
@@ -426,43 +352,6 @@ mod tests {
     }
 
     #[test]
-    fn the_owner_digest_is_the_sha1_that_redis_computes() {
-        // redis-cli EVAL "return redis.sha1hex(ARGV[1])" 0 0123456789abcdef0123456789abcdef
-        let owner = OwnerToken::from_stored("0123456789abcdef0123456789abcdef");
-        assert_eq!(
-            &owner_digest(&owner),
-            b"b1775a785f09a6ebaf2dc33d6eaeb98974d9cdb8"
-        );
-    }
-
-    #[test]
-    fn the_running_value_built_by_hand_is_the_shape_the_scripts_read() {
-        let owner = OwnerToken::from_stored("0123456789abcdef0123456789abcdef");
-        let fp: Fingerprint = "ab".repeat(32).parse().unwrap();
-        let about = About::new("run \"1\"", "charge");
-        let k = key();
-        let req = ClaimRequest::new(&k, &fp, &owner, Duration::from_secs(60)).about(&about);
-        let value = running_value(&req, 1_764_400_000_123, 86_400_000);
-        assert_eq!(
-            value,
-            format!(
-                r#"{{"status":"running","startedAt":1764400000123,"owner":"b1775a785f09a6ebaf2dc33d6eaeb98974d9cdb8","retention":86400000,"fingerprint":"{}","firstStartedAt":1764400000123,"attempts":1,"scope":"run \"1\"","tool":"charge"}}"#,
-                fp.as_str()
-            )
-        );
-        let e = decode_entry(
-            &key(),
-            value.as_bytes(),
-            Some(86_400_001),
-            None,
-            SystemTime::now(),
-        )
-        .unwrap();
-        assert_eq!(e.about, about);
-        assert_eq!((e.attempts, e.fingerprint), (1, Some(fp)));
-    }
-
-    #[test]
     fn a_running_entry_without_a_lease_deadline_is_running_while_its_key_lives() {
         // Today's version's shape: the key's PTTL is the lease.
         let raw = br#"{"status":"running","startedAt":1700000000000,"owner":"ab","fingerprint":"0000000000000000000000000000000000000000000000000000000000000000"}"#;
@@ -507,16 +396,6 @@ mod tests {
     }
 
     #[test]
-    fn about_members_are_json_encoded_and_absent_ones_left_out() {
-        assert_eq!(about_members(&About::default()), "}");
-        let about = About::new("run \"1\"", "charge").detail("line\nbreak");
-        assert_eq!(
-            about_members(&about),
-            r#","scope":"run \"1\"","tool":"charge","detail":"line\nbreak"}"#
-        );
-    }
-
-    #[test]
     fn a_fingerprint_written_with_escapes_reads_as_the_same_fingerprint() {
         // Borrowed from the value when it can be; another writer's escaped hex digits are
         // still the same digits.
@@ -531,21 +410,6 @@ mod tests {
         let other = decode(raw(&escaped).as_bytes()).unwrap();
         assert!(plain.fingerprint.is_some());
         assert_eq!(plain.fingerprint, other.fingerprint);
-    }
-
-    #[test]
-    fn about_members_are_escaped_byte_for_byte_as_serde_json_escapes_them() {
-        // Every control character, the two that JSON always escapes, the ones it never does
-        // (`/`, DEL), and text beyond ASCII: what the TypeScript package's `JSON.stringify`
-        // writes and every reader decodes.
-        let mut text: String = (0u8..0x20).map(char::from).collect();
-        text.push_str("\"\\/\u{7f}é€😀 end");
-        let about = About::new(text.clone(), "charge").detail(text.clone());
-        let json = serde_json::to_string(&text).unwrap();
-        assert_eq!(
-            about_members(&about),
-            format!(r#","scope":{json},"tool":"charge","detail":{json}}}"#)
-        );
     }
 
     #[test]
