@@ -8,14 +8,14 @@ use crate::store::owner::OwnerToken;
 /// The about members of a new entry as the claim script splices them in: `}` when nothing is
 /// recorded, else `,"scope":…,"tool":…,"detail":…}` with the members that are set, JSON-encoded.
 #[cfg(test)]
-pub(super) fn about_members(about: &About) -> String {
+fn about_members(about: &About) -> String {
     let mut out = String::new();
     about_members_into(about, &mut out);
     out
 }
 
 /// Appends [`about_members`] to `out`.
-pub(super) fn about_members_into(about: &About, out: &mut String) {
+fn about_members_into(about: &About, out: &mut String) {
     for (name, value) in [
         ("scope", &about.scope),
         ("tool", &about.tool),
@@ -36,7 +36,7 @@ pub(super) fn about_members_into(about: &About, out: &mut String) {
 /// The SHA-1 of an owner token as 40 lowercase hex digits, as the scripts compute it with
 /// `redis.sha1hex`: what a running entry stores instead of the token, so that whoever reads the
 /// entry cannot settle it.
-pub(super) fn owner_digest(owner: &OwnerToken) -> [u8; 40] {
+fn owner_digest(owner: &OwnerToken) -> [u8; 40] {
     let mut hex = [0u8; 40];
     crate::key::hex_into(
         &sha1_smol::Sha1::from(owner.as_str()).digest().bytes(),
