@@ -3,11 +3,9 @@
 //! reference design), with the server's clock deciding whether a lease ran out. What a claim
 //! writes is built in `running`.
 
-use std::borrow::Cow;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ::redis::Value;
-use serde::{Deserialize, Deserializer};
 use serde_json::Value as Json;
 
 use crate::key::{Fingerprint, OperationKey};
@@ -15,6 +13,9 @@ use crate::store::contract::{About, Entry, EntryState};
 use crate::store::json::read_lenient;
 use crate::tool::ToolError;
 use crate::{Error, Result};
+
+use super::members::{Borrowed, Wire};
+use super::plain::read_plain;
 
 /// Decodes `{value, PTTL, now}` from the claim, read and resolve scripts.
 ///
@@ -46,63 +47,6 @@ pub(super) fn decode_read(key: &OperationKey, reply: Value) -> Result<Entry> {
         Some(_) => return Err(bad("TIME")),
     };
     decode_entry(key, &raw, Some(pttl), now, SystemTime::now())
-}
-
-/// An entry in the wire format. Every field but `status` is optional: workers of the reference
-/// design write only `status`, `startedAt` and `result`, today's version of toolonce writes no
-/// `leaseUntil` and none of what an entry says it is, and fields we do not know are ignored.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(super) struct Wire<'a> {
-    /// Borrowed from the value unless it has escapes (then owned), like `fingerprint`: one
-    /// allocation less each on every replay.
-    #[serde(borrow)]
-    pub(super) status: Cow<'a, str>,
-    #[serde(default)]
-    pub(super) started_at: Option<f64>,
-    /// The lease deadline of a running entry of the previous version, on the server's clock.
-    #[serde(default)]
-    pub(super) lease_until: Option<f64>,
-    /// How long a running entry of today's shape is kept after its lease (ms): its lease is
-    /// live while the key's PTTL is above this.
-    #[serde(default)]
-    pub(super) retention: Option<f64>,
-    #[serde(default)]
-    pub(super) completed_at: Option<f64>,
-    #[serde(default)]
-    pub(super) failed_at: Option<f64>,
-    #[serde(default)]
-    pub(super) settled_at: Option<f64>,
-    #[serde(default)]
-    pub(super) first_started_at: Option<f64>,
-    #[serde(default)]
-    pub(super) attempts: Option<f64>,
-    #[serde(default)]
-    pub(super) owner: Option<String>,
-    #[serde(default, borrow)]
-    pub(super) fingerprint: Option<Borrowed<'a>>,
-    #[serde(default)]
-    pub(super) scope: Option<String>,
-    #[serde(default)]
-    pub(super) tool: Option<String>,
-    #[serde(default)]
-    pub(super) detail: Option<String>,
-    /// `Some(Null)` for a stored `null` result, `None` when the field is missing.
-    #[serde(default, deserialize_with = "present")]
-    pub(super) result: Option<Json>,
-    #[serde(default)]
-    pub(super) error: Option<Json>,
-}
-
-/// Text borrowed from the value unless it has escapes. serde borrows a `Cow` only where it is
-/// the field itself, not inside an `Option`, so an optional one is wrapped in this.
-#[derive(Deserialize)]
-pub(super) struct Borrowed<'a>(#[serde(borrow)] pub(super) Cow<'a, str>);
-
-pub(super) fn present<'de, D: Deserializer<'de>>(
-    d: D,
-) -> std::result::Result<Option<Json>, D::Error> {
-    Json::deserialize(d).map(Some)
 }
 
 /// Milliseconds since the epoch to a time (negative or non-finite values clamp to the epoch).
@@ -160,14 +104,20 @@ pub(super) fn decode_unless_running(
     entry_of(key, wire, None, None, local_now).map(Some)
 }
 
-/// The wire form of `raw`, reading another writer's lone surrogate escapes as U+FFFD rather
-/// than calling the entry corrupt (see `json::without_lone_surrogates`); `readable` holds the
-/// repaired text the result borrows from when it had to be repaired.
+/// The wire form of `raw`: read straight from the text when it is in the form its writers give
+/// it (`plain`), else by serde, reading another writer's lone surrogate escapes as U+FFFD
+/// rather than calling the entry corrupt (see `json::without_lone_surrogates`); `readable`
+/// holds the repaired text the result borrows from when it had to be repaired.
 fn parse_wire<'a>(
     key: &OperationKey,
     raw: &'a [u8],
     readable: &'a mut Option<Vec<u8>>,
 ) -> Result<Wire<'a>> {
+    if let Ok(text) = std::str::from_utf8(raw)
+        && let Some(wire) = read_plain(text)
+    {
+        return Ok(wire);
+    }
     read_lenient(raw, readable).map_err(|e| Error::corrupt(key, e))
 }
 
