@@ -12,7 +12,8 @@
 //! the lease and retention of what it writes, `workload` the write tool and the two workloads,
 //! `runner` the rounds, `floor` the raw floor of each store (one file per store), `stats` the
 //! figures of a row, `report` the table and the JSON document, `storm` the storm of duplicates
-//! (`--storm N`), `env` the runtime the run reports and its random id.
+//! (`--storm N`), `env` the runtime the run reports, what the machine does with an idle CPU, and its
+//! random id.
 
 use anyhow::Context;
 use serde_json::{Value, json};
@@ -30,7 +31,7 @@ mod storm;
 mod workload;
 
 pub(crate) use args::BenchArgs;
-use env::{rand_u64, runtime};
+use env::{idle_note, rand_u64, runtime};
 
 pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
     if let Some(callers) = args.storm {
@@ -57,7 +58,13 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<std::process::ExitCod
         let results: Vec<Value> = rows.iter().map(stats::Row::to_json).collect();
         outln!(
             "{}",
-            json!({"store": store, "runtime": runtime(), "results": results})
+            json!({
+                "store": store,
+                "runtime": runtime(),
+                // Said where the store is waited on: the memory store never is.
+                "idle_cpus": bench.kind.has_raw().then(idle_note).flatten(),
+                "results": results
+            })
         );
     } else {
         report::print_table(&store, &bench.kind, &rows)?;

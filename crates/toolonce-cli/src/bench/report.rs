@@ -105,6 +105,9 @@ pub(super) fn print_table(store: &str, kind: &Kind, rows: &[Row]) -> anyhow::Res
             "server µs/op: Redis CPU per operation, toolonce / raw (INFO cpu)"
         )?;
     }
+    if let Some(note) = kind.has_raw().then(super::env::idle_note).flatten() {
+        writeln!(out, "note: {note}")?;
+    }
     if matches!(kind, Kind::Memory) {
         writeln!(
             out,
