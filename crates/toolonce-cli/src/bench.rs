@@ -12,8 +12,8 @@
 //! the lease and retention of what it writes, `workload` the write tool and the two workloads,
 //! `runner` the rounds, `floor` the raw floor of each store (one file per store), `stats` the
 //! figures of a row, `report` the table and the JSON document, `storm` the storm of duplicates
-//! (`--storm N`), `env` the runtime the run reports, what the machine does with an idle CPU, and its
-//! random id.
+//! (`--storm N`), `env` the runtime the run reports, what the machine does with an idle CPU,
+//! and the run's random id.
 
 use anyhow::Context;
 use serde_json::{Value, json};

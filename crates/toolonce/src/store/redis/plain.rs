@@ -1,8 +1,8 @@
 //! The fast reader of an entry in the form its writers give it: one object of the known
 //! members, no whitespace, strings without escapes, times and counts as integers. That is every
 //! entry toolonce (scripts, native writes) and the reference design write, and reading it
-//! straight from the text costs less than half of what serde's derived reader does, on every
-//! replay. Anything else (an escape, a member it does not know or one given twice, whitespace,
+//! straight from the text costs about 70% of what serde's derived reader does (415 ns against
+//! 592 for a settled entry, the result's own parse included), on every replay. Anything else (an escape, a member it does not know or one given twice, whitespace,
 //! a fraction, a `null` where a string or a number goes, text that is not an entry) is not
 //! judged here: [`read_plain`] answers `None` and serde reads it as it always did. A test holds
 //! the two to the same answer wherever this one gives one.
