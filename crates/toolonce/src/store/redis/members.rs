@@ -60,8 +60,7 @@ pub(super) struct Wire<'a> {
 #[cfg_attr(test, derive(Debug, PartialEq))]
 pub(super) struct Borrowed<'a>(#[serde(borrow)] pub(super) Cow<'a, str>);
 
-pub(super) fn present<'de, D: Deserializer<'de>>(
-    d: D,
-) -> std::result::Result<Option<Json>, D::Error> {
+/// A present member, even `null`: serde reads a `null` `Option` as `None` otherwise.
+fn present<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<Json>, D::Error> {
     Json::deserialize(d).map(Some)
 }
