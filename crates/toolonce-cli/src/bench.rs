@@ -54,6 +54,8 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<std::process::ExitCod
     };
     cleaned.context("cleaning up what the bench wrote")?;
     let store = redact_url(&args.store);
+    // Said where the store is waited on: the memory store never is.
+    let idle_cpus = bench.kind.has_raw().then(idle_note).flatten();
     if args.json {
         let results: Vec<Value> = rows.iter().map(stats::Row::to_json).collect();
         outln!(
@@ -61,13 +63,12 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<std::process::ExitCod
             json!({
                 "store": store,
                 "runtime": runtime(),
-                // Said where the store is waited on: the memory store never is.
-                "idle_cpus": bench.kind.has_raw().then(idle_note).flatten(),
+                "idle_cpus": idle_cpus,
                 "results": results
             })
         );
     } else {
-        report::print_table(&store, &bench.kind, &rows)?;
+        report::print_table(&store, &bench.kind, &rows, idle_cpus.as_deref())?;
     }
     Ok(std::process::ExitCode::SUCCESS)
 }

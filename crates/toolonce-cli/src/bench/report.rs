@@ -45,7 +45,14 @@ impl Row {
     }
 }
 
-pub(super) fn print_table(store: &str, kind: &Kind, rows: &[Row]) -> anyhow::Result<()> {
+/// The table of `rows`, with the notes on its columns and `idle_cpus`, the machine's note on
+/// idle CPUs if it has one.
+pub(super) fn print_table(
+    store: &str,
+    kind: &Kind,
+    rows: &[Row],
+    idle_cpus: Option<&str>,
+) -> anyhow::Result<()> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     writeln!(
@@ -105,7 +112,7 @@ pub(super) fn print_table(store: &str, kind: &Kind, rows: &[Row]) -> anyhow::Res
             "server µs/op: Redis CPU per operation, toolonce / raw (INFO cpu)"
         )?;
     }
-    if let Some(note) = kind.has_raw().then(super::env::idle_note).flatten() {
+    if let Some(note) = idle_cpus {
         writeln!(out, "note: {note}")?;
     }
     if matches!(kind, Kind::Memory) {
