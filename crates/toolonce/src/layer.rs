@@ -24,8 +24,8 @@ mod storable;
 
 pub use answer::{Outcome, STORE_ERROR, WriteAnswer};
 pub use call::{ProbeFuture, ToolFuture};
-pub(crate) use report::count_call;
 pub use report::{CALLS_METRIC, TAKEOVERS_METRIC};
+pub(crate) use report::{count_call, count_unlisted_call};
 
 use crate::heartbeat::Heartbeats;
 use crate::key::{Derived, OperationKey};

@@ -407,7 +407,7 @@ impl Toolbox {
                 None,
             );
             tracing::info!(target: "toolonce", tool = name, outcome = "unknown_tool", "tool call");
-            crate::layer::count_call(name, Outcome::UnknownTool);
+            crate::layer::count_unlisted_call(name, Outcome::UnknownTool);
             return answer;
         };
         match &tool.kind {
@@ -475,7 +475,8 @@ impl Toolbox {
 
     fn invalid(&self, name: &str, reason: &str) -> ToolResult {
         tracing::info!(target: "toolonce", tool = name, outcome = "invalid_arguments", reason, "tool call");
-        crate::layer::count_call(name, Outcome::InvalidArguments);
+        // Not a kept key: `call_json` gets here before it knows the name is registered.
+        crate::layer::count_unlisted_call(name, Outcome::InvalidArguments);
         ToolResult::error(
             format!("Invalid arguments for `{name}`: {reason}. Nothing was executed."),
             Outcome::InvalidArguments,

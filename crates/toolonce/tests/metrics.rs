@@ -174,3 +174,24 @@ async fn the_toolbox_counts_invalid_arguments_and_unknown_tools_too() {
     assert_eq!(calls("metrics_missing", "unknown_tool"), 1);
     assert_eq!(calls("metrics_counted", "executed"), 1);
 }
+
+#[tokio::test]
+async fn every_one_of_more_tool_names_than_the_layer_keeps_keys_for_is_counted_apart() {
+    counts();
+    let layer = Layer::new(Arc::new(MemoryStore::new()));
+    // The layer keeps the counter keys of 1,024 tool names; the names past them are counted
+    // with keys built per call, and must come out the same.
+    let names: Vec<String> = (0..1_100).map(|n| format!("metrics_many_{n}")).collect();
+    for name in &names {
+        let op = key::derive("metrics", name, &json!({}), None).unwrap();
+        for _ in 0..2 {
+            let _ = layer
+                .run(name, &op, &WriteOptions::new(), |_| async { Ok(json!(1)) })
+                .await;
+        }
+    }
+    for name in &names {
+        assert_eq!(calls(name, "executed"), 1, "{name}");
+        assert_eq!(calls(name, "replayed"), 1, "{name}");
+    }
+}

@@ -3,6 +3,11 @@
 //! counters. Kept apart from the protocol so that reporting can change without touching what a
 //! call does.
 
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+
+use metrics::{Key, Label, Level, Metadata, SharedString};
+
 use super::answer::{Outcome, PANICKED, STORE_ERROR, WriteAnswer};
 use crate::store::About;
 
@@ -77,15 +82,112 @@ pub const CALLS_METRIC: &str = "toolonce_calls_total";
 /// The counter of takeovers of `unknown` operations, by tool.
 pub const TAKEOVERS_METRIC: &str = "toolonce_takeovers_total";
 
-pub(crate) fn count_call(tool: &str, outcome: Outcome) {
-    metrics::counter!(
+/// Every outcome, in the order of the enum: the index of an outcome's key in [`CallKeys`].
+const OUTCOMES: [Outcome; 9] = [
+    Outcome::Executed,
+    Outcome::Replayed,
+    Outcome::ReplayedFailure,
+    Outcome::InFlight,
+    Outcome::Conflict,
+    Outcome::InvalidArguments,
+    Outcome::UnknownTool,
+    Outcome::StoreUnavailable,
+    Outcome::Unknown,
+];
+
+/// How many tool names keep their counter keys: a surface that passes names its clients
+/// choose (an MCP gateway) must not grow this without bound; past it, keys are built per call.
+const KEPT_TOOLS: usize = 1024;
+
+/// The counter keys of one tool, one per outcome, built once: building a key allocates the
+/// tool's name and the label list, which was about a tenth of a replay's own work.
+type CallKeys = Box<[Key]>;
+
+static CALL_KEYS: OnceLock<RwLock<HashMap<Box<str>, CallKeys>>> = OnceLock::new();
+
+/// What the `counter!` macro would pass the recorder, said once.
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+fn call_key(tool: &str, outcome: Outcome) -> Key {
+    Key::from_parts(
         CALLS_METRIC,
-        "tool" => tool.to_owned(),
-        "outcome" => outcome.as_str()
+        vec![
+            Label::new("tool", tool.to_owned()),
+            Label::from_static_parts("outcome", outcome.as_str()),
+        ],
     )
-    .increment(1);
+}
+
+fn keys_of(tool: &str) -> CallKeys {
+    let name = SharedString::from_shared(Arc::from(tool));
+    OUTCOMES
+        .iter()
+        .map(|outcome| {
+            Key::from_parts(
+                CALLS_METRIC,
+                vec![
+                    Label::new("tool", name.clone()),
+                    Label::from_static_parts("outcome", outcome.as_str()),
+                ],
+            )
+        })
+        .collect()
+}
+
+fn increment(key: &Key) {
+    metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA).increment(1));
+}
+
+/// Counts a call by tool and outcome, with the tool's keys kept for its next calls (at most
+/// [`KEPT_TOOLS`] names: past them, as [`count_unlisted_call`]).
+pub(crate) fn count_call(tool: &str, outcome: Outcome) {
+    debug_assert_eq!(OUTCOMES[outcome as usize], outcome);
+    let cache = CALL_KEYS.get_or_init(RwLock::default);
+    {
+        let kept = cache.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(keys) = kept.get(tool) {
+            return increment(&keys[outcome as usize]);
+        }
+    }
+    let mut kept = cache.write().unwrap_or_else(PoisonError::into_inner);
+    if kept.len() >= KEPT_TOOLS && !kept.contains_key(tool) {
+        drop(kept);
+        return count_unlisted_call(tool, outcome);
+    }
+    let keys = kept.entry(Box::from(tool)).or_insert_with(|| keys_of(tool));
+    increment(&keys[outcome as usize]);
+}
+
+/// Counts a call with its key built for this call alone: for a name that may be nobody's tool
+/// (a client's choice), which must take no room among the kept keys.
+pub(crate) fn count_unlisted_call(tool: &str, outcome: Outcome) {
+    increment(&call_key(tool, outcome));
 }
 
 pub(crate) fn count_takeover(tool: &str) {
     metrics::counter!(TAKEOVERS_METRIC, "tool" => tool.to_owned()).increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kept_counter_keys_stop_growing_at_their_bound() {
+        for n in 0..KEPT_TOOLS + 50 {
+            count_call(&format!("report_bound_{n}"), Outcome::Executed);
+        }
+        let kept = CALL_KEYS.get().unwrap().read().unwrap();
+        assert_eq!(kept.len(), KEPT_TOOLS);
+        // A kept name counts through its own keys: one per outcome, each naming it.
+        let keys = kept.get("report_bound_0").unwrap();
+        for (key, outcome) in keys.iter().zip(OUTCOMES) {
+            let labels: Vec<_> = key.labels().map(|l| (l.key(), l.value())).collect();
+            assert_eq!(
+                labels,
+                [("tool", "report_bound_0"), ("outcome", outcome.as_str())]
+            );
+        }
+    }
 }
