@@ -231,8 +231,7 @@ impl Store for RedisStore {
         result: &Json,
         retention: Duration,
     ) -> Result<Fenced> {
-        let mut head = String::from(r#"{"status":"done","result":"#);
-        head.push_str(&serde_json::to_string(result).map_err(Error::store)?);
+        let head = settled_head(r#"{"status":"done","result":"#, result)?;
         let settle = Settle {
             head,
             at_field: "completedAt",
@@ -251,8 +250,7 @@ impl Store for RedisStore {
     ) -> Result<Fenced> {
         let (retention, head) = match sticky {
             Some(retention) => {
-                let mut head = String::from(r#"{"status":"failed","error":"#);
-                head.push_str(&serde_json::to_string(error).map_err(Error::store)?);
+                let head = settled_head(r#"{"status":"failed","error":"#, error)?;
                 (Some(px(retention)), head)
             }
             None => (None, String::new()),
@@ -343,8 +341,7 @@ impl Store for RedisStore {
                 (head, "completedAt")
             }
             Resolution::Failed(error) => {
-                let mut head = String::from(r#"{"status":"failed","error":"#);
-                head.push_str(&serde_json::to_string(error).map_err(Error::store)?);
+                let head = settled_head(r#"{"status":"failed","error":"#, error)?;
                 (head, "failedAt")
             }
             Resolution::Release => (String::new(), ""),
@@ -401,6 +398,16 @@ struct Settle {
     at_field: &'static str,
     retention: Option<u64>,
     what: &'static str,
+}
+
+/// `prefix`, then `member` as JSON: written into one buffer, where building the member's text
+/// and then appending it allocated twice and copied it once more, on every settle.
+fn settled_head(prefix: &str, member: &impl serde::Serialize) -> Result<String> {
+    let mut head = Vec::with_capacity(prefix.len() + 128);
+    head.extend_from_slice(prefix.as_bytes());
+    serde_json::to_writer(&mut head, member).map_err(Error::store)?;
+    // serde_json writes nothing but UTF-8; checking it costs a pass, not an allocation.
+    String::from_utf8(head).map_err(Error::store)
 }
 
 impl RedisStore {

@@ -119,15 +119,17 @@ impl RedisStore {
         expected: &str,
         px: u64,
     ) -> Result<Native> {
-        let reply: std::result::Result<Value, RedisError> = ::redis::cmd("SET")
+        // Sized up front, as the claim's `SET`: the buffer would otherwise grow, copying both
+        // entries again, as each argument goes in.
+        let mut set = ::redis::Cmd::with_capacity(7, key.len() + new.len() + expected.len() + 96);
+        set.arg("SET")
             .arg(key)
             .arg(new)
             .arg("IFEQ")
             .arg(expected)
             .arg("PX")
-            .arg(px)
-            .query_async(&mut self.conn())
-            .await;
+            .arg(px);
+        let reply: std::result::Result<Value, RedisError> = set.query_async(&mut self.conn()).await;
         match reply {
             Ok(Value::Okay) => Ok(Native::Applied),
             Ok(Value::SimpleString(s)) if s == "OK" => Ok(Native::Applied),
