@@ -37,11 +37,10 @@ fn about_members_into(about: &About, out: &mut String) {
 /// `redis.sha1hex`: what a running entry stores instead of the token, so that whoever reads the
 /// entry cannot settle it.
 fn owner_digest(owner: &OwnerToken) -> [u8; 40] {
+    use sha1::Digest;
+    let digest: [u8; 20] = sha1::Sha1::digest(owner.as_str().as_bytes()).into();
     let mut hex = [0u8; 40];
-    crate::key::hex_into(
-        &sha1_smol::Sha1::from(owner.as_str()).digest().bytes(),
-        &mut hex,
-    );
+    crate::key::hex_into(&digest, &mut hex);
     hex
 }
 
@@ -98,6 +97,17 @@ mod tests {
             &owner_digest(&owner),
             b"b1775a785f09a6ebaf2dc33d6eaeb98974d9cdb8"
         );
+    }
+
+    #[test]
+    fn the_owner_digest_agrees_with_another_sha1_at_every_length_over_three_blocks() {
+        // Tokens are 32 characters; `from_stored` takes any, so cover padding at each length.
+        for len in 0..200 {
+            let token: String = "0123456789abcdefghij".chars().cycle().take(len).collect();
+            let owner = OwnerToken::from_stored(token.clone());
+            let other = sha1_smol::Sha1::from(token.as_str()).digest().to_string();
+            assert_eq!(std::str::from_utf8(&owner_digest(&owner)).unwrap(), other);
+        }
     }
 
     #[test]
