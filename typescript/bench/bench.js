@@ -21,6 +21,7 @@
 const path = require("node:path");
 const Redis = require("ioredis");
 const { compileReferenceWorker } = require("../test/support.js");
+const { idleNote } = require("./idle.js");
 const { option, redisUrl } = require("./options.js");
 
 const OPERATIONS = Number(process.env.TOOLONCE_BENCH_OPERATIONS ?? 2000);
@@ -132,8 +133,9 @@ async function main() {
   }
 
   const shown = url.replace(/:[^:@/]*@/, ":***@");
+  const idle = idleNote();
   if (json) {
-    process.stdout.write(JSON.stringify({ store: shown, server, package: label, node: process.version, operations: OPERATIONS, rounds: ROUNDS, results, memory_us_per_call: perCall }) + "\n");
+    process.stdout.write(JSON.stringify({ store: shown, server, package: label, node: process.version, operations: OPERATIONS, rounds: ROUNDS, results, memory_us_per_call: perCall, idle_cpus: idle }) + "\n");
   } else {
     console.log(`${server} at ${shown}, node ${process.version}, ${OPERATIONS} operations per measurement, best of ${ROUNDS} rounds, package ${label}\n`);
     const header = ["workload", "callers", "reference ops/s", "toolonce ops/s", "ratio", "median round ratio"];
@@ -144,6 +146,7 @@ async function main() {
     console.log("|" + widths.map((w) => "-".repeat(w + 2)).join("|") + "|");
     for (const r of rows) console.log(line(r));
     console.log(`\ntoolonce on memory:// (1 caller, no store I/O): first-time ${perCall.first_time} µs per call, replay ${perCall.replay} µs per call`);
+    if (idle) console.log(`note: ${idle}`);
   }
   redis.disconnect();
   await store.close();
