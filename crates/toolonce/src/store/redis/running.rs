@@ -100,7 +100,7 @@ mod tests {
     }
 
     #[test]
-    fn the_owner_digest_agrees_with_another_sha1_at_every_length_over_three_blocks() {
+    fn the_owner_digest_agrees_with_another_sha1_at_every_length_up_to_three_blocks() {
         // Tokens are 32 characters; `from_stored` takes any, so cover padding at each length.
         for len in 0..200 {
             let token: String = "0123456789abcdefghij".chars().cycle().take(len).collect();
