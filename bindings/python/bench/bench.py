@@ -32,6 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from servers import PostgresServer, RedisServer  # noqa: E402
 
+from idle import idle_note  # noqa: E402
+
 import toolonce  # noqa: E402
 
 
@@ -324,6 +326,10 @@ def main() -> None:
                         cell += f" ({r[phase] / base[phase]:.1f}×)"
                     cells.append(cell)
                 print(f"| {store} | {name} | " + " | ".join(cells) + " |")
+        note = idle_note()
+        if note:
+            print()
+            print(f"note: {note}")
     finally:
         redis.stop()
         postgres.stop()
