@@ -82,7 +82,8 @@ pub const CALLS_METRIC: &str = "toolonce_calls_total";
 /// The counter of takeovers of `unknown` operations, by tool.
 pub const TAKEOVERS_METRIC: &str = "toolonce_takeovers_total";
 
-/// Every outcome, each at its [`slot`].
+/// Every outcome, in the order of a tool's [`CallKeys`]. An outcome missing here (one added
+/// later) is still counted, with a key built for its call ([`count_call`]).
 const OUTCOMES: [Outcome; 9] = [
     Outcome::Executed,
     Outcome::Replayed,
@@ -94,22 +95,6 @@ const OUTCOMES: [Outcome; 9] = [
     Outcome::StoreUnavailable,
     Outcome::Unknown,
 ];
-
-/// Where an outcome's key is among a tool's [`CallKeys`]. A match, not `as usize`, so that a
-/// new outcome fails to compile here rather than index past the keys after a tool has run.
-const fn slot(outcome: Outcome) -> usize {
-    match outcome {
-        Outcome::Executed => 0,
-        Outcome::Replayed => 1,
-        Outcome::ReplayedFailure => 2,
-        Outcome::InFlight => 3,
-        Outcome::Conflict => 4,
-        Outcome::InvalidArguments => 5,
-        Outcome::UnknownTool => 6,
-        Outcome::StoreUnavailable => 7,
-        Outcome::Unknown => 8,
-    }
-}
 
 /// How many tool names keep their counter keys: a surface that passes names its clients
 /// choose (an MCP gateway) must not grow this without bound; past it, keys are built per call.
@@ -152,11 +137,14 @@ fn increment(key: &Key) {
 /// Counts a call by tool and outcome, with the tool's keys kept for its next calls (at most
 /// [`KEPT_TOOLS`] names: past them, as [`count_unlisted_call`]).
 pub(crate) fn count_call(tool: &str, outcome: Outcome) {
+    let Some(slot) = OUTCOMES.iter().position(|&o| o == outcome) else {
+        return count_unlisted_call(tool, outcome);
+    };
     let cache = CALL_KEYS.get_or_init(RwLock::default);
     {
         let kept = cache.read().unwrap_or_else(PoisonError::into_inner);
         if let Some(keys) = kept.get(tool) {
-            return increment(&keys[slot(outcome)]);
+            return increment(&keys[slot]);
         }
     }
     let mut kept = cache.write().unwrap_or_else(PoisonError::into_inner);
@@ -165,7 +153,7 @@ pub(crate) fn count_call(tool: &str, outcome: Outcome) {
         return count_unlisted_call(tool, outcome);
     }
     let keys = kept.entry(Box::from(tool)).or_insert_with(|| keys_of(tool));
-    increment(&keys[slot(outcome)]);
+    increment(&keys[slot]);
 }
 
 /// Counts a call with its key built for this call alone: for a name that may be nobody's tool
@@ -195,8 +183,7 @@ mod tests {
         // A kept name counts through its own keys: one per outcome, each naming it.
         let keys = kept.get("report_bound_0").unwrap();
         assert_eq!(keys.len(), OUTCOMES.len());
-        for outcome in OUTCOMES {
-            let key = &keys[slot(outcome)];
+        for (key, outcome) in keys.iter().zip(OUTCOMES) {
             let labels: Vec<_> = key.labels().map(|l| (l.key(), l.value())).collect();
             assert_eq!(
                 labels,
