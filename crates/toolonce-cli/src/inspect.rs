@@ -219,7 +219,7 @@ pub(crate) async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
         EntryState::Running { owner } | EntryState::Unknown { owner } => {
             doc["owner_digest"] = json!(owner.as_deref().map(owner_digest))
         }
-        EntryState::Done { result, .. } => doc["result"] = result.clone(),
+        EntryState::Done { result, .. } => doc["result"] = result.to_value(),
         EntryState::Failed { error, .. } => {
             doc["error"] = serde_json::to_value(error).map_err(exit::internal)?
         }
@@ -343,7 +343,7 @@ pub(crate) fn absent(key: &OperationKey, json: bool) -> anyhow::Result<ExitCode>
 fn payload(entry: &Entry) -> Option<Value> {
     match &entry.state {
         EntryState::Running { .. } | EntryState::Unknown { .. } => None,
-        EntryState::Done { result, .. } => Some(result.clone()),
+        EntryState::Done { result, .. } => Some(result.to_value()),
         EntryState::Failed { error, .. } => serde_json::to_value(error).ok(),
         _ => None,
     }

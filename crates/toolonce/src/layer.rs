@@ -31,11 +31,12 @@ use crate::heartbeat::Heartbeats;
 use crate::key::{Derived, OperationKey};
 pub use crate::policy::{InFlight, MAX_DURATION, MIN_LEASE, OnExpired, WriteOptions};
 use crate::store::{
-    About, Claim, ClaimRequest, EntryState, Fenced, OwnerToken, Resolution, Resolved, Seen, Store,
+    About, Claim, ClaimRequest, EntryState, Fenced, OwnerToken, Recorded, Resolution, Resolved,
+    Seen, Store,
 };
 use crate::tool::{ToolError, Verified, WriteContext};
 use answer::{PANICKED, conflict, held, in_flight, misconfigured, unavailable, unreadable};
-use call::{NO_PROBE, WriteCall};
+pub(crate) use call::{NO_PROBE, WriteCall};
 use report::{count_takeover, log_write_call};
 
 /// Runs write operations at most once per key on a [`Store`].
@@ -142,7 +143,7 @@ impl Layer {
             about,
             options,
         };
-        self.run_checked(call, NO_PROBE, run).await
+        self.run_call(call, NO_PROBE, run).await.into_values()
     }
 
     /// [`run_with_about`](Layer::run_with_about) with a verify probe, asked under
@@ -192,16 +193,18 @@ impl Layer {
             about,
             options,
         };
-        self.run_checked(call, Some(verify), run).await
+        self.run_call(call, Some(verify), run).await.into_values()
     }
 
-    /// Checks the options, runs the call, and reports it (log line and metrics).
-    async fn run_checked<Fut: ToolFuture, VFut: ProbeFuture>(
+    /// Checks the options, runs the call, and reports it (log line and metrics), answering
+    /// with the result as the store kept it (the toolbox's way in: a replayed result reaches
+    /// the model without being decoded).
+    pub(crate) async fn run_call<Fut: ToolFuture, VFut: ProbeFuture>(
         &self,
         call: WriteCall<'_>,
         verify: Option<impl FnOnce(WriteContext) -> VFut>,
         run: impl FnOnce(WriteContext) -> Fut,
-    ) -> WriteAnswer {
+    ) -> WriteAnswer<Recorded> {
         let answer = match call.options.effective() {
             Ok(options) => {
                 let call = WriteCall {
@@ -223,7 +226,7 @@ impl Layer {
         call: WriteCall<'_>,
         verify: Option<impl FnOnce(WriteContext) -> VFut>,
         run: impl FnOnce(WriteContext) -> Fut,
-    ) -> WriteAnswer {
+    ) -> WriteAnswer<Recorded> {
         let WriteCall {
             tool,
             op,
@@ -366,7 +369,7 @@ impl Layer {
         seen: &Seen,
         value: Value,
         options: &WriteOptions,
-    ) -> WriteAnswer {
+    ) -> WriteAnswer<Recorded> {
         let answer = |outcome, result| WriteAnswer {
             outcome,
             key: key.clone(),
@@ -395,7 +398,7 @@ impl Layer {
                     "the verify probe found the interrupted attempt took effect; its result is \
                      recorded"
                 );
-                answer(Outcome::Replayed, Ok(value))
+                answer(Outcome::Replayed, Ok(value.into()))
             }
             // Released, expired, taken over or renewed meanwhile (that attempt is not the one
             // probed, so it is left alone), or the store failed: the downstream system said it
@@ -410,7 +413,7 @@ impl Layer {
                         "could not record what the verify probe found; answering with it anyway"
                     );
                 }
-                answer(Outcome::Replayed, Ok(value))
+                answer(Outcome::Replayed, Ok(value.into()))
             }
         }
     }
@@ -422,7 +425,7 @@ impl Layer {
         owner: OwnerToken,
         options: &WriteOptions,
         work: impl ToolFuture,
-    ) -> WriteAnswer {
+    ) -> WriteAnswer<Recorded> {
         // The layer's heartbeat task renews the lease while the tool runs, so a tool that
         // blocks its thread (a blocking client, `std::thread::sleep`) keeps it. The
         // registration ends when the call does, and when this future is dropped: no lease is
@@ -496,7 +499,7 @@ impl Layer {
             outcome: Outcome::Executed,
             key: key.clone(),
             notice: answer::settle_notice(settled),
-            result,
+            result: result.map(Recorded::from),
         }
     }
 }
@@ -505,7 +508,7 @@ impl Layer {
 /// decoded is not "nothing happened": the operation was begun, perhaps done, by a writer this
 /// reader cannot follow, so it is held as `unknown` for a person. Anything else is the store
 /// being unavailable, which the claim never got past: nothing ran.
-fn store_failed(tool: &str, key: &OperationKey, e: &crate::Error) -> WriteAnswer {
+fn store_failed<R>(tool: &str, key: &OperationKey, e: &crate::Error) -> WriteAnswer<R> {
     let (outcome, error) = match e {
         crate::Error::Corrupt { .. } => (Outcome::Unknown, unreadable(tool, key, e)),
         _ => (Outcome::StoreUnavailable, unavailable(tool, e)),

@@ -124,8 +124,8 @@ pub use layer::{Layer, Outcome, WriteAnswer};
 pub use policy::{InFlight, OnExpired, WriteOptions};
 pub use store::memory::{ManualClock, MemoryStore};
 pub use store::{
-    About, Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, Resolution,
-    Resolved, Seen, State, Store, owner_digest,
+    About, Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, Recorded,
+    Resolution, Resolved, Seen, State, Store, owner_digest,
 };
 pub use tool::{ErrorClass, ReadTool, ToolError, Verified, WriteContext, WriteTool};
 pub use toolbox::formats::Reply;

@@ -25,6 +25,7 @@ mod open;
 mod owner;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod recorded;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "sqlite")]
@@ -42,4 +43,5 @@ pub use contract::{
 pub use json::MAX_STORED_DEPTH;
 pub use open::open;
 pub use owner::OwnerToken;
+pub use recorded::Recorded;
 pub use url::redact_url;

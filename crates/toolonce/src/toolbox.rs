@@ -11,9 +11,9 @@ use serde_json::{Value, json};
 
 use crate::canonical::{self, Limits};
 use crate::key::{self, KeyFields, OperationKey};
-use crate::layer::{Layer, Outcome};
+use crate::layer::{Layer, NO_PROBE, Outcome, WriteCall};
 use crate::policy::{OnExpired, WriteOptions};
-use crate::store::{About, Store};
+use crate::store::{About, Recorded, Store};
 use crate::tool::{ReadTool, ToolError, Verified, WriteContext, WriteTool};
 use crate::{Error, Result};
 
@@ -38,14 +38,15 @@ pub struct ToolResult {
     pub outcome: Outcome,
     /// The operation key, for write calls that got as far as deriving one.
     pub key: Option<OperationKey>,
-    /// The structured result, when the call produced one (executed or replayed).
-    pub value: Option<Value>,
+    /// The structured result, when the call produced one (executed or replayed): a replayed
+    /// one as the store kept it, decoded when asked ([`Recorded::to_value`]).
+    pub value: Option<Recorded>,
 }
 
 impl ToolResult {
-    fn ok(value: Value, outcome: Outcome, key: Option<OperationKey>) -> Self {
+    fn ok(value: Recorded, outcome: Outcome, key: Option<OperationKey>) -> Self {
         ToolResult {
-            content: content_text(&value),
+            content: value.content(),
             is_error: false,
             outcome,
             key,
@@ -89,15 +90,6 @@ impl ToolResult {
 
 /// The text of a result: a JSON string as itself, anything else as compact JSON. The same
 /// stored value always gives the same text, so a replay reads exactly like the first answer.
-fn content_text(value: &Value) -> String {
-    match value {
-        Value::String(s) => s.clone(),
-        // Straight into a buffer: `Display` writes each token through a formatter, which cost
-        // about as much as the rest of a replay on the memory store.
-        other => serde_json::to_string(other).unwrap_or_else(|_| other.to_string()),
-    }
-}
-
 trait ErasedRead: Send + Sync {
     fn call(self: Arc<Self>, args: &Value) -> Result<BoxFuture<Result<Value, ToolError>>, String>;
 }
@@ -417,7 +409,7 @@ impl Toolbox {
                     let result = fut.await;
                     tracing::info!(target: "toolonce", tool = name, outcome = "executed", "read call");
                     match result {
-                        Ok(v) => ToolResult::ok(v, Outcome::Executed, None),
+                        Ok(v) => ToolResult::ok(v.into(), Outcome::Executed, None),
                         Err(e) => ToolResult::error(e.message, Outcome::Executed, None),
                     }
                 }
@@ -444,7 +436,12 @@ impl Toolbox {
                 } else {
                     std::borrow::Cow::Owned(About::new(scope, name))
                 };
-                let about = &*about;
+                let call = WriteCall {
+                    tool: name,
+                    op: &op,
+                    about: &about,
+                    options,
+                };
                 let answer = if options.expired_policy() == OnExpired::Verify {
                     // The arguments are parsed for the probe only when it is asked (they parsed
                     // above, so this cannot fail; if it did, holding is the safe answer).
@@ -457,13 +454,9 @@ impl Toolbox {
                             }
                         }
                     };
-                    self.layer
-                        .run_with_verify(name, &op, about, options, probe, prepared)
-                        .await
+                    self.layer.run_call(call, Some(probe), prepared).await
                 } else {
-                    self.layer
-                        .run_with_about(name, &op, about, options, prepared)
-                        .await
+                    self.layer.run_call(call, NO_PROBE, prepared).await
                 };
                 match answer.result {
                     Ok(v) => ToolResult::ok(v, answer.outcome, Some(answer.key)),

@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::key::{Derived, OperationKey};
-use crate::store::Fenced;
+use crate::store::{Fenced, Recorded};
 use crate::tool::ToolError;
 
 /// How a write call ended. Every answer carries one.
@@ -62,10 +62,13 @@ impl std::fmt::Display for Outcome {
     }
 }
 
-/// The answer of [`Layer::run`].
+/// The answer of [`Layer::run`](crate::Layer::run). `R` is the result's form: a `Value` from
+/// every public way in; the layer itself answers with the result as the store kept it
+/// ([`Recorded`]), which the [`Toolbox`](crate::Toolbox) hands on without decoding a replayed
+/// result.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
-pub struct WriteAnswer {
+pub struct WriteAnswer<R = Value> {
     /// How the call ended.
     pub outcome: Outcome,
     /// The operation key.
@@ -74,13 +77,25 @@ pub struct WriteAnswer {
     /// explanation for `in_flight`, `conflict` and `store_unavailable`). The layer's texts are
     /// written for a model; for `store_unavailable` the store's own error, for an operator, is
     /// in the error's `detail` under [`STORE_ERROR`].
-    pub result: Result<Value, ToolError>,
+    pub result: Result<R, ToolError>,
     /// What the caller should know about how the outcome was kept, when it is not simply
     /// recorded: it may not survive a failover of the store (fewer replicas acknowledged it
     /// than asked), it could not be recorded at all, or the claim was lost while the tool ran.
     /// Written for a person (the surfaces pass it on: `_meta["toolonce/notice"]` over MCP, a
     /// line on stderr from `toolonce exec`, `Answer.notice` in Python); `None` otherwise.
     pub notice: Option<String>,
+}
+
+impl WriteAnswer<Recorded> {
+    /// The same answer with its result as a value.
+    pub(crate) fn into_values(self) -> WriteAnswer {
+        WriteAnswer {
+            outcome: self.outcome,
+            key: self.key,
+            result: self.result.map(Recorded::into_value),
+            notice: self.notice,
+        }
+    }
 }
 
 /// What the caller of an executed call is told when its outcome was not simply recorded (see
@@ -111,7 +126,7 @@ pub(crate) fn settle_notice(settled: Option<Fenced>) -> Option<String> {
 
 /// The answer to a call whose options are invalid: nothing is claimed or run. A mistake of the
 /// program, not of the model, so the operator hears of it loudly.
-pub(crate) fn misconfigured(tool: &str, op: &Derived, e: &crate::Error) -> WriteAnswer {
+pub(crate) fn misconfigured<R>(tool: &str, op: &Derived, e: &crate::Error) -> WriteAnswer<R> {
     tracing::error!(
         target: "toolonce",
         tool,

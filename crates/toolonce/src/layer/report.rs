@@ -14,7 +14,7 @@ use crate::store::About;
 /// The one event of every write call, in operator wording: what happened, the tool, the key,
 /// the outcome, and the tool's own error or the store's where there is one. The text written
 /// for the model ("you must not retry it…") stays in the answer and is never logged.
-pub(crate) fn log_write_call(tool: &str, about: &About, answer: &WriteAnswer) {
+pub(crate) fn log_write_call<R>(tool: &str, about: &About, answer: &WriteAnswer<R>) {
     let error = answer.result.as_ref().err();
     let detail = |field: &str| {
         error

@@ -5,11 +5,10 @@
 use std::fmt;
 use std::time::SystemTime;
 
-use serde_json::Value;
-
 use crate::Result;
 use crate::key::{Fingerprint, OperationKey};
 use crate::store::about::About;
+use crate::store::recorded::Recorded;
 use crate::tool::ToolError;
 
 /// The state of an entry, for filtering listings.
@@ -81,7 +80,7 @@ pub enum EntryState {
     /// Completed with this result.
     Done {
         /// The tool's result, exactly as the first caller got it.
-        result: Value,
+        result: Recorded,
         /// When it completed, if recorded.
         completed_at: Option<SystemTime>,
     },

@@ -285,7 +285,7 @@ impl Store for MemoryStore {
         Ok(match Self::owned(&mut map, key, &owner, now) {
             Some(slot) => {
                 let state = EntryState::Done {
-                    result: result.clone(),
+                    result: result.clone().into(),
                     completed_at: Some(now),
                 };
                 slot.settle(now, state, retention);
@@ -383,7 +383,7 @@ impl Store for MemoryStore {
         match resolution {
             Resolution::Done(value) => {
                 let state = EntryState::Done {
-                    result: value.clone(),
+                    result: value.clone().into(),
                     completed_at: Some(now),
                 };
                 slot.settle(now, state, retention);

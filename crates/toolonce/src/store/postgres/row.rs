@@ -8,6 +8,7 @@ use deadpool_postgres::tokio_postgres::Row;
 
 use crate::store::contract::{About, Entry, EntryState, Fenced};
 use crate::store::json::read_stored;
+use crate::store::recorded::Recorded;
 
 use crate::key::{Fingerprint, OperationKey};
 use crate::{Error, Result};
@@ -39,7 +40,7 @@ pub(super) fn decode(key: OperationKey, row: &Row, at: usize) -> Result<Entry> {
             let text: Option<&str> = row.try_get(at + 6).map_err(|e| corrupt("result", &e))?;
             let text = text.ok_or_else(|| Error::corrupt(&key, "a done entry without a result"))?;
             EntryState::Done {
-                result: read_stored(text).map_err(|e| corrupt("result", &e))?,
+                result: Recorded::read(text).map_err(|e| corrupt("result", &e))?,
                 completed_at: settled_at,
             }
         }

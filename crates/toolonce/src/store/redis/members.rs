@@ -7,6 +7,8 @@ use std::borrow::Cow;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value as Json;
 
+use crate::store::recorded::Recorded;
+
 /// An entry in the wire format. Every field but `status` is optional: workers of the reference
 /// design write only `status`, `startedAt` and `result`, today's version of toolonce writes no
 /// `leaseUntil` and none of what an entry says it is, and fields we do not know are ignored.
@@ -49,7 +51,7 @@ pub(super) struct Wire<'a> {
     pub(super) detail: Option<String>,
     /// `Some(Null)` for a stored `null` result, `None` when the field is missing.
     #[serde(default, deserialize_with = "present")]
-    pub(super) result: Option<Json>,
+    pub(super) result: Option<Recorded>,
     #[serde(default)]
     pub(super) error: Option<Json>,
 }
@@ -61,6 +63,6 @@ pub(super) struct Wire<'a> {
 pub(super) struct Borrowed<'a>(#[serde(borrow)] pub(super) Cow<'a, str>);
 
 /// A present member, even `null`: serde reads a `null` `Option` as `None` otherwise.
-fn present<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<Json>, D::Error> {
-    Json::deserialize(d).map(Some)
+fn present<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<Recorded>, D::Error> {
+    Recorded::deserialize(d).map(Some)
 }

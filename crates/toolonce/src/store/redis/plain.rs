@@ -13,6 +13,7 @@ use std::borrow::Cow;
 use serde_json::Value as Json;
 
 use super::members::{Borrowed, Wire};
+use crate::store::recorded::Recorded;
 
 /// The entry `text` holds if it is in the plain form, else `None` (read it with serde).
 pub(super) fn read_plain(text: &str) -> Option<Wire<'_>> {
@@ -49,7 +50,7 @@ pub(super) fn read_plain(text: &str) -> Option<Wire<'_>> {
             13 => wire.detail = Some(string(text, &mut at)?.to_owned()),
             // A stored `null` result is a result (`Some(Null)`, as `members::present` reads it);
             // a `null` error is no error, as serde reads an `Option`.
-            14 => wire.result = Some(value(text, &mut at)?),
+            14 => wire.result = Some(result(text, &mut at)?),
             _ => wire.error = Some(value(text, &mut at)?).filter(|e| !e.is_null()),
         }
         match bytes.get(at) {
@@ -163,6 +164,16 @@ fn integer(bytes: &[u8], at: &mut usize) -> Option<f64> {
         return None;
     }
     Some(n as f64)
+}
+
+/// The result at `at`, moving `at` past it: kept as its text when that is in the plain form
+/// (what toolonce writes for most results), else read by serde_json as any value.
+fn result(text: &str, at: &mut usize) -> Option<Recorded> {
+    if let Some((result, end)) = Recorded::plain_at(text, *at) {
+        *at = end;
+        return Some(result);
+    }
+    value(text, at).map(Recorded::from)
 }
 
 /// Any JSON value at `at`, read by serde_json (a result or an error is whatever the tool

@@ -4,12 +4,12 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, params};
-use serde_json::Value;
 
 use crate::Error;
 use crate::key::{Fingerprint, OperationKey};
 use crate::store::contract::{About, Entry, EntryState, millis};
 use crate::store::json::read_stored;
+use crate::store::recorded::Recorded;
 use crate::tool::ToolError;
 
 use super::error::{Fault, JobResult};
@@ -91,7 +91,7 @@ pub(super) fn entry_from(
         }
         "done" => (
             EntryState::Done {
-                result: read_stored::<Value>(payload()?)
+                result: Recorded::read(payload()?)
                     .map_err(|e| corrupt(format!("result is not JSON: {e}")))?,
                 completed_at: settled_at,
             },

@@ -150,7 +150,7 @@ pub async fn replayed_result<S: Store + ?Sized>(
     fp: &Fingerprint,
 ) -> serde_json::Value {
     match existing(store.claim_fresh(key, fp, LONG).await.unwrap()).state {
-        EntryState::Done { result, .. } => result,
+        EntryState::Done { result, .. } => result.into_value(),
         other => panic!("expected a done entry, got {other:?}"),
     }
 }

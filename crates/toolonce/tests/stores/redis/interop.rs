@@ -184,7 +184,9 @@ async fn a_hostile_scope_cannot_forge_the_members_that_fence_the_entry() {
         entry.about, about,
         "the settle keeps what the entry says it is"
     );
-    assert!(matches!(entry.state, EntryState::Done { ref result, .. } if result == "mine"));
+    assert!(
+        matches!(entry.state, EntryState::Done { ref result, .. } if *result == serde_json::json!("mine"))
+    );
 }
 
 #[tokio::test]
