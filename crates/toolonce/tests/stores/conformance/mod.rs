@@ -176,6 +176,7 @@ macro_rules! store_conformance {
             sixty_four_concurrent_claims_have_exactly_one_winner,
             a_claim_retried_with_its_own_token_wins_and_with_another_does_not,
             a_completed_entry_replays_its_result_exactly,
+            a_replayed_result_reads_exactly_as_the_first_call_showed_it,
             a_sticky_failure_is_replayed,
             a_transient_failure_deletes_the_entry,
             renew_keeps_a_running_entry_alive_past_its_first_lease,
