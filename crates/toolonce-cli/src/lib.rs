@@ -4,7 +4,7 @@
 //! driven in-process by tests and benches, without a process of its own ([`mcp_proxy`]).
 //!
 //! Logs go to stderr (set `RUST_LOG`): stdout carries results, and for `mcp` the protocol.
-//! Every subcommand ends with a code of the one table in [`exit`].
+//! Every subcommand ends with a code of the one table in `exit.rs`.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

@@ -421,6 +421,8 @@ const NAMED_MARKER: &str = "\0toolonce/key\0";
 /// assert_ne!(a.fingerprint, b.fingerprint);
 /// # Ok::<(), toolonce::Error>(())
 /// ```
+///
+/// [`derive`]: fn@derive
 pub fn derive_named(scope: &str, tool: &str, name: &str, args: &Value) -> Result<Derived> {
     check_parts(scope, tool)?;
     let full = canonical::canonicalize(args)?;

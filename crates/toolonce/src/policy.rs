@@ -27,6 +27,8 @@ pub enum OnExpired {
     /// Do not run it again: answer [`Outcome::Unknown`], telling the model the first attempt may
     /// have taken effect and a person must check. The default, since running twice is only
     /// safe when the downstream system drops the second attempt by its key.
+    ///
+    /// [`Outcome::Unknown`]: crate::Outcome::Unknown
     #[default]
     Hold,
     /// Take it over and run it again with the same key: right when the downstream system
@@ -86,6 +88,8 @@ const MIN_RETENTION: Duration = Duration::from_millis(1);
 /// The fields are checked when they are used ([`WriteOptions::validate`]): by
 /// [`ToolboxBuilder::build`](crate::ToolboxBuilder::build), and by [`Layer::run`], which
 /// refuses to run a call with invalid options.
+///
+/// [`Layer::run`]: crate::Layer::run
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct WriteOptions {
@@ -106,6 +110,8 @@ pub struct WriteOptions {
     /// `None` (the default) means the tool's own declaration ([`WriteTool::on_expired`](
     /// crate::WriteTool::on_expired)) when registered in a [`Toolbox`](crate::Toolbox), and
     /// [`OnExpired::Hold`] for [`Layer::run`].
+    ///
+    /// [`Layer::run`]: crate::Layer::run
     pub on_expired: Option<OnExpired>,
 }
 

@@ -27,6 +27,8 @@ pub enum Outcome {
     Conflict,
     /// The arguments did not fit the tool's schema (or the limits), or the call's
     /// [`WriteOptions`] are invalid; nothing was claimed or run.
+    ///
+    /// [`WriteOptions`]: crate::WriteOptions
     InvalidArguments,
     /// No tool of that name is registered.
     UnknownTool,
@@ -36,6 +38,9 @@ pub enum Outcome {
     /// result), so whether it took effect is unknown, and the tool's [`OnExpired`] policy said
     /// not to run it again: nothing ran. A person must check and settle it
     /// (`toolonce resolve`, [`Store::resolve`]).
+    ///
+    /// [`OnExpired`]: crate::OnExpired
+    /// [`Store::resolve`]: crate::Store::resolve
     Unknown,
 }
 

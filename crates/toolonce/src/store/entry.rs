@@ -72,6 +72,9 @@ pub enum EntryState {
     /// Claimed, and its lease expired without a complete or fail: whether the attempt took
     /// effect is unknown. A duplicate takes it over only when asked to
     /// ([`ClaimRequest::takeover`]); an operator settles it with [`Store::resolve`].
+    ///
+    /// [`ClaimRequest::takeover`]: crate::ClaimRequest::takeover
+    /// [`Store::resolve`]: crate::Store::resolve
     Unknown {
         /// The owner token of the attempt that expired, when the writer recorded one. Its owner
         /// may still settle it, as long as nobody took it over.

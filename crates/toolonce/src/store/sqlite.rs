@@ -227,7 +227,7 @@ impl Store for SqliteStore {
 
     /// One transaction under the write lock: the live row is read and judged against what was
     /// `seen` (the same attempt and owner, its lease passed unless forced), and only then
-    /// written ([`sql::RESOLVE_SETTLE`] or [`sql::RESOLVE_RELEASE`], which also check the
+    /// written (`sql::RESOLVE_SETTLE` or `sql::RESOLVE_RELEASE`, which also check the
     /// attempt and owner, so the write can never act on a row the read did not judge). A
     /// refused row is left untouched and returned.
     async fn resolve(

@@ -78,27 +78,28 @@ use super::replicas::Replication;
 /// connection to it breaks or it answers `READONLY` (it was demoted), so the store follows the
 /// master across a failover; the userinfo logs in to the master, the Sentinels are asked
 /// without. The options: `prefix`, `allow_eviction`, `native_claim`, `replicas` and
-/// `replica_timeout_ms` (the builder's [`prefix`](RedisStoreBuilder::prefix),
-/// [`allow_eviction`](RedisStoreBuilder::allow_eviction),
-/// [`native_claim`](RedisStoreBuilder::native_claim), [`replicas`](RedisStoreBuilder::replicas)
-/// and [`replica_timeout`](RedisStoreBuilder::replica_timeout)), and the driver's `protocol`.
+/// `replica_timeout_ms` (the builder's [`prefix`](super::RedisStoreBuilder::prefix),
+/// [`allow_eviction`](super::RedisStoreBuilder::allow_eviction),
+/// [`native_claim`](super::RedisStoreBuilder::native_claim),
+/// [`replicas`](super::RedisStoreBuilder::replicas) and
+/// [`replica_timeout`](super::RedisStoreBuilder::replica_timeout)), and the driver's
+/// `protocol`.
 /// Any other option is refused ([`Error::Config`]) naming the ones that exist: an option
 /// nobody reads must not look set.
 ///
 /// # Replicas and failover
 ///
-/// Redis replicates asynchronously: without [`replicas`](RedisStoreBuilder::replicas), a
-/// primary that dies after acknowledging a claim, before a replica received it, loses the
-/// claim when the replica is promoted, and a duplicate runs the tool again. With `replicas=N`
-/// every write waits (`WAIT N timeout`) until `N` replicas have it; a claim they do not all
-/// acknowledge in time is not run. What survives what, with `replicas=1`: a claim the tool ran
-/// under, and a result its caller was given without a warning, survive the loss of the primary
-/// if the promoted replica is one that acknowledged them. Sentinel and Cluster promote the most
-/// up-to-date replica they can reach, which is usually one that acknowledged, not certainly
-/// (a partition can leave only a stale replica reachable, and `WAIT` is not an `fsync`: a
-/// replica that restarts without persistence forgets). A result that too few replicas
-/// acknowledged is still its caller's, with a warning in the log: it may be lost in a failover
-/// and then run again by a duplicate.
+/// Redis replicates asynchronously: without [`replicas`](super::RedisStoreBuilder::replicas), a
+/// primary that dies after acknowledging a claim, before a replica received it, loses the claim
+/// when the replica is promoted, and a duplicate runs the tool again. With `replicas=N` every write
+/// waits (`WAIT N timeout`) until `N` replicas have it; a claim they do not all acknowledge in time
+/// is not run. What survives what, with `replicas=1`: a claim the tool ran under, and a result its
+/// caller was given without a warning, survive the loss of the primary if the promoted replica is
+/// one that acknowledged them. Sentinel and Cluster promote the most up-to-date replica they can
+/// reach, which is usually one that acknowledged, not certainly (a partition can leave only a stale
+/// replica reachable, and `WAIT` is not an `fsync`: a replica that restarts without persistence
+/// forgets). A result that too few replicas acknowledged is still its caller's, with a warning in
+/// the log: it may be lost in a failover and then run again by a duplicate.
 ///
 /// # Persistence
 ///
@@ -122,6 +123,9 @@ use super::replicas::Replication;
 /// slots move during the walk, entries may be missed or repeated.
 ///
 /// [`purge_expired`](crate::store::Store::purge_expired) returns 0: Redis deletes expired keys itself.
+///
+/// [`RedisStoreBuilder::native_claim`]: super::RedisStoreBuilder::native_claim
+/// [`RedisStoreBuilder::allow_eviction`]: super::RedisStoreBuilder::allow_eviction
 #[derive(Clone)]
 pub struct RedisStore {
     pub(super) conn: Conn,
