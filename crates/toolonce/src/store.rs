@@ -23,6 +23,11 @@ mod open;
     allow(dead_code)
 )]
 mod owner;
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "redis", feature = "postgres")),
+    allow(dead_code)
+)]
+mod plain_json;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod recorded;

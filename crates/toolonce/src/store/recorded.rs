@@ -10,7 +10,8 @@ use std::fmt;
 
 use serde_json::Value;
 
-use crate::store::json::{MAX_STORED_DEPTH, read_stored};
+use crate::store::json::read_stored;
+use crate::store::plain_json::plain_end;
 
 /// A tool's recorded result: what [`EntryState::Done`](crate::store::EntryState::Done) holds,
 /// and what a replayed [`ToolResult`](crate::ToolResult) carries. Built from a value
@@ -23,8 +24,13 @@ pub struct Recorded(Repr);
 
 #[derive(Clone)]
 enum Repr {
-    /// Text in the plain form ([`plain_end`]): serde_json reads it, always, and writes the
-    /// value it reads as these very bytes.
+    // Only the stores that keep text (SQLite, Redis, PostgreSQL) read results as text.
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "redis", feature = "postgres")),
+        allow(dead_code)
+    )]
+    /// Text in the plain form (`plain_json::plain_end`): serde_json reads it, always, and
+    /// writes the value it reads as these very bytes.
     Text(Box<str>),
     Value(Value),
 }
@@ -60,12 +66,16 @@ impl Recorded {
         match &self.0 {
             // A plain string has no escapes: its text between the quotes is the string.
             Repr::Text(text) if text.starts_with('"') => text[1..text.len() - 1].to_owned(),
-            Repr::Text(text) => String::from(&**text),
             Repr::Value(Value::String(s)) => s.clone(),
-            Repr::Value(value) => value_text(value),
+            _ => self.to_json().into_owned(),
         }
     }
 
+    // Only the stores that keep text (SQLite, Redis, PostgreSQL) read results as text.
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "redis", feature = "postgres")),
+        allow(dead_code)
+    )]
     /// Reads a result a store kept as `text`: kept as it is when it is in the plain form,
     /// else read as every stored result is ([`read_stored`]: lone surrogates repaired).
     pub(crate) fn read(text: &str) -> serde_json::Result<Self> {
@@ -76,6 +86,11 @@ impl Recorded {
         }
     }
 
+    // Only the stores that keep text (SQLite, Redis, PostgreSQL) read results as text.
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "redis", feature = "postgres")),
+        allow(dead_code)
+    )]
     /// The result whose text starts at `at` in `text`, and where it ends, if that text is in
     /// the plain form (for a reader that finds a result inside a larger document).
     pub(crate) fn plain_at(text: &str, at: usize) -> Option<(Self, usize)> {
@@ -162,105 +177,6 @@ impl<'de> serde::Deserialize<'de> for Recorded {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         Value::deserialize(deserializer).map(Recorded::from)
     }
-}
-
-/// Where the JSON value starting at `at` ends, if it is in the plain form: the exact text
-/// `serde_json::to_string` writes for the value it stands for. That is objects whose keys
-/// strictly increase (serde_json's map is sorted, and a key given twice is not the text of any
-/// value), arrays, strings without escapes or control characters, integers of at most 15
-/// digits without a leading zero, `true`, `false` and `null`, no whitespace, at most
-/// [`MAX_STORED_DEPTH`] levels. Every result toolonce writes of such a value is in this form;
-/// anything else (a fraction, an escape, another writer's member order) answers `None` and is
-/// read as a value.
-pub(crate) fn plain_end(bytes: &[u8], at: usize) -> Option<usize> {
-    value_end(bytes, at, MAX_STORED_DEPTH)
-}
-
-/// [`plain_end`] with `levels` left for containers.
-fn value_end(bytes: &[u8], at: usize, levels: usize) -> Option<usize> {
-    match *bytes.get(at)? {
-        b'"' => string_end(bytes, at),
-        b'{' => {
-            let levels = levels.checked_sub(1)?;
-            let mut at = at + 1;
-            if bytes.get(at) == Some(&b'}') {
-                return Some(at + 1);
-            }
-            let mut previous: Option<&[u8]> = None;
-            loop {
-                let key_end = string_end(bytes, at)?;
-                let key = &bytes[at + 1..key_end - 1];
-                if previous.is_some_and(|p| p >= key) {
-                    return None;
-                }
-                previous = Some(key);
-                if bytes.get(key_end) != Some(&b':') {
-                    return None;
-                }
-                at = value_end(bytes, key_end + 1, levels)?;
-                match bytes.get(at)? {
-                    b',' => at += 1,
-                    b'}' => return Some(at + 1),
-                    _ => return None,
-                }
-            }
-        }
-        b'[' => {
-            let levels = levels.checked_sub(1)?;
-            let mut at = at + 1;
-            if bytes.get(at) == Some(&b']') {
-                return Some(at + 1);
-            }
-            loop {
-                at = value_end(bytes, at, levels)?;
-                match bytes.get(at)? {
-                    b',' => at += 1,
-                    b']' => return Some(at + 1),
-                    _ => return None,
-                }
-            }
-        }
-        b't' => word_end(bytes, at, b"true"),
-        b'f' => word_end(bytes, at, b"false"),
-        b'n' => word_end(bytes, at, b"null"),
-        // `-0` is read as a float by serde_json, and written `-0.0`.
-        b'-' if bytes.get(at + 1) == Some(&b'0') => None,
-        b'-' => digits_end(bytes, at + 1),
-        b'0'..=b'9' => digits_end(bytes, at),
-        _ => None,
-    }
-}
-
-/// The end of a string without escapes or control characters starting at `at` (its quote).
-fn string_end(bytes: &[u8], at: usize) -> Option<usize> {
-    if bytes.get(at) != Some(&b'"') {
-        return None;
-    }
-    let rest = bytes.get(at + 1..)?;
-    let close = rest
-        .iter()
-        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
-    (rest[close] == b'"').then_some(at + 1 + close + 1)
-}
-
-/// The end of an integer's digits starting at `at`: 1 to 15 of them (what an `i64` and an `f64`
-/// both hold exactly, so every reader reads the same number), no leading zero.
-fn digits_end(bytes: &[u8], at: usize) -> Option<usize> {
-    let rest = bytes.get(at..)?;
-    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
-    if digits == 0 || digits > 15 || (digits > 1 && rest[0] == b'0') {
-        return None;
-    }
-    // A fraction or an exponent makes a float, which is not in the plain form.
-    match rest.get(digits) {
-        Some(b'.' | b'e' | b'E') => None,
-        _ => Some(at + digits),
-    }
-}
-
-/// The end of `word` if it starts at `at`.
-fn word_end(bytes: &[u8], at: usize, word: &[u8]) -> Option<usize> {
-    (bytes.get(at..at + word.len())? == word).then_some(at + word.len())
 }
 
 #[cfg(test)]

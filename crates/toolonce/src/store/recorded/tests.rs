@@ -6,6 +6,7 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use super::*;
+use crate::store::MAX_STORED_DEPTH;
 
 /// What a model read for a result before results were kept as text.
 fn content_of(value: &Value) -> String {

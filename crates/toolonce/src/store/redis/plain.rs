@@ -13,6 +13,7 @@ use std::borrow::Cow;
 use serde_json::Value as Json;
 
 use super::members::{Borrowed, Wire};
+use crate::store::plain_json;
 use crate::store::recorded::Recorded;
 
 /// The entry `text` holds if it is in the plain form, else `None` (read it with serde).
@@ -105,64 +106,21 @@ fn member(bytes: &[u8], at: &mut usize) -> Option<usize> {
 /// A string at `at` with no escape and no control character (which JSON refuses raw), moving
 /// `at` past its closing quote.
 fn string<'a>(text: &'a str, at: &mut usize) -> Option<&'a str> {
-    let bytes = text.as_bytes();
-    if bytes.get(*at) != Some(&b'"') {
-        return None;
-    }
-    let start = *at + 1;
-    let mut end = start;
-    // Eight bytes at a time while none of them ends the plain run.
-    while let Some(chunk) = bytes.get(end..end + 8) {
-        let word = u64::from_le_bytes(chunk.try_into().ok()?);
-        if any_special(word) {
-            break;
-        }
-        end += 8;
-    }
-    while *bytes.get(end)? != b'"' {
-        if special(bytes[end]) {
-            return None;
-        }
-        end += 1;
-    }
-    *at = end + 1;
+    let end = plain_json::string_end(text.as_bytes(), *at)?;
     // Both ends are ASCII quotes in valid UTF-8, so this slice is on character boundaries.
-    text.get(start..end)
-}
-
-/// A byte a plain string cannot hold before its end: a quote, a backslash, a control byte.
-fn special(b: u8) -> bool {
-    b == b'"' || b == b'\\' || b < 0x20
-}
-
-/// Whether any byte of `word` is [`special`]: the exact answer of the usual word-at-a-time
-/// tests (a byte is zero: `(w - 0x01…) & !w & 0x80…`; below n: the same with n for 0x01).
-fn any_special(word: u64) -> bool {
-    const ONES: u64 = u64::from_le_bytes([1; 8]);
-    const HIGHS: u64 = ONES << 7;
-    let zero_in = |w: u64| w.wrapping_sub(ONES) & !w & HIGHS;
-    let quote = zero_in(word ^ (ONES * u64::from(b'"')));
-    let backslash = zero_in(word ^ (ONES * u64::from(b'\\')));
-    let control = word.wrapping_sub(ONES * 0x20) & !word & HIGHS;
-    (quote | backslash | control) != 0
+    let string = text.get(*at + 1..end - 1);
+    *at = end;
+    string
 }
 
 /// An integer at `at` as serde reads it into an `f64`: digits only, no sign, no leading zero,
 /// at most 15 of them so that the number is exact in an `f64` as serde's would be.
 fn integer(bytes: &[u8], at: &mut usize) -> Option<f64> {
-    let start = *at;
-    let mut n = 0u64;
-    while let Some(&d) = bytes.get(*at).filter(|d| d.is_ascii_digit()) {
-        if *at - start == 15 {
-            return None;
-        }
-        n = n * 10 + u64::from(d - b'0');
-        *at += 1;
-    }
-    let digits = *at - start;
-    if digits == 0 || (digits > 1 && bytes[start] == b'0') {
-        return None;
-    }
+    let end = plain_json::digits_end(bytes, *at)?;
+    let n = bytes[*at..end]
+        .iter()
+        .fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+    *at = end;
     Some(n as f64)
 }
 
@@ -266,18 +224,6 @@ mod tests {
         assert_eq!(read_plain(&nested(deepest + 1)), None);
     }
 
-    #[test]
-    fn every_byte_at_every_place_of_a_word_is_found_special_or_not() {
-        for place in 0..8 {
-            for byte in 0..=255u8 {
-                let mut bytes = *b"abcdefgh";
-                bytes[place] = byte;
-                let word = u64::from_le_bytes(bytes);
-                assert_eq!(any_special(word), special(byte), "{byte:#x} at {place}");
-            }
-        }
-    }
-
     /// A member's text: a known or unknown name, and a value of any kind, sometimes spaced.
     fn member() -> impl Strategy<Value = String> {
         let name = prop_oneof![
@@ -353,16 +299,6 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(4000))]
-
-        #[test]
-        fn a_word_has_a_special_byte_exactly_when_one_of_its_bytes_is(
-            bytes in prop::array::uniform8(prop_oneof![
-                Just(b'"'), Just(b'\\'), 0u8..0x20, 0x20u8..=0xff, Just(0x21u8), Just(0x5du8),
-            ]),
-        ) {
-            let word = u64::from_le_bytes(bytes);
-            prop_assert_eq!(any_special(word), bytes.iter().any(|&b| special(b)), "{:?}", bytes);
-        }
 
         #[test]
         fn wherever_the_fast_path_answers_serde_answers_the_same(
