@@ -25,9 +25,9 @@
 -- - `payload` is the result (`done`) or the `ToolError` (`failed`) as JSON text.
 -- - The states are checked as `state = … OR …`, not `state IN (…)`: SQLite evaluates an `IN`
 --   list of three or more constants by building a temporary b-tree of it on every insert and
---   update that sets `state`, which was 42k of the 138k instructions of a first-time write
---   (claim and complete) under callgrind. Files made before keep the `IN` form, which means
---   the same.
+--   update that sets `state`, which was about 40k of the 138k instructions of a first-time
+--   write (claim and complete) under callgrind. Files made before keep the `IN` form, which
+--   means the same.
 
 CREATE TABLE toolonce_entries (
     key              TEXT PRIMARY KEY NOT NULL,
