@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde_json::json;
 use toolonce::store::redis::RedisStore;
 use toolonce::{Claim, ClaimRequest, EntryState, Fenced, OwnerToken, Store, ToolError, key};
-use toolonce_testsupport::RedisServer;
+use toolonce_testsupport::{FaultProxy, RedisServer};
 
 /// Where `scripts/install-valkey` (run by `scripts/install-test-deps`) puts `valkey-server`.
 fn program() -> PathBuf {
@@ -248,6 +248,75 @@ async fn an_owner_whose_entry_a_lost_claim_retry_rewrote_still_settles_it() {
         .await
         .unwrap();
     assert_eq!(done, Fenced::Applied);
+}
+
+#[tokio::test]
+async fn after_a_failover_to_a_server_without_ifeq_the_owner_still_settles_through_the_script() {
+    // The store connects to Valkey (the probe finds `SET … IFEQ`) through an address that
+    // then moves to a Redis 7 master holding the same entry, as after a failover: the owner's
+    // native complete is refused there as a syntax error, nothing is written, and the script
+    // settles the entry instead, fenced as on any server without the option.
+    let valkey = start();
+    let redis7 = RedisServer::start();
+    let proxy = FaultProxy::start(valkey.addr());
+    let store = RedisStore::builder(proxy.url("redis"))
+        .prefix("test-valkey-failover:")
+        .connect()
+        .await
+        .unwrap();
+    let (key, owner) = claimed(&store, "vk-failover").await;
+    let redis_key = store.redis_key(&key);
+    let running = valkey.command(&["GET", &redis_key]);
+    let pttl = valkey.command(&["PTTL", &redis_key]);
+    assert_eq!(
+        redis7.command(&["SET", &redis_key, &running, "PX", &pttl]),
+        "OK"
+    );
+    proxy.retarget(redis7.addr());
+    proxy.close_connections();
+    // The connection comes back to the new master (a read that fails on the closed one is
+    // retried, as a caller would).
+    let mut reconnected = false;
+    for _ in 0..50 {
+        if store.get(&key).await.is_ok() {
+            reconnected = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(reconnected, "the store never reached the new master");
+    assert_eq!(redis7.command(&["CONFIG", "RESETSTAT"]), "OK");
+    let done = store
+        .complete(&key, owner, &json!({"id": 7}), Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(done, Fenced::Applied);
+    // The refused `SET … IFEQ` (a failed SET), then the script: the new master never loaded
+    // it, so a first EVALSHA answers NOSCRIPT, the store loads it and runs it again, and the
+    // script's whole-value GET and its SET run.
+    let stats = redis7.command(&["INFO", "commandstats"]);
+    let set = stats
+        .lines()
+        .find(|l| l.starts_with("cmdstat_set:"))
+        .unwrap_or_default();
+    assert!(
+        set.starts_with("cmdstat_set:calls=2,") && set.trim_end().ends_with(",failed_calls=1"),
+        "{stats}"
+    );
+    assert_eq!(
+        redis7.commands_run(),
+        ["evalsha=2", "get=1", "script|load=1", "set=2"],
+        "{}",
+        redis7.command(&["INFO", "commandstats"])
+    );
+    let entry = store.get(&key).await.unwrap().unwrap();
+    assert!(
+        matches!(&entry.state, EntryState::Done { result, .. } if *result == json!({"id": 7})),
+        "{entry:?}"
+    );
+    // Valkey, which nobody reaches any more, still holds the running entry: nothing was
+    // written there after the move.
+    assert_eq!(valkey.command(&["GET", &redis_key]), running);
 }
 
 crate::store_conformance!(async { Arc::new(store().await) });
