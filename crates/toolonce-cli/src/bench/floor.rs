@@ -75,7 +75,7 @@ impl Kind {
             Kind::Memory => "no raw floor".into(),
             #[cfg(feature = "sqlite")]
             Kind::Sqlite(_) => {
-                "raw floor: INSERT … ON CONFLICT DO NOTHING + UPDATE, replay SELECT, own connection"
+                "raw floor: INSERT … ON CONFLICT DO NOTHING + UPDATE, replay SELECT, own connections set up as the store's"
                     .into()
             }
             #[cfg(feature = "redis")]

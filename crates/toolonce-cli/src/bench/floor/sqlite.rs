@@ -1,9 +1,16 @@
 //! SQLite: the store on a file of the bench's own beside the given one (same directory, so
-//! same disk), and the raw floor on its own connection to that file with the store's
-//! settings (WAL, `synchronous=NORMAL`).
+//! same disk), and the raw floor on connections of its own to that file, set up as the store
+//! sets up its own: WAL, `synchronous=NORMAL`, writes inline on one connection that never runs
+//! an automatic checkpoint (a thread of the floor's runs a passive one every
+//! [`CHECKPOINT_EVERY`] commits, as the store's connection thread does), and reads inline on
+//! the first idle connection of a pool as large as the store's. A floor set up otherwise
+//! measured slower than toolonce (its writes paid SQLite's automatic checkpoints inline, its
+//! replays queued for one connection), which is not a floor.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::Instant;
 
 use anyhow::Context;
@@ -12,10 +19,60 @@ use toolonce::store::sqlite::SqliteStore;
 
 use crate::bench::workload::{RawTask, Workload, raw_done, raw_running};
 
-/// The SQLite floor: the run's own database file and the floor's connection to it.
+/// Commits between two passive checkpoints: the store's own figure (its inline writer's).
+const CHECKPOINT_EVERY: u32 = 256;
+/// Reader connections: as many as the store opens by default (`SqliteOptions::readers`).
+const READERS: usize = 2;
+
+/// The SQLite floor: the run's own database file and the floor's connections to it.
 pub(crate) struct Raw {
     path: PathBuf,
-    conn: Arc<Mutex<rusqlite::Connection>>,
+    conns: Arc<Conns>,
+}
+
+struct Conns {
+    writer: Mutex<rusqlite::Connection>,
+    readers: Box<[Mutex<rusqlite::Connection>]>,
+    commits: AtomicU32,
+    /// Asks the checkpoint thread for a passive checkpoint; the thread ends when this drops.
+    checkpoint: Mutex<mpsc::Sender<()>>,
+}
+
+impl Conns {
+    /// The first idle reader, or the first one once it is free.
+    fn reader(&self) -> MutexGuard<'_, rusqlite::Connection> {
+        self.readers
+            .iter()
+            .find_map(|m| match m.try_lock() {
+                Ok(guard) => Some(guard),
+                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(TryLockError::WouldBlock) => None,
+            })
+            .unwrap_or_else(|| {
+                self.readers[0]
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+            })
+    }
+
+    fn committed(&self) {
+        let n = self.commits.fetch_add(1, Ordering::Relaxed);
+        if n % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1 {
+            let _ = self
+                .checkpoint
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .send(());
+        }
+    }
+}
+
+fn connect(path: &Path) -> anyhow::Result<rusqlite::Connection> {
+    let conn = rusqlite::Connection::open(path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.set_prepared_statement_cache_capacity(32);
+    Ok(conn)
 }
 
 pub(super) fn open(rest: &str, run_id: &str) -> anyhow::Result<(Arc<dyn Store>, Raw)> {
@@ -38,25 +95,46 @@ pub(super) fn open(rest: &str, run_id: &str) -> anyhow::Result<(Arc<dyn Store>, 
         .unwrap_or(Path::new("."));
     let path = dir.join(format!(".toolonce-bench-{run_id}.db"));
     let store = SqliteStore::open(&path)?;
-    let conn = rusqlite::Connection::open(&path)
-        .with_context(|| format!("cannot open {}", path.display()))?;
-    conn.pragma_update(None, "journal_mode", "WAL")?;
-    conn.pragma_update(None, "synchronous", "NORMAL")?;
-    conn.execute_batch(
+    let writer = connect(&path)?;
+    writer.pragma_update(None, "journal_mode", "WAL")?;
+    writer.pragma_update(None, "wal_autocheckpoint", 0)?;
+    writer.execute_batch(
         "CREATE TABLE IF NOT EXISTS bench_raw (key TEXT PRIMARY KEY, value TEXT NOT NULL, expires INTEGER NOT NULL)",
     )?;
+    let readers = (0..READERS)
+        .map(|_| {
+            let conn = connect(&path)?;
+            conn.pragma_update(None, "query_only", true)?;
+            Ok(Mutex::new(conn))
+        })
+        .collect::<anyhow::Result<Box<[_]>>>()?;
+    let checkpointer = connect(&path)?;
+    let (checkpoint, asked) = mpsc::channel::<()>();
+    std::thread::Builder::new()
+        .name("bench-floor-checkpoint".into())
+        .spawn(move || {
+            for () in asked {
+                let _ = checkpointer.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+            }
+        })
+        .context("cannot start the floor's checkpoint thread")?;
     Ok((
         Arc::new(store),
         Raw {
             path,
-            conn: Arc::new(Mutex::new(conn)),
+            conns: Arc::new(Conns {
+                writer: Mutex::new(writer),
+                readers,
+                commits: AtomicU32::new(0),
+                checkpoint: Mutex::new(checkpoint),
+            }),
         },
     ))
 }
 
 impl Raw {
     pub(super) fn prepare_replays(&self, concurrency: u64) -> anyhow::Result<()> {
-        let conn = self.conn.lock().expect("the raw connection");
+        let conn = self.conns.writer.lock().expect("the raw connection");
         for task in 0..concurrency {
             conn.execute(
                 "INSERT OR REPLACE INTO bench_raw (key, value, expires) VALUES (?1, ?2, ?3)",
@@ -67,7 +145,7 @@ impl Raw {
     }
 
     pub(super) fn task(&self, workload: Workload, task: u64, ops: Vec<u64>) -> RawTask {
-        let conn = Arc::clone(&self.conn);
+        let conns = Arc::clone(&self.conns);
         // Inline on the caller's task, as the store's own inline reads and writes are.
         tokio::spawn(async move {
             let mut latencies = Vec::with_capacity(ops.len());
@@ -75,15 +153,19 @@ impl Raw {
             let replay_key = format!("replay:{task}");
             for n in ops {
                 let start = Instant::now();
-                {
-                    let conn = conn.lock().expect("the raw connection");
-                    match workload {
-                        Workload::FirstTime => {
-                            let key = format!("first:{n}");
+                match workload {
+                    Workload::FirstTime => {
+                        let key = format!("first:{n}");
+                        {
+                            let conn = conns.writer.lock().expect("the raw connection");
                             let won = conn
                                 .prepare_cached("INSERT INTO bench_raw (key, value, expires) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING")?
                                 .execute(rusqlite::params![key, running, 1_764_400_060_000i64])?;
                             anyhow::ensure!(won == 1, "raw key {key} existed");
+                        }
+                        conns.committed();
+                        {
+                            let conn = conns.writer.lock().expect("the raw connection");
                             conn.prepare_cached(
                                 "UPDATE bench_raw SET value = ?2, expires = ?3 WHERE key = ?1",
                             )?
@@ -93,12 +175,14 @@ impl Raw {
                                 1_764_400_120_000i64
                             ])?;
                         }
-                        Workload::Replay => {
-                            let value: String = conn
-                                .prepare_cached("SELECT value FROM bench_raw WHERE key = ?1")?
-                                .query_row([&replay_key], |r| r.get(0))?;
-                            std::hint::black_box(value);
-                        }
+                        conns.committed();
+                    }
+                    Workload::Replay => {
+                        let value: String = conns
+                            .reader()
+                            .prepare_cached("SELECT value FROM bench_raw WHERE key = ?1")?
+                            .query_row([&replay_key], |r| r.get(0))?;
+                        std::hint::black_box(value);
                     }
                 }
                 latencies.push(start.elapsed());
