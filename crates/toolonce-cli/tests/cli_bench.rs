@@ -3,7 +3,7 @@
 
 mod cli_support;
 
-use cli_support::{code, json, stderr, toolonce};
+use cli_support::{code, json, stderr, stdout, toolonce};
 use serde_json::Value;
 use toolonce_testsupport::{RedisServer, shared_postgres, shared_redis, shared_redis_cluster};
 
@@ -33,6 +33,12 @@ fn bench(url: &str) -> Value {
 /// has a raw floor, `server` whether the rows carry Redis server CPU.
 fn check(report: &Value, url: &str, with_raw: bool, server: bool) {
     assert_eq!(report["store"], url, "{report}");
+    // Both sides run on the command's own runtime, and the report says which.
+    let runtime = report["runtime"].as_str().expect("runtime");
+    assert!(
+        runtime.starts_with("Tokio multi-thread, ") && runtime.ends_with(" worker threads"),
+        "{report}"
+    );
     // A KVM guest that halts idle CPUs at once is named (its 1-caller figures are unsteady)
     // where the store is waited on (not the memory store's, which has no floor); this
     // machine's own settings say which answer is right.
@@ -125,6 +131,36 @@ fn check(report: &Value, url: &str, with_raw: bool, server: bool) {
             assert!(row.get("toolonce_server_us_per_op").is_none(), "{row}");
         }
     }
+}
+
+#[test]
+fn the_bench_table_names_the_floor_and_the_runtime_both_sides_ran_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = cli_support::sqlite_url(dir.path());
+    let out = toolonce()
+        .args([
+            "bench",
+            "--store",
+            &url,
+            "--ops",
+            "20",
+            "--concurrency",
+            "1",
+            "--rounds",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    let first = text.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with(&format!("store: {url} (raw floor: "))
+            && first.contains("own connections set up as the store's")
+            && first.contains("; both on Tokio multi-thread, ")
+            && first.ends_with(" worker threads)"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -412,6 +448,21 @@ fn a_storm_on_redis_executes_once_and_with_the_server_stopped_halfway_fails_clos
     let before = redis_keys(&redis);
     check_storm(&storm(&redis.url()), true);
     assert_eq!(redis_keys(&redis), before);
+}
+
+#[test]
+fn a_storm_on_valkey_executes_once_and_with_the_server_stopped_halfway_fails_closed() {
+    // Valkey settles with the native `SET … IFEQ`: the storm's owner and the stop go through
+    // that path rather than the script's.
+    let valkey = RedisServer::start_valkey(
+        &std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join("valkey")
+            .join("valkey-server"),
+        "run scripts/install-test-deps, which installs it (scripts/install-valkey)",
+    );
+    let before = redis_keys(&valkey);
+    check_storm(&storm(&valkey.url()), true);
+    assert_eq!(redis_keys(&valkey), before);
 }
 
 #[test]
