@@ -146,7 +146,8 @@ impl Raw {
 
     pub(super) fn task(&self, workload: Workload, task: u64, ops: Vec<u64>) -> RawTask {
         let conns = Arc::clone(&self.conns);
-        // Inline on the caller's task, as the store's own inline reads and writes are.
+        // Inline on the caller's task, as the store's own inline reads and writes are, and with
+        // no yield between operations, as toolonce's side has none when they run inline.
         tokio::spawn(async move {
             let mut latencies = Vec::with_capacity(ops.len());
             let running = raw_running();
@@ -186,7 +187,6 @@ impl Raw {
                     }
                 }
                 latencies.push(start.elapsed());
-                tokio::task::yield_now().await;
             }
             Ok((latencies, Vec::new()))
         })
