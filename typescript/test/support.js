@@ -102,10 +102,11 @@ const CRASH_ARGS = { customerId: "cus_crash", amountCents: 1200 };
 
 /**
  * Starts claim-and-hang.js on `url`, waits until its handler runs (after the claim), SIGKILLs
- * it between the claim and the complete; resolves with the operation's key.
+ * it between the claim and the complete; resolves with the operation's key. `leaseOn`: "store"
+ * gives the lease to openStore as a default rather than to the tool.
  */
-async function crashAfterClaim(url, runId, leaseMs) {
-  const child = spawn(process.execPath, [CLAIM_AND_HANG, url, runId, String(leaseMs)], { stdio: ["ignore", "pipe", "inherit"] });
+async function crashAfterClaim(url, runId, leaseMs, leaseOn = "tool") {
+  const child = spawn(process.execPath, [CLAIM_AND_HANG, url, runId, String(leaseMs), leaseOn], { stdio: ["ignore", "pipe", "inherit"] });
   const exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
   const line = await new Promise((resolve, reject) => {
     require("node:readline").createInterface({ input: child.stdout }).once("line", resolve);
