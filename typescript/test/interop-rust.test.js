@@ -1,6 +1,7 @@
-// Interop with the Rust side on every store (one SQLite file, Redis, Redis Cluster,
+// Interop with the Rust side on every store (one SQLite file, Redis, Valkey, Redis Cluster,
 // PostgreSQL): this package and the `toolonce` command (built from crates/toolonce-cli)
-// deduplicate each other in every state an entry can be in: done, a sticky failure, running
+// deduplicate each other in every state an entry can be in: done and a sticky failure (each
+// recorded by either side and replayed by the other), running
 // (in flight), unknown and held, taken over under rerun with the same key, and settled by
 // `toolonce resolve`. Both sides derive one key for one operation, so `toolonce exec --scope S
 // --name TOOL --args JSON` is the same operation as TOOL called with those arguments in run S.
@@ -157,6 +158,27 @@ for (const name of ["sqlite", "redis", "valkey", "redis cluster", "postgres"]) {
       assert.equal(replay.code, 1);
       assert.match(replay.stderr, /card declined/);
       assert.equal(m.ran(), false);
+    });
+
+    test("a sticky failure toolonce exec recorded (a non-zero exit) is replayed here as a PermanentError without running", async () => {
+      const scope = uniqueRunId("interop-failed");
+      const args = { card: "4000" };
+      const first = await exec(url, scope, "charge_card", args, "echo declined >&2; exit 3");
+      assert.equal(first.code, 3, first.stderr);
+      const key = idemKey(scope, "charge_card", args);
+      assert.equal((await show(url, key)).state, "failed");
+      const charge = tool("charge_card", () => "ran here");
+      const answer = await idempotent(charge.def, store).runDetailed(args, { runId: scope });
+      assert.equal(answer.outcome, "replayed_failure");
+      assert.equal(answer.key, key);
+      assert.ok(answer.error instanceof PermanentError, String(answer.error));
+      assert.equal(answer.error.replayed, true);
+      assert.equal(answer.error.message, "the command exited with code 3");
+      // exec's record of the run is the failure's detail.
+      assert.equal(answer.error.detail.exit_code, 3);
+      assert.equal(answer.error.detail.stderr, "declined\n");
+      await assert.rejects(idempotent(charge.def, store).run(args, { runId: scope }), (e) => e instanceof PermanentError && e.replayed === true);
+      assert.deepEqual(charge.runs, []);
     });
 
     test("running: each side answers in flight while the other runs the operation", async () => {
