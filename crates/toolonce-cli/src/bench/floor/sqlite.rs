@@ -146,8 +146,13 @@ impl Raw {
 
     pub(super) fn task(&self, workload: Workload, task: u64, ops: Vec<u64>) -> RawTask {
         let conns = Arc::clone(&self.conns);
-        // Inline on the caller's task, as the store's own inline reads and writes are, and with
-        // no yield between operations, as toolonce's side has none when they run inline.
+        // Inline on the caller's task, as the store's own inline reads and writes are. Between
+        // operations the task spends a unit of Tokio's cooperative budget, as toolonce's side
+        // does in the runtime's resources it touches: it yields once the budget runs out (every
+        // 128 units), so eight callers on two workers take turns as toolonce's do. A yield per
+        // operation cost the floor a trip through the scheduler each time (its replays used
+        // more client CPU than toolonce's); none at all left a caller running all its
+        // operations in a row, and the round's time to the worker given the most callers.
         tokio::spawn(async move {
             let mut latencies = Vec::with_capacity(ops.len());
             let running = raw_running();
@@ -187,6 +192,7 @@ impl Raw {
                     }
                 }
                 latencies.push(start.elapsed());
+                tokio::task::consume_budget().await;
             }
             Ok((latencies, Vec::new()))
         })
