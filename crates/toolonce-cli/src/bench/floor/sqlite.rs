@@ -35,7 +35,7 @@ struct Conns {
     readers: Box<[Mutex<rusqlite::Connection>]>,
     commits: AtomicU32,
     /// Asks the checkpoint thread for a passive checkpoint; the thread ends when this drops.
-    checkpoint: Mutex<mpsc::Sender<()>>,
+    checkpoint: mpsc::Sender<()>,
 }
 
 impl Conns {
@@ -58,11 +58,7 @@ impl Conns {
     fn committed(&self) {
         let n = self.commits.fetch_add(1, Ordering::Relaxed);
         if n % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1 {
-            let _ = self
-                .checkpoint
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .send(());
+            let _ = self.checkpoint.send(());
         }
     }
 }
@@ -126,7 +122,7 @@ pub(super) fn open(rest: &str, run_id: &str) -> anyhow::Result<(Arc<dyn Store>, 
                 writer: Mutex::new(writer),
                 readers,
                 commits: AtomicU32::new(0),
-                checkpoint: Mutex::new(checkpoint),
+                checkpoint,
             }),
         },
     ))
