@@ -455,9 +455,7 @@ fn a_storm_on_valkey_executes_once_and_with_the_server_stopped_halfway_fails_clo
     // Valkey settles with the native `SET … IFEQ`: the storm's owner and the stop go through
     // that path rather than the script's.
     let valkey = RedisServer::start_valkey(
-        &std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join("valkey")
-            .join("valkey-server"),
+        &toolonce_testsupport::installed_valkey(env!("CARGO_TARGET_TMPDIR")),
         "run scripts/install-test-deps, which installs it (scripts/install-valkey)",
     );
     let before = redis_keys(&valkey);

@@ -135,3 +135,22 @@ pub fn shared_postgres() -> &'static PostgresServer {
     static SERVER: OnceLock<PostgresServer> = OnceLock::new();
     SERVER.get_or_init(PostgresServer::start)
 }
+
+/// The `valkey-server` 8.1 that `scripts/install-valkey` (run by `scripts/install-test-deps`)
+/// puts under a test binary's target directory: pass it `env!("CARGO_TARGET_TMPDIR")`, which
+/// only test binaries have. One place says where it is and how to get it.
+///
+/// # Panics
+///
+/// When it is not there, saying how to install it: a missing server fails, never skips.
+pub fn installed_valkey(target_tmpdir: &str) -> std::path::PathBuf {
+    let program = std::path::Path::new(target_tmpdir)
+        .join("valkey")
+        .join("valkey-server");
+    assert!(
+        crate::process::is_executable(&program),
+        "{} is missing: run scripts/install-test-deps, which installs it (scripts/install-valkey)",
+        program.display()
+    );
+    program
+}

@@ -16,15 +16,7 @@ use toolonce::{Layer, Outcome, WriteAnswer, WriteOptions};
 
 /// Where `scripts/install-valkey` (run by `scripts/install-test-deps`) puts `valkey-server`.
 pub(crate) fn valkey() -> PathBuf {
-    let program = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join("valkey")
-        .join("valkey-server");
-    assert!(
-        program.exists(),
-        "{} is missing: run scripts/install-test-deps, which installs it (scripts/install-valkey)",
-        program.display()
-    );
-    program
+    toolonce_testsupport::installed_valkey(env!("CARGO_TARGET_TMPDIR"))
 }
 
 /// A write tool that counts its runs, with a 2 s lease.

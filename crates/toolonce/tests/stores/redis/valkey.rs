@@ -7,7 +7,6 @@
 
 use crate::{conformance, redis_round_trips};
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -17,16 +16,9 @@ use toolonce::store::redis::RedisStore;
 use toolonce::{Claim, ClaimRequest, EntryState, Fenced, OwnerToken, Store, ToolError, key};
 use toolonce_testsupport::{FaultProxy, RedisServer};
 
-/// Where `scripts/install-valkey` (run by `scripts/install-test-deps`) puts `valkey-server`.
-fn program() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join("valkey")
-        .join("valkey-server")
-}
-
 fn start() -> RedisServer {
     RedisServer::start_valkey(
-        &program(),
+        &toolonce_testsupport::installed_valkey(env!("CARGO_TARGET_TMPDIR")),
         "run scripts/install-test-deps, which installs it (scripts/install-valkey)",
     )
 }
