@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 mod answer;
 mod call;
+mod release;
 mod report;
 mod settle;
 mod storable;
@@ -36,8 +37,9 @@ use crate::store::{
 };
 use crate::tool::{ToolError, Verified, WriteContext};
 use answer::{PANICKED, conflict, held, in_flight, misconfigured, unavailable, unreadable};
-pub(crate) use call::{NO_PROBE, WriteCall};
+pub(crate) use call::{Claimed, NO_PROBE, WriteCall};
 use report::{count_takeover, log_write_call};
+use storable::is_release;
 
 /// Runs write operations at most once per key on a [`Store`].
 ///
@@ -263,8 +265,9 @@ impl Layer {
                 Ok(claim) => claim,
                 Err(e) => {
                     if e.is_retryable() {
-                        // The store may have applied the claim before the reply was lost.
-                        self.release(tool, key, &owner).await;
+                        // The store may have applied the claim before the reply was lost: give
+                        // it back, never deleting an earlier attempt it may have taken over.
+                        self.give_up_claim(tool, key, &owner, takeover).await;
                     }
                     return store_failed(tool, key, &e);
                 }
@@ -273,7 +276,8 @@ impl Layer {
                 Claim::Won => {
                     let run = run.take().expect("a won claim runs the tool once");
                     let ctx = WriteContext::new(key.clone(), reclaimed);
-                    return self.execute(tool, key, owner, options, run(ctx)).await;
+                    let claimed = Claimed::Fresh(owner);
+                    return self.execute(tool, key, claimed, options, run(ctx)).await;
                 }
                 Claim::TookOver => {
                     count_takeover(tool);
@@ -288,7 +292,8 @@ impl Layer {
                     );
                     let run = run.take().expect("a won claim runs the tool once");
                     let ctx = WriteContext::new(key.clone(), true);
-                    return self.execute(tool, key, owner, options, run(ctx)).await;
+                    let claimed = Claimed::TookOver(owner);
+                    return self.execute(tool, key, claimed, options, run(ctx)).await;
                 }
                 Claim::Existing(entry) => entry,
             };
@@ -422,10 +427,11 @@ impl Layer {
         &self,
         tool: &str,
         key: &OperationKey,
-        owner: OwnerToken,
+        claimed: Claimed,
         options: &WriteOptions,
         work: impl ToolFuture,
     ) -> WriteAnswer<Recorded> {
+        let (owner, took_over) = claimed.into_parts();
         // The layer's heartbeat task renews the lease while the tool runs, so a tool that
         // blocks its thread (a blocking client, `std::thread::sleep`) keeps it. The
         // registration ends when the call does, and when this future is dropped: no lease is
@@ -484,9 +490,14 @@ impl Layer {
             (Ok(_), Err(_)) => options.retention,
             _ => options.sticky_retention(),
         };
-        let settled = self
-            .settle(tool, key, &owner, &stored, options, failure_retention)
-            .await;
+        let settled = if took_over && is_release(&stored) {
+            // The tool's own transient error says this attempt did not take effect; the
+            // earlier one it took over may have. Its record is kept: given back, `unknown`.
+            self.give_back(tool, key, &owner).await
+        } else {
+            self.settle(tool, key, &owner, &stored, options, failure_retention)
+                .await
+        };
         if settled == Some(Fenced::NotOwner) {
             tracing::warn!(
                 target: "toolonce",

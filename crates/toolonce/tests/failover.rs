@@ -101,6 +101,69 @@ async fn a_claim_the_replica_lacks_is_not_run(set: ReplicatedRedis) {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
+/// `replicas=1`, the replica's link stalled: a takeover of an `unknown` entry reaches only the
+/// primary, so it is not run; but the attempt it took over may have taken effect, so the entry
+/// is given back (`unknown`, its attempts kept), never deleted: a `hold` duplicate does not run
+/// it, and once the replica catches up a caller that asks to rerun runs it once.
+async fn a_takeover_the_replica_lacks_keeps_the_earlier_attempt(set: ReplicatedRedis) {
+    let store = store_waiting(&set.front.url("redis"), 1, PATIENT).await;
+    let layer = Layer::new(store.clone());
+    let op = op("takeover", 0);
+    let runs = AtomicU32::new(0);
+    let crashed = toolonce::OwnerToken::generate();
+    let request = toolonce::ClaimRequest::new(
+        &op.key,
+        &op.fingerprint,
+        &crashed,
+        Duration::from_millis(300),
+    );
+    assert!(matches!(
+        store.claim(&request).await.unwrap(),
+        toolonce::Claim::Won
+    ));
+    until_unknown(&*store, &op).await;
+    let options = WriteOptions::new().on_expired(toolonce::OnExpired::Rerun);
+    let rerun = || {
+        layer.run("charge", &op, &options, |_| async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok(json!({"receipt": "r_5"}))
+        })
+    };
+
+    set.link.stall();
+    let first = rerun().await;
+    assert_eq!(first.outcome, Outcome::StoreUnavailable, "{first:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the tool ran");
+    let entry = store.get(&op.key).await.unwrap();
+    let entry = entry.expect("the earlier attempt's record was deleted");
+    assert_eq!(entry.attempts, 2, "the takeover is counted and kept");
+    until_unknown(&*store, &op).await;
+    let held = call(&layer, &op, &runs, || {}).await;
+    assert_eq!(held.outcome, Outcome::Unknown, "{held:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "a hold caller ran it");
+
+    set.link.heal();
+    let again = until_available(rerun).await;
+    assert_eq!(again.outcome, Outcome::Executed, "{again:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+/// Waits (at most 10 s) until `op`'s entry is `unknown`.
+async fn until_unknown(store: &dyn Store, op: &Derived) {
+    for _ in 0..200 {
+        let entry = store
+            .get(&op.key)
+            .await
+            .unwrap()
+            .expect("the entry is there");
+        if entry.state() == toolonce::State::Unknown {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the entry never became unknown");
+}
+
 /// `replicas=1`, the replica's link stalls while the tool runs: the result is the caller's,
 /// the entry stays done on the primary, and both the answer's notice and the log say it may
 /// not survive a failover.
@@ -185,6 +248,11 @@ async fn redis_a_claim_the_replica_lacks_is_not_run_and_is_released() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_takeover_the_replica_lacks_is_not_run_and_keeps_the_earlier_attempt() {
+    a_takeover_the_replica_lacks_keeps_the_earlier_attempt(ReplicatedRedis::start()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_a_result_the_replica_lacks_is_returned_kept_and_logged() {
     a_result_the_replica_lacks_is_returned_and_kept(ReplicatedRedis::start()).await;
 }
@@ -215,6 +283,14 @@ async fn redis_without_replicas_the_same_failover_runs_operations_twice() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn valkey_a_claim_the_replica_lacks_is_not_run_and_is_released() {
     a_claim_the_replica_lacks_is_not_run(ReplicatedRedis::start_program(&valkey())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valkey_a_takeover_the_replica_lacks_is_not_run_and_keeps_the_earlier_attempt() {
+    a_takeover_the_replica_lacks_keeps_the_earlier_attempt(ReplicatedRedis::start_program(
+        &valkey(),
+    ))
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

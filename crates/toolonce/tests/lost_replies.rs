@@ -175,6 +175,52 @@ async fn a_lost_renew_reply(store: Arc<dyn Store>, proxies: &[FaultProxy]) {
     );
 }
 
+/// A takeover is applied and its reply lost (the `nth` reply from the call's start: the claim
+/// script's, behind Redis 7's native `SET … NX GET`). The earlier attempt may have taken effect,
+/// so its record must survive: the caller gives the entry back `unknown`, a `hold` duplicate
+/// does not run it, and only a caller that asks to rerun runs it, once.
+async fn a_lost_takeover_reply(store: Arc<dyn Store>, proxies: &[FaultProxy], nth: u64) {
+    let layer = Layer::new(store.clone());
+    let op = op("takeover");
+    let runs = AtomicU32::new(0);
+    let proxy = proxy_of(&*store, &op, proxies).await;
+    // A caller that claimed it and vanished: its lease runs out, the entry is `unknown`.
+    let crashed = toolonce::OwnerToken::generate();
+    let lease = Duration::from_millis(300);
+    let request = toolonce::ClaimRequest::new(&op.key, &op.fingerprint, &crashed, lease);
+    assert!(matches!(
+        store.claim(&request).await.unwrap(),
+        toolonce::Claim::Won
+    ));
+    while store.get(&op.key).await.unwrap().unwrap().state() != toolonce::State::Unknown {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let rerun = WriteOptions::new().on_expired(toolonce::OnExpired::Rerun);
+    let hold = WriteOptions::new();
+
+    proxy.drop_reply(nth);
+    let first = call(&layer, &op, &rerun, &runs, || async {}).await;
+    assert_eq!(proxy.dropped(), 1, "the takeover's reply was dropped");
+    if first.outcome == Outcome::StoreUnavailable {
+        assert_eq!(runs.load(Ordering::SeqCst), 0);
+        let entry = store.get(&op.key).await.unwrap();
+        let entry = entry.expect("the earlier attempt's record was deleted");
+        assert_eq!(entry.attempts, 2, "the dropped reply was the takeover's");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let held = call(&layer, &op, &hold, &runs, || async {}).await;
+        assert_eq!(held.outcome, Outcome::Unknown, "{held:?}");
+        assert_eq!(runs.load(Ordering::SeqCst), 0, "a hold caller ran it");
+        let again = call(&layer, &op, &rerun, &runs, || async {}).await;
+        assert_eq!(again.outcome, Outcome::Executed, "{again:?}");
+    } else {
+        // The driver re-sent the takeover by itself (Redis Cluster): its caller ran it.
+        assert_eq!(first.outcome, Outcome::Executed, "{first:?}");
+    }
+    let duplicate = call(&layer, &op, &hold, &runs, || async {}).await;
+    assert_eq!(duplicate.outcome, Outcome::Replayed, "{duplicate:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the tool ran exactly once");
+}
+
 async fn redis_behind_proxy(proxy: &FaultProxy) -> Arc<dyn Store> {
     Arc::new(RedisStore::connect(&proxy.url("redis")).await.unwrap())
 }
@@ -230,6 +276,38 @@ async fn redis_a_lost_renew_reply_keeps_the_lease() {
     a_lost_renew_reply(store, std::slice::from_ref(&proxy)).await;
 }
 
+#[tokio::test(flavor = "current_thread")]
+async fn redis_a_lost_takeover_reply_keeps_the_earlier_attempt_unknown() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    // Redis 7: the native claim's reply, then the claim script's.
+    let store = redis_behind_proxy(&proxy).await;
+    a_lost_takeover_reply(store, std::slice::from_ref(&proxy), 2).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn redis_a_lost_takeover_reply_by_the_script_alone_keeps_the_earlier_attempt_unknown() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let store = RedisStore::builder(proxy.url("redis"))
+        .native_claim(false)
+        .connect()
+        .await
+        .unwrap();
+    a_lost_takeover_reply(Arc::new(store), std::slice::from_ref(&proxy), 1).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn valkey_a_lost_takeover_reply_keeps_the_earlier_attempt_unknown() {
+    let server = RedisServer::start_valkey(
+        &toolonce_testsupport::installed_valkey(env!("CARGO_TARGET_TMPDIR")),
+        "run scripts/install-test-deps, which installs it (scripts/install-valkey)",
+    );
+    let proxy = FaultProxy::start(server.addr());
+    let store = redis_behind_proxy(&proxy).await;
+    a_lost_takeover_reply(store, std::slice::from_ref(&proxy), 2).await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Redis Cluster: redis-rs re-sends a script whose connection dropped, unseen by the layer.
 
@@ -253,6 +331,12 @@ async fn cluster_a_lost_renew_reply_keeps_the_lease() {
     a_lost_renew_reply(store, &proxies).await;
 }
 
+#[tokio::test(flavor = "current_thread")]
+async fn cluster_a_lost_takeover_reply_keeps_the_earlier_attempt_unknown() {
+    let (_cluster, proxies) = RedisCluster::start_behind_proxies();
+    a_lost_takeover_reply(cluster_behind_proxies(&proxies).await, &proxies, 2).await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // PostgreSQL
 
@@ -272,4 +356,10 @@ async fn postgres_a_lost_complete_reply_counts_as_recorded() {
 async fn postgres_a_lost_renew_reply_keeps_the_lease() {
     let (store, proxy) = postgres_behind_proxy().await;
     a_lost_renew_reply(store, std::slice::from_ref(&proxy)).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn postgres_a_lost_takeover_reply_keeps_the_earlier_attempt_unknown() {
+    let (store, proxy) = postgres_behind_proxy().await;
+    a_lost_takeover_reply(store, std::slice::from_ref(&proxy), 1).await;
 }

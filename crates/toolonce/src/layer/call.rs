@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::key::Derived;
 use crate::policy::WriteOptions;
-use crate::store::About;
+use crate::store::{About, OwnerToken};
 use crate::tool::{ToolError, Verified, WriteContext};
 
 /// The future of a write tool's run: its result, or its own error. Any `Send` future with that
@@ -41,3 +41,22 @@ pub(crate) struct WriteCall<'a> {
 pub(crate) type NoProbe = fn(WriteContext) -> std::future::Ready<Verified>;
 /// The absent probe, typed.
 pub(crate) const NO_PROBE: Option<NoProbe> = None;
+
+/// How the claim that runs the tool got the entry: the layer gives back a takeover's entry,
+/// never deleting it.
+pub(crate) enum Claimed {
+    /// The claim created the entry (the key was absent, or expired).
+    Fresh(OwnerToken),
+    /// The claim took over an `unknown` entry: an earlier attempt may have taken effect.
+    TookOver(OwnerToken),
+}
+
+impl Claimed {
+    /// The owner token, and whether the claim took over.
+    pub(crate) fn into_parts(self) -> (OwnerToken, bool) {
+        match self {
+            Claimed::Fresh(owner) => (owner, false),
+            Claimed::TookOver(owner) => (owner, true),
+        }
+    }
+}

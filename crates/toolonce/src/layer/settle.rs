@@ -1,14 +1,13 @@
-//! How the layer records an outcome once the tool has run, and gives back a claim whose reply
-//! was lost: fenced writes retried while the store is briefly unreachable, and a read-back that
-//! tells a write applied unseen from a claim that was really lost.
+//! How the layer records an outcome once the tool has run: fenced writes retried while the
+//! store is briefly unreachable, and a read-back that tells a write applied unseen from a claim
+//! that was really lost. Giving a claim back without an outcome is `release.rs`.
 
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::time::Instant;
 
 use super::Layer;
-use super::storable::unstorable;
+use super::storable::{is_release, unstorable};
 use crate::key::OperationKey;
 use crate::policy::WriteOptions;
 use crate::store::{EntryState, Fenced, OwnerToken};
@@ -17,11 +16,6 @@ use crate::tool::ToolError;
 /// How often a complete or fail is retried when the store is briefly unreachable: the tool has
 /// already run, so giving up means a duplicate will run it again (with the same key).
 const SETTLE_RETRIES: u32 = 3;
-
-/// How long a claim that may have applied unseen is retried for release (see
-/// [`Layer::release`]): long enough to ride out a dropped connection or a quick restart, short
-/// enough that the caller soon gets its `store_unavailable` answer.
-const RELEASE_FOR: Duration = Duration::from_secs(3);
 
 impl Layer {
     /// Records the outcome with a fenced complete or fail, retrying a few times while the
@@ -159,53 +153,4 @@ impl Layer {
             Fenced::NotOwner
         }
     }
-
-    /// Releases a claim whose answer was an error after which it may have applied (the store
-    /// was unreachable mid-request): a fenced transient `fail` with the caller's token deletes
-    /// the entry if, and only if, the claim did write it. Best effort, retried for at most
-    /// [`RELEASE_FOR`]; without it the entry would stay `running` for its lease, and every
-    /// retry would be told the operation is in flight although it never ran.
-    pub(super) async fn release(&self, tool: &str, key: &OperationKey, owner: &OwnerToken) {
-        let deadline = Instant::now() + RELEASE_FOR;
-        let reason = ToolError::transient("the reply to the claim was lost; claim released");
-        let mut pause = Duration::from_millis(20);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            let attempt = self.store.fail(key, owner.duplicate(), &reason, None);
-            match tokio::time::timeout(left, attempt).await {
-                // The claim never applied (or its entry is gone): nothing to release.
-                Ok(Ok(Fenced::NotOwner)) => return,
-                Ok(Ok(_released)) => {
-                    tracing::info!(
-                        target: "toolonce",
-                        tool,
-                        key = %key,
-                        "released a claim whose reply was lost; the tool was not run"
-                    );
-                    return;
-                }
-                Ok(Err(e)) if e.is_retryable() => {}
-                Ok(Err(_)) | Err(_) => break,
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            tokio::time::sleep(pause.min(left)).await;
-            pause = (pause * 2).min(Duration::from_millis(500));
-        }
-        tracing::warn!(
-            target: "toolonce",
-            tool,
-            key = %key,
-            "could not release a claim whose reply was lost; if it was written, it stays running \
-             until its lease expires"
-        );
-    }
-}
-
-/// Whether settling `result` releases the operation (the tool's own transient error), which a
-/// refused write cannot be turned into a record of.
-fn is_release(result: &Result<Value, ToolError>) -> bool {
-    matches!(result, Err(error) if error.is_transient())
 }

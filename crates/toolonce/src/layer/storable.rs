@@ -67,3 +67,9 @@ pub(super) fn unstorable(tool: &str, why: &str) -> ToolError {
     ))
     .with_detail(json!({ UNSTORABLE: why }))
 }
+
+/// Whether settling `result` releases the operation (the tool's own transient error), which a
+/// refused write cannot be turned into a record of.
+pub(super) fn is_release(result: &Result<Value, ToolError>) -> bool {
+    matches!(result, Err(error) if error.is_transient())
+}

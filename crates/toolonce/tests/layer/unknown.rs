@@ -370,3 +370,157 @@ async fn a_waiting_duplicate_whose_owner_vanishes_holds_under_the_default_policy
     assert_eq!(answer.outcome, Outcome::Unknown);
     assert_eq!(ran.load(Ordering::SeqCst), 0);
 }
+
+/// A store whose claims that ask for a takeover apply and then lose their reply (the store
+/// answers "unavailable" after writing), as a dropped connection or a `replicas=N`
+/// acknowledgment that came up short does.
+#[derive(Debug, Default)]
+struct ClaimRepliesLost;
+
+#[async_trait]
+impl Intercept for ClaimRepliesLost {
+    async fn claim(&self, inner: &dyn Store, req: &ClaimRequest<'_>) -> toolonce::Result<Claim> {
+        let applied = inner.claim(req).await?;
+        if !req.takeover {
+            return Ok(applied);
+        }
+        Err(Error::unavailable("the claim's reply was lost"))
+    }
+}
+
+/// What a `hold` caller does with `op` now: it must not run an operation whose earlier attempt
+/// may have taken effect.
+async fn held_by_a_hold_caller(store: Arc<MemoryStore>, op: &key::Derived) {
+    let seen = Seen::default();
+    let answer = seen
+        .call(
+            &Layer::new(store),
+            op,
+            &WriteOptions::new(),
+            toolonce::Verified::CannotTell,
+        )
+        .await;
+    assert_eq!(answer.outcome, Outcome::Unknown, "{answer:?}");
+    assert_eq!(seen.runs.load(Ordering::SeqCst), 0, "a hold caller ran it");
+}
+
+#[tokio::test]
+async fn a_takeover_whose_reply_is_lost_keeps_the_earlier_attempt_unknown() {
+    let (store, _clock, op, _crashed) = unknown_op("send_email").await;
+    let lossy = Arc::new(Intercepted::new(store.clone(), ClaimRepliesLost));
+    let seen = Seen::default();
+    let rerun = WriteOptions::new().on_expired(OnExpired::Rerun);
+    let answer = seen
+        .call(
+            &Layer::new(lossy),
+            &op,
+            &rerun,
+            toolonce::Verified::CannotTell,
+        )
+        .await;
+    assert_eq!(answer.outcome, Outcome::StoreUnavailable, "{answer:?}");
+    assert_eq!(seen.runs.load(Ordering::SeqCst), 0);
+    let entry = store
+        .get(&op.key)
+        .await
+        .unwrap()
+        .expect("the record was deleted");
+    assert_eq!(entry.state(), State::Unknown, "given back, its lease ended");
+    assert_eq!(
+        entry.attempts, 2,
+        "the takeover's attempt is counted and kept"
+    );
+    held_by_a_hold_caller(store.clone(), &op).await;
+    // A rerun caller takes it over again, with the same key.
+    let again = seen
+        .call(
+            &Layer::new(store.clone()),
+            &op,
+            &rerun,
+            toolonce::Verified::CannotTell,
+        )
+        .await;
+    assert_eq!(again.outcome, Outcome::Executed, "{again:?}");
+    assert_eq!(*seen.may_have_run_before.lock().unwrap(), vec![true]);
+    assert_eq!(store.get(&op.key).await.unwrap().unwrap().attempts, 3);
+}
+
+#[tokio::test]
+async fn a_verified_takeover_whose_reply_is_lost_keeps_the_earlier_attempt_unknown() {
+    let (store, _clock, op, _crashed) = unknown_op("send_email").await;
+    let lossy = Arc::new(Intercepted::new(store.clone(), ClaimRepliesLost));
+    let seen = Seen::default();
+    let verify = WriteOptions::new().on_expired(OnExpired::Verify);
+    // The first claim asks for no takeover and reads the entry; the takeover the probe's "not
+    // done" asks for loses its reply.
+    let answer = seen
+        .call(
+            &Layer::new(lossy),
+            &op,
+            &verify,
+            toolonce::Verified::NotDone,
+        )
+        .await;
+    assert_eq!(answer.outcome, Outcome::StoreUnavailable, "{answer:?}");
+    let entry = store
+        .get(&op.key)
+        .await
+        .unwrap()
+        .expect("the record was deleted");
+    assert_eq!((entry.state(), entry.attempts), (State::Unknown, 2));
+    held_by_a_hold_caller(store, &op).await;
+}
+
+#[tokio::test]
+async fn a_takeover_whose_tool_fails_transiently_keeps_the_earlier_attempt_unknown() {
+    let (store, _clock, op, _crashed) = unknown_op("send_email").await;
+    let layer = Layer::new(store.clone());
+    let rerun = WriteOptions::new().on_expired(OnExpired::Rerun);
+    let answer = layer
+        .run("send_email", &op, &rerun, |_| async {
+            Err(ToolError::transient("the mail server timed out"))
+        })
+        .await;
+    assert_eq!(answer.outcome, Outcome::Executed);
+    assert!(answer.result.is_err());
+    let entry = store
+        .get(&op.key)
+        .await
+        .unwrap()
+        .expect("the record was deleted");
+    assert_eq!((entry.state(), entry.attempts), (State::Unknown, 2));
+    held_by_a_hold_caller(store, &op).await;
+}
+
+#[tokio::test]
+async fn a_fresh_claim_under_rerun_whose_reply_is_lost_is_still_released() {
+    let store = Arc::new(MemoryStore::new());
+    let op = key::derive("unknown", "send_email", &json!({"to": "eve"}), None).unwrap();
+    let lossy = Arc::new(Intercepted::new(store.clone(), ClaimRepliesLost));
+    let seen = Seen::default();
+    let rerun = WriteOptions::new().on_expired(OnExpired::Rerun);
+    let answer = seen
+        .call(
+            &Layer::new(lossy),
+            &op,
+            &rerun,
+            toolonce::Verified::CannotTell,
+        )
+        .await;
+    assert_eq!(answer.outcome, Outcome::StoreUnavailable, "{answer:?}");
+    assert_eq!(
+        store.get(&op.key).await.unwrap(),
+        None,
+        "nothing ran: released"
+    );
+    let retry = seen
+        .call(
+            &Layer::new(store.clone()),
+            &op,
+            &rerun,
+            toolonce::Verified::CannotTell,
+        )
+        .await;
+    assert_eq!(retry.outcome, Outcome::Executed);
+    assert_eq!(*seen.may_have_run_before.lock().unwrap(), vec![false]);
+}

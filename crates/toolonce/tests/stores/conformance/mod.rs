@@ -211,6 +211,7 @@ macro_rules! store_conformance {
             an_entry_records_what_it_is_how_often_it_started_and_when_it_settled,
             list_filters_by_state_scope_and_tool,
             concurrent_takeovers_of_an_unknown_entry_have_exactly_one_winner,
+            a_zero_lease_renewal_gives_an_entry_back_unknown_with_its_record,
         );
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {

@@ -275,3 +275,57 @@ pub async fn concurrent_takeovers_of_an_unknown_entry_have_exactly_one_winner(
         );
     }
 }
+
+/// The layer's give-back (a takeover that gave up without an outcome of its own): a renewal
+/// with a zero lease ends the lease now. The entry is `unknown` at once and keeps what it
+/// recorded of its attempts; a claim that asks for no takeover is still refused, and one that
+/// asks takes it over again. The layer tells an entry its own claim created (one attempt,
+/// started at its first start) from a takeover's, so both must read back exactly.
+pub async fn a_zero_lease_renewal_gives_an_entry_back_unknown_with_its_record(
+    store: Arc<dyn Store>,
+) {
+    let (key, fp) = op("t");
+    let about = About::new(unique_scope("give-back"), "charge");
+    let first = won(claim_about(&*store, &key, &fp, &about, LONG, LONG, false).await);
+    let fresh = store.get(&key).await.unwrap().unwrap();
+    assert_eq!(fresh.attempts, 1);
+    assert_eq!(
+        fresh.first_started_at,
+        Some(fresh.started_at),
+        "a fresh claim's start is its first start"
+    );
+    // Apart in time, so that the takeover's start cannot equal the first.
+    tokio::time::sleep(PAST_SHORT).await;
+    assert!(store.renew(&key, &first, Duration::ZERO).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        store.get(&key).await.unwrap().unwrap().state(),
+        State::Unknown
+    );
+    let second = won(claim_about(&*store, &key, &fp, &about, LONG, LONG, true).await);
+    let taken = store.get(&key).await.unwrap().unwrap();
+    assert_eq!(taken.attempts, 2);
+    assert_ne!(
+        taken.first_started_at,
+        Some(taken.started_at),
+        "a takeover keeps the earlier first start"
+    );
+
+    assert!(store.renew(&key, &second, Duration::ZERO).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let given = store
+        .get(&key)
+        .await
+        .unwrap()
+        .expect("given back, not deleted");
+    assert_eq!(given.state(), State::Unknown, "its lease ended at once");
+    assert_eq!(given.attempts, 2);
+    assert_eq!(given.first_started_at, taken.first_started_at);
+    assert_eq!(given.started_at, taken.started_at);
+    assert_eq!(given.fingerprint.as_ref(), Some(&fp));
+    assert_eq!(given.about, about);
+    let seen = existing(store.claim_fresh(&key, &fp, LONG).await.unwrap());
+    assert_eq!(seen.state(), State::Unknown, "no takeover asked: refused");
+    let _third = won(claim_about(&*store, &key, &fp, &about, LONG, LONG, true).await);
+    assert_eq!(store.get(&key).await.unwrap().unwrap().attempts, 3);
+}
