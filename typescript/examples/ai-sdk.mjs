@@ -3,7 +3,8 @@
 // do what real models do under retries: it calls `send_invoice`, then calls it again with the
 // same input and a new tool call id; then the whole run is retried (the caller's retry after a
 // timeout, a resumed job) with the same run id. The invoice is sent once: the scope is the
-// caller's run id, never the tool call id.
+// caller's run id, never the tool call id. The tool sends the operation key toolonce hands it
+// (`operation(options).key`) as the invoicing service's Idempotency-Key.
 //
 //   node examples/ai-sdk.mjs [STORE_URL]      (default memory://; try sqlite://agent.db)
 
@@ -12,7 +13,7 @@ import { MockLanguageModelV3 } from "ai/test";
 import { pathToFileURL } from "node:url";
 import { z } from "zod";
 import { openStore } from "toolonce";
-import { idempotentTool } from "toolonce/ai-sdk";
+import { idempotentTool, operation, runContext } from "toolonce/ai-sdk";
 
 const usage = {
   inputTokens: { total: 10, noCache: 10, cacheRead: 0, cacheWrite: 0 },
@@ -40,14 +41,17 @@ export async function main(url = "memory://") {
     const sendInvoice = tool({
       description: "Send an invoice to a customer.",
       inputSchema: z.object({ customerId: z.string(), amountCents: z.number().int().positive() }),
-      async execute(input) {
-        sent.push(input); // Stands for the invoicing service.
+      async execute(input, options) {
+        // Stands for the invoicing service, called with the key as its Idempotency-Key header.
+        const [header, key] = operation(options).idempotencyHeader;
+        sent.push({ input, headers: { [header]: key } });
         return { invoiceId: `inv_${sent.length}`, status: "sent" };
       },
     });
-    // The scope comes from the run's context, which the caller passes to generateText.
+    // The scope comes from the run's context, which the caller passes to generateText
+    // (AI SDK 7: toolsContext, per tool; 5 and 6: experimental_context); runContext reads it.
     const tools = {
-      send_invoice: idempotentTool("send_invoice", sendInvoice, { store, scope: (options) => options.experimental_context.runId }),
+      send_invoice: idempotentTool("send_invoice", sendInvoice, { store, scope: (options) => runContext(options).runId }),
     };
     const runId = `agent-run-${process.pid}-${Date.now()}`;
     const runs = [];
@@ -60,11 +64,11 @@ export async function main(url = "memory://") {
         tools,
         stopWhen: stepCountIs(5),
         prompt: "Invoice cus_42 for $49.",
-        experimental_context: { runId },
+        toolsContext: { send_invoice: { runId } },
       });
       runs.push(result.steps.flatMap((s) => s.toolResults).map((r) => ({ id: r.toolCallId, output: r.output })));
     }
-    return { effects: sent.length, expected: 1, runs };
+    return { effects: sent.length, expected: 1, runs, keys: sent.map((s) => s.headers["Idempotency-Key"]) };
   } finally {
     await store.close();
   }

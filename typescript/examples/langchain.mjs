@@ -14,7 +14,7 @@ import { fakeModel } from "@langchain/core/testing";
 import { pathToFileURL } from "node:url";
 import { z } from "zod";
 import { openStore } from "toolonce";
-import { idempotentMiddleware } from "toolonce/langchain";
+import { idempotentMiddleware, operation } from "toolonce/langchain";
 
 const invoice = { customerId: "cus_42", amountCents: 4900 };
 
@@ -33,8 +33,9 @@ export async function main(url = "memory://") {
   const lookups = [];
   try {
     const sendInvoice = tool(
-      async (args) => {
-        sent.push(args); // Stands for the invoicing service.
+      async (args, runtime) => {
+        // Stands for the invoicing service, called with the operation key as Idempotency-Key.
+        sent.push({ args, headers: Object.fromEntries([operation(runtime).idempotencyHeader]) });
         return JSON.stringify({ invoiceId: `inv_${sent.length}`, status: "sent" });
       },
       {

@@ -12,7 +12,7 @@ import { MockLanguageModelV3 } from "ai/test";
 import { pathToFileURL } from "node:url";
 import { z } from "zod";
 import { openStore } from "toolonce";
-import { idempotentTool } from "toolonce/mastra";
+import { idempotentTool, operation } from "toolonce/mastra";
 
 const usage = {
   inputTokens: { total: 10, noCache: 10, cacheRead: 0, cacheWrite: 0 },
@@ -41,8 +41,9 @@ export async function main(url = "memory://") {
       id: "open_ticket",
       description: "Open a support ticket.",
       inputSchema: z.object({ requester: z.string(), subject: z.string() }),
-      execute: async (input) => {
-        tickets.push(input); // Stands for the help desk.
+      execute: async (input, context) => {
+        // Stands for the help desk, called with the operation key as Idempotency-Key.
+        tickets.push({ input, headers: Object.fromEntries([operation(context).idempotencyHeader]) });
         return { ticketId: `T-${tickets.length}` };
       },
     });

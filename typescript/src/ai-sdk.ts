@@ -2,18 +2,41 @@
 // once per (scope, tool name, input). The scope is the caller's (the agent run, the
 // conversation); the tool call id is deliberately not part of the identity: a model that asks
 // again gets a new toolCallId, and that second call is exactly the duplicate to stop. It
-// imports nothing from the AI SDK: the tool keeps every field, only `execute` is wrapped.
+// imports nothing from the AI SDK: the tool keeps every field, only `execute` is wrapped, and
+// the original execute gets the operation (`options.toolonce`) beside the SDK's own options.
+// Tested with AI SDK 5, 6 and 7, which hand the run's context to execute differently.
 
+import { InvalidArguments, messageOf } from "./errors.js";
 import { idempotent } from "./idempotent.js";
 import type { Store } from "./open.js";
+import { type Operation, operationOf } from "./operation.js";
 import type { IdempotentOptions } from "./options.js";
+
+export { operation } from "./operation.js";
+export type { Operation } from "./operation.js";
 
 /** The second argument of an AI SDK tool's execute (ToolExecutionOptions), as far as it is read here. */
 export interface ToolExecutionOptionsLike {
   toolCallId?: string;
   abortSignal?: AbortSignal;
+  /** AI SDK 7: this tool's entry of `generateText({ toolsContext: { [name]: ... } })`. */
+  context?: unknown;
+  /** AI SDK 5 and 6: `generateText({ experimental_context })`. */
   experimental_context?: unknown;
   [extra: string]: unknown;
+}
+
+/** What the wrapped tool's own execute gets: the SDK's options and the operation it performs. */
+export type WithOperation<O> = O & { toolonce: Operation };
+
+/**
+ * The run's context as the AI SDK hands it to execute: `options.context` (AI SDK 7, this
+ * tool's entry of `toolsContext`), else `options.experimental_context` (AI SDK 5 and 6).
+ * `scope: (options) => runContext(options).runId` reads the run id on every major.
+ */
+export function runContext(options: ToolExecutionOptionsLike): any {
+  if (options === null || typeof options !== "object") return undefined;
+  return options.context !== undefined ? options.context : options.experimental_context;
 }
 
 /** Options of `idempotentTool`. */
@@ -22,7 +45,7 @@ export interface AiSdkOptions {
   store: Store;
   /**
    * The scope of the keys: a string (one agent run, one conversation) or a function of the
-   * execute options (say, of `experimental_context`). Never the tool call id.
+   * execute options (say, `(options) => runContext(options).runId`). Never the tool call id.
    */
   scope: string | ((options: ToolExecutionOptionsLike) => string);
   /** The options of the wrapped write (lease, retention, inFlight, onExpired, keyFields). */
@@ -31,11 +54,27 @@ export interface AiSdkOptions {
 
 const KNOWN = new Set(["store", "scope", "options"]);
 
+/** The scope of one call; a scope function that throws is the caller's bad configuration. */
+function scopeOf(name: string, scope: AiSdkOptions["scope"], options: ToolExecutionOptionsLike): string {
+  if (typeof scope !== "function") return scope;
+  try {
+    return scope(options);
+  } catch (e) {
+    throw new InvalidArguments(
+      `toolonce: ${name}: the scope function failed: ${messageOf(e)}. AI SDK 7 hands the run's context to execute as options.context ` +
+        `(generateText({ toolsContext: { ${name}: ... } })), AI SDK 5 and 6 as options.experimental_context; runContext(options) reads either`,
+      { outcome: "invalid_arguments", cause: e },
+    );
+  }
+}
+
 /**
  * The AI SDK tool `tool` (made by `tool({ ... })`) with its execute running at most once per
  * (scope, name, input): a duplicate gets the first call's result back. `name` is the key the
- * tool has in `tools: { name: ... }`. Refusals (in flight, unknown, store down) throw the
- * ToolonceError, which the AI SDK hands to the model as a tool error.
+ * tool has in `tools: { name: ... }`. The original execute gets `options.toolonce` (the
+ * operation: its `key`, `idempotencyHeader`, `mayHaveRunBefore`) to send downstream. Refusals
+ * (in flight, unknown, store down) throw the ToolonceError, which the AI SDK hands to the
+ * model as a tool error.
  */
 export function idempotentTool<T extends { execute?: (input: any, options: any) => unknown }>(name: string, tool: T, config: AiSdkOptions): T {
   if (tool === null || typeof tool !== "object") throw new TypeError("idempotentTool(name, tool, config): tool must be an AI SDK tool");
@@ -55,7 +94,8 @@ export function idempotentTool<T extends { execute?: (input: any, options: any) 
       name,
       // The AI SDK has validated the input against the tool's inputSchema before execute.
       async run(input: unknown, ctx) {
-        return execute.call(tool, input, ctx.options);
+        const handed = Object.assign({}, ctx.options as ToolExecutionOptionsLike, { toolonce: operationOf(ctx) });
+        return execute.call(tool, input, handed);
       },
     },
     config.store,
@@ -64,8 +104,7 @@ export function idempotentTool<T extends { execute?: (input: any, options: any) 
   const wrapped = {
     ...tool,
     async execute(input: unknown, options: ToolExecutionOptionsLike = {}) {
-      const runId = typeof scope === "function" ? scope(options) : scope;
-      return write.run(input, { runId, options });
+      return write.run(input, { runId: scopeOf(name, scope, options), options });
     },
   };
   return wrapped as T;

@@ -3,12 +3,18 @@
 // hands read tools straight to the next handler. It imports nothing from LangChain: it reads
 // the request's fields and, to answer a replayed call, hands the next handler a stand-in tool
 // that returns the stored content, so the ToolMessage is built by the caller's own LangChain
-// (one copy of its classes, whatever the install layout).
+// (one copy of its classes, whatever the install layout). A write that runs gets the operation
+// in its tool runtime (`runtime.toolonce`), through a view of the tool that adds it to the
+// config LangChain invokes it with.
 
 import { InvalidArguments } from "./errors.js";
 import { idempotent } from "./idempotent.js";
 import { Store } from "./open.js";
+import { type Operation, operationOf } from "./operation.js";
 import { type IdempotentOptions, normalize } from "./options.js";
+
+export { operation } from "./operation.js";
+export type { Operation } from "./operation.js";
 
 /** The fields of LangChain's `ToolCallRequest` this middleware reads. */
 export interface ToolCallRequestLike {
@@ -85,8 +91,10 @@ function threadId(request: ToolCallRequestLike): string {
 /**
  * A `createAgent` middleware: write tools run at most once per (thread, tool, arguments); a
  * duplicate (a model asking again, a retried or resumed run on the same thread) is answered
- * with the first call's content. Refusals (in flight, unknown, store down) throw the
- * ToolonceError, as `idempotent` does.
+ * with the first call's content. The write tool's function gets `runtime.toolonce` (the
+ * operation: `key`, `idempotencyHeader`, `mayHaveRunBefore`; `operation(runtime)` types it) to
+ * send downstream. Refusals (in flight, unknown, store down) throw the ToolonceError, as
+ * `idempotent` does.
  */
 export function idempotentMiddleware(config: LangChainOptions): IdempotentMiddleware {
   if (config === null || typeof config !== "object") throw new TypeError("idempotentMiddleware(config): config must be an object");
@@ -122,7 +130,7 @@ export function idempotentMiddleware(config: LangChainOptions): IdempotentMiddle
         // The key is on the model's arguments alone; the request and handler travel in ctx.
         async run(_args, ctx) {
           const call = ctx.call as Call;
-          const result = await call.handler(call.request);
+          const result = await call.handler(keyed(call.request, operationOf(ctx)));
           call.seen.result = result;
           return storable(result);
         },
@@ -154,6 +162,20 @@ export function idempotentMiddleware(config: LangChainOptions): IdempotentMiddle
       return replay(request, handler, answer.result);
     },
   };
+}
+
+/**
+ * The request with a view of its tool whose invoke adds `toolonce` (the operation) to the
+ * config; LangChain hands the config to the tool function as its runtime. The tool itself is
+ * not changed. A request without an invokable tool is passed on as it is.
+ */
+function keyed(request: ToolCallRequestLike, op: Operation): ToolCallRequestLike {
+  const tool = request.tool as { invoke?: (input: unknown, config?: Record<string, unknown>) => unknown } | undefined;
+  const invoke = tool?.invoke;
+  if (tool === undefined || typeof invoke !== "function") return request;
+  const view = Object.create(tool) as typeof tool;
+  view.invoke = (input, config) => invoke.call(tool, input, { ...config, toolonce: op });
+  return { ...request, tool: view as ToolCallRequestLike["tool"] };
 }
 
 /** The JSON kept for a handler's answer: a ToolMessage's content; a Command only as a mark. */

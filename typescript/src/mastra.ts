@@ -2,12 +2,17 @@
 // takes effect at most once per (scope, tool id, input). The scope is the agent's resource and
 // thread (or a workflow's run id, which a resumed run keeps), or the caller's. It imports nothing
 // from Mastra: the wrapped tool is a copy of the original (same prototype and fields, Mastra's
-// own marker included) whose execute goes through `idempotent` first.
+// own marker included) whose execute goes through `idempotent` first; the original execute
+// gets the operation (`context.toolonce`) beside Mastra's own context.
 
 import { InvalidArguments, messageOf } from "./errors.js";
 import { idempotent } from "./idempotent.js";
 import type { Store } from "./open.js";
+import { operationOf } from "./operation.js";
 import type { IdempotentOptions } from "./options.js";
+
+export { operation } from "./operation.js";
+export type { Operation } from "./operation.js";
 
 /** The context a Mastra tool's execute gets, as far as it is read here. */
 export interface MastraContextLike {
@@ -78,7 +83,9 @@ function schemaOf(tool: { id: string; inputSchema?: unknown }) {
 /**
  * The Mastra tool `tool` with its execute running at most once per (scope, tool id, input): a
  * duplicate (the model asking again, a retried run on the same thread, a resumed workflow) gets
- * the first call's result. Refusals (in flight, unknown, store down) throw the ToolonceError.
+ * the first call's result. The original execute gets `context.toolonce` (the operation: its
+ * `key`, `idempotencyHeader`, `mayHaveRunBefore`; `operation(context)` types it) to send
+ * downstream. Refusals (in flight, unknown, store down) throw the ToolonceError.
  */
 export function idempotentTool<T extends { id: string; execute?: (input: any, context: any) => unknown }>(tool: T, config: MastraOptions): T {
   if (tool === null || typeof tool !== "object") throw new TypeError("idempotentTool(tool, config): tool must be a Mastra tool");
@@ -99,7 +106,10 @@ export function idempotentTool<T extends { id: string; execute?: (input: any, co
       name: tool.id,
       schema: schemaOf(tool),
       async run(input: unknown, ctx) {
-        return execute.call(tool, input, ctx.context);
+        // A copy keeps the context's prototype and fields; Mastra's own object is not changed.
+        const context = (ctx.context ?? {}) as object;
+        const handed = Object.assign(Object.create(Object.getPrototypeOf(context)) as object, context, { toolonce: operationOf(ctx) });
+        return execute.call(tool, input, handed);
       },
     },
     config.store,

@@ -1,5 +1,5 @@
-// The AI SDK wrapper (toolonce/ai-sdk) in a real `generateText` tool loop with the AI SDK's
-// MockLanguageModelV3: the tool call id is not the identity (a model asking again with a new
+// The AI SDK wrapper (toolonce/ai-sdk) in a real `generateText` tool loop of the current AI SDK
+// (examples/ pins it; ai-sdk-majors.test.js runs the earlier majors) with its MockLanguageModelV3: the tool call id is not the identity (a model asking again with a new
 // one is the duplicate stopped), a duplicate gets the package layer's replay, the caller's
 // scope separates runs, and refusals reach the model as tool errors.
 
@@ -8,7 +8,7 @@
 const test = require("node:test");
 const assert = require("node:assert/strict");
 const { openStore, idempotent, idemKey, InvalidArguments } = require("..");
-const { idempotentTool } = require("../dist/ai-sdk.js");
+const { idempotentTool, runContext } = require("../dist/ai-sdk.js");
 const { framework, example } = require("./frameworks.js");
 const { storeUrls, uniqueRunId } = require("./support.js");
 
@@ -49,7 +49,7 @@ async function run(tools, steps, context) {
     tools,
     stopWhen: stepCountIs(steps.length + 1),
     prompt: "invoice cus_9",
-    experimental_context: context,
+    toolsContext: context === undefined ? undefined : { send_invoice: context },
   });
   const parts = result.steps.flatMap((s) => s.content).filter((p) => p.type === "tool-result" || p.type === "tool-error");
   return parts.map((p) => ({ id: p.toolCallId, type: p.type, output: p.output, error: p.error }));
@@ -95,11 +95,11 @@ test("a new tool call id is not a new operation: the duplicate is the package la
   }
 });
 
-test("the caller's scope separates runs: a function of experimental_context, or a string", async () => {
+test("the caller's scope separates runs: a function of the run's context (runContext), or a string", async () => {
   const store = await openStore("memory://");
   try {
     const counts = { sent: 0 };
-    const byContext = idempotentTool("send_invoice", await invoiceTool(counts), { store, scope: (o) => o.experimental_context.runId });
+    const byContext = idempotentTool("send_invoice", await invoiceTool(counts), { store, scope: (o) => runContext(o).runId });
     const one = uniqueRunId("one");
     await run({ send_invoice: byContext }, [step("a")], { runId: one });
     await run({ send_invoice: byContext }, [step("b")], { runId: one });

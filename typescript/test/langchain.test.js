@@ -8,8 +8,8 @@
 const test = require("node:test");
 const assert = require("node:assert/strict");
 const { openStore, idempotent, idemKey, InvalidArguments, OperationInFlight } = require("..");
-const { idempotentMiddleware } = require("../dist/langchain.js");
-const { framework, example } = require("./frameworks.js");
+const { idempotentMiddleware, operation } = require("../dist/langchain.js");
+const { framework, example, downstream } = require("./frameworks.js");
 const { storeUrls, uniqueRunId } = require("./support.js");
 
 const ARGS = { customerId: "cus_7", amountCents: 1200 };
@@ -86,6 +86,36 @@ test("a duplicate through the LangChain middleware is the package layer's replay
     assert.equal(answer.key, idemKey(thread, "send_invoice", ARGS));
     assert.deepEqual(answer.result, { content: "invoice inv_1" });
   } finally {
+    await store.close();
+  }
+});
+
+test("the LangChain tool gets the operation key in its runtime and sends it downstream as Idempotency-Key; a duplicate sends nothing", async () => {
+  const { createAgent, tool } = await framework("langchain");
+  const { AIMessage } = await framework("@langchain/core/messages");
+  const { fakeModel } = await framework("@langchain/core/testing");
+  const { z } = await framework("zod");
+  const store = await openStore("memory://");
+  const service = await downstream();
+  try {
+    const seen = [];
+    const send = tool(
+      async (_args, runtime) => {
+        seen.push(operation(runtime));
+        return `invoice ${await service.send(operation(runtime).key)} (call ${runtime.toolCall.id})`;
+      },
+      { name: "send_invoice", description: "Send an invoice.", schema: z.object({ customerId: z.string(), amountCents: z.number() }) },
+    );
+    const model = fakeModel().respondWithTools([sendCall("a")]).respondWithTools([sendCall("b")]).respond(new AIMessage("done"));
+    const agent = createAgent({ model, tools: [send], middleware: [idempotentMiddleware({ store })] });
+    const thread = uniqueRunId("thread");
+    const state = await ask(agent, thread);
+    const key = idemKey(thread, "send_invoice", ARGS);
+    assert.deepEqual(service.requests, [{ method: "POST", key }]);
+    assert.deepEqual(seen, [{ key, idempotencyHeader: ["Idempotency-Key", key], mayHaveRunBefore: false }]);
+    assert.deepEqual(toolMessages(state, "send_invoice").map((m) => m.content), ["invoice rcpt_1 (call a)", "invoice rcpt_1 (call a)"], "LangChain's own runtime still reaches the tool");
+  } finally {
+    await service.close();
     await store.close();
   }
 });

@@ -8,8 +8,8 @@
 const test = require("node:test");
 const assert = require("node:assert/strict");
 const { openStore, idempotent, idemKey, InvalidArguments } = require("..");
-const { idempotentTool, mastraScope } = require("../dist/mastra.js");
-const { framework, example } = require("./frameworks.js");
+const { idempotentTool, mastraScope, operation } = require("../dist/mastra.js");
+const { framework, example, downstream } = require("./frameworks.js");
 const { storeUrls, uniqueRunId } = require("./support.js");
 
 const INPUT = { requester: "ada@example.com", subject: "Refund" };
@@ -87,6 +87,34 @@ test("a duplicate on the same Mastra thread is the package layer's replay, keyed
     assert.equal(answer.key, idemKey(scope, "open_ticket", INPUT));
     assert.deepEqual(answer.result, { ticketId: "T-1" });
   } finally {
+    await store.close();
+  }
+});
+
+test("the Mastra tool's execute gets the operation key and sends it downstream as Idempotency-Key; a duplicate on the thread sends nothing", async () => {
+  const { createTool } = await framework("@mastra/core/tools");
+  const { z } = await framework("zod");
+  const store = await openStore("memory://");
+  const service = await downstream();
+  try {
+    const seen = [];
+    const ticket = createTool({
+      id: "open_ticket",
+      description: "Open a support ticket.",
+      inputSchema: z.object({ requester: z.string(), subject: z.string() }),
+      execute: async (_input, context) => {
+        seen.push(operation(context));
+        return { ticketId: await service.send(operation(context).key), thread: context.agent?.threadId };
+      },
+    });
+    const thread = uniqueRunId("thread");
+    const results = await generate(idempotentTool(ticket, { store }), [step("a"), step("b")], thread);
+    const key = idemKey(JSON.stringify(["ada", thread]), "open_ticket", INPUT);
+    assert.deepEqual(service.requests, [{ method: "POST", key }]);
+    assert.deepEqual(seen, [{ key, idempotencyHeader: ["Idempotency-Key", key], mayHaveRunBefore: false }]);
+    assert.deepEqual(results.map((r) => r.result), [{ ticketId: "rcpt_1", thread }, { ticketId: "rcpt_1", thread }], "Mastra's own context still reaches the tool");
+  } finally {
+    await service.close();
     await store.close();
   }
 });

@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 import toolonce  # noqa: E402
+from downstream import Downstream  # noqa: E402
 from servers import PostgresServer, RedisServer  # noqa: E402
 
 _scopes = itertools.count()
@@ -65,3 +66,11 @@ def store(store_url):
 def run_id(request):
     """A scope of its own for each test, so tests sharing a server never share keys."""
     return f"{request.node.name}-{os.getpid()}-{time.time_ns()}-{next(_scopes)}"
+
+
+@pytest.fixture
+def downstream():
+    """A real HTTP service on loopback that records each request's Idempotency-Key."""
+    service = Downstream()
+    yield service
+    service.close()

@@ -278,6 +278,46 @@ def test_the_async_hook_runs_the_tool_once_per_operation(store, run_id):
     assert sorted(outcomes) == ["executed", "replayed", "replayed", "replayed"]
 
 
+def test_a_sync_tool_sends_the_operation_key_downstream_and_a_duplicate_sends_nothing(
+    store, run_id, downstream
+):
+    @tool
+    def send_email(to: str, subject: str) -> str:
+        """Send an email."""
+        return f"receipt {downstream.send(toolonce.current_key())}"
+
+    middleware = ToolonceMiddleware(store)
+    [first] = run_agent(middleware, [send_email], EMAIL, thread=run_id)
+    [again] = run_agent(middleware, [send_email], EMAIL, thread=run_id)
+    key = toolonce.derive_key(run_id, "send_email", EMAIL["args"])
+    assert downstream.keys == [key]
+    assert first.content == again.content == "receipt rcpt_1"
+    assert again.response_metadata["toolonce/outcome"] == "replayed"
+
+
+def test_an_async_tool_sends_the_operation_key_downstream_and_a_duplicate_sends_nothing(
+    store, run_id, downstream
+):
+    @tool
+    async def send_email(to: str, subject: str) -> str:
+        """Send an email."""
+        key = toolonce.current_context().idempotency_header[1]
+        return f"receipt {await asyncio.to_thread(downstream.send, key)}"
+
+    middleware = ToolonceMiddleware(store, in_flight=toolonce.Wait(30))
+
+    async def main():
+        for _ in range(2):
+            agent = create_agent(model=scripted(EMAIL, EMAIL), tools=[send_email], middleware=[middleware])
+            state = await agent.ainvoke(
+                {"messages": [("user", "go")]}, {"configurable": {"thread_id": run_id}}
+            )
+            assert [m.content for m in tool_messages(state)] == ["receipt rcpt_1"] * 2
+
+    asyncio.run(main())
+    assert downstream.keys == [toolonce.derive_key(run_id, "send_email", EMAIL["args"])]
+
+
 def test_bad_settings_are_refused_when_the_middleware_is_made():
     with toolonce.open_store("memory://") as store:
         with pytest.raises(toolonce.ConfigError, match="scope"):

@@ -204,3 +204,31 @@ def test_bad_settings_are_refused_when_the_toolset_is_made():
             ToolonceToolset(tools, store=store, on_expired="retry")
     with pytest.raises(toolonce.ConfigError, match="store"):
         ToolonceToolset(tools)
+
+
+def test_a_sync_tool_sends_the_operation_key_downstream_and_a_duplicate_sends_nothing(
+    store, run_id, downstream
+):
+    def issue_refund(order_id: str, cents: int) -> dict:
+        """Refund an order."""
+        return {"receipt": downstream.send(toolonce.current_key())}
+
+    toolset = ToolonceToolset(FunctionToolset([issue_refund]), store=store)
+    [first] = run(toolset, ("issue_refund", REFUND), conversation_id=run_id)
+    [again] = run(toolset, ("issue_refund", REFUND), conversation_id=run_id)
+    assert downstream.keys == [toolonce.derive_key(run_id, "issue_refund", REFUND)]
+    assert first.content == again.content == {"receipt": "rcpt_1"}
+
+
+def test_an_async_tool_sends_the_operation_key_downstream_and_a_duplicate_sends_nothing(
+    store, run_id, downstream
+):
+    async def issue_refund(order_id: str, cents: int) -> dict:
+        """Refund an order."""
+        key = toolonce.current_context().idempotency_header[1]
+        return {"receipt": await asyncio.to_thread(downstream.send, key)}
+
+    toolset = ToolonceToolset(FunctionToolset([issue_refund]), store=store, in_flight=toolonce.Wait(30))
+    parts = run(toolset, ("issue_refund", REFUND), ("issue_refund", REFUND), conversation_id=run_id)
+    assert downstream.keys == [toolonce.derive_key(run_id, "issue_refund", REFUND)]
+    assert [p.content for p in parts] == [{"receipt": "rcpt_1"}] * 2
