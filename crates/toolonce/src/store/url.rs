@@ -204,7 +204,10 @@ pub(crate) fn key_values(text: &str) -> Option<Vec<KeyValue>> {
     Some(pairs)
 }
 
-/// Decodes `%XX` escapes (and `+` as a space, as in a query string).
+/// Decodes `%XX` escapes (RFC 3986). A `+` is a literal plus, never a space: that is HTML
+/// forms' rule, not URLs', and JavaScript's `decodeURIComponent` keeps it too, so a TypeScript
+/// worker and this crate given one `?prefix=a+b` use one prefix (they used two, and never saw
+/// each other's entries). `None` for a bad escape or text that is not UTF-8.
 pub(crate) fn percent_decode(text: &str) -> Option<String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -215,10 +218,6 @@ pub(crate) fn percent_decode(text: &str) -> Option<String> {
                 let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
                 out.push(u8::from_str_radix(hex, 16).ok()?);
                 i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
             }
             b => {
                 out.push(b);

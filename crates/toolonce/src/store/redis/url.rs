@@ -317,6 +317,27 @@ fn check_host(host: &str) -> std::result::Result<(), String> {
 mod tests {
     use super::*;
 
+    /// The shared vectors (`tests/data/store_urls.json`, read by the TypeScript package too):
+    /// one URL, one prefix (or one refusal) in every implementation.
+    #[test]
+    fn every_shared_url_vector_gives_its_prefix_or_is_refused() {
+        let data: serde_json::Value =
+            serde_json::from_str(include_str!("../../../tests/data/store_urls.json")).unwrap();
+        let vectors = data["redis"].as_array().unwrap();
+        assert!(vectors.len() > 10);
+        for v in vectors {
+            let url = v["url"].as_str().unwrap();
+            let parsed = Target::parse(url);
+            if v["refused"] == true {
+                assert!(parsed.is_err(), "{url} was accepted");
+            } else {
+                let t = parsed.unwrap_or_else(|e| panic!("{url}: {e}"));
+                let prefix = t.prefix.unwrap_or_default();
+                assert_eq!(prefix, v["prefix"].as_str().unwrap(), "{url}");
+            }
+        }
+    }
+
     #[test]
     fn a_cluster_url_becomes_one_node_url_per_seed_with_the_credentials() {
         let t = Target::parse("redis+cluster://:pw@10.0.0.1:7000,10.0.0.2:7001/?prefix=app%3A")
