@@ -21,7 +21,7 @@ def test_the_heartbeat_keeps_the_lease_while_an_async_function_blocks_its_event_
     started = threading.Event()
     runs = Counter()
 
-    @toolonce.write(store, lease=0.3, on_expired="rerun")
+    @toolonce.write(store, name="stuck", lease=0.3, on_expired="rerun")
     async def stuck(x: int) -> int:
         started.set()
         time.sleep(1.5)  # five leases with the loop blocked: nothing on it can renew
@@ -39,7 +39,7 @@ def test_the_heartbeat_keeps_the_lease_while_an_async_function_blocks_its_event_
 def test_many_concurrent_async_calls_on_one_loop_each_run_once_then_replay(store, run_id):
     runs = Counter()
 
-    @toolonce.write(store, in_flight=toolonce.Wait(30))
+    @toolonce.write(store, name="charge", in_flight=toolonce.Wait(30))
     async def charge(order: int) -> dict:
         runs.add(order)
         await asyncio.sleep(0)
@@ -57,7 +57,7 @@ def test_many_concurrent_async_calls_on_one_loop_each_run_once_then_replay(store
 
 
 def test_async_calls_on_loops_in_two_threads_are_each_answered_on_their_own_loop(store, run_id):
-    @toolonce.write(store)
+    @toolonce.write(store, name="where")
     async def where(side: str, n: int) -> list:
         return [side, id(asyncio.get_running_loop())]
 
@@ -120,7 +120,7 @@ class _NoReaderLoop(asyncio.SelectorEventLoop):
 def test_a_loop_that_cannot_watch_a_descriptor_still_runs_each_operation_once(store, run_id):
     runs = Counter()
 
-    @toolonce.write(store, in_flight=toolonce.Wait(30))
+    @toolonce.write(store, name="charge", in_flight=toolonce.Wait(30))
     async def charge(order: int) -> int:
         runs.add(order)
         await asyncio.sleep(0)
@@ -145,7 +145,7 @@ _caller = contextvars.ContextVar("caller", default="none")
 
 
 def test_a_woken_call_resumes_in_its_own_tasks_context_among_many_woken_together(store, run_id):
-    @toolonce.write(store, in_flight=toolonce.Wait(30))
+    @toolonce.write(store, name="seen", in_flight=toolonce.Wait(30))
     async def seen(task: int) -> list:
         before = _caller.get()
         await asyncio.sleep(0)
@@ -173,7 +173,7 @@ def test_tasks_cancelled_by_other_tasks_as_they_are_woken_end_cancelled_and_run_
 ):
     runs = Counter()
 
-    @toolonce.write(store, in_flight=toolonce.Wait(30))
+    @toolonce.write(store, name="charge", in_flight=toolonce.Wait(30))
     async def charge(order: int) -> int:
         runs.add(order)
         return order
@@ -212,7 +212,7 @@ def test_ctrl_c_out_of_one_woken_task_reaches_the_caller_and_the_others_still_fi
     started: list = []
     finished: list = []
 
-    @toolonce.write(store, in_flight=toolonce.Wait(30))
+    @toolonce.write(store, name="charge", in_flight=toolonce.Wait(30))
     async def charge(order: int) -> int:
         if order == 3:
             raise KeyboardInterrupt  # as Ctrl-C does when it lands in this task's step

@@ -118,7 +118,7 @@ def test_a_store_outage_raises_without_running_the_function(run_id):
     try:
         with toolonce.open_store(server.url) as store:
 
-            @toolonce.write(store)
+            @toolonce.write(store, name="send")
             def send(to: str) -> str:
                 runs.append(to)
                 return "sent"

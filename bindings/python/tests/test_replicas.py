@@ -28,7 +28,7 @@ def test_a_result_the_replica_did_not_acknowledge_is_returned_with_a_notice_that
         store = toolonce.open_store(f"{primary.url}/?replicas=1&replica_timeout_ms=2000")
         runs = []
 
-        @toolonce.write(store)
+        @toolonce.write(store, name="charge")
         def charge(card: str, stall: bool) -> dict:
             runs.append(card)
             if stall:

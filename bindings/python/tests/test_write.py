@@ -21,7 +21,7 @@ KEYS_JSON = Path(__file__).resolve().parents[3] / "crates/toolonce/tests/data/ke
 def test_a_sequential_duplicate_replays_the_stored_result_without_running(store, run_id):
     runs = Counter()
 
-    @toolonce.write(store)
+    @toolonce.write(store, name="send_email")
     def send_email(to: str, subject: str) -> dict:
         return {"n": runs.add(to), "key": toolonce.current_key()}
 
@@ -37,7 +37,7 @@ def test_a_sequential_duplicate_replays_the_stored_result_without_running(store,
 def test_concurrent_duplicates_from_threads_run_the_function_once(store, run_id):
     runs = Counter()
 
-    @toolonce.write(store, in_flight=toolonce.Wait(30))
+    @toolonce.write(store, name="charge", in_flight=toolonce.Wait(30))
     def charge(card: str, cents: int) -> dict:
         time.sleep(0.2)
         return {"charge": runs.add(card)}
@@ -51,7 +51,7 @@ def test_concurrent_duplicates_from_threads_run_the_function_once(store, run_id)
 def test_concurrent_duplicates_from_asyncio_tasks_run_the_function_once(store, run_id):
     runs = Counter()
 
-    @toolonce.write(store, in_flight=toolonce.Wait(30))
+    @toolonce.write(store, name="charge", in_flight=toolonce.Wait(30))
     async def charge(card: str, cents: int) -> dict:
         await asyncio.sleep(0.2)
         return {"charge": runs.add(card)}
@@ -68,7 +68,7 @@ def test_concurrent_duplicates_from_asyncio_tasks_run_the_function_once(store, r
 def test_a_duplicate_while_the_first_runs_is_rejected_as_in_flight(store, run_id):
     started, release = threading.Event(), threading.Event()
 
-    @toolonce.write(store)
+    @toolonce.write(store, name="slow")
     def slow(x: int) -> int:
         started.set()
         release.wait(10)
@@ -88,7 +88,7 @@ def test_a_duplicate_while_the_first_runs_is_rejected_as_in_flight(store, run_id
 def test_nested_arguments_never_collide(store, run_id):
     runs = Counter()
 
-    @toolonce.write(store)
+    @toolonce.write(store, name="pay")
     def pay(payment: dict) -> dict:
         runs.add(payment)
         return payment
@@ -146,21 +146,8 @@ def test_a_decorated_function_keys_its_call_as_derive_key_does(store, run_id):
     )
 
 
-def test_the_default_tool_name_is_the_module_and_qualified_name(store):
-    class Billing:
-        @staticmethod
-        @toolonce.write(store)
-        def refund(order: str) -> None:
-            return None
-
-    assert Billing.refund.tool_name == (
-        f"{__name__}.test_the_default_tool_name_is_the_module_and_qualified_name"
-        ".<locals>.Billing.refund"
-    )
-
-
 def test_an_async_function_runs_on_the_callers_event_loop_with_its_context(store, run_id):
-    @toolonce.write(store)
+    @toolonce.write(store, name="where")
     async def where(x: int) -> dict:
         return {"loop": id(asyncio.get_running_loop()), "key": toolonce.current_key()}
 
@@ -174,7 +161,7 @@ def test_an_async_function_runs_on_the_callers_event_loop_with_its_context(store
 
 
 def test_a_sync_function_runs_on_the_callers_thread(store, run_id):
-    @toolonce.write(store)
+    @toolonce.write(store, name="where")
     def where(x: int) -> int:
         return threading.get_ident()
 
@@ -196,7 +183,7 @@ def test_the_ctx_parameter_receives_the_key_and_is_not_an_argument(store, run_id
 def test_a_transient_error_is_released_and_the_next_call_runs_again(store, run_id):
     runs = Counter()
 
-    @toolonce.write(store)
+    @toolonce.write(store, name="flaky")
     def flaky(x: int) -> str:
         if runs.add(x) == 1:
             raise ConnectionError("downstream timed out")
@@ -215,7 +202,7 @@ def test_a_permanent_error_is_stored_and_replayed_to_duplicates(store, run_id):
     class CardDeclined(Exception):
         toolonce_permanent = True
 
-    @toolonce.write(store)
+    @toolonce.write(store, name="charge")
     def charge(card: str) -> str:
         runs.add(card)
         if card == "declined":
@@ -240,7 +227,7 @@ def test_a_permanent_error_is_stored_and_replayed_to_duplicates(store, run_id):
 def test_async_errors_are_transient_or_permanent_as_for_sync_functions(store, run_id):
     runs = Counter()
 
-    @toolonce.write(store)
+    @toolonce.write(store, name="op")
     async def op(kind: str) -> str:
         n = runs.add(kind)
         if kind == "transient" and n == 1:
@@ -264,7 +251,7 @@ def test_async_errors_are_transient_or_permanent_as_for_sync_functions(store, ru
 
 
 def test_key_fields_make_the_key_and_other_arguments_must_match(store, run_id):
-    @toolonce.write(store, key_fields=["order_id"])
+    @toolonce.write(store, name="refund", key_fields=["order_id"])
     def refund(order_id: str, cents: int) -> int:
         return cents
 
@@ -278,7 +265,7 @@ def test_the_heartbeat_keeps_the_lease_while_a_sync_function_blocks(store, run_i
     started = threading.Event()
     runs = Counter()
 
-    @toolonce.write(store, lease=0.3, on_expired="rerun")
+    @toolonce.write(store, name="slow", lease=0.3, on_expired="rerun")
     def slow(x: int) -> int:
         started.set()
         time.sleep(1.5)  # five leases, GIL released by sleep but the thread blocked
@@ -297,7 +284,7 @@ def test_the_heartbeat_keeps_the_lease_while_a_sync_function_blocks(store, run_i
 def test_the_heartbeat_keeps_the_lease_while_a_sync_function_holds_the_gil(store, run_id):
     started = threading.Event()
 
-    @toolonce.write(store, lease=0.3, on_expired="rerun")
+    @toolonce.write(store, name="busy", lease=0.3, on_expired="rerun")
     def busy(x: int) -> str:
         started.set()
         deadline = time.monotonic() + 1.2

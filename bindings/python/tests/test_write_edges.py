@@ -19,7 +19,7 @@ from counting import Counter
 def test_a_call_without_a_scope_raises_and_runs_nothing(store):
     runs = Counter()
 
-    @toolonce.write(store)
+    @toolonce.write(store, name="op")
     def op(x: int) -> None:
         runs.add(x)
 
@@ -31,7 +31,7 @@ def test_a_call_without_a_scope_raises_and_runs_nothing(store):
 def test_arguments_that_are_not_json_raise_before_anything_runs(store, run_id):
     runs = Counter()
 
-    @toolonce.write(store)
+    @toolonce.write(store, name="op")
     def op(x) -> None:
         runs.add(x)
 
@@ -44,7 +44,7 @@ def test_arguments_that_are_not_json_raise_before_anything_runs(store, run_id):
 def test_a_result_that_is_not_json_is_recorded_as_a_permanent_failure(store, run_id):
     runs = Counter()
 
-    @toolonce.write(store)
+    @toolonce.write(store, name="op")
     def op(x: int) -> object:
         runs.add(x)
         return object()
@@ -85,15 +85,15 @@ def test_bad_options_are_refused_when_decorating(store):
         {"key_fields": ["/bad~2pointer"]},
     ]:
         with pytest.raises(toolonce.ConfigError):
-            toolonce.write(store, **kwargs)(lambda x: x)
+            toolonce.write(store, name="echo", **kwargs)(lambda x: x)
     with pytest.raises(toolonce.ConfigError, match="scope"):
-        toolonce.write(store)(lambda scope: scope)
+        toolonce.write(store, name="echo")(lambda scope: scope)
 
 
 def test_a_closed_store_refuses_calls(tmp_path, run_id):
     with toolonce.open_store(f"sqlite://{tmp_path / 'c.db'}") as store:
 
-        @toolonce.write(store)
+        @toolonce.write(store, name="op")
         def op(x: int) -> int:
             return x
 
@@ -156,7 +156,9 @@ def test_a_verify_function_decides_what_an_unknown_operation_becomes(tmp_path, r
             seen.append(ctx.key)
             return toolonce.Done({"shipped": True})
 
-        @toolonce.write(store, name="ship", lease=0.2, on_expired=verify)
+        later = toolonce.open_store(url)  # the worker that finds it abandoned: its own handle
+
+        @toolonce.write(later, name="ship", lease=0.2, on_expired=verify)
         def ship(order: str) -> dict:
             raise AssertionError("the probe said done: must not run")
 
@@ -189,7 +191,8 @@ def test_a_write_function_may_call_another_write_function(store, run_id):
 
 
 def test_a_verify_function_that_raises_holds_the_operation_with_its_error_as_cause(tmp_path, run_id):
-    with toolonce.open_store(f"sqlite://{tmp_path / 'v2.db'}") as store:
+    url = f"sqlite://{tmp_path / 'v2.db'}"
+    with toolonce.open_store(url) as store:
         started = threading.Event()
 
         @toolonce.write(store, name="ship", lease=0.2)
@@ -212,7 +215,9 @@ def test_a_verify_function_that_raises_holds_the_operation_with_its_error_as_cau
         def verify(ctx):
             raise ConnectionError("the carrier's API is down")
 
-        @toolonce.write(store, name="ship", lease=0.2, on_expired=verify)
+        later = toolonce.open_store(url)  # the worker that finds it abandoned: its own handle
+
+        @toolonce.write(later, name="ship", lease=0.2, on_expired=verify)
         def ship(order: str) -> str:
             raise AssertionError("cannot tell: must not run")
 
@@ -322,7 +327,8 @@ def test_keywords_a_function_takes_with_double_star_are_part_of_the_key(store, r
 
 
 def test_a_verified_result_that_is_not_json_holds_the_operation_saying_why(tmp_path, run_id):
-    with toolonce.open_store(f"sqlite://{tmp_path / 'v3.db'}") as store:
+    url = f"sqlite://{tmp_path / 'v3.db'}"
+    with toolonce.open_store(url) as store:
         started = threading.Event()
 
         @toolonce.write(store, name="ship", lease=0.2)
@@ -345,11 +351,14 @@ def test_a_verified_result_that_is_not_json_holds_the_operation_saying_why(tmp_p
         def verify(ctx):
             return toolonce.Done(object())
 
-        @toolonce.write(store, name="ship", lease=0.2, on_expired=verify)
+        # Workers that find it abandoned, a sync and an async one, each with its own handle.
+        later, later_async = toolonce.open_store(url), toolonce.open_store(url)
+
+        @toolonce.write(later, name="ship", lease=0.2, on_expired=verify)
         def ship(order: str) -> str:
             raise AssertionError("held: must not run")
 
-        @toolonce.write(store, name="ship", lease=0.2, on_expired=verify)
+        @toolonce.write(later_async, name="ship", lease=0.2, on_expired=verify)
         async def ship_async(order: str) -> str:
             raise AssertionError("held: must not run")
 

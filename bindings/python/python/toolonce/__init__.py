@@ -8,8 +8,9 @@ the decorator, the scope and key context variables, and exceptions for the outco
 
 The package's files, by job: ``_store.py`` (stores), ``_context.py`` (scope and key),
 ``_answer.py`` (answers and verdicts), ``_errors.py`` (exceptions), ``_tool.py`` (a write
-function's settings and arguments), ``_protocol.py`` (the one call protocol) and ``_pump.py``
-(its sync and async pumps); this file is the decorator and the public names.
+function's settings and arguments), ``_names.py`` (its name, and one tool per name on a store),
+``_protocol.py`` (the one call protocol) and ``_pump.py`` (its sync and async pumps); this file
+is the decorator and the public names.
 
 Sync functions run on the caller's thread and async ones on the caller's event loop, both with
 the caller's context variables; store I/O and the lease heartbeat run on a Tokio runtime owned by
@@ -38,6 +39,7 @@ from ._errors import (
     ToolonceError,
     UnknownOutcomeError,
 )
+from ._names import register
 from ._pump import run_async, run_sync
 from ._store import Store, open_store
 from ._tool import WriteTool, pointers
@@ -126,6 +128,7 @@ def write(
 
     def decorate(fn: F) -> F:
         tool = WriteTool(fn, store, name, lease, retention, in_flight, key_fields, on_expired)
+        register(store, tool.name, fn)
         params = [p for p in tool.signature.parameters.values() if p.name != "ctx"]
         signature = tool.signature.replace(parameters=params)
 

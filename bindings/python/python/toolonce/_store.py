@@ -12,10 +12,12 @@ from . import _native
 class Store:
     """A store opened by :func:`open_store`; a context manager that closes it on exit."""
 
-    __slots__ = ("_native",)
+    __slots__ = ("_native", "_tools")
 
     def __init__(self, native: Any) -> None:
         self._native = native
+        # Tool name -> the callable decorated with it, so that one name is one tool (_names.py).
+        self._tools: dict = {}
 
     @property
     def url(self) -> str:

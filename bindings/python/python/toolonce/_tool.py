@@ -5,14 +5,13 @@ scope become the operation's."""
 from __future__ import annotations
 
 import inspect
-import os
-import sys
 from typing import Any, Callable, Optional, Sequence, Union
 
 from . import _native
 from ._answer import Wait
 from ._context import Context, current_scope
 from ._errors import ConfigError, InvalidArgumentsError, ToolonceError
+from ._names import default_name
 from ._store import Store
 
 
@@ -29,56 +28,6 @@ def pointers(key_fields: Optional[Sequence[str]]) -> Optional[list]:
         else:
             out.append("/" + field.replace("~", "~0").replace("/", "~1"))
     return out
-
-
-def default_name(fn: Callable[..., Any]) -> str:
-    """``module.qualname`` of ``fn``, with the module as ``import`` names it, so that the name
-    (part of every key) is the same however the module was loaded. A function of ``__main__``
-    (``python qs.py`` or ``python -m qs``) gets its module's importable name (``qs``, or
-    ``pkg.qs`` inside a package): from ``__main__.__spec__`` when run with ``-m``, else from the
-    script's path, through the packages (directories with ``__init__.py``) that hold it. A
-    ``__main__`` without a file (``python -c``, an interactive session) has no stable name: it
-    is refused, naming ``name=``."""
-    qualname = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
-    module = getattr(fn, "__module__", None)
-    if module == "__main__":
-        module = _main_module_name()
-        if module is None:
-            raise ConfigError(
-                f"{qualname} is defined in __main__ without a file (python -c, an interactive "
-                f"session), so its default tool name would not be the same in another process: "
-                f"pass one, as @toolonce.write(store, name={qualname.split('.')[-1]!r})"
-            )
-    if not module:
-        raise ConfigError(
-            f"{qualname} has no module, so it has no stable default tool name: pass one, as "
-            f"@toolonce.write(store, name={qualname.split('.')[-1]!r})"
-        )
-    return f"{module}.{qualname}"
-
-
-def _main_module_name() -> Optional[str]:
-    """The name ``import`` would give the ``__main__`` module, or ``None`` without a file."""
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    if spec is not None and spec.name and spec.name != "__main__":
-        return spec.name
-    path = getattr(main, "__file__", None)
-    if not path:
-        return None
-    path = os.path.abspath(path)
-    stem = os.path.splitext(os.path.basename(path))[0]
-    if not stem.isidentifier():
-        return None
-    parts = [stem]
-    directory = os.path.dirname(path)
-    while os.path.isfile(os.path.join(directory, "__init__.py")):
-        name = os.path.basename(directory)
-        if not name.isidentifier():
-            break
-        parts.insert(0, name)
-        directory = os.path.dirname(directory)
-    return ".".join(parts)
 
 
 class WriteTool:
