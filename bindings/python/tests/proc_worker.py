@@ -169,7 +169,11 @@ def gil(url: str, scope: str, marker: str) -> None:
         time.sleep(GIL_SECONDS + 2)  # the GIL released: only holds the operation
         return "slept"
 
-    @toolonce.write(store, name="sleeper", in_flight=toolonce.Wait(1.0))
+    # The same operation from another worker (a store of its own: one store holds one tool
+    # per name), async and waiting for it.
+    waiters_store = toolonce.open_store(url)
+
+    @toolonce.write(waiters_store, name="sleeper", in_flight=toolonce.Wait(1.0))
     async def waiter(x: int) -> str:
         raise AssertionError("a duplicate of a running operation must not run")
 

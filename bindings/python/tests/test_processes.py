@@ -99,13 +99,17 @@ def test_a_child_killed_between_claim_and_complete_is_held_then_rerun_with_its_k
         assert err.value.key == key
         assert runs == []
 
-        @toolonce.write(store, name="charge", lease=0.5, on_expired="rerun")
-        def charge_rerun(order: str, ctx: toolonce.Context) -> str:
-            runs.append((ctx.key, ctx.may_have_run_before))
-            return "charged"
+        # Another worker, configured to rerun: a store of its own, as in its own process (one
+        # store holds one tool per name).
+        with toolonce.open_store(url) as other:
 
-        assert charge_rerun(order="o1", scope=run_id) == "charged"
-        assert charge_rerun(order="o1", scope=run_id) == "charged"
+            @toolonce.write(other, name="charge", lease=0.5, on_expired="rerun")
+            def charge_rerun(order: str, ctx: toolonce.Context) -> str:
+                runs.append((ctx.key, ctx.may_have_run_before))
+                return "charged"
+
+            assert charge_rerun(order="o1", scope=run_id) == "charged"
+            assert charge_rerun(order="o1", scope=run_id) == "charged"
         assert charge_hold(order="o1", scope=run_id) == "charged"
     assert runs == [(key, True)]
 
