@@ -31,6 +31,7 @@ mod plain_json;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod recorded;
+mod removal;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "sqlite")]
@@ -43,7 +44,7 @@ mod url;
 
 pub use contract::{
     About, Claim, ClaimRequest, DEFAULT_UNKNOWN_RETENTION, Entry, EntryState, Fenced, ListQuery,
-    Page, Resolution, Resolved, Seen, State, Store, Unreplicated, owner_digest,
+    Page, Removed, Resolution, Resolved, Seen, SeenSettled, State, Store, Unreplicated, owner_digest,
 };
 pub use json::MAX_STORED_DEPTH;
 pub use open::open;
