@@ -65,6 +65,12 @@ struct Faults {
     closes: u64,
     /// Both sockets of every open connection, to close them on command.
     open: Vec<(TcpStream, TcpStream)>,
+    /// A request containing these bytes stalls every reply from its own on.
+    hold_on: Option<Vec<u8>>,
+    /// Replies that began while stalled.
+    held: u64,
+    /// The reply to a request containing these bytes is dropped.
+    drop_on: Option<Vec<u8>>,
 }
 
 impl Shared {
@@ -175,6 +181,37 @@ impl FaultProxy {
         self.shared.faults().stalled = true;
     }
 
+    /// Holds the reply to the next request that contains `pattern` (a command's name, a
+    /// script's SHA-1), and every byte the server sends after it on any connection, until
+    /// [`heal`](Self::heal): the server handled the request and its client waits for the
+    /// answer, while the test changes what the client read. [`held`](Self::held) says when
+    /// the reply has arrived.
+    ///
+    /// # Panics
+    ///
+    /// If `pattern` is empty.
+    pub fn hold_reply_to(&self, pattern: &[u8]) {
+        assert!(!pattern.is_empty(), "hold_reply_to needs bytes to look for");
+        self.shared.faults().hold_on = Some(pattern.to_vec());
+    }
+
+    /// How many replies began while replies were held.
+    pub fn held(&self) -> u64 {
+        self.shared.faults().held
+    }
+
+    /// Closes the connection carrying the reply to the next request that contains `pattern`
+    /// instead of forwarding it, as [`drop_reply`](Self::drop_reply) does for a reply by
+    /// number.
+    ///
+    /// # Panics
+    ///
+    /// If `pattern` is empty.
+    pub fn drop_reply_to(&self, pattern: &[u8]) {
+        assert!(!pattern.is_empty(), "drop_reply_to needs bytes to look for");
+        self.shared.faults().drop_on = Some(pattern.to_vec());
+    }
+
     /// Sends the connections accepted from now on to `target` instead (those open stay where
     /// they are): a virtual address moved to another server, as after a failover.
     pub fn retarget(&self, target: SocketAddr) {
@@ -188,6 +225,8 @@ impl FaultProxy {
         faults.delay = Duration::ZERO;
         faults.refuse = false;
         faults.stalled = false;
+        faults.hold_on = None;
+        faults.drop_on = None;
     }
 }
 
@@ -251,23 +290,45 @@ fn accept_loop(listener: TcpListener, target: SocketAddr, shared: Arc<Shared>) {
         // Set when the client sends; the server's next bytes then begin a new reply. It is set
         // before the request is forwarded, so the reply can never overtake it.
         let spoke = Arc::new(AtomicBool::new(false));
-        let spoke_up = spoke.clone();
+        // Set when the request just forwarded is one whose reply is to be dropped.
+        let drop_next = Arc::new(AtomicBool::new(false));
+        let link = Link {
+            spoke: spoke.clone(),
+            drop_next: drop_next.clone(),
+        };
+        let shared_up = shared.clone();
         let up = thread::spawn(move || {
-            let _ = pump_requests(client, server, &spoke_up);
+            let _ = pump_requests(client, server, &link, &shared_up);
         });
         let shared_down = shared.clone();
+        let link = Link { spoke, drop_next };
         let down = thread::spawn(move || {
-            let _ = pump_replies(s2, c2, &spoke, &shared_down, epoch);
+            let _ = pump_replies(s2, c2, &link, &shared_down, epoch);
         });
         drop((up, down));
     }
 }
 
-/// Client to server: forwards requests, marking that the client spoke.
+/// What the two pumps of one connection tell each other.
+struct Link {
+    /// The client spoke: the server's next bytes begin a new reply.
+    spoke: Arc<AtomicBool>,
+    /// The next reply is to be dropped ([`FaultProxy::drop_reply_to`]).
+    drop_next: Arc<AtomicBool>,
+}
+
+/// Whether `pattern` occurs in `bytes`.
+fn contains(bytes: &[u8], pattern: &[u8]) -> bool {
+    bytes.windows(pattern.len()).any(|w| w == pattern)
+}
+
+/// Client to server: forwards requests, marking that the client spoke and, before the
+/// request can be answered, whether its reply is to be held or dropped.
 fn pump_requests(
     mut client: TcpStream,
     mut server: TcpStream,
-    spoke: &AtomicBool,
+    link: &Link,
+    shared: &Shared,
 ) -> io::Result<()> {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -276,7 +337,18 @@ fn pump_requests(
             close(&server);
             return Ok(());
         }
-        spoke.store(true, Ordering::SeqCst);
+        link.spoke.store(true, Ordering::SeqCst);
+        {
+            let mut faults = shared.faults();
+            if faults.hold_on.as_deref().is_some_and(|p| contains(&buf[..n], p)) {
+                faults.hold_on = None;
+                faults.stalled = true;
+            }
+            if faults.drop_on.as_deref().is_some_and(|p| contains(&buf[..n], p)) {
+                faults.drop_on = None;
+                link.drop_next.store(true, Ordering::SeqCst);
+            }
+        }
         server.write_all(&buf[..n])?;
     }
 }
@@ -285,7 +357,7 @@ fn pump_requests(
 fn pump_replies(
     mut server: TcpStream,
     mut client: TcpStream,
-    spoke: &AtomicBool,
+    link: &Link,
     shared: &Shared,
     epoch: u64,
 ) -> io::Result<()> {
@@ -297,16 +369,22 @@ fn pump_replies(
             return Ok(());
         }
         let mut delay = Duration::ZERO;
-        if spoke.swap(false, Ordering::SeqCst) {
+        if link.spoke.swap(false, Ordering::SeqCst) {
             let mut faults = shared.faults();
             faults.replies += 1;
-            if faults.drop_at == Some(faults.replies) {
-                faults.drop_at = None;
+            let marked = link.drop_next.swap(false, Ordering::SeqCst);
+            if marked || faults.drop_at == Some(faults.replies) {
+                if !marked {
+                    faults.drop_at = None;
+                }
                 faults.dropped += 1;
                 drop(faults);
                 close(&client);
                 close(&server);
                 return Ok(());
+            }
+            if faults.stalled {
+                faults.held += 1;
             }
             delay = faults.delay;
         }
@@ -472,6 +550,31 @@ mod tests {
         assert_eq!(ask(&mut s, &mut r, "b"), None);
         let (mut s, mut r) = connect(&proxy);
         assert_eq!(ask(&mut s, &mut r, "c").as_deref(), Some("2:c"));
+    }
+
+    #[test]
+    fn the_reply_to_a_request_with_a_pattern_is_held_or_dropped() {
+        let (target, served) = echo_server();
+        let proxy = FaultProxy::start(target);
+        let (mut s, mut r) = connect(&proxy);
+        proxy.hold_reply_to(b"GET");
+        assert_eq!(ask(&mut s, &mut r, "a").as_deref(), Some("1:a"));
+        let asker = thread::spawn(move || {
+            let answer = ask(&mut s, &mut r, "GET k");
+            (answer, s, r)
+        });
+        while proxy.held() == 0 {
+            thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(*served.lock().unwrap(), 2, "the server answered; the answer waits");
+        proxy.heal();
+        let (answer, mut s, mut r) = asker.join().unwrap();
+        assert_eq!(answer.as_deref(), Some("2:GET k"));
+        proxy.drop_reply_to(b"DEL");
+        assert_eq!(ask(&mut s, &mut r, "b").as_deref(), Some("3:b"));
+        assert_eq!(ask(&mut s, &mut r, "DEL k"), None, "its reply is lost");
+        assert_eq!(*served.lock().unwrap(), 4, "the server did handle it");
+        assert_eq!(proxy.dropped(), 1);
     }
 
     #[test]
