@@ -195,6 +195,12 @@ impl FaultProxy {
         self.shared.faults().hold_on = Some(pattern.to_vec());
     }
 
+    /// Lets held replies flow again, leaving every other fault as it is (a
+    /// [`drop_reply_to`](Self::drop_reply_to) armed while they were held still fires).
+    pub fn release(&self) {
+        self.shared.faults().stalled = false;
+    }
+
     /// How many replies began while replies were held.
     pub fn held(&self) -> u64 {
         self.shared.faults().held
@@ -340,11 +346,19 @@ fn pump_requests(
         link.spoke.store(true, Ordering::SeqCst);
         {
             let mut faults = shared.faults();
-            if faults.hold_on.as_deref().is_some_and(|p| contains(&buf[..n], p)) {
+            if faults
+                .hold_on
+                .as_deref()
+                .is_some_and(|p| contains(&buf[..n], p))
+            {
                 faults.hold_on = None;
                 faults.stalled = true;
             }
-            if faults.drop_on.as_deref().is_some_and(|p| contains(&buf[..n], p)) {
+            if faults
+                .drop_on
+                .as_deref()
+                .is_some_and(|p| contains(&buf[..n], p))
+            {
                 faults.drop_on = None;
                 link.drop_next.store(true, Ordering::SeqCst);
             }
@@ -566,7 +580,11 @@ mod tests {
         while proxy.held() == 0 {
             thread::sleep(Duration::from_millis(5));
         }
-        assert_eq!(*served.lock().unwrap(), 2, "the server answered; the answer waits");
+        assert_eq!(
+            *served.lock().unwrap(),
+            2,
+            "the server answered; the answer waits"
+        );
         proxy.heal();
         let (answer, mut s, mut r) = asker.join().unwrap();
         assert_eq!(answer.as_deref(), Some("2:GET k"));

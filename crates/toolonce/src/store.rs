@@ -31,9 +31,9 @@ mod plain_json;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod recorded;
-mod removal;
 #[cfg(feature = "redis")]
 pub mod redis;
+mod removal;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 #[cfg_attr(
@@ -44,7 +44,8 @@ mod url;
 
 pub use contract::{
     About, Claim, ClaimRequest, DEFAULT_UNKNOWN_RETENTION, Entry, EntryState, Fenced, ListQuery,
-    Page, Removed, Resolution, Resolved, Seen, SeenSettled, State, Store, Unreplicated, owner_digest,
+    Page, Removed, Resolution, Resolved, Seen, SeenSettled, State, Store, Unreplicated,
+    owner_digest,
 };
 pub use json::MAX_STORED_DEPTH;
 pub use open::open;

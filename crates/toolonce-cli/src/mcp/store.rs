@@ -176,11 +176,7 @@ impl Store for LazyStore {
             .await
     }
 
-    async fn remove(
-        &self,
-        key: &OperationKey,
-        seen: &SeenSettled,
-    ) -> toolonce::Result<Removed> {
+    async fn remove(&self, key: &OperationKey, seen: &SeenSettled) -> toolonce::Result<Removed> {
         self.inner().await?.remove(key, seen).await
     }
 

@@ -14,8 +14,8 @@ use crate::key::{Fingerprint, OperationKey};
 // Re-exported: the backends read it with the rest of the contract.
 pub use crate::store::about::About;
 pub use crate::store::entry::{Entry, EntryState, State};
-pub use crate::store::removal::{Removed, SeenSettled};
 use crate::store::owner::OwnerToken;
+pub use crate::store::removal::{Removed, SeenSettled};
 use crate::tool::ToolError;
 
 /// What [`Store::claim`] decided.

@@ -12,8 +12,8 @@ use serde_json::Value;
 use crate::Result;
 use crate::key::OperationKey;
 use crate::store::contract::{
-    Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, Page, Removed, Resolution,
-    Resolved, Seen, SeenSettled, Store,
+    Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, Page, Removed, Resolution, Resolved,
+    Seen, SeenSettled, Store,
 };
 use crate::store::owner::OwnerToken;
 use crate::tool::ToolError;

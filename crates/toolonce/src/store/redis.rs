@@ -21,8 +21,8 @@ use crate::store::contract::{
     Claim, ClaimRequest, Entry, Fenced, ListQuery, Page, Removed, Resolution, Resolved, Seen,
     SeenSettled, Store, millis,
 };
-use crate::store::removal::epoch_millis;
 use crate::store::owner::OwnerToken;
+use crate::store::removal::epoch_millis;
 use crate::tool::ToolError;
 use crate::{Error, Result};
 
@@ -375,7 +375,10 @@ impl Store for RedisStore {
         remove
             .arg(seen.state().as_str())
             .arg(seen.attempts())
-            .arg(seen.settled_at().map_or(String::new(), |t| epoch_millis(t).to_string()))
+            .arg(
+                seen.settled_at()
+                    .map_or(String::new(), |t| epoch_millis(t).to_string()),
+            )
             .arg(epoch_millis(seen.started_at()));
         let (reply, acks) = self.write(&remove, Some(&SCRIPTS.remove)).await?;
         match reply {

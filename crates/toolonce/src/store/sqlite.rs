@@ -22,8 +22,8 @@ use crate::store::contract::{
     Claim, ClaimRequest, Entry, Fenced, ListQuery, Page, Removed, Resolution, Resolved, Seen,
     SeenSettled, State, Store,
 };
-use crate::store::removal::epoch_millis;
 use crate::store::owner::OwnerToken;
+use crate::store::removal::epoch_millis;
 use crate::tool::ToolError;
 use crate::{Error, Result};
 

@@ -14,7 +14,10 @@ async fn settled_entry(store: &dyn Store, failed: bool) -> (OperationKey, Finger
         let error = ToolError::permanent("declined");
         store.fail(&key, owner, &error, Some(LONG)).await.unwrap()
     } else {
-        store.complete(&key, owner, &json!("sent"), LONG).await.unwrap()
+        store
+            .complete(&key, owner, &json!("sent"), LONG)
+            .await
+            .unwrap()
     };
     assert_eq!(settled, Fenced::Applied);
     (key, fp)
@@ -89,7 +92,10 @@ pub async fn remove_after_the_entry_was_claimed_and_settled_again_is_refused_as_
             let error = ToolError::permanent("declined");
             store.fail(&key, retry, &error, Some(LONG)).await.unwrap()
         } else {
-            store.complete(&key, retry, &json!("second"), LONG).await.unwrap()
+            store
+                .complete(&key, retry, &json!("second"), LONG)
+                .await
+                .unwrap()
         };
         assert_eq!(settled, Fenced::Applied);
         let now = store.get(&key).await.unwrap().expect("the second outcome");
