@@ -41,7 +41,7 @@ async fn remove_deletes_another_writers_settled_entry_read_and_refuses_one_writt
     ];
     for (n, value) in shapes.iter().enumerate() {
         let op = key::derive("rm-interop", "t", &json!({"n": n}), None).unwrap();
-        let seen = written(&redis, &store, &op.key, value).await;
+        let seen = written(redis, &store, &op.key, value).await;
         assert_eq!(
             store.remove(&op.key, &seen).await.unwrap(),
             Removed::Applied,
@@ -49,9 +49,9 @@ async fn remove_deletes_another_writers_settled_entry_read_and_refuses_one_writt
         );
         assert!(store.get(&op.key).await.unwrap().is_none(), "{value}");
         // Written again with a later start, it is another entry: refused and kept.
-        let seen = written(&redis, &store, &op.key, value).await;
+        let seen = written(redis, &store, &op.key, value).await;
         let later = value.replace(&started.to_string(), &(started + 1).to_string());
-        written(&redis, &store, &op.key, &later).await;
+        written(redis, &store, &op.key, &later).await;
         assert!(
             matches!(
                 store.remove(&op.key, &seen).await.unwrap(),
