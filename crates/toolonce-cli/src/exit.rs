@@ -21,14 +21,16 @@ pub(crate) const NOT_FOUND: u8 = 66;
 /// at: nothing was changed.
 pub(crate) const SETTLED: u8 = 67;
 /// `resolve`, `rm`: the entry is a live claim (its owner is running it and renewing its
-/// lease), or another attempt than the one read (it changed meanwhile): nothing was changed.
+/// lease), or another attempt or entry than the one read (it changed meanwhile): nothing was
+/// changed.
 pub(crate) const LIVE: u8 = 68;
 /// The store cannot be used right now: nothing was done (`EX_UNAVAILABLE`).
 pub(crate) const UNAVAILABLE: u8 = 69;
 /// A bug or an answer toolonce does not understand (`EX_SOFTWARE`).
 pub(crate) const INTERNAL: u8 = 70;
 /// `exec`: an earlier run of the operation ended without a recorded outcome (its lease
-/// expired), and the policy is to hold: not run here, a person must check.
+/// expired), and the policy is to hold: not run here, a person must check. `resolve`, `rm`:
+/// the store failed during the write (its reply lost), which may or may not have applied.
 pub(crate) const UNKNOWN: u8 = 73;
 /// The operation is running elsewhere: not run here (`EX_TEMPFAIL`).
 pub(crate) const IN_FLIGHT: u8 = 75;
@@ -57,12 +59,14 @@ Exit codes (the same for every subcommand):
            was changed
   68       resolve, rm: the entry is running and its lease is live (the message says when it
            ends; --force acts on that claim anyway), or it changed since it was read (taken
-           over, or released and claimed again); nothing was changed
-  69       the store is unavailable: nothing was done; try again later
+           over, or released or removed and claimed again); nothing was changed
+  69       the store is unavailable: nothing was done; try again later (for resolve and rm
+           before their write; a failure during it is 73)
   70       internal error: a bug or an answer toolonce does not understand
   73       exec: unknown: an earlier run ended without a recorded outcome (or its record
            cannot be read) and may have taken effect; not run (--on-expired hold). Check,
-           then `toolonce resolve KEY`
+           then `toolonce resolve KEY`. resolve, rm: the store failed during the write (its
+           reply lost), which may or may not have been applied: `toolonce show KEY` tells
   75       in flight: the same operation is running elsewhere; not run (exec without --wait,
            or the wait ran out)
   126      exec: the command could not be executed (nothing recorded)

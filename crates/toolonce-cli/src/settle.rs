@@ -1,15 +1,19 @@
 //! `toolonce resolve | rm`: the operator commands that settle or delete one entry. Each reads
 //! the entry first, says what it saw, and acts only on that (rule 6): the store compares the
-//! attempt and owner seen in the same atomic step as its write ([`Store::resolve`]), so a
-//! claim made after the read (the agent's retry after another operator's release) or a live
-//! owner's claim is never settled or deleted by mistake.
+//! attempt and owner seen ([`Store::resolve`]), or the settled entry seen ([`Store::remove`]),
+//! in the same atomic step as its write, so a claim made after the read (the agent's retry
+//! after another operator's release or removal) or a live owner's claim is never settled or
+//! deleted by mistake. A write whose answer was lost is reported as such: it may have applied.
 
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use anyhow::bail;
 use serde_json::{Value, json};
-use toolonce::{Entry, EntryState, OperationKey, Resolution, Resolved, Seen, State, ToolError};
+use toolonce::{
+    Entry, EntryState, OperationKey, Removed, Resolution, Resolved, Seen, SeenSettled, State,
+    ToolError,
+};
 
 use crate::args::{self, StoreArg};
 use crate::exit;
@@ -107,7 +111,8 @@ pub(crate) async fn resolve(a: ResolveArgs) -> anyhow::Result<ExitCode> {
         "attempts": (entry.attempts > 0).then_some(entry.attempts),
         "owner_digest": seen.owner_digest(),
     });
-    match store.resolve(&key, &seen, &resolution, a.retention).await? {
+    let resolved = store.resolve(&key, &seen, &resolution, a.retention).await;
+    match unknown_if_lost(resolved, "resolution", &key)? {
         Resolved::Applied => {
             let (word, result) = match &resolution {
                 Resolution::Done(_) => ("done", "recorded as done: duplicates replay it"),
@@ -138,21 +143,29 @@ pub(crate) async fn rm(a: RmArgs) -> anyhow::Result<ExitCode> {
     let Some(entry) = store.get(&key).await? else {
         return absent(&key, a.json);
     };
-    let removed = match entry.state() {
+    let what = described(&entry);
+    let removed = match SeenSettled::of(&entry) {
         // A settled entry holds no claim: deleting it lets the next call run, which is what
-        // `rm` is for.
-        State::Done | State::Failed => store.delete(&key).await?,
+        // `rm` is for. Only the entry read, though: one deleted and claimed again since then
+        // is the agent's retry, and deleting it would let a third run happen.
+        Some(seen) => match unknown_if_lost(store.remove(&key, &seen).await, "removal", &key)? {
+            Removed::Applied => true,
+            Removed::Absent => false,
+            Removed::Changed(now) => {
+                return refusal(&key, Refused::Changed { was: what, now }, a.json);
+            }
+            _ => return Err(exit::internal(anyhow::anyhow!(UNEXPECTED))),
+        },
         // An unsettled one is deleted only as the attempt read: a fenced release.
-        _ => {
+        None => {
             let seen = match seen_of(&entry, a.force) {
                 Ok(seen) => seen,
                 Err(refused) => return refusal(&key, refused, a.json),
             };
-            let what = described(&entry);
-            match store
+            let released = store
                 .resolve(&key, &seen, &Resolution::Release, Duration::ZERO)
-                .await?
-            {
+                .await;
+            match unknown_if_lost(released, "removal", &key)? {
                 Resolved::Applied => true,
                 Resolved::Absent => false,
                 other => return refusal(&key, Refused::from_store(other, &what)?, a.json),
@@ -168,6 +181,32 @@ pub(crate) async fn rm(a: RmArgs) -> anyhow::Result<ExitCode> {
         outln!("removed {key}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+const UNEXPECTED: &str = "unexpected answer from the store to a fenced write";
+
+/// The answer of a fenced write, or, when the store failed before it answered (unreachable,
+/// or the reply lost), an error that says so: the write may have been applied, so "nothing
+/// was done" would be untrue. Exit 73, as for any outcome nobody can know.
+fn unknown_if_lost<T>(
+    answer: toolonce::Result<T>,
+    what: &str,
+    key: &OperationKey,
+) -> anyhow::Result<T> {
+    match answer {
+        Err(e @ (toolonce::Error::Unavailable(_) | toolonce::Error::Store(_))) => {
+            let report = toolonce::error_report(&e);
+            Err(exit::with_code(
+                exit::UNKNOWN,
+                anyhow::anyhow!(
+                    "the {what} of {key} may or may not have been applied: the store failed \
+                     before it answered ({report}). Run `toolonce show {key}` to see the entry \
+                     as it is now."
+                ),
+            ))
+        }
+        other => Ok(other?),
+    }
 }
 
 /// Why an operator command did not act, with the entry it found.
@@ -190,9 +229,7 @@ impl Refused {
                 now,
             },
             _ => {
-                return Err(exit::internal(anyhow::anyhow!(
-                    "unexpected answer from the store to a fenced resolve"
-                )));
+                return Err(exit::internal(anyhow::anyhow!(UNEXPECTED)));
             }
         })
     }
@@ -212,20 +249,24 @@ fn seen_of(entry: &Entry, force: bool) -> Result<Seen, Refused> {
     }
 }
 
-/// What an unsettled entry is, for a person: its state, attempt and owner digest.
+/// What an entry is, for a person: its state, attempt and owner digest (once settled, when
+/// it settled instead of the owner).
 fn described(entry: &Entry) -> String {
-    let owner = match &entry.state {
-        EntryState::Running { owner } | EntryState::Unknown { owner } => {
-            owner_cell(owner.as_deref())
-        }
-        _ => "-".into(),
-    };
     let attempt = if entry.attempts == 0 {
         "-".into()
     } else {
         entry.attempts.to_string()
     };
-    format!("{}, attempt {attempt}, owner {owner}", entry.state())
+    let holder = match &entry.state {
+        EntryState::Running { owner } | EntryState::Unknown { owner } => {
+            format!("owner {}", owner_cell(owner.as_deref()))
+        }
+        _ => match entry.settled_at {
+            Some(t) => format!("settled at {}", output::timestamp(t)),
+            None => "settled at -".into(),
+        },
+    };
+    format!("{}, attempt {attempt}, {holder}", entry.state())
 }
 
 /// Says why nothing was changed, on stderr (and as JSON on stdout with `--json`), and picks

@@ -65,6 +65,12 @@ struct Faults {
     closes: u64,
     /// Both sockets of every open connection, to close them on command.
     open: Vec<(TcpStream, TcpStream)>,
+    /// A request containing these bytes stalls every reply from its own on.
+    hold_on: Option<Vec<u8>>,
+    /// Replies that began while stalled.
+    held: u64,
+    /// The reply to a request containing these bytes is dropped.
+    drop_on: Option<Vec<u8>>,
 }
 
 impl Shared {
@@ -175,6 +181,43 @@ impl FaultProxy {
         self.shared.faults().stalled = true;
     }
 
+    /// Holds the reply to the next request that contains `pattern` (a command's name, a
+    /// script's SHA-1), and every byte the server sends after it on any connection, until
+    /// [`heal`](Self::heal): the server handled the request and its client waits for the
+    /// answer, while the test changes what the client read. [`held`](Self::held) says when
+    /// the reply has arrived.
+    ///
+    /// # Panics
+    ///
+    /// If `pattern` is empty.
+    pub fn hold_reply_to(&self, pattern: &[u8]) {
+        assert!(!pattern.is_empty(), "hold_reply_to needs bytes to look for");
+        self.shared.faults().hold_on = Some(pattern.to_vec());
+    }
+
+    /// Lets held replies flow again, leaving every other fault as it is (a
+    /// [`drop_reply_to`](Self::drop_reply_to) armed while they were held still fires).
+    pub fn release(&self) {
+        self.shared.faults().stalled = false;
+    }
+
+    /// How many replies began while replies were held.
+    pub fn held(&self) -> u64 {
+        self.shared.faults().held
+    }
+
+    /// Closes the connection carrying the reply to the next request that contains `pattern`
+    /// instead of forwarding it, as [`drop_reply`](Self::drop_reply) does for a reply by
+    /// number.
+    ///
+    /// # Panics
+    ///
+    /// If `pattern` is empty.
+    pub fn drop_reply_to(&self, pattern: &[u8]) {
+        assert!(!pattern.is_empty(), "drop_reply_to needs bytes to look for");
+        self.shared.faults().drop_on = Some(pattern.to_vec());
+    }
+
     /// Sends the connections accepted from now on to `target` instead (those open stay where
     /// they are): a virtual address moved to another server, as after a failover.
     pub fn retarget(&self, target: SocketAddr) {
@@ -188,6 +231,8 @@ impl FaultProxy {
         faults.delay = Duration::ZERO;
         faults.refuse = false;
         faults.stalled = false;
+        faults.hold_on = None;
+        faults.drop_on = None;
     }
 }
 
@@ -251,23 +296,45 @@ fn accept_loop(listener: TcpListener, target: SocketAddr, shared: Arc<Shared>) {
         // Set when the client sends; the server's next bytes then begin a new reply. It is set
         // before the request is forwarded, so the reply can never overtake it.
         let spoke = Arc::new(AtomicBool::new(false));
-        let spoke_up = spoke.clone();
+        // Set when the request just forwarded is one whose reply is to be dropped.
+        let drop_next = Arc::new(AtomicBool::new(false));
+        let link = Link {
+            spoke: spoke.clone(),
+            drop_next: drop_next.clone(),
+        };
+        let shared_up = shared.clone();
         let up = thread::spawn(move || {
-            let _ = pump_requests(client, server, &spoke_up);
+            let _ = pump_requests(client, server, &link, &shared_up);
         });
         let shared_down = shared.clone();
+        let link = Link { spoke, drop_next };
         let down = thread::spawn(move || {
-            let _ = pump_replies(s2, c2, &spoke, &shared_down, epoch);
+            let _ = pump_replies(s2, c2, &link, &shared_down, epoch);
         });
         drop((up, down));
     }
 }
 
-/// Client to server: forwards requests, marking that the client spoke.
+/// What the two pumps of one connection tell each other.
+struct Link {
+    /// The client spoke: the server's next bytes begin a new reply.
+    spoke: Arc<AtomicBool>,
+    /// The next reply is to be dropped ([`FaultProxy::drop_reply_to`]).
+    drop_next: Arc<AtomicBool>,
+}
+
+/// Whether `pattern` occurs in `bytes`.
+fn contains(bytes: &[u8], pattern: &[u8]) -> bool {
+    bytes.windows(pattern.len()).any(|w| w == pattern)
+}
+
+/// Client to server: forwards requests, marking that the client spoke and, before the
+/// request can be answered, whether its reply is to be held or dropped.
 fn pump_requests(
     mut client: TcpStream,
     mut server: TcpStream,
-    spoke: &AtomicBool,
+    link: &Link,
+    shared: &Shared,
 ) -> io::Result<()> {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -276,7 +343,26 @@ fn pump_requests(
             close(&server);
             return Ok(());
         }
-        spoke.store(true, Ordering::SeqCst);
+        link.spoke.store(true, Ordering::SeqCst);
+        {
+            let mut faults = shared.faults();
+            if faults
+                .hold_on
+                .as_deref()
+                .is_some_and(|p| contains(&buf[..n], p))
+            {
+                faults.hold_on = None;
+                faults.stalled = true;
+            }
+            if faults
+                .drop_on
+                .as_deref()
+                .is_some_and(|p| contains(&buf[..n], p))
+            {
+                faults.drop_on = None;
+                link.drop_next.store(true, Ordering::SeqCst);
+            }
+        }
         server.write_all(&buf[..n])?;
     }
 }
@@ -285,7 +371,7 @@ fn pump_requests(
 fn pump_replies(
     mut server: TcpStream,
     mut client: TcpStream,
-    spoke: &AtomicBool,
+    link: &Link,
     shared: &Shared,
     epoch: u64,
 ) -> io::Result<()> {
@@ -297,16 +383,22 @@ fn pump_replies(
             return Ok(());
         }
         let mut delay = Duration::ZERO;
-        if spoke.swap(false, Ordering::SeqCst) {
+        if link.spoke.swap(false, Ordering::SeqCst) {
             let mut faults = shared.faults();
             faults.replies += 1;
-            if faults.drop_at == Some(faults.replies) {
-                faults.drop_at = None;
+            let marked = link.drop_next.swap(false, Ordering::SeqCst);
+            if marked || faults.drop_at == Some(faults.replies) {
+                if !marked {
+                    faults.drop_at = None;
+                }
                 faults.dropped += 1;
                 drop(faults);
                 close(&client);
                 close(&server);
                 return Ok(());
+            }
+            if faults.stalled {
+                faults.held += 1;
             }
             delay = faults.delay;
         }
@@ -330,157 +422,4 @@ fn pump_replies(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::BufRead;
-    use std::time::Instant;
-
-    /// A line echo server: answers each line with `N:line`, `N` counting the lines it served,
-    /// so a test can see that a request whose reply was dropped did reach it.
-    fn echo_server() -> (SocketAddr, Arc<Mutex<u64>>) {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let served = Arc::new(Mutex::new(0u64));
-        let count = served.clone();
-        thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(stream) = stream else { continue };
-                let count = count.clone();
-                thread::spawn(move || {
-                    let mut writer = stream.try_clone().unwrap();
-                    for line in io::BufReader::new(stream).lines() {
-                        let Ok(line) = line else { return };
-                        let n = {
-                            let mut c = count.lock().unwrap();
-                            *c += 1;
-                            *c
-                        };
-                        if writer
-                            .write_all(format!("{n}:{line}\n").as_bytes())
-                            .is_err()
-                        {
-                            return;
-                        }
-                    }
-                });
-            }
-        });
-        (addr, served)
-    }
-
-    fn connect(proxy: &FaultProxy) -> (TcpStream, io::BufReader<TcpStream>) {
-        let stream = TcpStream::connect(proxy.addr()).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .unwrap();
-        let reader = io::BufReader::new(stream.try_clone().unwrap());
-        (stream, reader)
-    }
-
-    /// Sends a line and reads the answer; `None` when the connection closed instead.
-    fn ask(
-        stream: &mut TcpStream,
-        reader: &mut io::BufReader<TcpStream>,
-        line: &str,
-    ) -> Option<String> {
-        stream.write_all(format!("{line}\n").as_bytes()).ok()?;
-        let mut answer = String::new();
-        match reader.read_line(&mut answer) {
-            Ok(0) | Err(_) => None,
-            Ok(_) => Some(answer.trim_end().to_owned()),
-        }
-    }
-
-    #[test]
-    fn replies_are_forwarded_unchanged_without_faults() {
-        let (target, _) = echo_server();
-        let proxy = FaultProxy::start(target);
-        assert_eq!(proxy.target(), target);
-        assert_ne!(proxy.port(), target.port());
-        let (mut s, mut r) = connect(&proxy);
-        assert_eq!(ask(&mut s, &mut r, "a").as_deref(), Some("1:a"));
-        assert_eq!(ask(&mut s, &mut r, "b").as_deref(), Some("2:b"));
-        assert_eq!(proxy.replies(), 2);
-        assert_eq!(proxy.dropped(), 0);
-    }
-
-    #[test]
-    fn the_nth_reply_is_dropped_after_the_server_handled_its_request() {
-        let (target, served) = echo_server();
-        let proxy = FaultProxy::start(target);
-        let (mut s, mut r) = connect(&proxy);
-        proxy.drop_reply(2);
-        assert_eq!(ask(&mut s, &mut r, "one").as_deref(), Some("1:one"));
-        assert_eq!(ask(&mut s, &mut r, "two"), None, "the second reply is lost");
-        assert_eq!(
-            *served.lock().unwrap(),
-            2,
-            "the server did handle the request"
-        );
-        assert_eq!(proxy.dropped(), 1);
-        // Only that one: a new connection works, and later replies flow.
-        let (mut s, mut r) = connect(&proxy);
-        assert_eq!(ask(&mut s, &mut r, "three").as_deref(), Some("3:three"));
-        assert_eq!(ask(&mut s, &mut r, "four").as_deref(), Some("4:four"));
-        assert_eq!(proxy.dropped(), 1);
-    }
-
-    #[test]
-    fn replies_are_counted_across_connections() {
-        let (target, _) = echo_server();
-        let proxy = FaultProxy::start(target);
-        let (mut a, mut ra) = connect(&proxy);
-        let (mut b, mut rb) = connect(&proxy);
-        proxy.drop_reply(1);
-        assert_eq!(ask(&mut b, &mut rb, "x"), None);
-        assert_eq!(ask(&mut a, &mut ra, "y").as_deref(), Some("2:y"));
-    }
-
-    #[test]
-    fn delayed_replies_arrive_late_and_intact() {
-        let (target, _) = echo_server();
-        let proxy = FaultProxy::start(target);
-        let (mut s, mut r) = connect(&proxy);
-        proxy.delay_replies(Duration::from_millis(300));
-        let started = Instant::now();
-        assert_eq!(ask(&mut s, &mut r, "slow").as_deref(), Some("1:slow"));
-        assert!(started.elapsed() >= Duration::from_millis(300));
-        proxy.heal();
-        assert_eq!(ask(&mut s, &mut r, "fast").as_deref(), Some("2:fast"));
-    }
-
-    #[test]
-    fn refused_connections_close_at_once_and_heal_restores_them() {
-        let (target, served) = echo_server();
-        let proxy = FaultProxy::start(target);
-        proxy.refuse_connections(true);
-        let (mut s, mut r) = connect(&proxy);
-        assert_eq!(ask(&mut s, &mut r, "lost"), None);
-        assert_eq!(*served.lock().unwrap(), 0, "nothing reached the server");
-        proxy.heal();
-        let (mut s, mut r) = connect(&proxy);
-        assert_eq!(ask(&mut s, &mut r, "back").as_deref(), Some("1:back"));
-    }
-
-    #[test]
-    fn close_connections_ends_open_ones_and_new_ones_still_work() {
-        let (target, _) = echo_server();
-        let proxy = FaultProxy::start(target);
-        let (mut s, mut r) = connect(&proxy);
-        assert_eq!(ask(&mut s, &mut r, "a").as_deref(), Some("1:a"));
-        proxy.close_connections();
-        assert_eq!(ask(&mut s, &mut r, "b"), None);
-        let (mut s, mut r) = connect(&proxy);
-        assert_eq!(ask(&mut s, &mut r, "c").as_deref(), Some("2:c"));
-    }
-
-    #[test]
-    fn a_dropped_proxy_closes_its_connections() {
-        let (target, _) = echo_server();
-        let proxy = FaultProxy::start(target);
-        let (mut s, mut r) = connect(&proxy);
-        assert_eq!(ask(&mut s, &mut r, "a").as_deref(), Some("1:a"));
-        drop(proxy);
-        assert_eq!(ask(&mut s, &mut r, "b"), None);
-    }
-}
+mod tests;

@@ -11,8 +11,8 @@ use async_trait::async_trait;
 use serde_json::Value;
 use toolonce::key::OperationKey;
 use toolonce::{
-    Claim, ClaimRequest, Entry, Fenced, ListQuery, OwnerToken, Page, Resolution, Resolved, Result,
-    Seen, Store, ToolError,
+    Claim, ClaimRequest, Entry, Fenced, ListQuery, OwnerToken, Page, Removed, Resolution, Resolved,
+    Result, Seen, SeenSettled, Store, ToolError,
 };
 
 /// What a test does with the calls to a store. Each method gets the inner store and the call's
@@ -73,6 +73,14 @@ pub trait Intercept: Send + Sync + fmt::Debug + 'static {
         retention: Duration,
     ) -> Result<Resolved> {
         inner.resolve(key, seen, resolution, retention).await
+    }
+    async fn remove(
+        &self,
+        inner: &dyn Store,
+        key: &OperationKey,
+        seen: &SeenSettled,
+    ) -> Result<Removed> {
+        inner.remove(key, seen).await
     }
     async fn delete(&self, inner: &dyn Store, key: &OperationKey) -> Result<bool> {
         inner.delete(key).await
@@ -163,6 +171,10 @@ impl<I: Intercept> Store for Intercepted<I> {
         self.intercept
             .resolve(&*self.inner, key, seen, resolution, retention)
             .await
+    }
+    async fn remove(&self, key: &OperationKey, seen: &SeenSettled) -> Result<Removed> {
+        self.intercept.admit()?;
+        self.intercept.remove(&*self.inner, key, seen).await
     }
     async fn delete(&self, key: &OperationKey) -> Result<bool> {
         self.intercept.admit()?;

@@ -125,7 +125,7 @@ pub use policy::{InFlight, OnExpired, WriteOptions};
 pub use store::memory::{ManualClock, MemoryStore};
 pub use store::{
     About, Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, Recorded,
-    Resolution, Resolved, Seen, State, Store, owner_digest,
+    Removed, Resolution, Resolved, Seen, SeenSettled, State, Store, owner_digest,
 };
 pub use tool::{ErrorClass, ReadTool, ToolError, Verified, WriteContext, WriteTool};
 pub use toolbox::formats::Reply;

@@ -33,6 +33,7 @@ pub mod postgres;
 mod recorded;
 #[cfg(feature = "redis")]
 pub mod redis;
+mod removal;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 #[cfg_attr(
@@ -43,7 +44,8 @@ mod url;
 
 pub use contract::{
     About, Claim, ClaimRequest, DEFAULT_UNKNOWN_RETENTION, Entry, EntryState, Fenced, ListQuery,
-    Page, Resolution, Resolved, Seen, State, Store, Unreplicated, owner_digest,
+    Page, Removed, Resolution, Resolved, Seen, SeenSettled, State, Store, Unreplicated,
+    owner_digest,
 };
 pub use json::MAX_STORED_DEPTH;
 pub use open::open;

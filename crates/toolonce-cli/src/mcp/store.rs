@@ -14,8 +14,8 @@ use serde_json::Value;
 use tokio::sync::OnceCell;
 use toolonce::key::OperationKey;
 use toolonce::{
-    Claim, ClaimRequest, Entry, Error, Fenced, ListQuery, OwnerToken, Page, Resolution, Resolved,
-    Seen, Store, ToolError,
+    Claim, ClaimRequest, Entry, Error, Fenced, ListQuery, OwnerToken, Page, Removed, Resolution,
+    Resolved, Seen, SeenSettled, Store, ToolError,
 };
 
 /// How long after a failed open the next call fails at once instead of trying again, so a
@@ -174,6 +174,10 @@ impl Store for LazyStore {
             .await?
             .resolve(key, seen, resolution, retention)
             .await
+    }
+
+    async fn remove(&self, key: &OperationKey, seen: &SeenSettled) -> toolonce::Result<Removed> {
+        self.inner().await?.remove(key, seen).await
     }
 
     async fn delete(&self, key: &OperationKey) -> toolonce::Result<bool> {

@@ -15,6 +15,7 @@ use crate::key::{Fingerprint, OperationKey};
 pub use crate::store::about::About;
 pub use crate::store::entry::{Entry, EntryState, State};
 use crate::store::owner::OwnerToken;
+pub use crate::store::removal::{Removed, SeenSettled};
 use crate::tool::ToolError;
 
 /// What [`Store::claim`] decided.
@@ -521,8 +522,21 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         retention: Duration,
     ) -> Result<Resolved>;
 
+    /// Deletes the settled entry of `key` for an operator (`toolonce rm`), **only if it is the
+    /// entry `seen`**: `done` or `failed` as seen, with the attempts, start and settling time
+    /// seen (a member its writer did not record compares as absent), compared in the same
+    /// atomic step as the delete. Anything else is refused with nothing deleted, answering
+    /// what was found in that step: no live entry ([`Removed::Absent`]) or another entry
+    /// ([`Removed::Changed`]: deleted and claimed again since it was read, so running, or
+    /// settled anew). So a removal never deletes the claim of a retry made after it looked,
+    /// which would let a third run happen where two were right. (An unsettled entry is
+    /// deleted with a fenced [`Resolution::Release`] instead.)
+    async fn remove(&self, key: &OperationKey, seen: &SeenSettled) -> Result<Removed>;
+
     /// Deletes the entry of `key` whatever its state or owner. Returns whether there was a live
-    /// one. (For operators: deleting a running entry lets a duplicate run at once.)
+    /// one. Unfenced, so for tests and tools that own the store alone: an operator removes an
+    /// entry with [`remove`](Store::remove) or a fenced [`resolve`](Store::resolve), which act
+    /// only on the entry they read. (Deleting a running entry lets a duplicate run at once.)
     async fn delete(&self, key: &OperationKey) -> Result<bool>;
 
     /// Deletes expired entries and returns how many. Expired entries already count as absent;

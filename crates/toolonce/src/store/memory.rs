@@ -12,8 +12,8 @@ use serde_json::Value;
 use crate::Result;
 use crate::key::OperationKey;
 use crate::store::contract::{
-    Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, Page, Resolution, Resolved, Seen,
-    Store,
+    Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, Page, Removed, Resolution, Resolved,
+    Seen, SeenSettled, Store,
 };
 use crate::store::owner::OwnerToken;
 use crate::tool::ToolError;
@@ -400,6 +400,21 @@ impl Store for MemoryStore {
             }
         }
         Ok(Resolved::Applied)
+    }
+
+    async fn remove(&self, key: &OperationKey, seen: &SeenSettled) -> Result<Removed> {
+        let now = self.clock.now();
+        let mut map = self.lock();
+        let Some(slot) = map.get(key).filter(|s| s.live(now)) else {
+            return Ok(Removed::Absent);
+        };
+        // Compared and deleted under the one lock: the entry deleted is the one judged.
+        let entry = slot.view(now);
+        if !seen.is(&entry) {
+            return Ok(Removed::Changed(entry));
+        }
+        map.remove(key);
+        Ok(Removed::Applied)
     }
 
     async fn delete(&self, key: &OperationKey) -> Result<bool> {

@@ -17,7 +17,8 @@ use serde_json::Value;
 
 use crate::key::OperationKey;
 use crate::store::contract::{
-    Claim, ClaimRequest, Entry, Fenced, ListQuery, Page, Resolution, Resolved, Seen, State, Store,
+    Claim, ClaimRequest, Entry, Fenced, ListQuery, Page, Removed, Resolution, Resolved, Seen,
+    SeenSettled, State, Store,
 };
 use crate::store::owner::OwnerToken;
 use crate::tool::ToolError;
@@ -309,6 +310,26 @@ impl Store for PostgresStore {
         Err(Error::unavailable(
             "the entry changed each time resolve tried to settle it",
         ))
+    }
+
+    /// One statement fenced on the settled entry seen; when it matches nothing, a read says
+    /// what is there instead (absent, or another entry: refused either way, never guessed).
+    async fn remove(&self, key: &OperationKey, seen: &SeenSettled) -> Result<Removed> {
+        let attempts = i32::try_from(seen.attempts()).unwrap_or(i32::MAX);
+        let params: [&(dyn ToSql + Sync); 5] = [
+            &key.as_str(),
+            &seen.state().as_str(),
+            &attempts,
+            &seen.started_at(),
+            &seen.settled_at(),
+        ];
+        if self.count(&self.sql.remove_settled, &params).await? > 0 {
+            return Ok(Removed::Applied);
+        }
+        Ok(match self.get(key).await? {
+            None => Removed::Absent,
+            Some(entry) => Removed::Changed(entry),
+        })
     }
 
     async fn delete(&self, key: &OperationKey) -> Result<bool> {

@@ -18,9 +18,11 @@ use serde_json::Value as Json;
 
 use crate::key::OperationKey;
 use crate::store::contract::{
-    Claim, ClaimRequest, Entry, Fenced, ListQuery, Page, Resolution, Resolved, Seen, Store, millis,
+    Claim, ClaimRequest, Entry, Fenced, ListQuery, Page, Removed, Resolution, Resolved, Seen,
+    SeenSettled, Store, millis,
 };
 use crate::store::owner::OwnerToken;
+use crate::store::removal::epoch_millis;
 use crate::tool::ToolError;
 use crate::{Error, Result};
 
@@ -363,6 +365,29 @@ impl Store for RedisStore {
             Value::Int(0) => Ok(Resolved::Absent),
             // Refused: the entry the script found, judged again to say why.
             other => decode_read(key, other).map(|entry| seen.refusal(entry)),
+        }
+    }
+
+    /// One script (`remove.lua`) compares the entry with the settled entry seen and deletes
+    /// it only if they are the same; a refused entry comes back as the read script gives it.
+    async fn remove(&self, key: &OperationKey, seen: &SeenSettled) -> Result<Removed> {
+        let mut remove = evalsha(&SCRIPTS.remove, &self.redis_key(key), 4, 64);
+        remove
+            .arg(seen.state().as_str())
+            .arg(seen.attempts())
+            .arg(
+                seen.settled_at()
+                    .map_or(String::new(), |t| epoch_millis(t).to_string()),
+            )
+            .arg(epoch_millis(seen.started_at()));
+        let (reply, acks) = self.write(&remove, Some(&SCRIPTS.remove)).await?;
+        match reply {
+            Value::Int(1) => {
+                warn_short_settle(key, "removal", acks);
+                Ok(Removed::Applied)
+            }
+            Value::Int(0) => Ok(Removed::Absent),
+            other => decode_read(key, other).map(Removed::Changed),
         }
     }
 

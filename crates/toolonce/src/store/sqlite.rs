@@ -19,9 +19,11 @@ use serde_json::Value;
 
 use crate::key::OperationKey;
 use crate::store::contract::{
-    Claim, ClaimRequest, Entry, Fenced, ListQuery, Page, Resolution, Resolved, Seen, State, Store,
+    Claim, ClaimRequest, Entry, Fenced, ListQuery, Page, Removed, Resolution, Resolved, Seen,
+    SeenSettled, State, Store,
 };
 use crate::store::owner::OwnerToken;
+use crate::store::removal::epoch_millis;
 use crate::tool::ToolError;
 use crate::{Error, Result};
 
@@ -335,6 +337,40 @@ impl Store for SqliteStore {
             None
         };
         Ok(Page::new(entries, next))
+    }
+
+    /// One transaction under the write lock: the delete matches only the settled row seen
+    /// (`sql::REMOVE_SETTLED`); when it matches nothing, the live row read in the same
+    /// transaction says why.
+    async fn remove(&self, key: &OperationKey, seen: &SeenSettled) -> Result<Removed> {
+        let k = key.clone();
+        let state = seen.state().as_str();
+        let attempts = seen.attempts();
+        let started = epoch_millis(seen.started_at());
+        let settled = seen.settled_at().map(epoch_millis);
+        self.write("remove an entry", move |conn| {
+            let tx = Transaction::immediate(conn)?;
+            let now = now_ms();
+            let deleted = conn.prepare_cached(sql::REMOVE_SETTLED)?.execute(params![
+                k.as_str(),
+                now,
+                state,
+                attempts,
+                started,
+                settled
+            ])?;
+            let removed = if deleted == 1 {
+                Removed::Applied
+            } else {
+                match read_live(conn, &k, now)? {
+                    None => Removed::Absent,
+                    Some(entry) => Removed::Changed(entry),
+                }
+            };
+            tx.commit()?;
+            Ok(removed)
+        })
+        .await
     }
 
     /// One statement under the write lock: deletes the row, live or not, and its `RETURNING`

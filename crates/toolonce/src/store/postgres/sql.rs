@@ -59,6 +59,7 @@ pub(super) struct Sql {
     pub(super) resolve_done: String,
     pub(super) resolve_failed: String,
     pub(super) resolve_release: String,
+    pub(super) remove_settled: String,
 }
 
 /// The columns of the claim function's row `c`, in the order [`PostgresStore::claim`] and
@@ -172,6 +173,15 @@ impl Sql {
                 seen_fence(4)
             ),
             resolve_release: format!("DELETE FROM {t} WHERE {}", seen_fence(2)),
+            // An operator's removal of the settled entry it read, and no other: `$2` the state
+            // seen (`done` or `failed`), `$3` its attempts, `$4` its start, `$5` its settling
+            // time (NULL for none). A row deleted and claimed again since the read (running,
+            // or settled anew at another time) matches nothing.
+            remove_settled: format!(
+                "DELETE FROM {t} WHERE key = $1 AND expires_at > now() AND state = $2 \
+                 AND attempts = $3::integer AND started_at = $4::timestamptz \
+                 AND settled_at IS NOT DISTINCT FROM $5::timestamptz"
+            ),
         }
     }
 
@@ -189,6 +199,7 @@ impl Sql {
             &self.resolve_done,
             &self.resolve_failed,
             &self.resolve_release,
+            &self.remove_settled,
         ]
         .into_iter()
         .map(String::as_str)

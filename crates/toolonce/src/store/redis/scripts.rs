@@ -16,6 +16,8 @@ pub(super) struct Scripts {
     pub(super) complete: Script,
     pub(super) fail: Script,
     pub(super) resolve: Script,
+    /// Loaded at its first use rather than on connect: only an operator's `rm` runs it.
+    pub(super) remove: Script,
 }
 
 /// A script: the helpers it uses, then its body. Each helper a script defines costs every call
@@ -37,4 +39,5 @@ pub(super) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     complete: script!("complete": "now", "owned"),
     fail: script!("fail": "now", "owned"),
     resolve: script!("resolve": "now", "entry"),
+    remove: script!("remove": "now", "entry"),
 });

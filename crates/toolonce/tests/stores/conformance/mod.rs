@@ -9,6 +9,7 @@ mod claims;
 mod entries;
 pub mod multiprocess;
 mod records;
+mod remove;
 mod resolve;
 mod resolve_fenced;
 mod unknown;
@@ -16,6 +17,7 @@ mod unknown;
 pub use claims::*;
 pub use entries::*;
 pub use records::*;
+pub use remove::*;
 pub use resolve::*;
 pub use resolve_fenced::*;
 pub use unknown::*;
@@ -212,6 +214,10 @@ macro_rules! store_conformance {
             list_filters_by_state_scope_and_tool,
             concurrent_takeovers_of_an_unknown_entry_have_exactly_one_winner,
             a_zero_lease_renewal_gives_an_entry_back_unknown_with_its_record,
+            remove_deletes_the_settled_entry_read_so_the_next_call_runs,
+            remove_after_the_entry_was_deleted_and_claimed_again_spares_the_live_claim,
+            remove_after_the_entry_was_claimed_and_settled_again_is_refused_as_changed,
+            remove_of_an_absent_key_is_absent,
         );
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {

@@ -65,6 +65,7 @@ mod interop;
 mod listing;
 mod outage;
 mod processes;
+mod removal;
 mod round_trips;
 
 mod cluster;
