@@ -146,10 +146,13 @@ pub(crate) struct McpArgs {
     #[arg(long, value_name = "VAR", requires = "listen")]
     require_token: Option<String>,
     /// With --listen: accept OAuth 2.1 bearer JWTs signed with a key of this JWK Set (a file,
-    /// or an http:// or https:// URL, fetched at start and again for an unknown key id), of
-    /// --oauth-issuer, for --oauth-resource; others get 401 pointing at the protected
-    /// resource metadata the gateway serves (RFC 9728). Each subject (and client) is a
-    /// principal of its own.
+    /// or an http:// or https:// URL), of --oauth-issuer, for --oauth-resource; others get
+    /// 401 pointing at the protected resource metadata the gateway serves (RFC 9728). Each
+    /// subject (and client) is a principal of its own. The set is loaded at start, again
+    /// before its Cache-Control max-age runs out (10 minutes without one; from 30 s to 24 h),
+    /// and for an unknown key id (at most every 30 s); a removed key is refused from then on.
+    /// While loads fail, the last set is used for a grace (the max-age again, 5 min to 1 h),
+    /// then requests get 503.
     #[arg(
         long,
         value_name = "FILE|URL",
@@ -157,6 +160,18 @@ pub(crate) struct McpArgs {
         conflicts_with = "require_token"
     )]
     oauth_jwks: Option<String>,
+    /// For tests only: the least max-age of the --oauth-jwks key set and the least time
+    /// between its loads, in seconds (default 30).
+    #[arg(
+        long,
+        hide = true,
+        env = "TOOLONCE_TEST_JWKS_MIN_AGE",
+        value_name = "SECONDS",
+        value_parser = crate::args::read_timeout,
+        default_value = "30",
+        requires = "oauth_jwks"
+    )]
+    oauth_jwks_min_age: Duration,
     /// With --oauth-jwks: the issuer whose tokens are accepted (their `iss`).
     #[arg(long, value_name = "URL", requires = "oauth_jwks")]
     oauth_issuer: Option<String>,
@@ -195,6 +210,30 @@ pub(crate) struct McpArgs {
         requires = "listen"
     )]
     max_sessions: u32,
+    /// With --listen: how many of those sessions one principal (an OAuth subject and client,
+    /// or a forwarded Authorization) may have open; an initialize beyond gets 429 and starts
+    /// no server. It also bounds the principal's share of the proxies for requests without a
+    /// session (at most 16 of their 64). Default: a quarter of --max-sessions, at least 1. Not
+    /// applied with --require-token or without credentials, where every client is one
+    /// principal.
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..),
+        requires = "listen"
+    )]
+    max_sessions_per_principal: Option<u32>,
+    /// With --listen: end a session that sent no request after initialize (and opened no GET
+    /// stream) once it has been idle this many seconds, so that abandoned handshakes free
+    /// their slot; --session-idle applies once it has sent one.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        value_parser = crate::args::session_idle,
+        default_value = "60",
+        requires = "listen"
+    )]
+    handshake_idle: Duration,
     #[command(flatten)]
     bounds: listen::BoundsArgs,
     /// A TOML file of per-tool settings (kind, key_fields, in_flight, lease, retention,
@@ -260,6 +299,7 @@ async fn prepare(args: McpArgs) -> anyhow::Result<Prepared> {
                     resource: args.oauth_resource.clone().unwrap_or_default(),
                     jwks: jwks.clone(),
                     authorization_servers: args.oauth_authorization_server.clone(),
+                    jwks_floor: args.oauth_jwks_min_age,
                 };
                 auth::Auth::oauth(settings, args.forward_authorization).await?
             }
@@ -341,6 +381,12 @@ async fn prepare(args: McpArgs) -> anyhow::Result<Prepared> {
             },
         };
         let (session_idle, max_sessions) = (args.session_idle, args.max_sessions as usize);
+        let handshake_idle = args.handshake_idle;
+        // One shared token is one principal: a quota would only lower --max-sessions.
+        let max_sessions_per_principal = args.require_token.is_none().then(|| {
+            args.max_sessions_per_principal
+                .map_or((max_sessions / 4).max(1), |n| n as usize)
+        });
         let bounds = args.bounds.bounds();
         let gateway = move |store| listen::Gateway {
             addr,
@@ -351,7 +397,9 @@ async fn prepare(args: McpArgs) -> anyhow::Result<Prepared> {
             config: Arc::new(config),
             store,
             session_idle,
+            handshake_idle,
             max_sessions,
+            max_sessions_per_principal,
             bounds,
         };
         return Ok(Prepared::Gateway(Box::new(gateway), args.store));

@@ -20,6 +20,7 @@
 //! Layout: [`principal`] names principals, [`jwt`] checks tokens against [`jwks`]'s keys with
 //! [`ring_crypto`]'s signature checks, [`metadata`] is RFC 9728.
 
+use hyper::StatusCode;
 use hyper::header::{self, HeaderMap, HeaderValue};
 
 mod jwks;
@@ -50,10 +51,13 @@ struct OAuth {
     metadata: Metadata,
 }
 
-/// A request refused for its credentials: a 401 with this challenge and message.
+/// A request refused for its credentials (a 401 with a challenge), or because no token can be
+/// checked now (a 503 without one: the issuer's keys could not be loaded for too long, which
+/// no new token would fix).
 pub(crate) struct Refusal {
+    pub(crate) status: StatusCode,
     pub(crate) message: String,
-    pub(crate) challenge: HeaderValue,
+    pub(crate) challenge: Option<HeaderValue>,
 }
 
 /// The settings of the OAuth resource server.
@@ -63,6 +67,9 @@ pub(crate) struct OAuthSettings {
     pub(crate) jwks: String,
     /// For the metadata; the issuer when empty.
     pub(crate) authorization_servers: Vec<String>,
+    /// The least max-age of the key set and the least time between its loads (30 s; lower
+    /// only in tests, with the hidden `--oauth-jwks-min-age`).
+    pub(crate) jwks_floor: std::time::Duration,
 }
 
 impl Auth {
@@ -92,12 +99,25 @@ impl Auth {
             settings.authorization_servers
         };
         let metadata = Metadata::new(&settings.resource, &servers)?;
-        let verifier =
-            jwt::Verifier::new(settings.issuer, settings.resource, &settings.jwks).await?;
+        let verifier = jwt::Verifier::new(
+            settings.issuer,
+            settings.resource,
+            &settings.jwks,
+            settings.jwks_floor,
+        )
+        .await?;
         Ok(Auth {
             check: Check::OAuth(Box::new(OAuth { verifier, metadata })),
             forward,
         })
+    }
+
+    /// Starts keeping the OAuth key set fresh (see [`jwks`]), on the runtime of the caller.
+    pub(crate) fn refresh_keys_in_background(&self) -> Option<tokio::task::JoinHandle<()>> {
+        match &self.check {
+            Check::OAuth(oauth) => Some(oauth.verifier.refresh_in_background()),
+            _ => None,
+        }
     }
 
     /// Whether the client's `Authorization` goes on to the `--upstream` server.
@@ -143,7 +163,20 @@ impl Auth {
                 Bearer::Malformed => Err(Some(
                     "the Authorization header is not `Bearer TOKEN`".to_owned(),
                 )),
-                Bearer::Given(token) => oauth.verifier.check(token).await.map_err(Some),
+                Bearer::Given(token) => match oauth.verifier.check(token).await {
+                    Ok(principal) => Ok(principal),
+                    Err(jwt::Rejected::Token(why)) => Err(Some(why)),
+                    Err(jwt::Rejected::KeysUnavailable) => {
+                        return Err(Refusal {
+                            status: StatusCode::SERVICE_UNAVAILABLE,
+                            message: "the gateway cannot check tokens now: the authorization \
+                                      server's keys (--oauth-jwks) could not be loaded for too \
+                                      long; try again later"
+                                .to_owned(),
+                            challenge: None,
+                        });
+                    }
+                },
             },
         };
         principal.map_err(|refused| {
@@ -155,11 +188,12 @@ impl Auth {
                 tracing::info!(target: "toolonce::mcp", why = %why, "refused a request's bearer token");
             }
             Refusal {
+                status: StatusCode::UNAUTHORIZED,
                 message: match refused {
                     None => "a valid bearer token is required".to_owned(),
                     Some(why) => format!("a valid bearer token is required: {why}"),
                 },
-                challenge,
+                challenge: Some(challenge),
             }
         })
     }

@@ -26,7 +26,9 @@
 //! one with no request in progress, no `GET` stream open and no request for `--session-idle`
 //! is ended as `DELETE` ends it (a client that crashed or forgot leaks nothing), and an
 //! `initialize` while `--max-sessions` sessions' servers are alive (an ended session's counts
-//! until it has exited) gets `503` and starts no server. So is the HTTP server (see
+//! until it has exited) gets `503` and starts no server; one beyond its principal's
+//! `--max-sessions-per-principal` gets `429`, and a session that did nothing after its
+//! handshake is ended after `--handshake-idle`. So is the HTTP server (see
 //! [`limits`]): read timeouts for heads and bodies, a body size limit, a connection cap.
 //!
 //! Over HTTP, a client closing the stream or the connection before the answer came is the
@@ -77,7 +79,9 @@ use request::{
     refuse, refused_for_credentials, sessionless,
 };
 use routes::{Session, Waiter, lock};
-use sessions::{AtLimit, Busy, State, end_idle_sessions, open_session, sessionless_proxy};
+use sessions::{
+    AtLimit, Busy, OverQuota, State, end_idle_sessions, open_session, sessionless_proxy,
+};
 pub(crate) use sessions::{Backend, Gateway};
 
 /// Serves until SIGTERM or SIGINT, then ends every session (each server's input is closed, as
@@ -96,8 +100,10 @@ pub(crate) async fn serve(gateway: Gateway) -> anyhow::Result<std::process::Exit
         sessionless: Mutex::new(Vec::new()),
         proxies: Mutex::new(JoinSet::new()),
         live_sessions: Arc::default(),
+        live_by_principal: Arc::default(),
     });
     let reaper = tokio::spawn(end_idle_sessions(Arc::downgrade(&state)));
+    let key_refresher = state.gateway.auth.refresh_keys_in_background();
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let bounds = state.gateway.bounds.clone();
     let connections = Connections::new(bounds.connection_cap());
@@ -173,6 +179,9 @@ pub(crate) async fn serve(gateway: Gateway) -> anyhow::Result<std::process::Exit
     }
     drop(listener);
     reaper.abort();
+    if let Some(refresher) = key_refresher {
+        refresher.abort();
+    }
     // Dropping a session's input is the client hanging up: its proxy closes the server's input.
     state.sessions().clear();
     lock(&state.sessionless).clear();
@@ -201,10 +210,12 @@ async fn handle(state: &Arc<State>, request: Request<Body>) -> Answer {
     let principal = match state.gateway.auth.principal(request.headers()).await {
         Ok(principal) => principal,
         Err(refusal) => {
-            let mut response = refuse(StatusCode::UNAUTHORIZED, &refusal.message);
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, refusal.challenge);
+            let mut response = refuse(refusal.status, &refusal.message);
+            if let Some(challenge) = refusal.challenge {
+                response
+                    .headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, challenge);
+            }
             return response;
         }
     };
@@ -260,6 +271,7 @@ fn get(
         return refuse(StatusCode::NOT_FOUND, "no such session: initialize again");
     };
     pass_authorization(&session, request);
+    session.engage();
     let (tx, rx) = mpsc::unbounded_channel();
     {
         let mut routes = session.routes();
@@ -349,6 +361,10 @@ async fn post(
                     tracing::warn!(target: "toolonce::mcp", "refused a session: {e}");
                     return refuse(StatusCode::SERVICE_UNAVAILABLE, &e.to_string());
                 }
+                Err(e) if e.is::<OverQuota>() => {
+                    tracing::info!(target: "toolonce::mcp", "refused a session: {e}");
+                    return refuse(StatusCode::TOO_MANY_REQUESTS, &e.to_string());
+                }
                 Err(e) => {
                     tracing::error!(target: "toolonce::mcp", error = %e, "cannot open a session");
                     return refuse(StatusCode::INTERNAL_SERVER_ERROR, "cannot start the server");
@@ -367,6 +383,9 @@ async fn post(
             match sessionless_proxy(state, principal, peek.id.as_ref(), &authorization) {
                 Ok(Some(session)) => (None, session),
                 Ok(None) => return answer(StatusCode::ACCEPTED, Vec::new()),
+                Err(e) if e.is::<OverQuota>() => {
+                    return refuse(StatusCode::TOO_MANY_REQUESTS, &e.to_string());
+                }
                 Err(e) if e.is::<Busy>() => {
                     return refuse(
                         StatusCode::SERVICE_UNAVAILABLE,
@@ -388,6 +407,9 @@ async fn post(
     };
     if let Some(upstream) = &session.forward_to {
         upstream.set_client_authorization(authorization);
+    }
+    if peek.id.is_some() && peek.method.as_deref().is_some_and(|m| m != "initialize") {
+        session.engage();
     }
     let (Some(method), Some(id)) = (&peek.method, &peek.id) else {
         // A notification or a response: nothing comes back. A cancel without a session names

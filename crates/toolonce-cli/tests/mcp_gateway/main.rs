@@ -19,7 +19,9 @@ mod mcp_peer;
 mod mcp_sdk;
 
 mod bounds;
+mod fairness;
 mod http_upstream;
+mod key_refresh;
 mod modern;
 mod oauth;
 mod principals;

@@ -152,7 +152,7 @@ pub(crate) fn b64(bytes: &[u8]) -> String {
 }
 
 /// A loopback HTTP server answering every GET with the JWK Set in `file` (read at each
-/// request, so a test can rotate keys), counting the requests.
+/// request, so a test can rotate keys; an empty body once it is gone), counting the requests.
 pub(crate) struct JwksServer {
     pub(crate) port: u16,
     pub(crate) fetches: Arc<AtomicUsize>,
@@ -160,6 +160,13 @@ pub(crate) struct JwksServer {
 
 impl JwksServer {
     pub(crate) fn start(file: &Path) -> JwksServer {
+        Self::start_with(file, None)
+    }
+
+    /// The same, its answers with this `Cache-Control` value.
+    pub(crate) fn start_with(file: &Path, cache_control: Option<&str>) -> JwksServer {
+        let cache_control =
+            cache_control.map_or(String::new(), |v| format!("Cache-Control: {v}\r\n"));
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let fetches = Arc::new(AtomicUsize::new(0));
@@ -179,7 +186,7 @@ impl JwksServer {
                 let _ = write!(
                     stream,
                     "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
-                     Connection: close\r\n\r\n",
+                     {cache_control}Connection: close\r\n\r\n",
                     body.len()
                 );
                 let _ = stream.write_all(&body);

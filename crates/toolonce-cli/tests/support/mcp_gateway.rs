@@ -18,9 +18,12 @@ pub(crate) struct Gateway {
 
 impl Gateway {
     /// Starts `command` (a `toolonce mcp ... --listen 127.0.0.1:0 ...`) and waits for its port.
+    /// The test process's own `RUST_LOG` is not passed on; one set on `command` is.
     pub(crate) fn spawn(mut command: Command) -> Gateway {
+        if !command.get_envs().any(|(name, _)| name == "RUST_LOG") {
+            command.env_remove("RUST_LOG");
+        }
         let mut child = command
-            .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

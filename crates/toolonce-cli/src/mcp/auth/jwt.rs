@@ -9,7 +9,7 @@ use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{DecodingKey, Validation};
 use serde::Deserialize;
 
-use super::jwks::Keys;
+use super::jwks::{Keys, Missing};
 use super::principal::Principal;
 use super::ring_crypto;
 
@@ -23,6 +23,14 @@ pub(crate) struct Verifier {
     keys: Keys,
 }
 
+/// Why a token is refused.
+pub(crate) enum Rejected {
+    /// The token's fault (said to the client: a 401).
+    Token(String),
+    /// The issuer's keys could not be loaded for too long: no token can be checked (a 503).
+    KeysUnavailable,
+}
+
 /// The claims that name the principal.
 #[derive(Deserialize)]
 struct Claims {
@@ -34,40 +42,61 @@ struct Claims {
 }
 
 impl Verifier {
-    /// Loads the key set from `jwks` (see [`Keys::load`]).
-    pub(crate) async fn new(issuer: String, resource: String, jwks: &str) -> anyhow::Result<Self> {
+    /// Loads the key set from `jwks` (see [`Keys::load`]; `floor`: its least max-age).
+    pub(crate) async fn new(
+        issuer: String,
+        resource: String,
+        jwks: &str,
+        floor: std::time::Duration,
+    ) -> anyhow::Result<Self> {
         ring_crypto::install();
         Ok(Verifier {
             issuer,
             resource,
-            keys: Keys::load(jwks).await?,
+            keys: Keys::load(jwks, floor).await?,
         })
+    }
+
+    /// Keeps the key set fresh from now on (see [`Keys::refresh_in_background`]).
+    pub(crate) fn refresh_in_background(&self) -> tokio::task::JoinHandle<()> {
+        self.keys.refresh_in_background()
     }
 
     /// The principal of `token`, or why it is refused (said to the client: it never quotes
     /// the token or a claim).
-    pub(crate) async fn check(&self, token: &str) -> Result<Principal, String> {
+    pub(crate) async fn check(&self, token: &str) -> Result<Principal, Rejected> {
         let header = jsonwebtoken::decode_header(token)
-            .map_err(|_| "the bearer token is not a JWT".to_owned())?;
+            .map_err(|_| Rejected::Token("the bearer token is not a JWT".to_owned()))?;
+        // Before any key is looked up: a symmetric token never makes the set load again.
         if !ring_crypto::ACCEPTED.contains(&header.alg) {
-            return Err(format!(
+            return Err(Rejected::Token(format!(
                 "the token is signed with {:?}; only public-key algorithms (RS256, PS256, ES256, \
                  EdDSA and their kin) are accepted",
                 header.alg
-            ));
+            )));
         }
-        let jwk = self
-            .keys
-            .find(header.kid.as_deref())
-            .await
-            .map_err(str::to_owned)?;
+        let jwk = match self.keys.find(header.kid.as_deref()).await {
+            Ok(jwk) => jwk,
+            Err(Missing::Token(why)) => return Err(Rejected::Token(why.to_owned())),
+            Err(Missing::Unavailable) => return Err(Rejected::KeysUnavailable),
+        };
+        self.principal(token, header, &jwk).map_err(Rejected::Token)
+    }
+
+    /// The principal of `token`, its signature checked with `jwk` and its claims checked.
+    fn principal(
+        &self,
+        token: &str,
+        header: jsonwebtoken::Header,
+        jwk: &jsonwebtoken::jwk::Jwk,
+    ) -> Result<Principal, String> {
         // Both spell an algorithm by its JOSE name ("RS256").
         if let Some(declared) = jwk.common.key_algorithm
             && serde_json::to_value(declared).ok() != serde_json::to_value(header.alg).ok()
         {
             return Err("the token's algorithm is not the one its key is for".to_owned());
         }
-        let key = DecodingKey::from_jwk(&jwk)
+        let key = DecodingKey::from_jwk(jwk)
             .map_err(|_| "the authorization server's key for this token is unusable".to_owned())?;
         let mut validation = Validation::new(header.alg);
         validation.set_issuer(&[&self.issuer]);

@@ -10,7 +10,7 @@
 use ring::digest::{SHA256, digest};
 
 /// Who a request acts for.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Principal(Option<String>);
 
 impl Principal {
@@ -19,6 +19,11 @@ impl Principal {
     /// scope a stdio proxy with the same `--scope` uses (the same caller, the same name).
     pub(crate) fn anonymous() -> Self {
         Principal(None)
+    }
+
+    /// Whether this is [`Principal::anonymous`]: every client the gateway cannot tell apart.
+    pub(crate) fn is_anonymous(&self) -> bool {
+        self.0.is_none()
     }
 
     /// Whoever holds the gateway's shared token (`--require-token`): one principal per token.

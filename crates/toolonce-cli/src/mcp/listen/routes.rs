@@ -6,6 +6,7 @@
 //! it may be any of its clients'.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -40,6 +41,9 @@ pub(super) struct Session {
     /// When the client last sent a request, or was last seen with one in progress or its
     /// `GET` stream open: idleness counts from there.
     pub(super) touched: Mutex<Instant>,
+    /// Whether the client did more than its handshake (a request besides `initialize`, or a
+    /// `GET` stream): until then it is ended after `--handshake-idle`.
+    pub(super) engaged: AtomicBool,
 }
 
 impl Session {
@@ -51,9 +55,15 @@ impl Session {
         *lock(&self.touched) = Instant::now();
     }
 
-    /// Whether the session is idle for `idle`: nothing in progress, no `GET` stream open, and
-    /// no request for that long. A busy session counts as just touched.
-    pub(super) fn idle_for(&self, idle: Duration) -> bool {
+    /// The client did more than its handshake.
+    pub(super) fn engage(&self) {
+        self.engaged.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the session is idle: nothing in progress, no `GET` stream open, and no request
+    /// for `idle`, or for `handshake` if the client did nothing after its handshake. A busy
+    /// session counts as just touched.
+    pub(super) fn idle_for(&self, idle: Duration, handshake: Duration) -> bool {
         let busy = {
             let routes = self.routes();
             !routes.waiting.is_empty() || routes.stream.as_ref().is_some_and(|s| !s.is_closed())
@@ -62,6 +72,11 @@ impl Session {
             self.touch();
             return false;
         }
+        let idle = if self.engaged.load(Ordering::Relaxed) {
+            idle
+        } else {
+            idle.min(handshake)
+        };
         lock(&self.touched).elapsed() >= idle
     }
 }

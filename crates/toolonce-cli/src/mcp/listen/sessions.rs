@@ -1,6 +1,8 @@
 //! The gateway's sessions: opening one (its own proxy and server process, or session on the
-//! HTTP server) within `--max-sessions`, the pool of proxies for requests without a session
-//! (protocol 2026-07-28), and ending the sessions idle for `--session-idle`.
+//! HTTP server) within `--max-sessions` and its principal's `--max-sessions-per-principal`,
+//! the pool of proxies for requests without a session (protocol 2026-07-28), of which a
+//! principal holds at most as many (and a quarter of the pool), and ending the sessions idle
+//! for `--session-idle` (`--handshake-idle` for one that did nothing after its handshake).
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -37,8 +39,15 @@ pub(crate) struct Gateway {
     pub(crate) store: Arc<crate::mcp::store::LazyStore>,
     /// A session with nothing in progress and no request for this long is ended.
     pub(crate) session_idle: Duration,
+    /// A session that did nothing after its handshake is ended after this long.
+    pub(crate) handshake_idle: Duration,
     /// How many sessions may be open at once.
     pub(crate) max_sessions: usize,
+    /// How many of them one principal may have open (and how many proxies for requests
+    /// without a session it may hold); `None` when every client is one principal (no
+    /// credentials are checked or passed on, or one shared token), and never for the
+    /// anonymous principal.
+    pub(crate) max_sessions_per_principal: Option<usize>,
     /// What bounds the HTTP server (timeouts, body size, connections).
     pub(crate) bounds: super::limits::Bounds,
 }
@@ -72,6 +81,8 @@ pub(super) struct State {
     /// its server has exited (not just until `DELETE` forgot its id), so `--max-sessions`
     /// bounds the processes (or upstream sessions) alive at once.
     pub(super) live_sessions: Arc<AtomicUsize>,
+    /// The same per principal, for `--max-sessions-per-principal` (absent at zero).
+    pub(super) live_by_principal: Arc<Mutex<HashMap<Principal, usize>>>,
 }
 
 impl State {
@@ -91,6 +102,13 @@ impl State {
             .cloned()
     }
 
+    /// How many sessions `principal` may have open, if it has a quota.
+    fn quota_of(&self, principal: &Principal) -> Option<usize> {
+        self.gateway
+            .max_sessions_per_principal
+            .filter(|_| !principal.is_anonymous())
+    }
+
     /// Ends the session `id` if it belongs to `principal`; whether it did.
     pub(super) fn end_session_of(&self, id: &str, principal: &Principal) -> bool {
         let mut sessions = self.sessions();
@@ -106,10 +124,14 @@ impl State {
 /// is the client hanging up, so its proxy stops the server (or ends the HTTP server's session).
 /// Checked a few times per idle period, so a session lasts at most a quarter longer.
 pub(super) async fn end_idle_sessions(state: std::sync::Weak<State>) {
-    let Some(idle) = state.upgrade().map(|s| s.gateway.session_idle) else {
+    let Some((idle, handshake)) = state
+        .upgrade()
+        .map(|s| (s.gateway.session_idle, s.gateway.handshake_idle))
+    else {
         return;
     };
-    let period = (idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(30));
+    let period =
+        (idle.min(handshake) / 4).clamp(Duration::from_millis(10), Duration::from_secs(30));
     loop {
         tokio::time::sleep(period).await;
         let Some(state) = state.upgrade() else {
@@ -117,18 +139,19 @@ pub(super) async fn end_idle_sessions(state: std::sync::Weak<State>) {
         };
         let mut ended = Vec::new();
         state.sessions().retain(|id, session| {
-            let idle = session.idle_for(idle);
+            let idle = session.idle_for(idle, handshake);
             if idle {
-                ended.push(id.clone());
+                ended.push((id.clone(), session.engaged.load(Ordering::Relaxed)));
             }
             !idle
         });
-        for id in ended {
-            tracing::info!(
-                target: "toolonce::mcp",
-                session = %id,
+        for (id, engaged) in ended {
+            let why = if engaged {
                 "ended a session idle for --session-idle"
-            );
+            } else {
+                "ended a session that sent no request after its handshake for --handshake-idle"
+            };
+            tracing::info!(target: "toolonce::mcp", session = %id, "{why}");
         }
     }
 }
@@ -139,6 +162,10 @@ const SESSIONLESS_LIMIT: usize = 64;
 /// How many requests a sessionless proxy takes at once before another is started (its server
 /// may handle one request at a time).
 const SHARED_LOAD: usize = 16;
+
+/// A principal may hold at most this share of [`SESSIONLESS_LIMIT`] (and no more than its
+/// `--max-sessions-per-principal`), so that others find room.
+const SESSIONLESS_PER_PRINCIPAL: usize = SESSIONLESS_LIMIT / 4;
 
 /// Every sessionless proxy is busy and there may be no more.
 #[derive(Debug)]
@@ -185,6 +212,12 @@ pub(super) fn sessionless_proxy(
         (Some(session), _) => Ok(Some(session)),
         (None, None) => Ok(None),
         (None, Some(_)) => {
+            if let Some(cap) = state.quota_of(principal) {
+                let cap = cap.min(SESSIONLESS_PER_PRINCIPAL);
+                if proxies.iter().filter(|p| p.principal == *principal).count() >= cap {
+                    return Err(OverQuota::Sessionless(cap).into());
+                }
+            }
             if proxies.len() >= SESSIONLESS_LIMIT {
                 // Dropping an idle proxy's input is a client hanging up: it ends.
                 let idle = proxies
@@ -217,8 +250,36 @@ impl std::fmt::Display for AtLimit {
 
 impl std::error::Error for AtLimit {}
 
-/// Opens a session: a new id, and its proxy; [`AtLimit`] at `--max-sessions`, before any server
-/// is started.
+/// One principal has as many sessions open (or proxies for requests without a session busy)
+/// as `--max-sessions-per-principal` allows it.
+#[derive(Debug)]
+pub(super) enum OverQuota {
+    Sessions(usize),
+    Sessionless(usize),
+}
+
+impl std::fmt::Display for OverQuota {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OverQuota::Sessions(n) => write!(
+                f,
+                "you have {n} sessions open, the limit per principal \
+                 (--max-sessions-per-principal): end one with DELETE or try again later"
+            ),
+            OverQuota::Sessionless(n) => write!(
+                f,
+                "too many of your requests without a session are in progress: a principal \
+                 gets at most {n} shared proxies of {SHARED_LOAD} requests each \
+                 (--max-sessions-per-principal); try again later"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for OverQuota {}
+
+/// Opens a session: a new id, and its proxy; [`AtLimit`] at `--max-sessions`, [`OverQuota`] at
+/// the principal's quota, before any server is started.
 pub(super) fn open_session(
     state: &Arc<State>,
     principal: &Principal,
@@ -234,26 +295,53 @@ pub(super) fn open_session(
     if state.live_sessions.load(Ordering::Acquire) >= max {
         return Err(AtLimit(max).into());
     }
-    let live = Live::count(&state.live_sessions);
+    if let Some(quota) = state.quota_of(principal) {
+        let open = lock(&state.live_by_principal)
+            .get(principal)
+            .copied()
+            .unwrap_or(0);
+        if open >= quota {
+            return Err(OverQuota::Sessions(quota).into());
+        }
+    }
+    let live = Live::count(state, principal);
     let session = start_session(state, principal, Some((id.clone(), live)), None)?;
     sessions.insert(id.clone(), session.clone());
     Ok((id, session))
 }
 
-/// A session's place in [`State::live_sessions`], given up once its proxy (and so its server)
-/// has ended.
-pub(super) struct Live(Arc<AtomicUsize>);
+/// A session's place in [`State::live_sessions`] and its principal's in
+/// [`State::live_by_principal`], given up once its proxy (and so its server) has ended.
+pub(super) struct Live {
+    all: Arc<AtomicUsize>,
+    by_principal: Arc<Mutex<HashMap<Principal, usize>>>,
+    principal: Principal,
+}
 
 impl Live {
-    fn count(live: &Arc<AtomicUsize>) -> Live {
-        live.fetch_add(1, Ordering::AcqRel);
-        Live(live.clone())
+    fn count(state: &State, principal: &Principal) -> Live {
+        state.live_sessions.fetch_add(1, Ordering::AcqRel);
+        *lock(&state.live_by_principal)
+            .entry(principal.clone())
+            .or_default() += 1;
+        Live {
+            all: state.live_sessions.clone(),
+            by_principal: state.live_by_principal.clone(),
+            principal: principal.clone(),
+        }
     }
 }
 
 impl Drop for Live {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.all.fetch_sub(1, Ordering::AcqRel);
+        let mut by_principal = lock(&self.by_principal);
+        if let Some(open) = by_principal.get_mut(&self.principal) {
+            *open -= 1;
+            if *open == 0 {
+                by_principal.remove(&self.principal);
+            }
+        }
     }
 }
 
@@ -362,5 +450,6 @@ pub(super) fn start_session(
         bound,
         principal: principal.clone(),
         touched: Mutex::new(Instant::now()),
+        engaged: std::sync::atomic::AtomicBool::new(false),
     }))
 }
