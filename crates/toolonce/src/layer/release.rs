@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::Layer;
 use crate::key::OperationKey;
-use crate::store::{Entry, EntryState, Fenced, OwnerToken};
+use crate::store::{Entry, Fenced, OwnerToken, State};
 use crate::tool::ToolError;
 
 /// How long a claim that may have applied unseen is retried for release or give-back: long
@@ -137,10 +137,7 @@ fn created_by_its_claim(entry: &Entry) -> bool {
 }
 
 fn is_settled(entry: &Entry) -> bool {
-    matches!(
-        entry.state,
-        EntryState::Done { .. } | EntryState::Failed { .. }
-    )
+    matches!(entry.state(), State::Done | State::Failed)
 }
 
 /// Runs a fenced write until the store answers, for at most [`RELEASE_FOR`]: `None` when it

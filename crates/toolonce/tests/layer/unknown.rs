@@ -404,6 +404,18 @@ async fn held_by_a_hold_caller(store: Arc<MemoryStore>, op: &key::Derived) {
     assert_eq!(seen.runs.load(Ordering::SeqCst), 0, "a hold caller ran it");
 }
 
+/// The entry of `op` after a takeover gave up without an outcome: still there (the earlier
+/// attempt's record), `unknown` at once (its lease given back), with the takeover's attempt
+/// counted and kept.
+async fn given_back(store: &MemoryStore, op: &key::Derived) {
+    let entry = store
+        .get(&op.key)
+        .await
+        .unwrap()
+        .expect("the record was deleted");
+    assert_eq!((entry.state(), entry.attempts), (State::Unknown, 2));
+}
+
 #[tokio::test]
 async fn a_takeover_whose_reply_is_lost_keeps_the_earlier_attempt_unknown() {
     let (store, _clock, op, _crashed) = unknown_op("send_email").await;
@@ -420,16 +432,7 @@ async fn a_takeover_whose_reply_is_lost_keeps_the_earlier_attempt_unknown() {
         .await;
     assert_eq!(answer.outcome, Outcome::StoreUnavailable, "{answer:?}");
     assert_eq!(seen.runs.load(Ordering::SeqCst), 0);
-    let entry = store
-        .get(&op.key)
-        .await
-        .unwrap()
-        .expect("the record was deleted");
-    assert_eq!(entry.state(), State::Unknown, "given back, its lease ended");
-    assert_eq!(
-        entry.attempts, 2,
-        "the takeover's attempt is counted and kept"
-    );
+    given_back(&store, &op).await;
     held_by_a_hold_caller(store.clone(), &op).await;
     // A rerun caller takes it over again, with the same key.
     let again = seen
@@ -462,12 +465,7 @@ async fn a_verified_takeover_whose_reply_is_lost_keeps_the_earlier_attempt_unkno
         )
         .await;
     assert_eq!(answer.outcome, Outcome::StoreUnavailable, "{answer:?}");
-    let entry = store
-        .get(&op.key)
-        .await
-        .unwrap()
-        .expect("the record was deleted");
-    assert_eq!((entry.state(), entry.attempts), (State::Unknown, 2));
+    given_back(&store, &op).await;
     held_by_a_hold_caller(store, &op).await;
 }
 
@@ -483,12 +481,7 @@ async fn a_takeover_whose_tool_fails_transiently_keeps_the_earlier_attempt_unkno
         .await;
     assert_eq!(answer.outcome, Outcome::Executed);
     assert!(answer.result.is_err());
-    let entry = store
-        .get(&op.key)
-        .await
-        .unwrap()
-        .expect("the record was deleted");
-    assert_eq!((entry.state(), entry.attempts), (State::Unknown, 2));
+    given_back(&store, &op).await;
     held_by_a_hold_caller(store, &op).await;
 }
 
