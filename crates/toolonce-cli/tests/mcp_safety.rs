@@ -86,6 +86,37 @@ fn unparsable_write_calls_inside_batches_run_at_most_once() {
     assert!(ran_twice.is_empty(), "ran twice: {ran_twice:?}");
 }
 
+/// Two ids beyond 64 bits that serde_json reads as one double: keyed as that double, the second
+/// call would be answered with the first one's result, although it is another operation.
+#[test]
+fn integers_beyond_64_bits_are_refused_never_keyed_as_their_nearest_double() {
+    let mut peer = ready(Spawn::proxy().arg("--scope").arg("inexact"));
+    for (id, digits) in [
+        (3001, "123456789012345678901234567890"),
+        (3002, "123456789012345678901234567891"),
+    ] {
+        peer.send_line(&raw_call(id, format!(r#"{{"order":{digits}}}"#).as_bytes()));
+        let answer = peer.response(&json!(id));
+        let result = &answer["result"];
+        assert_eq!(result["isError"], true, "{answer}");
+        assert_eq!(
+            result["_meta"]["toolonce/outcome"], "not_executed",
+            "{answer}"
+        );
+        let said = text(&answer);
+        assert!(
+            said.contains(digits) && said.contains("64 bits") && said.contains("as a string"),
+            "{said}"
+        );
+    }
+    assert_eq!(peer.count("charge"), 0, "a call that cannot be keyed ran");
+    // An id of 64 bits is keyed exactly, and runs.
+    peer.send_line(&raw_call(3003, br#"{"order":18446744073709551615}"#));
+    let answer = peer.response(&json!(3003));
+    assert!(!is_error(&answer), "{answer}");
+    assert_eq!(peer.count("charge"), 1);
+}
+
 #[test]
 fn a_read_tool_call_the_proxy_cannot_parse_still_reaches_the_server() {
     let mut peer = ready(Spawn::proxy());

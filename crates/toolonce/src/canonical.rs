@@ -33,6 +33,19 @@ use serde_json::{Map, Value};
 
 use crate::{Error, Result};
 
+mod exact;
+
+pub use exact::first_inexact_integer;
+
+/// Why an integer beyond 64 bits is refused: it would be keyed as the nearest double, the key
+/// of other integers too.
+pub fn inexact_integer_message(integer: &str) -> String {
+    format!(
+        "the integer {integer} does not fit in 64 bits, so it cannot be keyed exactly (it would \
+         share a key with other integers); pass it as a string"
+    )
+}
+
 /// The default limit on nesting: levels of arrays and objects (a scalar is level 0, `[]` is 1).
 pub const DEFAULT_MAX_DEPTH: usize = 128;
 
@@ -369,7 +382,9 @@ pub(crate) fn write_string(out: &mut String, s: &str) {
 /// - [`Error::TooDeep`] if it nests deeper than `limits.max_depth`, or deeper than the 127
 ///   levels `serde_json` parses at most (the error then names the lower of the two);
 /// - [`Error::InvalidArguments`] if it is not one JSON document, or holds a number too large for
-///   a double (`1e400`); the message names the line and column.
+///   a double (`1e400`); the message names the line and column; or if it holds an integer
+///   literal beyond 64 bits, which would be keyed as the nearest double
+///   ([`first_inexact_integer`]).
 pub fn parse_args(json: &str, limits: &Limits) -> Result<Value> {
     if json.len() > limits.max_bytes {
         return Err(Error::ArgumentsTooLarge {
@@ -388,6 +403,9 @@ pub fn parse_args(json: &str, limits: &Limits) -> Result<Value> {
             Error::InvalidArguments(e.to_string())
         }
     })?;
+    if let Some(integer) = first_inexact_integer(json.as_bytes()) {
+        return Err(Error::InvalidArguments(inexact_integer_message(integer)));
+    }
     if limits.max_depth < PARSER_MAX_DEPTH && depth_exceeds(&value, limits.max_depth) {
         return Err(Error::TooDeep {
             limit: limits.max_depth,

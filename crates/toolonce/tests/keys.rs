@@ -357,3 +357,84 @@ proptest! {
         );
     }
 }
+
+/// The number vectors every implementation runs (`tests/data/key_numbers.json`).
+const NUMBER_VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/key_numbers.json");
+
+fn number_vectors() -> Value {
+    let text = std::fs::read_to_string(NUMBER_VECTORS)
+        .unwrap_or_else(|e| panic!("cannot read {NUMBER_VECTORS}: {e}"));
+    serde_json::from_str(&text).expect("key_numbers.json is JSON")
+}
+
+fn cases<'v>(file: &'v Value, list: &str) -> &'v Vec<Value> {
+    let cases = file[list]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {list:?} list"));
+    assert!(!cases.is_empty(), "the {list:?} list is empty");
+    cases
+}
+
+#[test]
+fn integer_texts_keep_their_exact_digits_as_the_shared_number_vectors_say() {
+    let file = number_vectors();
+    let (scope, tool) = (
+        file["run_id"].as_str().unwrap(),
+        file["tool"].as_str().unwrap(),
+    );
+    for case in cases(&file, "exact") {
+        let args = parse_args(case["args_json"].as_str().unwrap(), &Limits::default())
+            .unwrap_or_else(|e| panic!("{case}: {e}"));
+        assert_eq!(canonicalize(&args).unwrap(), case["canonical"], "{case}");
+        let derived = derive(scope, tool, &args, None).unwrap();
+        assert_eq!(derived.key.as_str(), case["key"], "{case}");
+    }
+}
+
+#[test]
+fn integer_texts_beyond_64_bits_are_refused_as_the_shared_number_vectors_say() {
+    let file = number_vectors();
+    for case in cases(&file, "refused") {
+        match parse_args(case["args_json"].as_str().unwrap(), &Limits::default()) {
+            Err(Error::InvalidArguments(why)) => {
+                let names = case["names"].as_str().unwrap();
+                assert!(
+                    why.contains(names) && why.contains("64 bits"),
+                    "{case}: {why}"
+                );
+            }
+            other => panic!("{case}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn doubles_and_integers_of_rust_key_as_the_shared_number_vectors_say() {
+    let file = number_vectors();
+    let mut checked = 0;
+    for case in cases(&file, "values") {
+        let value = &case["value"];
+        let held: Option<Value> = if let Some(text) = value["double"].as_str() {
+            Some(Value::from(text.parse::<f64>().unwrap()))
+        } else if let Some(digits) = value["integer"].as_str() {
+            // An integer Rust cannot hold (beyond 64 bits) is only ever text: refused there.
+            digits
+                .parse::<i64>()
+                .map(Value::from)
+                .or_else(|_| digits.parse::<u64>().map(Value::from))
+                .ok()
+                .or_else(|| {
+                    assert_eq!(case["refused"], true, "{case}");
+                    assert!(parse_args(digits, &Limits::default()).is_err(), "{case}");
+                    None
+                })
+        } else {
+            // NaN, the infinities, Map and Set: a serde_json value cannot hold them.
+            None
+        };
+        let Some(held) = held else { continue };
+        assert_eq!(canonicalize(&held).unwrap(), case["canonical"], "{case}");
+        checked += 1;
+    }
+    assert!(checked >= 5, "only {checked} values checked");
+}

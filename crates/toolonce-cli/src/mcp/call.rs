@@ -168,14 +168,21 @@ async fn answer(
         Some(jsonrpc::result_line(&call.id, &result))
     };
     let tool_part = format!("{}/{}", shared.server_id, call.tool);
-    let derived = match &call.client_key {
-        None => key::derive(
+    // An integer beyond 64 bits reads as the nearest double, the key of other integers too:
+    // refused from the text the client sent, before any key is derived.
+    let inexact =
+        jsonrpc::arguments_text(&call.request).and_then(toolonce::canonical::first_inexact_integer);
+    let derived = match (inexact, &call.client_key) {
+        (Some(integer), _) => Err(toolonce::Error::InvalidArguments(
+            toolonce::canonical::inexact_integer_message(integer),
+        )),
+        (None, None) => key::derive(
             &shared.scope,
             &tool_part,
             &call.arguments,
             policy.key_fields.as_ref(),
         ),
-        Some(client_key) => match check_client_key(client_key) {
+        (None, Some(client_key)) => match check_client_key(client_key) {
             Ok(client_key) => {
                 derive_from_client_key(&shared.scope, &tool_part, client_key, &call.arguments)
             }

@@ -237,6 +237,14 @@ pub(crate) fn with_meta_member(
     Some(out)
 }
 
+/// The text of a request's `params.arguments`, as the client wrote it (the last member of each
+/// name, as serde_json reads it), or `None` when it has none.
+pub(crate) fn arguments_text(request: &[u8]) -> Option<&[u8]> {
+    let params = member_span(request, 0, "params")?;
+    let arguments = member_span(request, params.start, "arguments")?;
+    Some(&request[arguments])
+}
+
 /// `answer` (a response, read or not by serde_json) with its top-level `id` replaced by `id`,
 /// everything else as it came: how a duplicate gets the very bytes the first caller got.
 /// `None` if no top-level `id` member is found.
