@@ -1,24 +1,42 @@
 // The canonical text of arguments (docs/contract.md, "Canonical arguments"): RFC 8785 (JCS)
 // with members sorted at every depth by UTF-16 code units, no whitespace, the shortest string
-// escaping and ECMAScript number text. A value is read the way JSON.stringify reads it
-// (toJSON, dropped undefined members, non-finite numbers as null), so the text is what the
-// core makes of the JSON the caller would send. The key and the fingerprint hash this text,
-// here, in the Rust core and in every other implementation: the shared vectors pin it.
+// escaping and ECMAScript number text. The key and the fingerprint hash this text, here, in the
+// Rust core and in every other implementation: the shared vectors pin it.
+//
+// Only what JSON represents exactly is keyed: plain objects (a null prototype too), arrays,
+// strings, finite numbers, booleans and null. Everything JSON.stringify would write as
+// something else (NaN as null, a Map as {}, a Date through its toJSON, undefined in an array as
+// null) or leave out (a function, a symbol) is refused with the path to it, never converted:
+// converted, distinct calls would share one key and get each other's results. An undefined
+// member is left out, as JSON does: the tool reads it as absent, as it would in Rust or Python.
 //
 // The core's one exception to RFC 8785, integers beyond 2^53 − 1 written with their exact
 // digits, cannot arise here: a JavaScript number is a double, and its shortest text is the
 // very digits the core writes for the integer it reads back (a BigInt is refused).
 
+import { unkeyable } from "./unkeyable.js";
+
 /** The deepest nesting accepted, in levels of arrays and objects, as in the core. */
 export const MAX_DEPTH = 128;
 
-/** Arguments that have no canonical text (too deep, a BigInt, a lone surrogate). */
+/** Arguments that have no canonical text (too deep, not JSON, a lone surrogate). */
 export class NotCanonical extends Error {
   constructor(message: string) {
     super(message);
     this.name = "NotCanonical";
   }
 }
+
+/** A value refused where it was found: the reason, and the path to it, innermost part first. */
+class Refused {
+  readonly within: string[] = [];
+  constructor(readonly reason: string) {}
+}
+
+/** Nesting deeper than the limit, or a cycle: canonicalize tells which. */
+class TooDeep {}
+
+const TOO_DEEP = new TooDeep();
 
 type WellFormed = { isWellFormed(): boolean; toWellFormed(): string };
 
@@ -32,79 +50,135 @@ export function toWellFormed(s: string): string {
   return (s as unknown as WellFormed).toWellFormed();
 }
 
-/** The canonical text of `value`, nesting at most `maxDepth` levels. */
-export function canonicalize(value: unknown, maxDepth: number = MAX_DEPTH): string {
-  const out = write(value, "", 0, maxDepth);
-  // Nothing to write at the top (undefined, a function): the core gets `null`.
-  return out === undefined ? "null" : out;
-}
-
-/** What JSON.stringify serializes in place of `value` (toJSON, boxed primitives). */
-function toJsonValue(value: unknown, key: string): unknown {
-  if (value !== null && typeof value === "object") {
-    const toJSON = (value as { toJSON?: unknown }).toJSON;
-    if (typeof toJSON === "function") value = toJSON.call(value, key);
-  } else if (typeof value === "bigint") {
-    const toJSON = (BigInt.prototype as { toJSON?: unknown }).toJSON;
-    if (typeof toJSON === "function") value = toJSON.call(value, key);
+/**
+ * The canonical text of `value`, nesting at most `maxDepth` levels; a refusal names the path to
+ * the value from `root`.
+ */
+export function canonicalize(value: unknown, maxDepth: number = MAX_DEPTH, root = "args"): string {
+  try {
+    // Nothing to write at the top (no arguments): the core gets `null`.
+    return write(value, 0, maxDepth) ?? "null";
+  } catch (e) {
+    if (e instanceof Refused) throw new NotCanonical(`${root}${e.within.reverse().join("")}: ${e.reason}`);
+    if (!(e instanceof TooDeep)) throw e;
+    const cycle = findCycle(value, root, 2 * maxDepth);
+    if (cycle !== undefined) throw new NotCanonical(`${cycle.at}: the arguments refer to themselves (a cycle back to ${cycle.back})`);
+    throw new NotCanonical(`the arguments nest deeper than ${maxDepth} levels`);
   }
-  if (value instanceof Number || value instanceof String || value instanceof Boolean) return value.valueOf();
-  return value;
 }
 
 function writeString(s: string): string {
-  if (!isWellFormed(s)) throw new NotCanonical("a string holds a lone UTF-16 surrogate, which JSON text elsewhere cannot carry");
+  if (!isWellFormed(s)) throw new Refused("a string holds a lone UTF-16 surrogate, which JSON text elsewhere cannot carry");
   return JSON.stringify(s);
 }
 
-/** The text of `value` at `depth`, or undefined where JSON.stringify would leave it out. */
-function write(raw: unknown, key: string, depth: number, maxDepth: number): string | undefined {
-  // Strings and finite numbers, most of every argument, have no toJSON to consult: written
-  // here without the lookups of toJsonValue.
-  if (typeof raw === "string") return writeString(raw);
-  if (typeof raw === "number") return JSON.stringify(raw);
-  const value = toJsonValue(raw, key);
+function writeNumber(n: number): string {
+  // JSON.stringify writes the ECMAScript shortest text, `0` for -0, and `null` for NaN and ±Infinity.
+  if (!Number.isFinite(n)) throw new Refused(`${n} is not a JSON number (JSON.stringify writes null); pass a number or null`);
+  return JSON.stringify(n);
+}
+
+/** The path part of member `name`: `.name`, or `["name"]` when it is no identifier. */
+function member(name: string): string {
+  return /^[A-Za-z_$][\w$]*$/.test(name) ? "." + name : "[" + JSON.stringify(name) + "]";
+}
+
+/** `e` with `part` of the path prepended, if it is a refusal. */
+function within(e: unknown, part: string): unknown {
+  if (e instanceof Refused) e.within.push(part);
+  return e;
+}
+
+/** The text of `value` at `depth`, or undefined for an undefined member (left out, as JSON does). */
+function write(value: unknown, depth: number, maxDepth: number): string | undefined {
+  // Strings and numbers, most of every argument, first.
+  if (typeof value === "string") return writeString(value);
+  if (typeof value === "number") return writeNumber(value);
   switch (typeof value) {
-    case "string":
-      return writeString(value);
-    case "number":
-      // JSON.stringify writes the ECMAScript shortest text, `0` for -0, `null` for NaN and ±Infinity.
-      return JSON.stringify(value);
     case "boolean":
       return value ? "true" : "false";
-    case "bigint":
-      throw new NotCanonical("a BigInt is not JSON (give it as a string or a number)");
     case "undefined":
-    case "function":
-    case "symbol":
       return undefined;
+    case "bigint":
+      throw new Refused("a BigInt is not JSON (give it as a string or a number)");
+    case "function":
+      throw new Refused("a function is not JSON (JSON.stringify leaves it out)");
+    case "symbol":
+      throw new Refused("a symbol is not JSON (JSON.stringify leaves it out)");
   }
   if (value === null) return "null";
-  if (depth >= maxDepth) throw new NotCanonical(`the arguments nest deeper than ${maxDepth} levels (or refer to themselves)`);
-  if (Array.isArray(value)) {
-    let out = "[";
-    for (let i = 0; i < value.length; i++) {
+  const reason = unkeyable(value as object);
+  if (reason !== undefined) throw new Refused(reason);
+  if (depth >= maxDepth) throw TOO_DEEP;
+  return Array.isArray(value) ? writeArray(value, depth, maxDepth) : writeObject(value as Record<string, unknown>, depth, maxDepth);
+}
+
+function writeArray(array: unknown[], depth: number, maxDepth: number): string {
+  let out = "[";
+  let i = 0;
+  try {
+    for (; i < array.length; i++) {
       if (i > 0) out += ",";
-      out += write(value[i], String(i), depth + 1, maxDepth) ?? "null";
+      const item = write(array[i], depth + 1, maxDepth);
+      if (item === undefined) throw new Refused("undefined in an array is not JSON (JSON.stringify writes null); pass null");
+      out += item;
     }
-    return out + "]";
+  } catch (e) {
+    throw within(e, `[${i}]`);
   }
-  const object = value as Record<string, unknown>;
+  return out + "]";
+}
+
+function writeObject(object: Record<string, unknown>, depth: number, maxDepth: number): string {
   const names = Object.keys(object);
   // The default sort compares UTF-16 code units, which is RFC 8785's order; names written in
   // that order already (most objects: few members, written in order) skip the sort.
   if (!sorted(names)) names.sort();
   let out = "{";
   let first = true;
-  for (let i = 0; i < names.length; i++) {
-    const name = names[i] as string;
-    const member = write(object[name], name, depth + 1, maxDepth);
-    if (member === undefined) continue;
-    if (!first) out += ",";
-    first = false;
-    out += writeString(name) + ":" + member;
+  let name = "";
+  try {
+    for (let i = 0; i < names.length; i++) {
+      name = names[i] as string;
+      const text = write(object[name], depth + 1, maxDepth);
+      if (text === undefined) continue;
+      if (!first) out += ",";
+      first = false;
+      out += writeString(name) + ":" + text;
+    }
+  } catch (e) {
+    throw within(e, member(name));
   }
   return out + "}";
+}
+
+/**
+ * The first reference back to an enclosing object or array in `value`, as two paths: where it
+ * is, and the value it refers back to, looked for within `limit` levels. Each value is explored
+ * once, so values shared without a cycle cost once.
+ */
+function findCycle(value: unknown, root: string, limit: number): { at: string; back: string } | undefined {
+  const open = new Map<object, string>();
+  const explored = new Set<object>();
+  const visit = (v: unknown, at: string, depth: number): { at: string; back: string } | undefined => {
+    // Past `limit` levels the arguments are too deep whatever else they are.
+    if (v === null || typeof v !== "object" || depth > limit) return undefined;
+    const back = open.get(v);
+    if (back !== undefined) return { at, back };
+    if (explored.has(v)) return undefined;
+    open.set(v, at);
+    const children: [string, unknown][] = Array.isArray(v)
+      ? v.map((item, i) => [`${at}[${i}]`, item])
+      : Object.keys(v).map((name) => [at + member(name), (v as Record<string, unknown>)[name]]);
+    for (const [path, child] of children) {
+      const found = visit(child, path, depth + 1);
+      if (found !== undefined) return found;
+    }
+    open.delete(v);
+    explored.add(v);
+    return undefined;
+  };
+  return visit(value, root, 0);
 }
 
 /** Whether `names` are in ascending UTF-16 code unit order (`<` on strings compares so). */

@@ -201,6 +201,23 @@ test("a write call without a thread id is refused by the LangChain middleware an
   }
 });
 
+test("tool call arguments JSON cannot represent (a NaN in the program's own message) are refused by the middleware, naming them, and do not run", async () => {
+  const store = await openStore("memory://");
+  try {
+    const call = { name: "send_invoice", args: { customerId: "cus_7", amountCents: NaN }, id: "a" };
+    const { agent, counts } = await agentWith({ middleware: idempotentMiddleware({ store }), calls: [call] });
+    await assert.rejects(ask(agent, uniqueRunId("thread")), (e) => {
+      // LangChain wraps what a middleware throws in its MiddlewareError, the error as the cause.
+      assert.ok(e.cause instanceof InvalidArguments, `got ${e}`);
+      assert.match(e.cause.message, /args\.amountCents: NaN is not a JSON number/);
+      return true;
+    });
+    assert.equal(counts.sent, 0);
+  } finally {
+    await store.close();
+  }
+});
+
 test("a transient failure of the tool is the tool's error and releases the call: the next ask runs it", async () => {
   const store = await openStore("memory://");
   try {

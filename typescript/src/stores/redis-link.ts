@@ -18,6 +18,9 @@ export interface RedisLink {
   close(): Promise<void>;
 }
 
+/** The name `masters()` gives the one server that is not a cluster. */
+export const THE_SERVER = "the server";
+
 /** Server errors after which trying again may help (it is loading, failing over, busy). */
 const RETRYABLE_REPLIES = /^(BUSY|LOADING|TRYAGAIN|CLUSTERDOWN|MASTERDOWN|READONLY)\b/;
 
@@ -223,7 +226,7 @@ export function linkOf(client: object, owned: boolean, timed?: Timed): RedisLink
     return {
       send,
       masters: async () => {
-        if (c.isCluster !== true || nodes === undefined) return [{ name: "the server", send }];
+        if (c.isCluster !== true || nodes === undefined) return [{ name: THE_SERVER, send }];
         const masters = (await nodes("master")) as object[];
         return masters.map((node) => {
           const options = (node as { options?: { host?: string; port?: number } }).options ?? {};
@@ -257,7 +260,7 @@ export function linkOf(client: object, owned: boolean, timed?: Timed): RedisLink
     const send = withDeadlines((args: string[]) => sendCommand(args), deadlines);
     return {
       send,
-      masters: async () => [{ name: "the server", send }],
+      masters: async () => [{ name: THE_SERVER, send }],
       close: async () => {
         if (owned) await (fn(client, "close") ?? (fn(client, "quit") as Sender))();
       },

@@ -3,11 +3,13 @@
 //
 // `redis://[[user]:password@]host[:port][/db][?prefix=NS][&allow_eviction=true]`, `rediss://…`
 // (TLS), `redis+cluster://[[user]:password@]host:port,host:port,…` (or `rediss+cluster://…`): a
-// few seed nodes, from which the client learns the rest.
+// few seed nodes, from which the client learns the rest (and database 0, the only one a cluster
+// has). A database index the server lacks is refused (redis-checks.ts).
 
 import { ConfigError, StoreError } from "../errors.js";
 import { redactUrl, unknownOption } from "../url.js";
 import { RedisBackend } from "./redis.js";
+import { checkDatabase, databaseRefusal } from "./redis-checks.js";
 import { type RedisLink, linkOf, storeError } from "./redis-link.js";
 
 interface Target {
@@ -65,9 +67,12 @@ export function parseRedisUrl(url: string): Target {
   let db = 0;
   const dbText = (path ?? "").replace(/^\//, "").replace(/\/$/, "");
   if (dbText !== "") {
-    if (cluster !== undefined) throw new ConfigError("a Redis Cluster has no database number");
     if (!/^\d+$/.test(dbText)) throw new ConfigError(`the database ${JSON.stringify(dbText)} of the store URL is not a number`);
     db = Number(dbText);
+    // As the Rust core, which has the nodes refuse the SELECT: /0 is every cluster's one database.
+    if (cluster !== undefined && db !== 0) {
+      throw new ConfigError(`a Redis Cluster has only database 0, and the store URL names database ${dbText}: leave the number out (redis+cluster://host:port,host:port/)`);
+    }
   }
   const target: Target = {
     tls: scheme?.toLowerCase() === "rediss",
@@ -149,7 +154,7 @@ async function ioredisLink(ioredis: any, t: Target): Promise<RedisLink> {
  * Connects with node-redis, with the same timeouts: the connect timeout its own, the response
  * timeout the link's (node-redis's command `timeout` stops counting once a command is written).
  */
-async function nodeRedisLink(redis: any, t: Target): Promise<RedisLink> {
+async function nodeRedisLink(redis: any, t: Target, display: string): Promise<RedisLink> {
   let ready = false;
   const socket = {
     connectTimeout: CONNECT_TIMEOUT_MS,
@@ -161,13 +166,17 @@ async function nodeRedisLink(redis: any, t: Target): Promise<RedisLink> {
   const client = t.cluster
     ? redis.createCluster({ rootNodes: t.nodes.map((n) => ({ socket: { host: n.host, port: n.port, tls: t.tls } })), defaults: { ...auth, socket } })
     : redis.createClient({ ...auth, database: t.db, socket: { ...socket, host: t.nodes[0]?.host, port: t.nodes[0]?.port }, disableOfflineQueue: true, commandOptions: undefined });
-  client.on("error", () => {});
+  // What it emitted while connecting: a refused SELECT fails the connect as "cannot connect".
+  const emitted: unknown[] = [];
+  client.on("error", (e: unknown) => {
+    if (!ready) emitted.push(e);
+  });
   try {
     await client.connect();
     ready = true;
   } catch (e) {
     await Promise.resolve(client.destroy?.()).catch(() => {});
-    throw storeError(e);
+    throw databaseRefusal(emitted, display) ?? storeError(e);
   }
   return linkOf(client, true, { timeoutMs: RESPONSE_TIMEOUT_MS }) as RedisLink;
 }
@@ -180,9 +189,12 @@ export async function openRedisUrl(url: string): Promise<RedisBackend> {
   if (ioredis === undefined && redis === undefined) {
     throw new ConfigError("a redis:// store needs a Redis driver: npm install ioredis (or redis)");
   }
-  const link = ioredis !== undefined ? await ioredisLink(ioredis, t) : await nodeRedisLink(redis, t);
+  const display = redactUrl(url);
+  const link = ioredis !== undefined ? await ioredisLink(ioredis, t) : await nodeRedisLink(redis, t, display);
   try {
-    return await RedisBackend.open(link, { url: redactUrl(url), prefix: t.prefix, allowEviction: t.allowEviction, nativeClaim: t.nativeClaim });
+    // ioredis connects in database 0 when the server refuses the URL's: asked again, it says why.
+    if (!t.cluster) await checkDatabase((args) => link.send(args), t.db, display);
+    return await RedisBackend.open(link, { url: display, prefix: t.prefix, allowEviction: t.allowEviction, nativeClaim: t.nativeClaim });
   } catch (e) {
     await link.close();
     throw e;

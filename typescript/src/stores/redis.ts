@@ -13,6 +13,7 @@ import { hexDigest } from "../digest.js";
 import { StoreError } from "../errors.js";
 import { type Backend, type Claim, type ClaimRequest, type Entry, MAX_MS, type Resolution, type Resolved, type Seen, clampMs, refusal } from "../store.js";
 import { decodeReply, entryOf, parseWire } from "./redis-entry.js";
+import { warnIfNothingOnDisk } from "./redis-checks.js";
 import { type RedisLink, storeError } from "./redis-link.js";
 import { type Held, HeldValues, type Native, held, isErrRefusal, nativeReply, probeSetIfeq, settled } from "./redis-native.js";
 
@@ -91,7 +92,10 @@ export class RedisBackend implements Backend {
     this.prefix = settings.prefix;
   }
 
-  /** Checks the eviction policy and the version of every master, and loads the scripts. */
+  /**
+   * Checks the eviction policy, whether anything is kept on disk (redis-checks.ts) and the
+   * version of every master, and loads the scripts.
+   */
   static async open(link: RedisLink, settings: RedisSettings): Promise<RedisBackend> {
     const store = new RedisBackend(link, settings);
     let masters;
@@ -119,6 +123,7 @@ export class RedisBackend implements Backend {
           false,
         );
       }
+      await warnIfNothingOnDisk(master, settings.url);
       const server = await master.send(["INFO", "server"]).catch((e: unknown) => {
         const error = storeError(e);
         if (error.retryable) throw error;
