@@ -4,15 +4,20 @@
 // Rust core and in every other implementation: the shared vectors pin it.
 //
 // Only what JSON represents exactly is keyed: plain objects (a null prototype too), arrays,
-// strings, finite numbers, booleans and null. Everything JSON.stringify would write as
-// something else (NaN as null, a Map as {}, a Date through its toJSON, undefined in an array as
-// null) or leave out (a function, a symbol) is refused with the path to it, never converted:
-// converted, distinct calls would share one key and get each other's results. An undefined
-// member is left out, as JSON does: the tool reads it as absent, as it would in Rust or Python.
+// strings, numbers within ±(2^53 − 1) or not integral, BigInts of 64 bits, valid Dates (as their
+// ISO text, which is what Python's pydantic and every JSON encoder send), booleans and null.
+// Everything JSON.stringify would write as something else (NaN as null, a Map as {}, undefined
+// in an array as null) or leave out (a function, a symbol) is refused with the path to it,
+// never converted: converted, distinct calls would share one key and get each other's results.
+// An undefined member is left out, as JSON does: the tool reads it as absent, as it would in
+// Rust or Python.
 //
-// The core's one exception to RFC 8785, integers beyond 2^53 − 1 written with their exact
-// digits, cannot arise here: a JavaScript number is a double, and its shortest text is the
-// very digits the core writes for the integer it reads back (a BigInt is refused).
+// Numbers (docs/contract.md, "Canonical arguments"): the core keys an integer literal by its
+// exact digits up to 64 bits. A JavaScript number beyond ±(2^53 − 1) is always integral and
+// has lost the digits it was read from (9007199254740993 arrives as 9007199254740992, and 1e23
+// cannot say whether it was `1e23` or `100000000000000000000000`), so it is refused; a BigInt
+// keeps its digits and is keyed as the core keys the integer. The shared number vectors
+// (crates/toolonce/tests/data/key_numbers.json) pin both.
 
 import { unkeyable } from "./unkeyable.js";
 
@@ -72,10 +77,32 @@ function writeString(s: string): string {
   return JSON.stringify(s);
 }
 
+/** Beyond this magnitude every double is integral and stands for many integer texts. */
+const SAFE = Number.MAX_SAFE_INTEGER;
+
 function writeNumber(n: number): string {
   // JSON.stringify writes the ECMAScript shortest text, `0` for -0, and `null` for NaN and ±Infinity.
+  if (n <= SAFE && n >= -SAFE) return JSON.stringify(n);
   if (!Number.isFinite(n)) throw new Refused(`${n} is not a JSON number (JSON.stringify writes null); pass a number or null`);
-  return JSON.stringify(n);
+  throw new Refused(
+    `${n} is beyond ±(2^53 − 1), where a JavaScript number has lost the digits it was read from (neighbouring integers share it); ` +
+      "pass an integer as a BigInt or a string, and declare such ids as strings in the tool's schema",
+  );
+}
+
+/** The smallest and greatest integers the core keys by their digits (i64 and u64). */
+const LEAST = -(2n ** 63n);
+const GREATEST = 2n ** 64n - 1n;
+
+function writeBigInt(n: bigint): string {
+  if (n >= LEAST && n <= GREATEST) return n.toString();
+  throw new Refused(`the integer ${n} does not fit in 64 bits, so it cannot be keyed exactly; pass it as a string`);
+}
+
+/** A valid Date as its ISO text (what it is sent as); an invalid one has none. */
+function writeDate(date: Date): string {
+  if (Number.isNaN(date.getTime())) throw new Refused("an invalid Date cannot be keyed (JSON.stringify writes null)");
+  return JSON.stringify(date.toISOString());
 }
 
 /** The path part of member `name`: `.name`, or `["name"]` when it is no identifier. */
@@ -100,13 +127,14 @@ function write(value: unknown, depth: number, maxDepth: number): string | undefi
     case "undefined":
       return undefined;
     case "bigint":
-      throw new Refused("a BigInt is not JSON (give it as a string or a number)");
+      return writeBigInt(value);
     case "function":
       throw new Refused("a function is not JSON (JSON.stringify leaves it out)");
     case "symbol":
       throw new Refused("a symbol is not JSON (JSON.stringify leaves it out)");
   }
   if (value === null) return "null";
+  if (value instanceof Date && Object.getPrototypeOf(value) === Date.prototype) return writeDate(value);
   const reason = unkeyable(value as object);
   if (reason !== undefined) throw new Refused(reason);
   if (depth >= maxDepth) throw TOO_DEEP;

@@ -35,7 +35,9 @@ const REFUSED = [
   [{ items: [{ amount: -Infinity }] }, "args.items[0].amount: -Infinity is not a JSON number (JSON.stringify writes null); pass a number or null"],
   [{ tags: new Map([["a", 1]]) }, "args.tags: a Map cannot be keyed exactly (JSON.stringify writes {}); pass a plain object or an array of pairs"],
   [{ tags: new Set(["a"]) }, "args.tags: a Set cannot be keyed exactly (JSON.stringify writes {}); pass an array"],
-  [{ items: [1, 2, { when: new Date(0) }] }, "args.items[2].when: a Date cannot be keyed exactly; pass an ISO string"],
+  [{ items: [1, 2, { when: new Date("not a date") }] }, "args.items[2].when: an invalid Date cannot be keyed (JSON.stringify writes null)"],
+  [{ id: 9007199254740993 }, "args.id: 9007199254740992 is beyond ±(2^53 − 1), where a JavaScript number has lost the digits it was read from (neighbouring integers share it); pass an integer as a BigInt or a string, and declare such ids as strings in the tool's schema"],
+  [{ amount: -1e23 }, "args.amount: -1e+23 is beyond ±(2^53 − 1), where a JavaScript number has lost the digits it was read from (neighbouring integers share it); pass an integer as a BigInt or a string, and declare such ids as strings in the tool's schema"],
   [{ pattern: /a+/g }, "args.pattern: a RegExp cannot be keyed exactly (JSON.stringify writes {}); pass its source as a string"],
   [{ bytes: new Uint8Array([1, 2]) }, "args.bytes: a Uint8Array cannot be keyed exactly; pass a string (base64 or hex) or an array of numbers"],
   [{ bytes: Buffer.from("hi") }, "args.bytes: a Buffer cannot be keyed exactly; pass a string (base64 or hex) or an array of numbers"],
@@ -46,7 +48,7 @@ const REFUSED = [
   [{ tag: Symbol("t") }, "args.tag: a symbol is not JSON (JSON.stringify leaves it out)"],
   [{ list: [1, undefined] }, "args.list[1]: undefined in an array is not JSON (JSON.stringify writes null); pass null"],
   [{ list: sparse }, "args.list[1]: undefined in an array is not JSON (JSON.stringify writes null); pass null"],
-  [{ "first name": { n: 10n } }, 'args["first name"].n: a BigInt is not JSON (give it as a string or a number)'],
+  [{ "first name": { n: 2n ** 64n } }, 'args["first name"].n: the integer 18446744073709551616 does not fit in 64 bits, so it cannot be keyed exactly; pass it as a string'],
   [cyclic, "args.self: the arguments refer to themselves (a cycle back to args)"],
   [{ list: cyclicList }, "args.list[1].back: the arguments refer to themselves (a cycle back to args.list)"],
   [() => 1, "args: a function is not JSON (JSON.stringify leaves it out)"],
@@ -68,12 +70,9 @@ test("a BigInt is never keyed as what a toJSON the program gave BigInt returns",
     return this.toString();
   };
   try {
-    let key;
-    try {
-      key = idemKey("run", "t", { n: 10n });
-    } catch (e) {
-      assert.ok(e instanceof InvalidArguments && /args\.n: a BigInt/.test(e.message), String(e));
-    }
+    // Keyed by its digits, as the core keys the integer 10: never as the string "10".
+    const key = idemKey("run", "t", { n: 10n });
+    assert.equal(key, idemKey("run", "t", { n: 10 }));
     assert.notEqual(key, idemKey("run", "t", { n: "10" }));
   } finally {
     delete BigInt.prototype.toJSON;
@@ -106,15 +105,29 @@ test("a refused call never runs the tool and stores nothing, through run and run
   }
 });
 
-test("arguments that a schema turns into a Date are refused before the claim, the tool never run", async () => {
+test("arguments that a schema turns into a Set are refused before the claim, the tool never run", async () => {
+  const store = await openStore("memory://");
+  let runs = 0;
+  const schema = { parse: (args) => ({ ...args, when: new Set([args.when]) }) };
+  const tool = idempotent({ kind: "write", name: "book", schema, run: async () => ++runs }, store);
+  const answer = await tool.runDetailed({ when: "2025-01-01T00:00:00Z" }, { runId: uniqueRunId("unkeyable") });
+  assert.equal(answer.outcome, "invalid_arguments");
+  assert.match(answer.error.message, /args\.when: a Set cannot be keyed exactly/);
+  assert.equal(runs, 0);
+  await store.close();
+});
+
+test("a valid Date keys as its ISO text, what every JSON encoder sends for it: a schema's Date replays, another instant runs", async () => {
+  assert.equal(idemKey("run", "t", { when: new Date(0) }), idemKey("run", "t", { when: "1970-01-01T00:00:00.000Z" }));
   const store = await openStore("memory://");
   let runs = 0;
   const schema = { parse: (args) => ({ ...args, when: new Date(args.when) }) };
   const tool = idempotent({ kind: "write", name: "book", schema, run: async () => ++runs }, store);
-  const answer = await tool.runDetailed({ when: "2025-01-01T00:00:00Z" }, { runId: uniqueRunId("unkeyable") });
-  assert.equal(answer.outcome, "invalid_arguments");
-  assert.match(answer.error.message, /args\.when: a Date cannot be keyed exactly; pass an ISO string/);
-  assert.equal(runs, 0);
+  const ctx = { runId: uniqueRunId("dates") };
+  assert.equal((await tool.runDetailed({ when: "2025-01-01T00:00:00Z" }, ctx)).outcome, "executed");
+  assert.equal((await tool.runDetailed({ when: "2025-01-01T00:00:00.000Z" }, ctx)).outcome, "replayed");
+  assert.equal((await tool.runDetailed({ when: "2025-01-01T00:00:01Z" }, ctx)).outcome, "executed");
+  assert.equal(runs, 2);
   await store.close();
 });
 
