@@ -3,7 +3,8 @@
 // fail, and answer every duplicate from the store. This is the one place that decides an
 // outcome: once the handler may have begun, an outcome that cannot be stored is recorded as a
 // sticky failure saying so, or left to turn `unknown`; the operation is released for a rerun
-// only on the handler's own transient error, or when the claim itself may not have applied.
+// only on the handler's own transient error, or when the claim itself may not have applied,
+// and never when the claim took over an earlier attempt (release.ts gives that one back).
 
 import { CorruptEntry, StoreError, messageOf, type Outcome } from "./errors.js";
 import { Heartbeat } from "./heartbeat.js";
@@ -12,6 +13,7 @@ import { ownerToken } from "./digest.js";
 import type { Derived } from "./key.js";
 import { warn } from "./log.js";
 import { errorJson, readJson, unstorable, unstorableResult } from "./outcome.js";
+import { type Written, giveBack, giveUpClaim } from "./release.js";
 import type { About, Backend, Claim, Entry, Seen, StoredError } from "./store.js";
 
 /** What a verify probe learned about an interrupted attempt; a probe that throws cannot tell. */
@@ -54,8 +56,6 @@ export type Answer = (
 
 /** How often a complete or fail is tried while the store is unreachable: the handler already ran. */
 const SETTLE_TRIES = 3;
-/** How long a claim that may have applied unseen is retried for release. */
-const RELEASE_FOR_MS = 3000;
 
 // A caller awaits these pauses, so they hold the process open as any pending I/O would; only
 // the heartbeat's timers are unref'd.
@@ -88,16 +88,17 @@ export async function runWrite(call: WriteCall): Promise<Answer> {
         about: call.about,
       });
     } catch (e) {
-      // The store may have applied the claim before its reply was lost: release it.
-      if (e instanceof StoreError && e.retryable) await release(store, tool, key, owner);
+      // The store may have applied the claim before its reply was lost: release it, or give it
+      // back if it may have taken over an earlier attempt, whose record it must not delete.
+      if (e instanceof StoreError && e.retryable) await giveUpClaim(store, tool, key, owner, takeover);
       return storeFailed(tool, key, e);
     }
     // Outside the try: nothing the run does may reach the release above. `return await`: an
     // async function returning a promise unawaited takes two more turns of the microtask queue.
-    if (claim.kind === "won") return await execute(call, owner, reclaimed);
+    if (claim.kind === "won") return await execute(call, owner, claim, reclaimed);
     if (claim.kind === "took_over") {
       warn(`took over ${tool} (${key}), whose earlier attempt was interrupted; running it again with the same key`);
-      return await execute(call, owner, true);
+      return await execute(call, owner, claim, true);
     }
     const entry = claim.entry;
     if (entry.fingerprint !== undefined && entry.fingerprint !== call.derived.fingerprint) {
@@ -151,7 +152,7 @@ export async function runWrite(call: WriteCall): Promise<Answer> {
   }
 }
 
-async function execute(call: WriteCall, owner: string, mayHaveRunBefore: boolean): Promise<Answer> {
+async function execute(call: WriteCall, owner: string, claim: Claim, mayHaveRunBefore: boolean): Promise<Answer> {
   const { store, tool, options } = call;
   const key = call.derived.key;
   const heartbeat = new Heartbeat(store, tool, key, owner, options.leaseMs);
@@ -166,7 +167,12 @@ async function execute(call: WriteCall, owner: string, mayHaveRunBefore: boolean
   if (renewing !== undefined) await renewing;
   if (thrown !== undefined) {
     const permanent = isPermanent(thrown.error);
-    const written = await settle(call, owner, permanent ? { failed: errorJson(thrown.error, "permanent") } : { released: true });
+    // A transient error says this attempt did not take effect; after a takeover the earlier one
+    // may have, so its record is kept: given back, `unknown`, never released.
+    const written =
+      !permanent && claim.kind === "took_over"
+        ? await giveBack(store, tool, key, owner)
+        : await settle(call, owner, permanent ? { failed: errorJson(thrown.error, "permanent") } : { released: true });
     if (written === "not_owner") lostClaim(tool, key);
     return noted({ outcome: "executed", key, thrown: thrown.error, permanent }, written);
   }
@@ -200,7 +206,7 @@ async function execute(call: WriteCall, owner: string, mayHaveRunBefore: boolean
  * recorded, in the words of the Rust layer (`WriteAnswer::notice`); as it is when it was. Set
  * in place rather than spread in: a spread copies the answer on every first-time call.
  */
-function noted(answer: Answer, written: "applied" | "not_owner" | "unwritten"): Answer {
+function noted(answer: Answer, written: Written): Answer {
   switch (written) {
     case "applied":
       break;
@@ -225,7 +231,7 @@ function lostClaim(tool: string, key: string): void {
 type Settlement = { done: string } | { failed: string } | { released: true };
 
 /** Records the outcome, trying again while the store is unreachable; "unwritten" leaves it to turn unknown. */
-async function settle(call: WriteCall, owner: string, what: Settlement): Promise<"applied" | "not_owner" | "unwritten"> {
+async function settle(call: WriteCall, owner: string, what: Settlement): Promise<Written> {
   const { store, options } = call;
   const key = call.derived.key;
   let pause = 50;
@@ -279,23 +285,6 @@ async function appliedBefore(store: Backend, key: string, what: Settlement): Pro
   if (entry === undefined) return false;
   if ("done" in what) return entry.state === "done" && canonicalize(entry.result) === canonicalize(readJson(what.done));
   return entry.state === "failed" && canonicalize(entry.error) === canonicalize(readJson(what.failed));
-}
-
-/** Releases a claim whose reply was lost with a fenced transient fail: harmless if it never applied. */
-async function release(store: Backend, tool: string, key: string, owner: string): Promise<void> {
-  const end = Date.now() + RELEASE_FOR_MS;
-  let pause = 20;
-  while (Date.now() < end) {
-    try {
-      if (await store.fail(key, owner, undefined, 1)) warn(`released the claim of ${tool} (${key}) whose reply was lost; the tool was not run`);
-      return;
-    } catch (e) {
-      if (!(e instanceof StoreError && e.retryable)) break;
-    }
-    await sleep(Math.min(pause, Math.max(0, end - Date.now())));
-    pause = Math.min(pause * 2, 500);
-  }
-  warn(`could not release the claim of ${tool} (${key}) whose reply was lost; if it was written, it stays running until its lease expires`);
 }
 
 /** Records what a verify probe found, fenced against an entry that settled meanwhile. */

@@ -32,10 +32,19 @@ export interface StoredError {
 /**
  * A live entry, as a duplicate needs it. An unsettled one says which attempt it is (its owner
  * as the store keeps it, the token or, on Redis, its SHA-1; and its attempt count, 0 when not
- * recorded), so a verify probe's record acts on that attempt only.
+ * recorded), so a verify probe's record acts on that attempt only. A read (`get`) also gives
+ * when this attempt and the first one started (ms since the epoch, the writer's clock; absent
+ * when not recorded): a claim that created its entry shows one attempt started at its first start.
  */
 export type Entry =
-  | { state: "running" | "unknown"; fingerprint?: string | undefined; owner?: string | undefined; attempts: number }
+  | {
+      state: "running" | "unknown";
+      fingerprint?: string | undefined;
+      owner?: string | undefined;
+      attempts: number;
+      startedAt?: number | undefined;
+      firstStartedAt?: number | undefined;
+    }
   | { state: "done"; fingerprint?: string | undefined; result: unknown }
   | { state: "failed"; fingerprint?: string | undefined; error: StoredError };
 

@@ -76,7 +76,14 @@ export class MemoryBackend implements Backend {
   private view(e: Held, now: number): Entry {
     switch (e.status) {
       case "running":
-        return { state: now < e.leaseUntil ? "running" : "unknown", fingerprint: e.fingerprint, owner: e.owner, attempts: e.attempts };
+        return {
+          state: now < e.leaseUntil ? "running" : "unknown",
+          fingerprint: e.fingerprint,
+          owner: e.owner,
+          attempts: e.attempts,
+          startedAt: e.startedAt,
+          firstStartedAt: e.firstStartedAt,
+        };
       case "done":
         // Parsed afresh for every duplicate, so none sees another's changes to its copy.
         return { state: "done", fingerprint: e.fingerprint, result: readJson(e.resultJson ?? "null") };

@@ -13,7 +13,9 @@ import { type Queryable, checkTableName, migrate, quote } from "./postgres-schem
 const DEFAULT_TABLE = "toolonce_entries";
 
 const ENTRY_COLUMNS =
-  "(CASE WHEN state = 'running' AND lease_until <= now() THEN 'unknown' ELSE state END) AS state, fingerprint, result::text AS result, error::text AS error, owner, attempts";
+  "(CASE WHEN state = 'running' AND lease_until <= now() THEN 'unknown' ELSE state END) AS state, fingerprint, result::text AS result, error::text AS error, owner, attempts, " +
+  // In ms, microseconds kept as the fraction: equal timestamps read equal, different ones differ.
+  "(extract(epoch FROM started_at) * 1000)::float8 AS started_ms, (extract(epoch FROM first_started_at) * 1000)::float8 AS first_started_ms";
 const FENCE = "key = $1 AND state = 'running' AND owner = $2 AND expires_at > now()";
 /** The core's fence of a resolve (`seen_fence` in crates/toolonce/src/store/postgres/sql.rs), parameters from `$n`. */
 const seenFence = (n: number) =>
@@ -62,6 +64,9 @@ interface EntryRow {
   error: string | null;
   owner: string | null;
   attempts: number | null;
+  /** Read by `get` only (the claim's statement does not select them). */
+  started_ms?: number | null;
+  first_started_ms?: number | null;
 }
 
 function entryOf(key: string, row: EntryRow): Entry {
@@ -76,7 +81,14 @@ function entryOf(key: string, row: EntryRow): Entry {
   switch (row.state) {
     case "running":
     case "unknown":
-      return { state: row.state, fingerprint, owner: row.owner ?? undefined, attempts: Number(row.attempts ?? 0) };
+      return {
+        state: row.state,
+        fingerprint,
+        owner: row.owner ?? undefined,
+        attempts: Number(row.attempts ?? 0),
+        startedAt: row.started_ms ?? undefined,
+        firstStartedAt: row.first_started_ms ?? undefined,
+      };
     case "done":
       return { state: "done", fingerprint, result: read(row.result) ?? null };
     case "failed": {

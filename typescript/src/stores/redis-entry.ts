@@ -17,6 +17,8 @@ export interface Wire {
   error?: unknown;
   owner?: unknown;
   attempts?: unknown;
+  startedAt?: unknown;
+  firstStartedAt?: unknown;
 }
 
 function corrupt(key: string, why: string): CorruptEntry {
@@ -53,18 +55,21 @@ export function entryOf(key: string, wire: Wire, pttl: number | undefined, serve
     case "running": {
       const owner = typeof wire.owner === "string" ? wire.owner : undefined;
       const attempts = typeof wire.attempts === "number" ? wire.attempts : 0;
+      const startedAt = typeof wire.startedAt === "number" ? wire.startedAt : undefined;
+      const firstStartedAt = typeof wire.firstStartedAt === "number" ? wire.firstStartedAt : undefined;
+      const attempt = { fingerprint, owner, attempts, startedAt, firstStartedAt };
       if (typeof wire.retention === "number") {
         if (pttl === undefined) throw new StoreError("a running entry read without its key's expiry", false);
         // The key lives for the lease plus the retention: what is left above it is the lease.
         const left = pttl < 0 ? 0 : pttl - wire.retention;
-        return { state: left > 0 ? "running" : "unknown", fingerprint, owner, attempts };
+        return { state: left > 0 ? "running" : "unknown", ...attempt };
       }
       if (typeof wire.leaseUntil === "number") {
         if (serverNow === undefined) throw new StoreError("unexpected reply from the script: a leaseUntil without TIME", false);
-        return { state: wire.leaseUntil > serverNow ? "running" : "unknown", fingerprint, owner, attempts };
+        return { state: wire.leaseUntil > serverNow ? "running" : "unknown", ...attempt };
       }
       // Another writer's (the reference design's): running for as long as its key lives.
-      return { state: "running", fingerprint, owner, attempts };
+      return { state: "running", ...attempt };
     }
     case "done":
       if (!("result" in wire)) throw corrupt(key, "a done entry without a result");

@@ -55,6 +55,8 @@ interface Row {
   lease_until: number | null;
   payload: string | null;
   attempts: number;
+  started_at: number | null;
+  first_started_at: number | null;
 }
 
 const MAX_I64_MS = 9223372036854775807;
@@ -176,6 +178,8 @@ export class SqliteBackend implements Backend {
           fingerprint,
           owner: row.owner ?? undefined,
           attempts: Number(row.attempts),
+          startedAt: row.started_at ?? undefined,
+          firstStartedAt: row.first_started_at ?? undefined,
         };
       case "done":
         return { state: "done", fingerprint, result: payload() ?? null };
