@@ -1,6 +1,8 @@
 #!/usr/bin/env node
-// The `toolonce` command of the npm package: it runs the prebuilt `toolonce` binary of this
-// platform, which npm installs from one of the optional per-platform packages
+// The `toolonce` command of the npm package. Its operator verbs, `ls`, `show`, `resolve` and
+// `rm`, run in JavaScript on the package's own stores (operate.js), so they work from the
+// tarball alone. Every other verb (exec, mcp, key, demo, purge, bench…) runs the prebuilt
+// `toolonce` binary of this platform, which npm installs from one of the optional per-platform packages
 // (@toolonce/cli-<os>-<cpu>[-<libc>], each with `os`, `cpu` and `libc` fields, so npm installs
 // only the one that fits). Nothing runs at install time, so `npm install --ignore-scripts` and
 // `npx` work. The binary gets this process's arguments, standard streams and environment; its
@@ -40,7 +42,8 @@ function binaryPath() {
         `the optional package ${name} is not installed.\n` +
         `Install it with \`npm install ${name}@${version}\` (npm skips optional packages when ` +
         `installed with --omit=optional or --no-optional), or set TOOLONCE_BINARY to a toolonce ` +
-        `binary; \`cargo install toolonce-cli\` builds one.\n`,
+        `binary; \`cargo install toolonce-cli\` builds one.\n` +
+        `(\`toolonce ls\`, \`show\`, \`resolve\` and \`rm\` need no binary: they run in JavaScript.)\n`,
     );
     process.exit(1);
   }
@@ -53,6 +56,9 @@ function binaryPath() {
 }
 
 function main() {
+  const { OPERATOR_VERBS, runVerb } = require("./operate.js");
+  const verb = process.argv[2];
+  if (OPERATOR_VERBS.includes(verb)) return runVerb(verb, process.argv.slice(3));
   const binary = binaryPath();
   // Listening before the binary starts: a signal sent to this process (Ctrl-C reaches both
   // through the terminal's process group; a supervisor's SIGTERM reaches only this one) must

@@ -18,6 +18,8 @@ export {
   PermanentError,
 } from "./errors.js";
 export type { Outcome } from "./errors.js";
+export { EffectUnknown } from "./operator.js";
+export type { EntryState, StoredEntry, ListOptions, EntryPage, OperatorResolution, ResolveOptions, OperatorAnswer } from "./operator.js";
 
 import { InvalidArguments } from "./errors.js";
 import { derive } from "./key.js";

@@ -5,6 +5,18 @@
 
 import { ConfigError, InvalidArguments, StoreError, StoreUnavailable, messageOf } from "./errors.js";
 import { type StoreOptions, normalize } from "./options.js";
+import {
+  type EntryPage,
+  type ListOptions,
+  type OperatorAnswer,
+  type OperatorResolution,
+  type ResolveOptions,
+  type StoredEntry,
+  getEntry,
+  listEntries,
+  removeEntry,
+  resolveEntry,
+} from "./operator.js";
 import type { Backend } from "./store.js";
 import { MemoryBackend } from "./stores/memory.js";
 import { openPostgres, postgresFromClient } from "./stores/postgres.js";
@@ -28,6 +40,29 @@ export class Store {
   /** The URL, without its password. */
   get url(): string {
     return backendOf(this).url;
+  }
+
+  /** The live entry of `key` (`toolonce show`), or undefined. */
+  get(key: string): Promise<StoredEntry | undefined> {
+    return getEntry(this, key);
+  }
+
+  /** A page of live entries (`toolonce ls`), filtered by state, scope and tool; continue with `cursor: page.next`. */
+  list(options?: ListOptions): Promise<EntryPage> {
+    return listEntries(this, options);
+  }
+
+  /**
+   * Settles the entry `seen` of `key` (`toolonce resolve`), as `get` or `list` read it: done, failed
+   * or released, only if it is still that attempt, unknown (or live, with `force`). See operator.ts.
+   */
+  resolve(key: string, seen: StoredEntry, resolution: OperatorResolution, options?: ResolveOptions): Promise<OperatorAnswer> {
+    return resolveEntry(this, key, seen, resolution, options);
+  }
+
+  /** Deletes the settled entry `seen` of `key` (`toolonce rm`), only if it is still that entry. */
+  remove(key: string, seen: StoredEntry): Promise<OperatorAnswer> {
+    return removeEntry(this, key, seen);
   }
 
   /** Closes the store (and the connections it opened itself); calls made after it reject with `StoreUnavailable`. */

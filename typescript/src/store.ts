@@ -60,6 +60,8 @@ export type Resolution = { done: string } | { failed: StoredError } | "release";
 export interface Seen {
   owner: string | undefined;
   attempts: number;
+  /** Acts also while the lease is live (an operator's `--force` on a stuck owner): still only on this attempt. */
+  evenIfLive?: boolean;
 }
 
 /** The attempt `entry` is, if it is unsettled. */
@@ -75,21 +77,91 @@ export function seenOf(entry: Entry): Seen | undefined {
 export type Resolved =
   | { kind: "applied" }
   | { kind: "absent" }
-  | { kind: "settled"; entry: Entry }
-  | { kind: "live"; entry: Entry }
-  | { kind: "changed"; entry: Entry };
+  | { kind: "settled" | "live" | "changed"; entry: Entry; found?: Inspected };
 
-/** Whether `entry` is the attempt `seen`, unknown: the one entry a resolve may act on. */
+/**
+ * Whether `entry` is the attempt `seen` in a state a resolve may act on: unsettled, the same
+ * owner and attempts, and unknown unless `seen.evenIfLive`.
+ */
 export function admits(seen: Seen, entry: Entry): boolean {
-  return entry.state === "unknown" && entry.owner === seen.owner && entry.attempts === seen.attempts;
+  if (entry.state !== "unknown" && !(entry.state === "running" && seen.evenIfLive === true)) return false;
+  return entry.owner === seen.owner && entry.attempts === seen.attempts;
 }
 
-/** Why a resolve refused `entry`, read in the same step as the refused write (see `Resolved`). */
-export function refusal(seen: Seen, entry: Entry): Resolved {
-  if (entry.state === "done" || entry.state === "failed") return { kind: "settled", entry };
-  if (entry.state === "running" && entry.owner === seen.owner && entry.attempts === seen.attempts) return { kind: "live", entry };
-  return { kind: "changed", entry };
+/**
+ * Why a resolve refused `entry`, read in the same step as the refused write (see `Resolved`);
+ * `found` is the whole entry, for an operator. An entry `seen` admits (a store's read and its
+ * write disagree) is answered changed: refused, never applied by guess.
+ */
+export function refusal(seen: Seen, entry: Entry, found?: Inspected): Resolved {
+  const withFound = <T extends object>(r: T) => (found === undefined ? r : { ...r, found });
+  if (entry.state === "done" || entry.state === "failed") return withFound({ kind: "settled", entry });
+  if (entry.state === "running" && entry.owner === seen.owner && entry.attempts === seen.attempts && seen.evenIfLive !== true) {
+    return withFound({ kind: "live", entry });
+  }
+  return withFound({ kind: "changed", entry });
 }
+
+/**
+ * One live entry whole, for an operator (`toolonce ls | show`): the entry, what it says it is,
+ * its times (ms since the epoch, on this machine's clock where the store keeps a remaining
+ * time), and its start and settling time exactly as the store compares them for a removal.
+ */
+export interface Inspected {
+  key: string;
+  entry: Entry;
+  about: About;
+  /** How many attempts started it; 0 when its writer did not record it. */
+  attempts: number;
+  startedAt: number;
+  firstStartedAt: number | undefined;
+  settledAt: number | undefined;
+  /** Running or unknown: when the lease ends (ended); settled: when the entry is forgotten. */
+  expiresAt: number | undefined;
+  /** The start and settling time in the store's own exact terms (whole ms; PostgreSQL: microseconds). */
+  mark: { startedAt: string; settledAt: string | undefined };
+}
+
+/** Which entries `list` returns: a page of at most `limit` after `cursor`, filtered. */
+export interface ListQuery {
+  state?: "running" | "unknown" | "done" | "failed" | undefined;
+  scope?: string | undefined;
+  tool?: string | undefined;
+  cursor?: string | undefined;
+  limit: number;
+}
+
+/** A page of live entries; `next` continues after it, undefined on the last page. */
+export interface Page {
+  entries: Inspected[];
+  next: string | undefined;
+}
+
+/** Whether `e` passes the state, scope and tool filters of `q`. */
+export function listed(q: ListQuery, e: Inspected): boolean {
+  return (q.state === undefined || q.state === e.entry.state) && (q.scope === undefined || q.scope === e.about.scope) && (q.tool === undefined || q.tool === e.about.tool);
+}
+
+/**
+ * The settled entry a removal deletes, and no other: its state, attempts, start and settling
+ * time, as the store reported them (see `Inspected.mark`).
+ */
+export interface SeenSettled {
+  state: "done" | "failed";
+  attempts: number;
+  startedAt: string;
+  settledAt: string | undefined;
+}
+
+/** The settled entry `e` is, if it is done or failed. */
+export function seenSettledOf(e: Inspected): SeenSettled | undefined {
+  const state = e.entry.state;
+  if (state !== "done" && state !== "failed") return undefined;
+  return { state, attempts: e.attempts, startedAt: e.mark.startedAt, settledAt: e.mark.settledAt };
+}
+
+/** What a removal did: deleted the entry seen, found none, or found another (returned). */
+export type Removed = { kind: "applied" } | { kind: "absent" } | { kind: "changed"; found: Inspected };
 
 /** One store backend. Every method rejects with a `StoreError` when it fails. */
 export interface Backend {
@@ -108,6 +180,12 @@ export interface Backend {
   /** Settles the attempt `seen` only, once its lease has passed (docs/contract.md, resolve). */
   resolve(key: string, seen: Seen, resolution: Resolution, retentionMs: number): Promise<Resolved>;
   get(key: string): Promise<Entry | undefined>;
+  /** The live entry of `key` whole, for an operator. */
+  inspect(key: string): Promise<Inspected | undefined>;
+  /** A page of live entries, ordered by key where the store can. */
+  list(query: ListQuery): Promise<Page>;
+  /** Deletes the settled entry `seen` only, in the same atomic step as the comparison (docs/contract.md, remove). */
+  remove(key: string, seen: SeenSettled): Promise<Removed>;
   close(): Promise<void>;
 }
 

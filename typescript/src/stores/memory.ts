@@ -9,13 +9,20 @@ import {
   type Claim,
   type ClaimRequest,
   type Entry,
+  type Inspected,
+  type ListQuery,
+  type Page,
+  type Removed,
   type Resolution,
   type Resolved,
   type Seen,
+  type SeenSettled,
   type StoredError,
   admits,
   decodeError,
+  listed,
   refusal,
+  seenSettledOf,
 } from "../store.js";
 
 interface Held {
@@ -32,6 +39,7 @@ interface Held {
   error?: StoredError;
   startedAt: number;
   firstStartedAt: number;
+  settledAt?: number | undefined;
   attempts: number;
   about: Record<string, string | undefined>;
 }
@@ -149,6 +157,7 @@ export class MemoryBackend implements Backend {
 
   private settle(e: Held, now: number, retentionMs: number): void {
     e.owner = undefined;
+    e.settledAt = now;
     e.expiresAt = now + retentionMs;
   }
 
@@ -182,7 +191,7 @@ export class MemoryBackend implements Backend {
     if (e === undefined) return { kind: "absent" };
     // Judged and written in one run of the thread: the entry acted on is the one judged.
     const entry = this.view(e, now);
-    if (!admits(seen, entry)) return refusal(seen, entry);
+    if (!admits(seen, entry)) return refusal(seen, entry, this.whole(key, e, now));
     if (resolution === "release") {
       this.entries.delete(key);
     } else if ("done" in resolution) {
@@ -201,6 +210,58 @@ export class MemoryBackend implements Backend {
     const now = this.now();
     const e = this.live(key, now);
     return e === undefined ? undefined : this.view(e, now);
+  }
+
+  private whole(key: string, e: Held, now: number): Inspected {
+    const settled = e.status !== "running";
+    return {
+      key,
+      entry: this.view(e, now),
+      about: { ...e.about },
+      attempts: e.attempts,
+      startedAt: e.startedAt,
+      firstStartedAt: e.firstStartedAt,
+      settledAt: e.settledAt,
+      expiresAt: settled ? e.expiresAt : e.leaseUntil,
+      mark: { startedAt: String(e.startedAt), settledAt: e.settledAt === undefined ? undefined : String(e.settledAt) },
+    };
+  }
+
+  async inspect(key: string): Promise<Inspected | undefined> {
+    const now = this.now();
+    const e = this.live(key, now);
+    return e === undefined ? undefined : this.whole(key, e, now);
+  }
+
+  async list(query: ListQuery): Promise<Page> {
+    const now = this.now();
+    const after = query.cursor ?? "";
+    // Sorted on each call: a listing is an operator's, and bounded by the page it returns.
+    const keys = [...this.entries.keys()].filter((k) => k > after).sort();
+    const entries: Inspected[] = [];
+    for (const key of keys) {
+      const e = this.live(key, now);
+      if (e === undefined) continue;
+      const whole = this.whole(key, e, now);
+      if (!listed(query, whole)) continue;
+      if (entries.length === query.limit) return { entries, next: entries[entries.length - 1]?.key };
+      entries.push(whole);
+    }
+    return { entries, next: undefined };
+  }
+
+  async remove(key: string, seen: SeenSettled): Promise<Removed> {
+    const now = this.now();
+    const e = this.live(key, now);
+    if (e === undefined) return { kind: "absent" };
+    // Compared and deleted in one run of the thread.
+    const found = this.whole(key, e, now);
+    const is = seenSettledOf(found);
+    if (is === undefined || is.state !== seen.state || is.attempts !== seen.attempts || is.startedAt !== seen.startedAt || is.settledAt !== seen.settledAt) {
+      return { kind: "changed", found };
+    }
+    this.entries.delete(key);
+    return { kind: "applied" };
   }
 
   async close(): Promise<void> {

@@ -6,7 +6,23 @@
 
 import { ConfigError, CorruptEntry, StoreError } from "../errors.js";
 import { readJson } from "../outcome.js";
-import { type Backend, type Claim, type ClaimRequest, type Entry, type Resolution, type Resolved, type Seen, admits, decodeError, refusal } from "../store.js";
+import {
+  type Backend,
+  type Claim,
+  type ClaimRequest,
+  type Entry,
+  type Inspected,
+  type ListQuery,
+  type Page,
+  type Removed,
+  type Resolution,
+  type Resolved,
+  type Seen,
+  type SeenSettled,
+  admits,
+  decodeError,
+  refusal,
+} from "../store.js";
 import { redactUrl } from "../url.js";
 import { type Queryable, checkTableName, migrate, quote } from "./postgres-schema.js";
 
@@ -21,6 +37,16 @@ const FENCE = "key = $1 AND state = 'running' AND owner = $2 AND expires_at > no
 const seenFence = (n: number) =>
   `key = $1 AND state = 'running' AND expires_at > now() AND owner IS NOT DISTINCT FROM $${n}::text ` +
   `AND attempts = $${n + 1}::integer AND ($${n + 2}::boolean OR lease_until <= now())`;
+
+const STATE = "(CASE WHEN state = 'running' AND lease_until <= now() THEN 'unknown' ELSE state END)";
+/** A time as ms since the epoch (for display), and exactly, to the microsecond, in UTC (what a removal compares). */
+const ms = (column: string) => `(extract(epoch from ${column}) * 1000)::float8`;
+const exact = (column: string) => `to_char(${column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
+/** An entry whole, for an operator: the columns of `EntryRow` and `WholeRow`. */
+const WHOLE_COLUMNS =
+  `key, ${ENTRY_COLUMNS}, scope, tool, detail, ${ms("started_at")} AS started_ms, ${ms("first_started_at")} AS first_started_ms, ` +
+  `${ms("settled_at")} AS settled_ms, ${ms("CASE WHEN state = 'running' THEN lease_until ELSE expires_at END")} AS expires_ms, ` +
+  `${exact("started_at")} AS started_mark, ${exact("settled_at")} AS settled_mark`;
 
 /** The core's statements for `table` (crates/toolonce/src/store/postgres.rs, `Sql::new`). */
 function statements(table: string) {
@@ -42,6 +68,14 @@ function statements(table: string) {
     resolveDone: `UPDATE ${t} SET state = 'done', owner = NULL, lease_until = NULL, result = $2::text::json, settled_at = now(), expires_at = now() + $3::bigint * interval '1 millisecond' WHERE ${seenFence(4)}`,
     resolveFailed: `UPDATE ${t} SET state = 'failed', owner = NULL, lease_until = NULL, error = $2::text::json, settled_at = now(), expires_at = now() + $3::bigint * interval '1 millisecond' WHERE ${seenFence(4)}`,
     resolveRelease: `DELETE FROM ${t} WHERE ${seenFence(2)}`,
+    inspect: `SELECT ${WHOLE_COLUMNS} FROM ${t} WHERE key = $1 AND expires_at > now()`,
+    // The core's `list` and `remove_settled` (crates/toolonce/src/store/postgres/sql.rs).
+    list:
+      `SELECT ${WHOLE_COLUMNS} FROM ${t} WHERE key > $1 AND expires_at > now() AND ($2::text IS NULL OR ${STATE} = $2) ` +
+      "AND ($4::text IS NULL OR scope = $4) AND ($5::text IS NULL OR tool = $5) ORDER BY key LIMIT $3",
+    removeSettled:
+      `DELETE FROM ${t} WHERE key = $1 AND expires_at > now() AND state = $2 AND attempts = $3::integer ` +
+      "AND started_at = $4::timestamptz AND settled_at IS NOT DISTINCT FROM $5::timestamptz",
   };
 }
 
@@ -99,6 +133,38 @@ function entryOf(key: string, row: EntryRow): Entry {
     default:
       throw new CorruptEntry(`the entry of ${key} cannot be read: unknown state ${JSON.stringify(row.state)}`);
   }
+}
+
+interface WholeRow extends EntryRow {
+  key: string;
+  scope: string | null;
+  tool: string | null;
+  detail: string | null;
+  started_ms: number;
+  first_started_ms: number | null;
+  settled_ms: number | null;
+  expires_ms: number | null;
+  started_mark: string;
+  settled_mark: string | null;
+}
+
+function inspectedOf(row: WholeRow): Inspected {
+  const about: Inspected["about"] = {};
+  if (row.scope !== null) about.scope = row.scope;
+  if (row.tool !== null) about.tool = row.tool;
+  if (row.detail !== null) about.detail = row.detail;
+  const time = (v: number | null) => (v === null ? undefined : Math.floor(Number(v)));
+  return {
+    key: row.key,
+    entry: entryOf(row.key, row),
+    about,
+    attempts: Number(row.attempts ?? 0),
+    startedAt: time(row.started_ms) ?? 0,
+    firstStartedAt: time(row.first_started_ms),
+    settledAt: time(row.settled_ms),
+    expiresAt: time(row.expires_ms),
+    mark: { startedAt: row.started_mark, settledAt: row.settled_mark ?? undefined },
+  };
 }
 
 /** What the store needs of pg: a Pool (or a Client) to query, and whether closing the store ends it. */
@@ -179,7 +245,7 @@ export class PostgresBackend implements Backend {
   }
 
   async resolve(key: string, seen: Seen, resolution: Resolution, retentionMs: number): Promise<Resolved> {
-    const fence = [seen.owner ?? null, seen.attempts, false];
+    const fence = [seen.owner ?? null, seen.attempts, seen.evenIfLive === true];
     // One statement fenced on the attempt seen; when it matches nothing, a read says why. A read
     // that finds the attempt seen, unknown, means the lease passed between the two: try again.
     for (let i = 0; i < 3; i++) {
@@ -190,9 +256,9 @@ export class PostgresBackend implements Backend {
             ? await this.query(this.sql.resolveDone, [key, resolution.done, Math.round(retentionMs), ...fence], "resolve")
             : await this.query(this.sql.resolveFailed, [key, JSON.stringify(resolution.failed), Math.round(retentionMs), ...fence], "resolve");
       if ((result.rowCount ?? 0) > 0) return { kind: "applied" };
-      const entry = await this.get(key);
-      if (entry === undefined) return { kind: "absent" };
-      if (!admits(seen, entry)) return refusal(seen, entry);
+      const found = await this.inspect(key);
+      if (found === undefined) return { kind: "absent" };
+      if (!admits(seen, found.entry)) return refusal(seen, found.entry, found);
     }
     throw new StoreError("PostgreSQL: the entry changed each time resolve tried to settle it", true);
   }
@@ -201,6 +267,27 @@ export class PostgresBackend implements Backend {
     const { rows } = await this.query(this.sql.get, [key], "read an entry");
     const row = rows[0] as unknown as EntryRow | undefined;
     return row === undefined ? undefined : entryOf(key, row);
+  }
+
+  async inspect(key: string): Promise<Inspected | undefined> {
+    const { rows } = await this.query(this.sql.inspect, [key], "read an entry");
+    const row = rows[0] as unknown as WholeRow | undefined;
+    return row === undefined ? undefined : inspectedOf(row);
+  }
+
+  async list(query: ListQuery): Promise<Page> {
+    const values = [query.cursor ?? "", query.state ?? null, query.limit + 1, query.scope ?? null, query.tool ?? null];
+    const { rows } = await this.query(this.sql.list, values, "list entries");
+    const entries = (rows as unknown as WholeRow[]).slice(0, query.limit).map(inspectedOf);
+    return { entries, next: rows.length > query.limit ? entries[entries.length - 1]?.key : undefined };
+  }
+
+  async remove(key: string, seen: SeenSettled): Promise<Removed> {
+    // One statement fenced on the settled entry seen; when it matches nothing, a read says why.
+    const values = [key, seen.state, seen.attempts, seen.startedAt, seen.settledAt ?? null];
+    if (((await this.query(this.sql.removeSettled, values, "remove an entry")).rowCount ?? 0) > 0) return { kind: "applied" };
+    const found = await this.inspect(key);
+    return found === undefined ? { kind: "absent" } : { kind: "changed", found };
   }
 
   async close(): Promise<void> {

@@ -5,7 +5,7 @@
 
 import { CorruptEntry, StoreError } from "../errors.js";
 import { readJson } from "../outcome.js";
-import { type Entry, decodeError, isFingerprint } from "../store.js";
+import { type Entry, type Inspected, decodeError, isFingerprint } from "../store.js";
 
 /** What one JSON value says, as far as a reader needs it. Every member but `status` is optional. */
 export interface Wire {
@@ -19,6 +19,12 @@ export interface Wire {
   attempts?: unknown;
   startedAt?: unknown;
   firstStartedAt?: unknown;
+  settledAt?: unknown;
+  completedAt?: unknown;
+  failedAt?: unknown;
+  scope?: unknown;
+  tool?: unknown;
+  detail?: unknown;
 }
 
 function corrupt(key: string, why: string): CorruptEntry {
@@ -90,4 +96,49 @@ export function decodeReply(key: string, reply: unknown): Entry {
     throw new StoreError(`unexpected reply from the script: ${JSON.stringify(reply)}`, false);
   }
   return decode(key, reply[0], Number(reply[1]), reply.length === 3 ? Number(reply[2]) : undefined);
+}
+
+/** A time member as whole ms, as remove.lua reads it: undefined when not a number, 0 when not positive and finite. */
+function ms(v: unknown): number | undefined {
+  if (typeof v !== "number") return undefined;
+  return v > 0 && Number.isFinite(v) ? Math.floor(v) : 0;
+}
+
+/**
+ * The entry of `{value, PTTL, now?}` whole, for an operator: its times as remove.lua compares
+ * them (whole ms), the lease end or final expiry as the key's PTTL added to this machine's
+ * clock (as the core reports it).
+ */
+export function inspectReply(key: string, reply: unknown): Inspected {
+  const entry = decodeReply(key, reply);
+  const [raw, pttlText, nowText] = reply as [string, unknown, unknown];
+  const wire = parseWire(key, raw);
+  const pttl = Number(pttlText);
+  const local = Date.now();
+  const keyExpiry = pttl >= 0 ? local + pttl : undefined;
+  let expiresAt = keyExpiry;
+  if (wire.status === "running") {
+    if (typeof wire.retention === "number") expiresAt = local + (pttl < 0 ? 0 : pttl - wire.retention);
+    else if (typeof wire.leaseUntil === "number" && nowText !== undefined) expiresAt = local + (wire.leaseUntil - Number(nowText));
+  }
+  const settledAt = ms(wire.settledAt) ?? ms(wire.completedAt) ?? ms(wire.failedAt);
+  const startedAt = ms(wire.startedAt) ?? settledAt ?? 0;
+  const n = wire.attempts;
+  const attempts = typeof n === "number" && n >= 0 && Number.isFinite(n) ? Math.floor(Math.min(n, 4294967295)) : 0;
+  const about: Inspected["about"] = {};
+  for (const name of ["scope", "tool", "detail"] as const) {
+    const value = wire[name];
+    if (typeof value === "string") about[name] = value;
+  }
+  return {
+    key,
+    entry,
+    about,
+    attempts,
+    startedAt,
+    firstStartedAt: ms(wire.firstStartedAt),
+    settledAt,
+    expiresAt,
+    mark: { startedAt: String(startedAt), settledAt: settledAt === undefined ? undefined : String(settledAt) },
+  };
 }

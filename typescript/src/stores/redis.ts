@@ -11,8 +11,25 @@ import { createHash } from "node:crypto";
 import { LUA } from "../artifacts.generated.js";
 import { hexDigest } from "../digest.js";
 import { StoreError } from "../errors.js";
-import { type Backend, type Claim, type ClaimRequest, type Entry, MAX_MS, type Resolution, type Resolved, type Seen, clampMs, refusal } from "../store.js";
-import { decodeReply, entryOf, parseWire } from "./redis-entry.js";
+import {
+  type Backend,
+  type Claim,
+  type ClaimRequest,
+  type Entry,
+  type Inspected,
+  type ListQuery,
+  MAX_MS,
+  type Page,
+  type Removed,
+  type Resolution,
+  type Resolved,
+  type Seen,
+  type SeenSettled,
+  clampMs,
+  refusal,
+} from "../store.js";
+import { decodeReply, entryOf, inspectReply, parseWire } from "./redis-entry.js";
+import { listPage } from "./redis-list.js";
 import { warnIfNothingOnDisk } from "./redis-checks.js";
 import { type RedisLink, storeError } from "./redis-link.js";
 import { type Held, HeldValues, type Native, held, isErrRefusal, nativeReply, probeSetIfeq, settled } from "./redis-native.js";
@@ -33,7 +50,7 @@ function missing(part: string): never {
   throw new Error(`the Redis script ${part}.lua is missing from this package (run npm run build)`);
 }
 
-let scripts: Record<"claim" | "read" | "renew" | "complete" | "fail" | "resolve", Script> | undefined;
+let scripts: Record<"claim" | "read" | "renew" | "complete" | "fail" | "resolve" | "remove", Script> | undefined;
 
 function theScripts() {
   scripts ??= {
@@ -43,6 +60,7 @@ function theScripts() {
     complete: script("complete", "now", "owned"),
     fail: script("fail", "now", "owned"),
     resolve: script("resolve", "now", "entry"),
+    remove: script("remove", "now", "entry"),
   };
   return scripts;
 }
@@ -291,11 +309,37 @@ export class RedisBackend implements Backend {
     // The attempt seen, as resolve.lua compares it: the owner after a '=' ('' for none), the
     // attempts, and '0': never while the lease is live.
     const owner = seen.owner === undefined ? "" : "=" + seen.owner;
-    const reply = await this.evalScript(theScripts().resolve, key, [String(clampMs(retentionMs)), head, at, owner, String(seen.attempts), "0"]);
+    const forced = seen.evenIfLive === true ? "1" : "0";
+    const reply = await this.evalScript(theScripts().resolve, key, [String(clampMs(retentionMs)), head, at, owner, String(seen.attempts), forced]);
     if (reply === 1) return { kind: "applied" };
     if (reply === 0) return { kind: "absent" };
     // Refused: the entry the script found, judged again to say why.
-    return refusal(seen, decodeReply(key, reply));
+    const found = inspectReply(key, reply);
+    return refusal(seen, found.entry, found);
+  }
+
+  async inspect(key: string): Promise<Inspected | undefined> {
+    const reply = await this.evalScript(theScripts().read, key, []);
+    return reply === null || reply === undefined ? undefined : inspectReply(key, reply);
+  }
+
+  async list(query: ListQuery): Promise<Page> {
+    let masters;
+    try {
+      masters = await this.link.masters();
+    } catch (e) {
+      throw storeError(e);
+    }
+    const nodes = masters.map((m) => ({ name: m.name, send: (args: string[]) => m.send(args).then(undefined, rejectAsStoreError) }));
+    return listPage(nodes, this.prefix, query, (key) => this.inspect(key));
+  }
+
+  async remove(key: string, seen: SeenSettled): Promise<Removed> {
+    // remove.lua compares the settled entry seen and deletes it in one script (the core's).
+    const reply = await this.evalScript(theScripts().remove, key, [seen.state, String(seen.attempts), seen.settledAt ?? "", seen.startedAt]);
+    if (reply === 1) return { kind: "applied" };
+    if (reply === 0) return { kind: "absent" };
+    return { kind: "changed", found: inspectReply(key, reply) };
   }
 
   async get(key: string): Promise<Entry | undefined> {

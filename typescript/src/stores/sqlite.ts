@@ -11,7 +11,23 @@
 import type { DatabaseSync, StatementSync } from "node:sqlite";
 import { ConfigError, CorruptEntry, StoreError } from "../errors.js";
 import { readJson } from "../outcome.js";
-import { type Backend, type Claim, type ClaimRequest, type Entry, type Resolution, type Resolved, type Seen, admits, decodeError, refusal } from "../store.js";
+import {
+  type Backend,
+  type Claim,
+  type ClaimRequest,
+  type Entry,
+  type Inspected,
+  type ListQuery,
+  type Page,
+  type Removed,
+  type Resolution,
+  type Resolved,
+  type Seen,
+  type SeenSettled,
+  admits,
+  decodeError,
+  refusal,
+} from "../store.js";
 import { migrate } from "./sqlite-schema.js";
 
 const COLUMNS = "key, state, owner, fingerprint, started_at, lease_until, kept_until, settled_at, payload, scope, tool, detail, first_started_at, attempts";
@@ -45,6 +61,12 @@ const SQL = {
     "UPDATE toolonce_entries SET state = ?2, owner = NULL, lease_until = NULL, payload = ?3, settled_at = ?4, kept_until = ?5 " +
     "WHERE key = ?1 AND state = 'running' AND kept_until > ?4 AND owner IS ?6 AND attempts = ?7",
   resolveRelease: "DELETE FROM toolonce_entries WHERE key = ?1 AND state = 'running' AND kept_until > ?2 AND owner IS ?3 AND attempts = ?4",
+  removeSettled:
+    "DELETE FROM toolonce_entries WHERE key = ?1 AND kept_until > ?2 AND state = ?3 AND attempts = ?4 AND started_at = ?5 AND settled_at IS ?6",
+  list:
+    `SELECT ${COLUMNS} FROM toolonce_entries WHERE key > ?1 AND kept_until > ?2 ` +
+    "AND (?3 IS NULL OR ?3 = CASE WHEN state = 'running' AND lease_until <= ?2 THEN 'unknown' ELSE state END) " +
+    "AND (?5 IS NULL OR scope = ?5) AND (?6 IS NULL OR tool = ?6) ORDER BY key LIMIT ?4",
 } as const;
 
 interface Row {
@@ -56,7 +78,32 @@ interface Row {
   payload: string | null;
   attempts: number;
   started_at: number | null;
+  kept_until: number;
+  settled_at: number | null;
+  scope: string | null;
+  tool: string | null;
+  detail: string | null;
   first_started_at: number | null;
+}
+
+/** The row whole, for an operator (the times are the row's own: this machine's clock). */
+function inspectedOf(row: Row, entry: Entry): Inspected {
+  const about: Inspected["about"] = {};
+  if (row.scope !== null) about.scope = row.scope;
+  if (row.tool !== null) about.tool = row.tool;
+  if (row.detail !== null) about.detail = row.detail;
+  const settledAt = row.settled_at === null ? undefined : Number(row.settled_at);
+  return {
+    key: row.key,
+    entry,
+    about,
+    attempts: Number(row.attempts),
+    startedAt: Number(row.started_at),
+    firstStartedAt: row.first_started_at === null ? undefined : Number(row.first_started_at),
+    settledAt,
+    expiresAt: Number(row.state === "running" ? (row.lease_until ?? row.kept_until) : row.kept_until),
+    mark: { startedAt: String(row.started_at), settledAt: settledAt === undefined ? undefined : String(settledAt) },
+  };
 }
 
 const MAX_I64_MS = 9223372036854775807;
@@ -244,7 +291,7 @@ export class SqliteBackend implements Backend {
       const row = this.live(key, now);
       if (row === undefined) return { kind: "absent" } as Resolved;
       const entry = this.entryOf(row, now);
-      if (!admits(seen, entry)) return refusal(seen, entry);
+      if (!admits(seen, entry)) return refusal(seen, entry, inspectedOf(row, entry));
       const owner = seen.owner ?? null;
       const changed =
         resolution === "release"
@@ -267,6 +314,44 @@ export class SqliteBackend implements Backend {
     } catch (e) {
       throw this.error("read an entry", e);
     }
+  }
+
+  async inspect(key: string): Promise<Inspected | undefined> {
+    if (this.closed) throw new StoreError("the store is closed", false);
+    const now = Date.now();
+    try {
+      const row = this.live(key, now);
+      return row === undefined ? undefined : inspectedOf(row, this.entryOf(row, now));
+    } catch (e) {
+      throw this.error("read an entry", e);
+    }
+  }
+
+  async list(query: ListQuery): Promise<Page> {
+    if (this.closed) throw new StoreError("the store is closed", false);
+    const now = Date.now();
+    let rows: Row[];
+    try {
+      // One more than asked: whether there is a next page.
+      rows = this.statement(SQL.list).all(query.cursor ?? "", now, query.state ?? null, query.limit + 1, query.scope ?? null, query.tool ?? null) as unknown as Row[];
+    } catch (e) {
+      throw this.error("list entries", e);
+    }
+    const more = rows.length > query.limit;
+    const entries = rows.slice(0, query.limit).map((row) => inspectedOf(row, this.entryOf(row, now)));
+    return { entries, next: more ? entries[entries.length - 1]?.key : undefined };
+  }
+
+  async remove(key: string, seen: SeenSettled): Promise<Removed> {
+    // The delete matches only the settled row seen; when it matches nothing, the row read under
+    // the same lock says why (as the core does).
+    return this.write("remove an entry", (now) => {
+      const settled = seen.settledAt === undefined ? null : Number(seen.settledAt);
+      const deleted = this.statement(SQL.removeSettled).run(key, now, seen.state, seen.attempts, Number(seen.startedAt), settled).changes;
+      if (Number(deleted) === 1) return { kind: "applied" } as Removed;
+      const row = this.live(key, now);
+      return (row === undefined ? { kind: "absent" } : { kind: "changed", found: inspectedOf(row, this.entryOf(row, now)) }) as Removed;
+    });
   }
 
   async close(): Promise<void> {
