@@ -348,6 +348,14 @@ proptest! {
     #[test]
     fn canonicalizing_canonical_text_changes_nothing(doc in any_document()) {
         let once = canonicalize(&doc).unwrap();
+        // A double from 2^64 up to 10^21 is written in digits alone (ECMAScript's form), which
+        // as text is an integer literal beyond 64 bits: refused, since texts of other integers
+        // would read as that double too.
+        if let Some(integer) = canonical::first_inexact_integer(once.as_bytes()) {
+            let refused = parse_args(&once, &Limits::default());
+            prop_assert!(matches!(refused, Err(Error::InvalidArguments(ref why)) if why.contains(integer)));
+            return Ok(());
+        }
         let reparsed = parse_args(&once, &Limits::default()).unwrap();
         let twice = canonicalize(&reparsed).unwrap();
         prop_assert_eq!(&once, &twice);
