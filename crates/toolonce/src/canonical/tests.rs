@@ -79,8 +79,15 @@ fn integers_keep_their_exact_digits() {
 }
 
 #[test]
-fn integers_beyond_64_bits_become_doubles_and_too_large_numbers_are_refused() {
+fn integers_beyond_64_bits_are_refused_as_text_and_too_large_numbers_too() {
+    // serde_json reads the integer as the nearest double, which 18446744073709551615 + 2 reads
+    // as too: as argument text it is refused, never keyed as that double.
     assert_eq!(canon("18446744073709551616"), "18446744073709552000");
+    let err = parse_args("{\"a\":18446744073709551616}", &Limits::default()).unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidArguments(m) if m.contains("18446744073709551616 does not fit in 64 bits")),
+        "{err}"
+    );
     let err = parse_args("{\"a\":1e400}", &Limits::default()).unwrap_err();
     assert!(
         matches!(&err, Error::InvalidArguments(m) if m.contains("line 1 column")),
