@@ -182,7 +182,9 @@ export async function openRedisUrl(url: string): Promise<RedisBackend> {
   }
   const link = ioredis !== undefined ? await ioredisLink(ioredis, t) : await nodeRedisLink(redis, t);
   try {
-    return await RedisBackend.open(link, { url: redactUrl(url), prefix: t.prefix, allowEviction: t.allowEviction, nativeClaim: t.nativeClaim });
+    const backend = await RedisBackend.open(link, { url: redactUrl(url), prefix: t.prefix, allowEviction: t.allowEviction, nativeClaim: t.nativeClaim });
+    backend.renewal = { kind: "redis", url };
+    return backend;
   } catch (e) {
     await link.close();
     throw e;

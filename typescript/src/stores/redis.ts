@@ -11,7 +11,7 @@ import { createHash } from "node:crypto";
 import { LUA } from "../artifacts.generated.js";
 import { hexDigest } from "../digest.js";
 import { StoreError } from "../errors.js";
-import { type Backend, type Claim, type ClaimRequest, type Entry, MAX_MS, type Resolution, type Resolved, type Seen, clampMs, refusal } from "../store.js";
+import { type Backend, type RenewalSpec, type Claim, type ClaimRequest, type Entry, MAX_MS, type Resolution, type Resolved, type Seen, clampMs, refusal } from "../store.js";
 import { decodeReply, entryOf, parseWire } from "./redis-entry.js";
 import { type RedisLink, storeError } from "./redis-link.js";
 import { type Held, HeldValues, type Native, held, isErrRefusal, nativeReply, probeSetIfeq, settled } from "./redis-native.js";
@@ -75,6 +75,7 @@ function rejectAsStoreError(e: unknown): never {
 /** A store on Redis or Redis Cluster, through `link`. */
 export class RedisBackend implements Backend {
   readonly url: string;
+  renewal: RenewalSpec | undefined;
   private readonly prefix: string;
   private native = false;
   /** Whether the owner's settles and renewals start with `SET … IFEQ` (every master took it). */

@@ -11,7 +11,7 @@
 import type { DatabaseSync, StatementSync } from "node:sqlite";
 import { ConfigError, CorruptEntry, StoreError } from "../errors.js";
 import { readJson } from "../outcome.js";
-import { type Backend, type Claim, type ClaimRequest, type Entry, type Resolution, type Resolved, type Seen, admits, decodeError, refusal } from "../store.js";
+import { type Backend, type RenewalSpec, type Claim, type ClaimRequest, type Entry, type Resolution, type Resolved, type Seen, admits, decodeError, refusal } from "../store.js";
 import { migrate } from "./sqlite-schema.js";
 
 const COLUMNS = "key, state, owner, fingerprint, started_at, lease_until, kept_until, settled_at, payload, scope, tool, detail, first_started_at, attempts";
@@ -74,6 +74,8 @@ const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 export class SqliteBackend implements Backend {
   readonly url: string;
+  /** A file's: the worker opens the same file. `:memory:` is this connection's alone: none. */
+  readonly renewal: RenewalSpec | undefined;
   private readonly statements = new Map<string, StatementSync>();
   private closed = false;
 
@@ -82,6 +84,7 @@ export class SqliteBackend implements Backend {
     private readonly path: string,
   ) {
     this.url = `sqlite://${path}`;
+    this.renewal = path === ":memory:" ? undefined : { kind: "sqlite", path };
   }
 
   static open(path: string): SqliteBackend {
