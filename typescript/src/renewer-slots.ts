@@ -56,8 +56,8 @@ export class Page {
     this.times[i * 2] = startedMs;
     this.times[i * 2 + 1] = leaseMs;
     const at = i * TEXT_BYTES;
-    put(this.text.subarray(at, at + KEY_BYTES), key);
-    put(this.text.subarray(at + KEY_BYTES, at + KEY_BYTES + OWNER_BYTES), owner);
+    ascii(this.text, at, KEY_BYTES, key);
+    ascii(this.text, at + KEY_BYTES, OWNER_BYTES, owner);
     put(this.text.subarray(at + KEY_BYTES + OWNER_BYTES, at + TEXT_BYTES), tool);
   }
 
@@ -81,6 +81,13 @@ const decoder = new TextDecoder();
 function put(field: Uint8Array, text: string): void {
   const { written } = encoder.encodeInto(text, field);
   if (written < field.length) field.fill(0, written);
+}
+
+/** `text` (a key or an owner token: ASCII) at `at`, NUL-padded to `size`: no view made, on every call. */
+function ascii(bytes: Uint8Array, at: number, size: number, text: string): void {
+  const n = Math.min(text.length, size);
+  for (let i = 0; i < n; i++) bytes[at + i] = text.charCodeAt(i);
+  for (let i = n; i < size; i++) bytes[at + i] = 0;
 }
 
 function get(field: Uint8Array): string {

@@ -3,7 +3,8 @@
 // handler that blocks its event loop (execSync, a CPU loop) does not stop its heartbeat. The
 // calls are slots in shared memory (renewer-slots.ts), written by the caller's thread; this
 // thread looks at them on a timer while any may be running (a twelfth of the shortest lease
-// seen, at most 100 ms) and sleeps, timer stopped, when none is, until the caller wakes it.
+// seen, at most 100 ms) and sleeps, timer stopped, once none has run for a second, until the
+// caller wakes it.
 // A beat that starts more than a third of the lease after it was due is reported (the worker
 // was held up, or the store was slow); a renewal that finds the entry no longer ours frees the
 // slot and is reported, as the in-thread heartbeat does. If this thread dies, nothing renews:
@@ -58,6 +59,9 @@ const known = new Map<number, Known>();
 let store: Backend | undefined;
 let timer: NodeJS.Timeout | undefined;
 let closing = false;
+/** Since when no call has been running; asleep after IDLE_MS of it. */
+let idleSince: number | undefined;
+const IDLE_MS = 1000;
 
 function report(r: Report): void {
   port?.postMessage(r);
@@ -84,12 +88,16 @@ function scan(): void {
   if (closing || store === undefined) return;
   const now = Date.now();
   let running = look(now);
-  if (running === 0) {
+  if (running > 0) idleSince = undefined;
+  // Awake for a while after the last call: calls that come and go faster than a tick would
+  // otherwise wake this thread, with a message, one by one.
+  else if (now - (idleSince ??= now) >= IDLE_MS) {
     // Asleep, then one more look: a call registered meanwhile either is seen here or finds the
     // flag set and wakes this thread.
     Atomics.store(header, H_FLAG, SLEEPING);
     running = look(now);
     if (running === 0) return;
+    idleSince = undefined;
     Atomics.store(header, H_FLAG, AWAKE);
   }
   timer = setTimeout(scan, tickMs());
