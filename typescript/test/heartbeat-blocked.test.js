@@ -20,8 +20,8 @@ const BLOCK_MS = 3 * LEASE_MS;
 const BLOCK_LOOP = path.join(__dirname, "fixtures", "block-loop.js");
 
 /** Starts block-loop.js; resolves once its handler runs, with `exited`: the child's exit (and its stdout). */
-async function startBlocked(url, runId, countFile) {
-  const child = spawn(process.execPath, [BLOCK_LOOP, url, runId, String(LEASE_MS), String(BLOCK_MS), countFile], { stdio: ["ignore", "pipe", "inherit"] });
+async function startBlocked(url, runId, countFile, runtime = process.execPath) {
+  const child = spawn(runtime, [BLOCK_LOOP, url, runId, String(LEASE_MS), String(BLOCK_MS), countFile], { stdio: ["ignore", "pipe", "inherit"] });
   let stdout = "";
   child.stdout.setEncoding("utf8");
   const exited = new Promise((resolve) => child.once("exit", (code) => resolve({ code, stdout })));
@@ -37,24 +37,42 @@ async function startBlocked(url, runId, countFile) {
 
 const runsIn = (countFile) => fs.readFileSync(countFile, "utf8").split("\n").filter((l) => l !== "").length;
 
+/** The blocked caller under `runtime`, a "rerun" caller here: the tool must run once. */
+async function blockedAndRerun(name, url, runtime) {
+  const countFile = path.join(tempDir(), `blocked-${name.replace(/\W/g, "-")}-${process.pid}-${Date.now()}.txt`);
+  const runId = uniqueRunId("blocked");
+  const { exited } = await startBlocked(url, runId, countFile, runtime);
+  const store = await openStore(url);
+  try {
+    const tool = idempotent(blockingTool(countFile, 0), store, { lease: LEASE_MS, onExpired: "rerun", inFlight: { wait: BLOCK_MS + 5000 } });
+    const answer = await tool.runDetailed({ order: 1 }, { runId });
+    assert.equal(answer.outcome, "replayed", `the second caller ${answer.outcome}: ${answer.error?.message ?? ""}`);
+    const { code, stdout } = await exited;
+    assert.equal(code, 0);
+    assert.match(stdout, /^executed$/m);
+    assert.equal(runsIn(countFile), 1, "the tool ran in both processes");
+  } finally {
+    await store.close();
+  }
+}
+
 const { memory: _, ...shared } = storeUrls();
 for (const [name, url] of Object.entries(shared)) {
-  test(`on ${name}, a handler that blocks its loop for 3× its lease keeps its claim: a "rerun" caller in another process waits and replays, and the tool runs once`, async () => {
-    const countFile = path.join(tempDir(), `blocked-${name.replace(/\W/g, "-")}-${process.pid}.txt`);
-    const runId = uniqueRunId("blocked");
-    const { exited } = await startBlocked(url, runId, countFile);
-    const store = await openStore(url);
-    try {
-      const tool = idempotent(blockingTool(countFile, 0), store, { lease: LEASE_MS, onExpired: "rerun", inFlight: { wait: BLOCK_MS + 5000 } });
-      const answer = await tool.runDetailed({ order: 1 }, { runId });
-      assert.equal(answer.outcome, "replayed", `the second caller ${answer.outcome}: ${answer.error?.message ?? ""}`);
-      const { code, stdout } = await exited;
-      assert.equal(code, 0);
-      assert.match(stdout, /^executed$/m);
-      assert.equal(runsIn(countFile), 1, "the tool ran in both processes");
-    } finally {
-      await store.close();
-    }
+  test(`on ${name}, a handler that blocks its loop for 3× its lease keeps its claim: a "rerun" caller in another process waits and replays, and the tool runs once`, () =>
+    blockedAndRerun(name, url));
+}
+
+// The renewal worker (worker_threads, SharedArrayBuffer, Atomics) under the other runtimes the package supports.
+const BUN = process.env.TOOLONCE_BUN;
+for (const name of ["sqlite", "redis", "postgres"]) {
+  test(`under Bun, on ${name}, a handler that blocks its loop for 3× its lease keeps its claim and the tool runs once`, { skip: BUN ? false : "no Bun: set TOOLONCE_BUN or run scripts/install-bun" }, () =>
+    blockedAndRerun(`bun-${name}`, storeUrls()[name], BUN));
+}
+for (const name of ["redis", "postgres"]) {
+  test(`under Node 20, on ${name}, a handler that blocks its loop for 3× its lease keeps its claim and the tool runs once`, () => {
+    const node20 = process.env.TOOLONCE_NODE20;
+    if (!node20 || !fs.existsSync(node20)) throw new Error(`no Node 20 at ${node20 ?? "(TOOLONCE_NODE20 unset)"}: run scripts/install-node20`);
+    return blockedAndRerun(`node20-${name}`, storeUrls()[name], node20);
   });
 }
 
