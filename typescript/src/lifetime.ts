@@ -60,8 +60,15 @@ export class Lifetime {
   /** Starts the heartbeat of a call whose claim was taken at `startedMs`. */
   beat(tool: string, key: string, owner: string, leaseMs: number, startedMs: number): Beat {
     const spec = this.backend.renewal;
-    if (spec !== undefined) return (this.renewer ??= new Renewer(spec)).start(tool, key, owner, leaseMs, startedMs);
-    return (this.local ??= new LocalBeats()).start(this.backend, tool, key, owner, leaseMs);
+    const local = () => (this.local ??= new LocalBeats()).start(this.backend, tool, key, owner, leaseMs);
+    if (spec === undefined) return local();
+    const renewer = (this.renewer ??= new Renewer(spec));
+    const ready = renewer.ready;
+    const beat = renewer.start(tool, key, owner, leaseMs, startedMs);
+    if (ready) return beat;
+    // The worker is starting (or down): the caller's thread beats too, as it did without one.
+    const inThread = local();
+    return { stop: () => both(beat.stop(), inThread.stop()) };
   }
 
   /** Renewals of in-thread heartbeats held up by a blocked loop, to await before a claim; almost always undefined. */
@@ -96,6 +103,12 @@ export class Lifetime {
     }
     return { abandoned };
   }
+}
+
+function both(a: Promise<void> | undefined, b: Promise<void> | undefined): Promise<void> | undefined {
+  if (a === undefined) return b;
+  if (b === undefined) return a;
+  return Promise.all([a, b]).then(() => undefined);
 }
 
 function drainMs(options: CloseOptions): number {

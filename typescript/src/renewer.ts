@@ -5,9 +5,11 @@
 // only when the worker is renewing that very call at that moment does the stop wait for the
 // worker's word, so no renewal races the complete or fail that follows.
 //
-// A worker that dies (or cannot open its connection) is reported; nothing renews until the
-// next call starts another (at most one a second), so the leases of the calls running run out
-// and their entries turn unknown, never stuck running.
+// Until the worker is up and connected, calls also beat in their own thread (heartbeat.ts), as
+// before there was a worker: a short lease is not left unrenewed while the worker starts. A
+// worker that dies (or cannot open its connection) is reported; nothing renews the calls it
+// had until the next call starts another (at most one a second), so their leases run out and
+// their entries turn unknown, never stuck running.
 
 import { Worker } from "node:worker_threads";
 import * as path from "node:path";
@@ -52,6 +54,8 @@ export class Renewer {
   /** Stops waiting for the worker's word, by slot. */
   private readonly waiting = new Map<number, () => void>();
   private closed = false;
+  /** Whether a worker is up, connected and renewing (until then, calls also beat in their own thread). */
+  ready = false;
 
   constructor(private readonly spec: RenewalSpec) {
     Atomics.store(this.header, H_MIN_LEASE, INT32_MAX);
@@ -132,27 +136,37 @@ export class Renewer {
 
   private spawn(): void {
     if (this.closed || Date.now() - this.failedAt < RESTART_AFTER_MS) return;
-    const worker = new Worker(path.join(__dirname, "renewer-worker.js"), {
-      workerData: { spec: this.spec, header: this.header.buffer, pages: this.pages.map((p) => p.buffer) },
-    });
-    worker.unref();
+    let worker: Worker;
+    try {
+      worker = new Worker(path.join(__dirname, "renewer-worker.js"), {
+        workerData: { spec: this.spec, header: this.header.buffer, pages: this.pages.map((p) => p.buffer) },
+      });
+    } catch (e) {
+      this.failedAt = Date.now();
+      warn(`cannot start the lease renewal worker (${(e as Error).message}); leases are renewed in the caller's thread meanwhile`);
+      return;
+    }
     worker.on("message", (r: Report) => this.heard(r));
     worker.on("error", (e) => warn(`the lease renewal worker of this store failed (${e.message}); the leases of the calls running run out`));
     worker.on("exit", () => this.exited(worker));
+    // After the listeners: adding a "message" listener refs the worker's port again.
+    worker.unref();
     this.worker = worker;
   }
 
   private heard(r: Report): void {
-    if (r.kind === "warn") warn(r.message);
+    if (r.kind === "ready") this.ready = true;
+    else if (r.kind === "warn") warn(r.message);
     else if (r.kind === "failed") {
       this.failedAt = Date.now();
-      warn(`the lease renewal worker cannot reach the store (${r.message}): the calls running are not renewed, and their leases run out`);
+      warn(`the lease renewal worker cannot reach the store (${r.message}): the calls running are not renewed, and their leases run out; calls started until a worker is up are renewed in their own thread`);
     } else if (r.kind === "stopped") this.waiting.get(r.slot)?.();
   }
 
   private exited(worker: Worker): void {
     if (this.worker !== worker) return;
     this.worker = undefined;
+    this.ready = false;
     if (!this.closed) {
       this.failedAt = Math.max(this.failedAt, Date.now());
       Atomics.store(this.header, H_FLAG, SLEEPING);
