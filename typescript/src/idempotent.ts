@@ -17,7 +17,7 @@ import {
 import { derive } from "./key.js";
 import { type Answer, type Verified, runWrite } from "./layer.js";
 import { type IdempotentOptions, type RunContext, type WriteContext, normalize } from "./options.js";
-import { Store, backendOf } from "./open.js";
+import { Store, backendOf, lifetimeOf } from "./open.js";
 
 /** Anything with `parse`, such as a zod schema. It runs before anything is claimed. */
 export interface Schema<Args> {
@@ -121,6 +121,7 @@ export function idempotent(tool: WriteTool | ReadTool, store: Store, options: Id
   }
   if (!(store instanceof Store)) throw new TypeError("idempotent(tool, store): store must come from openStore()");
   const backend = backendOf(store);
+  const lifetime = lifetimeOf(backend);
   const { effective, verify, keyFields } = normalize({ ...store.defaults, ...options }, `idempotent(${name})`);
 
   /** The layer's answer, or the refusal of arguments that cannot be keyed. */
@@ -155,6 +156,7 @@ export function idempotent(tool: WriteTool | ReadTool, store: Store, options: Id
     // `return await`: an async function returning a promise unawaited takes two more turns.
     return await runWrite({
       store: backend,
+      lifetime,
       tool: name,
       derived,
       about: { scope: runId, tool: name },

@@ -8,6 +8,7 @@ export { idempotent } from "./idempotent.js";
 export type { Schema, WriteTool, ReadTool, Detailed, IdempotentTool } from "./idempotent.js";
 export type { IdempotentOptions, StoreOptions, RunContext, WriteContext } from "./options.js";
 export type { Verified } from "./layer.js";
+export type { CloseOptions, CloseReport } from "./lifetime.js";
 export {
   ToolonceError,
   OperationInFlight,

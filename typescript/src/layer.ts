@@ -7,10 +7,10 @@
 // and never when the claim took over an earlier attempt (release.ts gives that one back).
 
 import { CorruptEntry, StoreError, messageOf, type Outcome } from "./errors.js";
-import { Heartbeat } from "./heartbeat.js";
 import { canonicalize } from "./canonical.js";
 import { ownerToken } from "./digest.js";
 import type { Derived } from "./key.js";
+import type { Lifetime } from "./lifetime.js";
 import { warn } from "./log.js";
 import { errorJson, readJson, unstorable, unstorableResult } from "./outcome.js";
 import { type Written, giveBack, giveUpClaim } from "./release.js";
@@ -31,6 +31,8 @@ export interface Effective {
 /** One write call. `run` and `verify` get whether an earlier attempt may have taken effect. */
 export interface WriteCall {
   store: Backend;
+  /** The store handle's running calls and heartbeats. */
+  lifetime: Lifetime;
   tool: string;
   derived: Derived;
   about: About;
@@ -65,8 +67,18 @@ function isPermanent(e: unknown): boolean {
   return e !== null && typeof e === "object" && (e as { permanent?: unknown }).permanent === true;
 }
 
-/** Runs `call` at most once for its key; never rejects. */
+/** Runs `call` at most once for its key; never rejects. A call started once the store's close() began is refused. */
 export async function runWrite(call: WriteCall): Promise<Answer> {
+  const running = call.lifetime.enter(call.tool, call.derived.key);
+  if (running === undefined) return unavailable(call.tool, call.derived.key, call.lifetime.refusal());
+  try {
+    return await claimAndRun(call);
+  } finally {
+    call.lifetime.leave(running);
+  }
+}
+
+async function claimAndRun(call: WriteCall): Promise<Answer> {
   const { store, tool, options } = call;
   const key = call.derived.key;
   const deadline = options.waitMs === undefined ? undefined : Date.now() + options.waitMs;
@@ -76,6 +88,9 @@ export async function runWrite(call: WriteCall): Promise<Answer> {
   // Made before the claim, so a claim whose reply is lost is still ours to retry or release.
   const owner = ownerToken();
   for (;;) {
+    // In-thread heartbeats a blocked loop held up are renewed first: their leases were late, not lost.
+    const late = call.lifetime.catchUp();
+    if (late !== undefined) await late;
     let claim: Claim;
     try {
       claim = await store.claim({
@@ -155,7 +170,7 @@ export async function runWrite(call: WriteCall): Promise<Answer> {
 async function execute(call: WriteCall, owner: string, claim: Claim, mayHaveRunBefore: boolean): Promise<Answer> {
   const { store, tool, options } = call;
   const key = call.derived.key;
-  const heartbeat = new Heartbeat(store, tool, key, owner, options.leaseMs);
+  const heartbeat = call.lifetime.beat(tool, key, owner, options.leaseMs, Date.now());
   let value: unknown;
   let thrown: { error: unknown } | undefined;
   try {

@@ -17,6 +17,7 @@ import {
   removeEntry,
   resolveEntry,
 } from "./operator.js";
+import { type CloseOptions, type CloseReport, Lifetime } from "./lifetime.js";
 import type { Backend } from "./store.js";
 import { MemoryBackend } from "./stores/memory.js";
 import { openPostgres, postgresFromClient } from "./stores/postgres.js";
@@ -25,6 +26,7 @@ import { openSqlite } from "./stores/sqlite.js";
 import { redactUrl } from "./url.js";
 
 const BACKENDS = new WeakMap<Store, Backend>();
+const LIFETIMES = new WeakMap<Backend, Lifetime>();
 
 /** A store of operations; `defaults` are the options of every tool wrapped on it. */
 export class Store {
@@ -34,6 +36,7 @@ export class Store {
   /** Made by `openStore`. */
   constructor(backend: Backend, defaults: StoreOptions) {
     BACKENDS.set(this, backend);
+    LIFETIMES.set(backend, new Lifetime(backend));
     this.defaults = Object.freeze({ ...defaults });
   }
 
@@ -65,10 +68,23 @@ export class Store {
     return removeEntry(this, key, seen);
   }
 
-  /** Closes the store (and the connections it opened itself); calls made after it reject with `StoreUnavailable`. */
-  async close(): Promise<void> {
-    await backendOf(this).close();
+  /**
+   * Closes the store: refuses calls from now on (`StoreUnavailable`), waits for the calls
+   * already running to finish and record their outcomes, up to `drain` ms (default 10 000),
+   * then ends the lease renewal worker and the connections the store opened itself. Resolves
+   * with the calls it stopped waiting for at the bound (also logged): their outcomes cannot be
+   * recorded, and their entries turn unknown when their leases run out.
+   */
+  async close(options?: CloseOptions): Promise<CloseReport> {
+    return lifetimeOf(backendOf(this)).close(options);
   }
+}
+
+/** The lifetime (running calls, heartbeats, close) of a backend a `Store` wraps. */
+export function lifetimeOf(backend: Backend): Lifetime {
+  const lifetime = LIFETIMES.get(backend);
+  if (lifetime === undefined) throw new TypeError("store must come from openStore()");
+  return lifetime;
 }
 
 /** The backend of a store made by `openStore`. */

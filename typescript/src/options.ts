@@ -23,7 +23,12 @@ export interface WriteContext extends RunContext {
 
 /** Options of a wrapped write tool. Durations are in milliseconds. */
 export interface IdempotentOptions<Args = unknown, Result = unknown> {
-  /** How long a claim lives without a heartbeat (renewed every third of it). Default 60 000, min 30. */
+  /**
+   * How long a claim lives without a heartbeat, renewed every third of it while the handler
+   * runs: from the store's renewal worker (SQLite files, Redis, PostgreSQL opened from a URL),
+   * which a handler blocking the event loop does not stop, else in the caller's thread.
+   * Default 60 000, min 30.
+   */
   lease?: number;
   /** How long a result or a permanent error is kept and replayed. Default 24 h. */
   retention?: number;

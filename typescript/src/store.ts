@@ -163,10 +163,22 @@ export function seenSettledOf(e: Inspected): SeenSettled | undefined {
 /** What a removal did: deleted the entry seen, found none, or found another (returned). */
 export type Removed = { kind: "applied" } | { kind: "absent" } | { kind: "changed"; found: Inspected };
 
+/**
+ * How the renewal worker (renewer-worker.ts) opens a connection of its own to the same store.
+ * The URL is the one the store was opened with, password included: it stays in this process.
+ */
+export type RenewalSpec = { kind: "sqlite"; path: string } | { kind: "redis"; url: string } | { kind: "postgres"; url: string };
+
 /** One store backend. Every method rejects with a `StoreError` when it fails. */
 export interface Backend {
   /** The store's URL without its password. */
   readonly url: string;
+  /**
+   * Set where a worker thread can reach the store on a connection of its own: the leases of
+   * its calls are renewed there, out of reach of the caller's event loop. Unset (the memory
+   * store, SQLite `:memory:`, a client of the program's), they are renewed in the caller's thread.
+   */
+  readonly renewal?: RenewalSpec | undefined;
   claim(req: ClaimRequest): Promise<Claim>;
   /** Extends the lease of our running or unknown entry; false when `owner` no longer holds it. */
   renew(key: string, owner: string, leaseMs: number): Promise<boolean>;

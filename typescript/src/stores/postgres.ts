@@ -8,6 +8,7 @@ import { ConfigError, CorruptEntry, StoreError } from "../errors.js";
 import { readJson } from "../outcome.js";
 import {
   type Backend,
+  type RenewalSpec,
   type Claim,
   type ClaimRequest,
   type Entry,
@@ -174,6 +175,7 @@ interface Pg extends Queryable {
 }
 
 export class PostgresBackend implements Backend {
+  renewal: RenewalSpec | undefined;
   private readonly sql: ReturnType<typeof statements>;
   private closed = false;
 
@@ -297,8 +299,11 @@ export class PostgresBackend implements Backend {
   }
 }
 
-/** Opens `postgres://…` with a pg Pool of 16 connections (`pg` must be installed). */
-export async function openPostgres(url: string): Promise<Backend> {
+/**
+ * Opens `postgres://…` with a pg Pool of `connections` (`pg` must be installed): 16 for the
+ * program's calls, fewer for the renewal worker's.
+ */
+export async function openPostgres(url: string, connections = 16): Promise<Backend> {
   let pg: any;
   try {
     pg = require("pg");
@@ -306,11 +311,13 @@ export async function openPostgres(url: string): Promise<Backend> {
     throw new ConfigError("a postgres:// store needs the pg driver: npm install pg");
   }
   // A query that gets no answer within 5 s fails (the store is unavailable), as a dropped connection does.
-  const pool = new pg.Pool({ connectionString: url, max: 16, connectionTimeoutMillis: 2000, query_timeout: 5000, application_name: "toolonce" });
+  const pool = new pg.Pool({ connectionString: url, max: connections, connectionTimeoutMillis: 2000, query_timeout: 5000, application_name: "toolonce" });
   // A connection that breaks while idle is replaced; the calls that meet the outage fail closed.
   pool.on("error", () => {});
   try {
-    return await PostgresBackend.open(pool, redactUrl(url), true, DEFAULT_TABLE);
+    const backend = await PostgresBackend.open(pool, redactUrl(url), true, DEFAULT_TABLE);
+    backend.renewal = { kind: "postgres", url };
+    return backend;
   } catch (e) {
     await pool.end().catch(() => {});
     throw e;

@@ -194,7 +194,9 @@ export async function openRedisUrl(url: string): Promise<RedisBackend> {
   try {
     // ioredis connects in database 0 when the server refuses the URL's: asked again, it says why.
     if (!t.cluster) await checkDatabase((args) => link.send(args), t.db, display);
-    return await RedisBackend.open(link, { url: display, prefix: t.prefix, allowEviction: t.allowEviction, nativeClaim: t.nativeClaim });
+    const backend = await RedisBackend.open(link, { url: display, prefix: t.prefix, allowEviction: t.allowEviction, nativeClaim: t.nativeClaim });
+    backend.renewal = { kind: "redis", url };
+    return backend;
   } catch (e) {
     await link.close();
     throw e;

@@ -13,6 +13,7 @@ import { hexDigest } from "../digest.js";
 import { StoreError } from "../errors.js";
 import {
   type Backend,
+  type RenewalSpec,
   type Claim,
   type ClaimRequest,
   type Entry,
@@ -94,6 +95,7 @@ function rejectAsStoreError(e: unknown): never {
 /** A store on Redis or Redis Cluster, through `link`. */
 export class RedisBackend implements Backend {
   readonly url: string;
+  renewal: RenewalSpec | undefined;
   private readonly prefix: string;
   private native = false;
   /** Whether the owner's settles and renewals start with `SET … IFEQ` (every master took it). */

@@ -13,6 +13,7 @@ import { ConfigError, CorruptEntry, StoreError } from "../errors.js";
 import { readJson } from "../outcome.js";
 import {
   type Backend,
+  type RenewalSpec,
   type Claim,
   type ClaimRequest,
   type Entry,
@@ -123,6 +124,8 @@ const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 export class SqliteBackend implements Backend {
   readonly url: string;
+  /** A file's: the worker opens the same file. `:memory:` is this connection's alone: none. */
+  readonly renewal: RenewalSpec | undefined;
   private readonly statements = new Map<string, StatementSync>();
   private closed = false;
 
@@ -131,6 +134,7 @@ export class SqliteBackend implements Backend {
     private readonly path: string,
   ) {
     this.url = `sqlite://${path}`;
+    this.renewal = path === ":memory:" ? undefined : { kind: "sqlite", path };
   }
 
   static open(path: string): SqliteBackend {
