@@ -72,7 +72,8 @@ async function open(spec: RenewalSpec): Promise<Backend> {
     case "sqlite":
       return (await import("./stores/sqlite.js")).SqliteBackend.open(spec.path);
     case "redis":
-      return (await import("./stores/redis-url.js")).openRedisUrl(spec.url);
+      // A second connection of a store the program opened: what it warned of is said once.
+      return (await import("./stores/redis-url.js")).openRedisUrl(spec.url, true);
     case "postgres":
       return (await import("./stores/postgres.js")).openPostgres(spec.url, 2);
   }

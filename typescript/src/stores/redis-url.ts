@@ -181,8 +181,8 @@ async function nodeRedisLink(redis: any, t: Target, display: string): Promise<Re
   return linkOf(client, true, { timeoutMs: RESPONSE_TIMEOUT_MS }) as RedisLink;
 }
 
-/** Opens the Redis store of `url`. */
-export async function openRedisUrl(url: string): Promise<RedisBackend> {
+/** Opens the Redis store of `url`; `second` for another connection of one already open (no warnings again). */
+export async function openRedisUrl(url: string, second = false): Promise<RedisBackend> {
   const t = parseRedisUrl(url);
   const ioredis = optional("ioredis");
   const redis = ioredis === undefined ? optional("redis") : undefined;
@@ -194,7 +194,7 @@ export async function openRedisUrl(url: string): Promise<RedisBackend> {
   try {
     // ioredis connects in database 0 when the server refuses the URL's: asked again, it says why.
     if (!t.cluster) await checkDatabase((args) => link.send(args), t.db, display);
-    const backend = await RedisBackend.open(link, { url: display, prefix: t.prefix, allowEviction: t.allowEviction, nativeClaim: t.nativeClaim });
+    const backend = await RedisBackend.open(link, { url: display, prefix: t.prefix, allowEviction: t.allowEviction, nativeClaim: t.nativeClaim, warned: second });
     backend.renewal = { kind: "redis", url };
     return backend;
   } catch (e) {

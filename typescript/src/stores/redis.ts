@@ -73,6 +73,8 @@ export interface RedisSettings {
   allowEviction: boolean;
   /** Whether claims may use `SET … NX GET` where every master has it. */
   nativeClaim: boolean;
+  /** A second connection of a store already opened (the renewal worker's): its warnings were given. */
+  warned?: boolean;
 }
 
 const ABOUT = ["scope", "tool", "detail"] as const;
@@ -143,7 +145,7 @@ export class RedisBackend implements Backend {
           false,
         );
       }
-      await warnIfNothingOnDisk(master, settings.url);
+      if (settings.warned !== true) await warnIfNothingOnDisk(master, settings.url);
       const server = await master.send(["INFO", "server"]).catch((e: unknown) => {
         const error = storeError(e);
         if (error.retryable) throw error;
