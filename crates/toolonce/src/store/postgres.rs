@@ -34,6 +34,8 @@ mod sql;
 mod tls;
 
 pub use constants::{DEFAULT_TABLE, SCHEMA_VERSION};
+#[cfg(test)]
+pub(crate) use pool::describe;
 pub use pool::{PostgresStore, PostgresStoreBuilder, connect_client};
 
 use constants::{ATTEMPTS, VERSION_TABLE};

@@ -352,6 +352,38 @@ fn config_refusal(e: tokio_postgres::Error) -> Error {
     ))
 }
 
+/// The parsed URL in the neutral form of the shared vectors (`tests/data/store_urls.json`):
+/// the refusals of [`driver`], less the TLS connector (which reads `sslrootcert`'s file).
+#[cfg(test)]
+pub(crate) fn describe(url: &str) -> Result<serde_json::Value> {
+    use crate::store::url::percent_decode;
+    let (conninfo, _) = TlsOptions::take(url)?;
+    let pg: tokio_postgres::Config = conninfo.parse().map_err(config_refusal)?;
+    let written = |key: &str| {
+        url.split_once('?').and_then(|(_, query)| {
+            query.split('&').find_map(|pair| {
+                let (k, v) = pair.split_once('=')?;
+                (k == key).then(|| percent_decode(v).unwrap())
+            })
+        })
+    };
+    let host = match pg.get_hosts() {
+        [tokio_postgres::config::Host::Tcp(h)] => h.clone(),
+        other => panic!("{url}: hosts {other:?}"),
+    };
+    Ok(serde_json::json!({
+        "kind": "postgres",
+        "host": host,
+        "port": pg.get_ports().first().copied().unwrap_or(5432),
+        "dbname": pg.get_dbname(),
+        "user": pg.get_user(),
+        "password": pg.get_password().map(|p| String::from_utf8(p.to_vec()).unwrap()),
+        "sslmode": written("sslmode"),
+        "sslrootcert": written("sslrootcert"),
+        "application_name": pg.get_application_name(),
+    }))
+}
+
 /// The driver's settings and TLS connector for a store URL: what every connection of the
 /// store, and every [`connect_client`] connection, is made with.
 pub(super) fn driver(url: &str) -> Result<(tokio_postgres::Config, Option<Connector>)> {

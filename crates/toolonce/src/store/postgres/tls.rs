@@ -89,12 +89,24 @@ impl TlsOptions {
                 None => conninfo.to_owned(),
                 Some((base, query)) => {
                     let mut kept = Vec::new();
+                    let mut seen = Vec::new();
                     for pair in query.split('&').filter(|p| !p.is_empty()) {
                         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-                        let value = percent_decode(value).ok_or_else(|| {
-                            Error::Config(format!("invalid PostgreSQL URL option {key}"))
-                        })?;
-                        if !take(key, value)? {
+                        let bad = || {
+                            Error::Config(
+                                "a PostgreSQL URL option is not valid percent-encoding".to_owned(),
+                            )
+                        };
+                        let key = percent_decode(key).ok_or_else(bad)?;
+                        let value = percent_decode(value).ok_or_else(bad)?;
+                        // The driver would keep the last; one of the two was not meant.
+                        if seen.contains(&key) {
+                            return Err(Error::Config(format!(
+                                "the PostgreSQL URL option `{key}` is given twice: give it once"
+                            )));
+                        }
+                        seen.push(key.clone());
+                        if !take(&key, value)? {
                             kept.push(pair);
                         }
                     }
