@@ -26,6 +26,7 @@ use crate::{Error, Result};
 
 mod constants;
 mod error;
+mod options;
 mod pool;
 mod prepared;
 mod row;
@@ -34,9 +35,9 @@ mod sql;
 mod tls;
 
 pub use constants::{DEFAULT_TABLE, SCHEMA_VERSION};
-#[cfg(test)]
-pub(crate) use pool::describe;
 pub use pool::{PostgresStore, PostgresStoreBuilder, connect_client};
+#[cfg(test)]
+pub(crate) use tls::describe;
 
 use constants::{ATTEMPTS, VERSION_TABLE};
 use error::discard_if_broken;

@@ -381,6 +381,38 @@ pub(super) fn is_tls_refusal(e: &deadpool_postgres::tokio_postgres::Error) -> bo
     e.to_string() == "error performing TLS handshake"
 }
 
+/// The parsed URL in the neutral form of the shared vectors (`tests/data/store_urls.json`):
+/// the refusals of [`driver`], less the TLS connector (which reads `sslrootcert`'s file).
+#[cfg(test)]
+pub(crate) fn describe(url: &str) -> Result<serde_json::Value> {
+    let (conninfo, _) = TlsOptions::take(url)?;
+    let pg: deadpool_postgres::tokio_postgres::Config =
+        conninfo.parse().map_err(super::options::config_refusal)?;
+    let written = |key: &str| {
+        url.split_once('?').and_then(|(_, query)| {
+            query.split('&').find_map(|pair| {
+                let (k, v) = pair.split_once('=')?;
+                (k == key).then(|| percent_decode(v).unwrap())
+            })
+        })
+    };
+    let host = match pg.get_hosts() {
+        [deadpool_postgres::tokio_postgres::config::Host::Tcp(h)] => h.clone(),
+        other => panic!("{url}: hosts {other:?}"),
+    };
+    Ok(serde_json::json!({
+        "kind": "postgres",
+        "host": host,
+        "port": pg.get_ports().first().copied().unwrap_or(5432),
+        "dbname": pg.get_dbname(),
+        "user": pg.get_user(),
+        "password": pg.get_password().map(|p| String::from_utf8(p.to_vec()).unwrap()),
+        "sslmode": written("sslmode"),
+        "sslrootcert": written("sslrootcert"),
+        "application_name": pg.get_application_name(),
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
