@@ -121,27 +121,47 @@ async function backendFor(target: string | object): Promise<Backend> {
     if (target === null || typeof target !== "object") throw new TypeError("openStore(url): url must be a string or a client");
     return clientBackend(target);
   }
-  const scheme = /^([a-z][a-z0-9+.-]*):/i.exec(target)?.[1]?.toLowerCase();
-  switch (scheme) {
+  const named = nameStore(target);
+  switch (named.kind) {
     case "memory":
-      if (!/^memory:\/\/$/i.test(target)) throw new ConfigError("the memory store reads no options from its URL: memory://");
       return new MemoryBackend();
     case "sqlite":
-      return openSqlite(target);
+      return openSqlite(named.url);
+    case "redis":
+      return openRedisUrl(named.url);
+    case "postgres":
+      return openPostgres(named.url);
+  }
+}
+
+/** The backend a store URL names, and the URL with its scheme in lower case (RFC 3986 3.1). */
+export function nameStore(url: string): { kind: "memory" | "sqlite" | "redis" | "postgres"; url: string; path?: string } {
+  const m = /^([a-z][a-z0-9+.-]*):\/\/(.*)$/is.exec(url);
+  if (m === null) throw new ConfigError("the store URL has no scheme: expected memory://, sqlite://PATH, redis://HOST or postgres://HOST");
+  const scheme = (m[1] as string).toLowerCase();
+  const rest = m[2] as string;
+  const normal = `${scheme}://${rest}`;
+  switch (scheme) {
+    case "memory":
+      if (rest !== "") throw new ConfigError("the memory store reads no options from its URL: memory://");
+      return { kind: "memory", url: normal };
+    case "sqlite":
+      // A `?` would become part of the file name: an option that looks set and is not.
+      if (rest.includes("?")) throw new ConfigError("the SQLite store reads no options from its URL (sqlite://PATH)");
+      if (rest === "") throw new ConfigError("a sqlite:// URL needs a path: sqlite://toolonce.db or sqlite:///abs/path.db");
+      return { kind: "sqlite", url: normal, path: rest };
     case "redis":
     case "rediss":
     case "redis+cluster":
     case "rediss+cluster":
     case "redis+sentinel":
     case "rediss+sentinel":
-      return openRedisUrl(target);
+      return { kind: "redis", url: normal };
     case "postgres":
     case "postgresql":
-      return openPostgres(target);
+      return { kind: "postgres", url: normal };
     default:
-      throw new ConfigError(
-        `unknown store scheme ${scheme === undefined ? "(none)" : JSON.stringify(scheme)}: expected memory://, sqlite://, redis://, rediss://, redis+cluster:// or postgres://`,
-      );
+      throw new ConfigError(`unknown store scheme ${JSON.stringify(scheme)}: expected memory://, sqlite://, redis://, rediss://, redis+cluster:// or postgres://`);
   }
 }
 

@@ -41,6 +41,8 @@ pub mod sqlite;
     allow(dead_code)
 )]
 mod url;
+#[cfg(all(test, feature = "redis", feature = "postgres", feature = "sqlite"))]
+mod url_vectors;
 
 pub use contract::{
     About, Claim, ClaimRequest, DEFAULT_UNKNOWN_RETENTION, Entry, EntryState, Fenced, ListQuery,

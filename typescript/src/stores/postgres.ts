@@ -25,6 +25,7 @@ import {
   refusal,
 } from "../store.js";
 import { redactUrl } from "../url.js";
+import { parsePostgresUrl } from "./postgres-url.js";
 import { type Queryable, checkTableName, migrate, quote } from "./postgres-schema.js";
 
 const DEFAULT_TABLE = "toolonce_entries";
@@ -304,14 +305,16 @@ export class PostgresBackend implements Backend {
  * program's calls, fewer for the renewal worker's.
  */
 export async function openPostgres(url: string, connections = 16): Promise<Backend> {
+  parsePostgresUrl(url); // A bad URL is refused before the driver is looked for.
   let pg: any;
   try {
     pg = require("pg");
   } catch {
     throw new ConfigError("a postgres:// store needs the pg driver: npm install pg");
   }
+  const { connectionString } = parsePostgresUrl(url);
   // A query that gets no answer within 5 s fails (the store is unavailable), as a dropped connection does.
-  const pool = new pg.Pool({ connectionString: url, max: connections, connectionTimeoutMillis: 2000, query_timeout: 5000, application_name: "toolonce" });
+  const pool = new pg.Pool({ connectionString, max: connections, connectionTimeoutMillis: 2000, query_timeout: 5000, application_name: "toolonce" });
   // A connection that breaks while idle is replaced; the calls that meet the outage fail closed.
   pool.on("error", () => {});
   try {

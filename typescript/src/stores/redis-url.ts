@@ -7,101 +7,11 @@
 // has). A database index the server lacks is refused (redis-checks.ts).
 
 import { ConfigError, StoreError } from "../errors.js";
-import { redactUrl, unknownOption } from "../url.js";
+import { redactUrl } from "../url.js";
+import { type Target, parseRedisUrl } from "./redis-target.js";
 import { RedisBackend } from "./redis.js";
 import { checkDatabase, databaseRefusal } from "./redis-checks.js";
 import { type RedisLink, linkOf, storeError } from "./redis-link.js";
-
-interface Target {
-  tls: boolean;
-  cluster: boolean;
-  nodes: { host: string; port: number }[];
-  username: string | undefined;
-  password: string | undefined;
-  db: number;
-  prefix: string;
-  allowEviction: boolean;
-  nativeClaim: boolean;
-}
-
-function decode(text: string, what: string): string {
-  try {
-    return decodeURIComponent(text);
-  } catch {
-    throw new ConfigError(`the ${what} of the store URL is not valid percent-encoding`);
-  }
-}
-
-function bool(name: string, value: string): boolean {
-  if (value === "true" || value === "1") return true;
-  if (value === "false" || value === "0") return false;
-  throw new ConfigError(`${name}=${value} in the store URL: expected true or false`);
-}
-
-/** The options a Redis store URL may carry here; the Rust core reads the same names. */
-const OPTIONS = ["prefix", "allow_eviction", "native_claim", "replicas", "replica_timeout_ms", "protocol"] as const;
-
-/** Parses a Redis store URL; throws ConfigError naming what is wrong (never the password). */
-export function parseRedisUrl(url: string): Target {
-  if (/^rediss?\+sentinel:/i.test(url)) {
-    throw new ConfigError("redis+sentinel:// URLs are opened by the Rust core (and the toolonce command and Python binding), not yet by this package: connect an ioredis client with its `sentinels` option and pass it to openStore(client)");
-  }
-  const m = /^(rediss?)(\+cluster)?:\/\/(?:([^@/?#]*)@)?([^/?#]*)(\/[^?#]*)?(?:\?([^#]*))?$/i.exec(url);
-  if (m === null) throw new ConfigError("a malformed Redis URL");
-  const [, scheme, cluster, userinfo, hosts, path, query] = m as unknown as (string | undefined)[];
-  let username: string | undefined;
-  let password: string | undefined;
-  if (userinfo !== undefined) {
-    const colon = userinfo.indexOf(":");
-    username = decode(colon < 0 ? userinfo : userinfo.slice(0, colon), "user") || undefined;
-    password = colon < 0 ? undefined : decode(userinfo.slice(colon + 1), "password");
-  }
-  const nodes = (hosts ?? "").split(",").map((h) => {
-    const hm = /^(\[[^\]]+\]|[^:[\]]+)(?::(\d+))?$/.exec(h);
-    if (hm === null) throw new ConfigError(`the host ${JSON.stringify(h)} of the store URL is not HOST[:PORT]`);
-    const port = hm[2] === undefined ? 6379 : Number(hm[2]);
-    if (port < 1 || port > 65535) throw new ConfigError(`the port ${hm[2]} of the store URL is out of range`);
-    return { host: (hm[1] as string).replace(/^\[|\]$/g, ""), port };
-  });
-  if (nodes.length > 1 && cluster === undefined) throw new ConfigError("several hosts need a redis+cluster:// URL");
-  let db = 0;
-  const dbText = (path ?? "").replace(/^\//, "").replace(/\/$/, "");
-  if (dbText !== "") {
-    if (!/^\d+$/.test(dbText)) throw new ConfigError(`the database ${JSON.stringify(dbText)} of the store URL is not a number`);
-    db = Number(dbText);
-    // As the Rust core, which has the nodes refuse the SELECT: /0 is every cluster's one database.
-    if (cluster !== undefined && db !== 0) {
-      throw new ConfigError(`a Redis Cluster has only database 0, and the store URL names database ${dbText}: leave the number out (redis+cluster://host:port,host:port/)`);
-    }
-  }
-  const target: Target = {
-    tls: scheme?.toLowerCase() === "rediss",
-    cluster: cluster !== undefined,
-    nodes,
-    username,
-    password,
-    db,
-    prefix: "",
-    allowEviction: false,
-    nativeClaim: true,
-  };
-  for (const pair of (query ?? "").split("&").filter((p) => p !== "")) {
-    const eq = pair.indexOf("=");
-    const name = decode(eq < 0 ? pair : pair.slice(0, eq), "query");
-    const value = decode(eq < 0 ? "" : pair.slice(eq + 1), "query");
-    if (name === "prefix") target.prefix = value;
-    else if (name === "allow_eviction") target.allowEviction = bool(name, value);
-    else if (name === "native_claim") target.nativeClaim = bool(name, value);
-    else if (name === "replicas" || name === "replica_timeout_ms") {
-      // Refused rather than ignored: a store that does not wait for replicas must not look as if it did.
-      if (name === "replicas" && value === "0") continue;
-      throw new ConfigError(`${name} (writes that wait for replicas) is read by the Rust core, not yet by this package: open this store from Rust, the toolonce command or Python, or leave ${name} out`);
-    } else if (name === "protocol") {
-      if (value !== "2" && value !== "resp2") throw new ConfigError(`protocol=${value} in the store URL: this package speaks RESP2 (protocol=2)`);
-    } else throw new ConfigError(unknownOption("Redis", name, OPTIONS));
-  }
-  return target;
-}
 
 /** A driver, if the program has it installed. */
 function optional(name: string): any {
@@ -215,3 +125,4 @@ export async function redisFromClient(client: object): Promise<RedisBackend> {
     throw e instanceof StoreError || e instanceof ConfigError ? e : storeError(e);
   }
 }
+export { parseRedisUrl } from "./redis-target.js";

@@ -29,12 +29,6 @@ use crate::store::url::redact_url;
 /// `?` there would otherwise become part of the file name); the backend's own errors when it
 /// cannot open or connect.
 pub async fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {
-    let Some((scheme, _rest)) = url.split_once("://") else {
-        return Err(crate::Error::Config(format!(
-            "store URL {:?} has no scheme: expected memory://, sqlite://PATH, redis://HOST or postgres://HOST",
-            redact_url(url)
-        )));
-    };
     #[allow(unused_variables)]
     let missing = |feature: &str| {
         crate::Error::Config(format!(
@@ -42,46 +36,83 @@ pub async fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {
             redact_url(url)
         ))
     };
-    match scheme {
-        "memory" => {
-            if !_rest.is_empty() {
-                return Err(no_options("memory", url));
-            }
-            Ok(std::sync::Arc::new(memory::MemoryStore::new()))
-        }
-        "sqlite" if _rest.contains('?') => Err(no_options("SQLite", url)),
-        "sqlite" => {
+    #[allow(unused_variables)]
+    let (named, url) = name(url)?;
+    match named {
+        Named::Memory => Ok(std::sync::Arc::new(memory::MemoryStore::new())),
+        #[allow(unused_variables)]
+        Named::Sqlite(path) => {
             #[cfg(feature = "sqlite")]
             {
-                Ok(std::sync::Arc::new(sqlite::SqliteStore::open(_rest)?))
+                Ok(std::sync::Arc::new(sqlite::SqliteStore::open(path)?))
             }
             #[cfg(not(feature = "sqlite"))]
             Err(missing("sqlite"))
         }
-        "redis" | "rediss" | "redis+cluster" | "rediss+cluster" | "redis+sentinel"
-        | "rediss+sentinel" => {
+        Named::Redis => {
             #[cfg(feature = "redis")]
             {
-                Ok(std::sync::Arc::new(redis::RedisStore::connect(url).await?))
+                Ok(std::sync::Arc::new(redis::RedisStore::connect(&url).await?))
             }
             #[cfg(not(feature = "redis"))]
             Err(missing("redis"))
         }
-        "postgres" | "postgresql" => {
+        Named::Postgres => {
             #[cfg(feature = "postgres")]
             {
                 Ok(std::sync::Arc::new(
-                    postgres::PostgresStore::connect(url).await?,
+                    postgres::PostgresStore::connect(&url).await?,
                 ))
             }
             #[cfg(not(feature = "postgres"))]
             Err(missing("postgres"))
         }
-        other => Err(crate::Error::Config(format!(
-            "unknown store scheme {other:?} in {:?}: expected memory, sqlite, redis, rediss, redis+cluster, redis+sentinel, postgres or postgresql",
-            redact_url(url)
-        ))),
     }
+}
+
+/// The backend a store URL names.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Named {
+    Memory,
+    /// The path after `sqlite://`, as written (`:memory:`, `toolonce.db`, `/abs/path.db`).
+    Sqlite(String),
+    Redis,
+    Postgres,
+}
+
+/// Which backend `url` names, and the URL with its scheme in lower case (schemes are
+/// case-insensitive, RFC 3986 3.1). Refuses a URL without `://`, an unknown scheme, anything
+/// after `memory://`, a query on `sqlite://PATH` and an empty SQLite path.
+pub(crate) fn name(url: &str) -> Result<(Named, String)> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(crate::Error::Config(format!(
+            "store URL {:?} has no scheme: expected memory://, sqlite://PATH, redis://HOST or postgres://HOST",
+            redact_url(url)
+        )));
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    let named = match scheme.as_str() {
+        "memory" if !rest.is_empty() => return Err(no_options("memory", url)),
+        "memory" => Named::Memory,
+        "sqlite" if rest.contains('?') => return Err(no_options("SQLite", url)),
+        "sqlite" if rest.is_empty() => {
+            return Err(crate::Error::Config(
+                "a sqlite:// URL needs a path: sqlite://toolonce.db or sqlite:///abs/path.db"
+                    .to_owned(),
+            ));
+        }
+        "sqlite" => Named::Sqlite(rest.to_owned()),
+        "redis" | "rediss" | "redis+cluster" | "rediss+cluster" | "redis+sentinel"
+        | "rediss+sentinel" => Named::Redis,
+        "postgres" | "postgresql" => Named::Postgres,
+        other => {
+            return Err(crate::Error::Config(format!(
+                "unknown store scheme {other:?} in {:?}: expected memory, sqlite, redis, rediss, redis+cluster, redis+sentinel, postgres or postgresql",
+                redact_url(url)
+            )));
+        }
+    };
+    Ok((named, format!("{scheme}://{rest}")))
 }
 
 /// The refusal of anything after `memory://`, or of a query on `sqlite://PATH`: neither store

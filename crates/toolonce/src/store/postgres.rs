@@ -26,6 +26,7 @@ use crate::{Error, Result};
 
 mod constants;
 mod error;
+mod options;
 mod pool;
 mod prepared;
 mod row;
@@ -35,6 +36,8 @@ mod tls;
 
 pub use constants::{DEFAULT_TABLE, SCHEMA_VERSION};
 pub use pool::{PostgresStore, PostgresStoreBuilder, connect_client};
+#[cfg(test)]
+pub(crate) use tls::describe;
 
 use constants::{ATTEMPTS, VERSION_TABLE};
 use error::discard_if_broken;

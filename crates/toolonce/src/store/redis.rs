@@ -49,6 +49,8 @@ pub use builder::connect_client;
 pub use conn::RedisStore;
 #[doc(hidden)]
 pub use link::Conn;
+#[cfg(test)]
+pub(crate) use url::describe;
 
 use error::to_error;
 use list::{ListCursor, MAX_SCANS_PER_PAGE, glob_escape};

@@ -37,7 +37,8 @@ pub fn redact_url(url: &str) -> String {
         .rfind('@')
         .or_else(|| rest[..query_start].rfind('@'))
         .or_else(|| {
-            (!first_option.contains('='))
+            // `?cr=3t@h` right after the host (no `/`) may be a password's tail too.
+            (!first_option.contains('=') || authority_end == query_start)
                 .then(|| first_option.rfind('@').map(|i| query_start + i))
                 .flatten()
         });
@@ -325,6 +326,7 @@ mod tests {
             "redis://u:s3:cr@t@h:6379",
             "postgres://u:a#s3cret@h/db",
             "redis://:s3?cr3t@h:6379",
+            "redis://u:s3?cr=3t@h:6379",
         ] {
             let shown = redact_url(url);
             assert!(

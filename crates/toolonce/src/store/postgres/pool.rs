@@ -307,57 +307,13 @@ pub(super) type Connector = tokio_postgres_rustls::MakeRustlsConnect;
 #[cfg(not(feature = "postgres-tls"))]
 pub(super) type Connector = std::convert::Infallible;
 
-/// The options a PostgreSQL store URL may carry: the driver's, and `sslrootcert` (toolonce's,
-/// with libpq's meaning).
-const OPTIONS: &[&str] = &[
-    "user",
-    "password",
-    "dbname",
-    "options",
-    "application_name",
-    "sslmode",
-    "sslrootcert",
-    "sslnegotiation",
-    "host",
-    "hostaddr",
-    "port",
-    "connect_timeout",
-    "tcp_user_timeout",
-    "keepalives",
-    "keepalives_idle",
-    "keepalives_interval",
-    "keepalives_retries",
-    "target_session_attrs",
-    "channel_binding",
-    "load_balance_hosts",
-];
-
-/// The driver's refusal of a connection string, as [`Error::Config`]; an option it does not
-/// know is named with the ones that exist (the driver's own words name neither).
-fn config_refusal(e: tokio_postgres::Error) -> Error {
-    let mut source = std::error::Error::source(&e);
-    while let Some(cause) = source {
-        if let Some(option) = cause
-            .to_string()
-            .strip_prefix("unknown option `")
-            .and_then(|rest| rest.strip_suffix('`'))
-        {
-            return crate::store::url::unknown_option("PostgreSQL", option, OPTIONS);
-        }
-        source = cause.source();
-    }
-    Error::Config(format!(
-        "invalid PostgreSQL URL: {}",
-        crate::error::error_report(&e)
-    ))
-}
-
 /// The driver's settings and TLS connector for a store URL: what every connection of the
 /// store, and every [`connect_client`] connection, is made with.
 pub(super) fn driver(url: &str) -> Result<(tokio_postgres::Config, Option<Connector>)> {
     let (conninfo, tls) = TlsOptions::take(url)?;
     let connector = tls.connector()?;
-    let mut pg: tokio_postgres::Config = conninfo.parse().map_err(config_refusal)?;
+    let mut pg: tokio_postgres::Config =
+        conninfo.parse().map_err(super::options::config_refusal)?;
     pg.ssl_mode(tls.driver_mode());
     if pg.get_application_name().is_none() {
         pg.application_name("toolonce");

@@ -89,12 +89,24 @@ impl TlsOptions {
                 None => conninfo.to_owned(),
                 Some((base, query)) => {
                     let mut kept = Vec::new();
+                    let mut seen = Vec::new();
                     for pair in query.split('&').filter(|p| !p.is_empty()) {
                         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-                        let value = percent_decode(value).ok_or_else(|| {
-                            Error::Config(format!("invalid PostgreSQL URL option {key}"))
-                        })?;
-                        if !take(key, value)? {
+                        let bad = || {
+                            Error::Config(
+                                "a PostgreSQL URL option is not valid percent-encoding".to_owned(),
+                            )
+                        };
+                        let key = percent_decode(key).ok_or_else(bad)?;
+                        let value = percent_decode(value).ok_or_else(bad)?;
+                        // The driver would keep the last; one of the two was not meant.
+                        if seen.contains(&key) {
+                            return Err(Error::Config(format!(
+                                "the PostgreSQL URL option `{key}` is given twice: give it once"
+                            )));
+                        }
+                        seen.push(key.clone());
+                        if !take(&key, value)? {
                             kept.push(pair);
                         }
                     }
@@ -367,6 +379,38 @@ mod verify {
 pub(super) fn is_tls_refusal(e: &deadpool_postgres::tokio_postgres::Error) -> bool {
     // The driver has no public kind; this is the text of its TLS kind.
     e.to_string() == "error performing TLS handshake"
+}
+
+/// The parsed URL in the neutral form of the shared vectors (`tests/data/store_urls.json`):
+/// the refusals of [`driver`], less the TLS connector (which reads `sslrootcert`'s file).
+#[cfg(test)]
+pub(crate) fn describe(url: &str) -> Result<serde_json::Value> {
+    let (conninfo, _) = TlsOptions::take(url)?;
+    let pg: deadpool_postgres::tokio_postgres::Config =
+        conninfo.parse().map_err(super::options::config_refusal)?;
+    let written = |key: &str| {
+        url.split_once('?').and_then(|(_, query)| {
+            query.split('&').find_map(|pair| {
+                let (k, v) = pair.split_once('=')?;
+                (k == key).then(|| percent_decode(v).unwrap())
+            })
+        })
+    };
+    let host = match pg.get_hosts() {
+        [deadpool_postgres::tokio_postgres::config::Host::Tcp(h)] => h.clone(),
+        other => panic!("{url}: hosts {other:?}"),
+    };
+    Ok(serde_json::json!({
+        "kind": "postgres",
+        "host": host,
+        "port": pg.get_ports().first().copied().unwrap_or(5432),
+        "dbname": pg.get_dbname(),
+        "user": pg.get_user(),
+        "password": pg.get_password().map(|p| String::from_utf8(p.to_vec()).unwrap()),
+        "sslmode": written("sslmode"),
+        "sslrootcert": written("sslrootcert"),
+        "application_name": pg.get_application_name(),
+    }))
 }
 
 #[cfg(test)]

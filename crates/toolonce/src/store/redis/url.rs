@@ -36,6 +36,17 @@ pub(super) struct Target {
     pub(super) tls: bool,
     /// The URL for the redis client (one), or one per seed node of a cluster.
     pub(super) nodes: Vec<String>,
+    /// The hosts as `host:port` (the port 6379 when the URL has none), for the shared vectors.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(super) hosts: Vec<String>,
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(super) username: Option<String>,
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(super) password: Option<String>,
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(super) db: i64,
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(super) resp3: bool,
     pub(super) prefix: Option<String>,
     pub(super) allow_eviction: Option<bool>,
     pub(super) native_claim: Option<bool>,
@@ -47,10 +58,22 @@ pub(super) struct Target {
 
 impl Target {
     pub(super) fn parse(url: &str) -> Result<Target> {
+        Self::parse_text(url).map_err(|e| match e {
+            // A raw `/`, `?` or `#` in a password moves the `@` past the host: the pieces the
+            // message would quote may be pieces of the password, so it quotes none.
+            Error::Config(_) if misplaced_userinfo(url) => {
+                Error::Config(format!("invalid Redis URL: {MISPLACED_USERINFO}"))
+            }
+            e => e,
+        })
+    }
+
+    fn parse_text(url: &str) -> Result<Target> {
         let invalid =
             |why: &str| Error::Config(format!("invalid Redis URL {}: {why}", redact_url(url)));
         let (scheme, rest) = url.split_once("://").ok_or_else(|| invalid("no scheme"))?;
-        let (tls, cluster, sentinel) = match scheme {
+        // Schemes are case-insensitive (RFC 3986, 3.1).
+        let (tls, cluster, sentinel) = match scheme.to_ascii_lowercase().as_str() {
             "redis" => (false, false, false),
             "rediss" => (true, false, false),
             "redis+cluster" => (false, true, false),
@@ -69,40 +92,203 @@ impl Target {
                 "{scheme}:// needs the `redis-tls` feature, which this build of toolonce was compiled without"
             )));
         }
-        // Take our own options out of the query; the driver's (`protocol`) go on to it, and
-        // anything else is refused: an option nobody reads must not look set.
-        let (rest, fragment) = match rest.split_once('#') {
-            Some((r, f)) => (r, Some(f)),
-            None => (rest, None),
-        };
+        if rest.contains('#') {
+            return Err(invalid(
+                "a store URL has no fragment: a `#` in a password is written %23",
+            ));
+        }
         let (rest, query) = match rest.split_once('?') {
             Some((r, q)) => (r, Some(q)),
             None => (rest, None),
         };
-        let mut prefix = None;
-        let mut allow_eviction = None;
-        let mut native_claim = None;
-        let mut replicas = None;
-        let mut replica_timeout_ms = None;
-        let mut resp3 = false;
-        let mut kept = Vec::new();
-        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-            match pair.split_once('=') {
-                Some(("native_claim", value)) => {
-                    native_claim = Some(
-                        parse_bool(value)
-                            .ok_or_else(|| invalid("native_claim takes true or false"))?,
-                    );
-                }
-                Some(("replicas", value)) => {
-                    replicas = Some(value.parse::<u32>().map_err(|_| {
+        let options = Options::read(query.unwrap_or(""), &invalid)?;
+        let (authority, path) = match rest.find('/') {
+            Some(i) => rest.split_at(i),
+            None => (rest, ""),
+        };
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, authority),
+        };
+        let (username, password) = login(userinfo, &invalid)?;
+        let host_list: Vec<&str> = if cluster || sentinel {
+            hosts.split(',').filter(|h| !h.is_empty()).collect()
+        } else {
+            vec![hosts]
+        };
+        if host_list.is_empty() || host_list.iter().any(|h| h.is_empty()) {
+            return Err(invalid("no host"));
+        }
+        if !cluster && !sentinel && hosts.contains(',') {
+            return Err(invalid(
+                "several hosts need a redis+cluster:// (or redis+sentinel://) URL",
+            ));
+        }
+        // The driver's own word for these is "did not parse": say what is wrong instead.
+        let mut shown_hosts = Vec::with_capacity(host_list.len());
+        for host in &host_list {
+            shown_hosts.push(check_host(host).map_err(|why| invalid(&why))?);
+        }
+        let suffix = match options.resp3 {
+            Some(true) => "?protocol=resp3",
+            _ => "",
+        };
+        let node_scheme = if tls { "rediss" } else { "redis" };
+        let (nodes, db, sentinel) = if sentinel {
+            let (master, db) = sentinel_path(path, &invalid)?;
+            let nodes = host_list
+                .iter()
+                .map(|h| format!("{node_scheme}://{h}/{suffix}"))
+                .collect();
+            let target = SentinelTarget {
+                master,
+                db,
+                username: username.clone(),
+                password: password.clone(),
+                resp3: options.resp3 == Some(true),
+            };
+            (nodes, db, Some(target))
+        } else {
+            let db = database(path, cluster, &invalid)?;
+            let auth = userinfo.map(|u| format!("{u}@")).unwrap_or_default();
+            let path = if path.is_empty() { "" } else { "/" };
+            let db_path = if db == 0 {
+                path.to_owned()
+            } else {
+                format!("/{db}")
+            };
+            let nodes = host_list
+                .iter()
+                .map(|h| format!("{node_scheme}://{auth}{h}{db_path}{suffix}"))
+                .collect();
+            (nodes, db, None)
+        };
+        Ok(Target {
+            cluster,
+            sentinel,
+            tls,
+            nodes,
+            hosts: shown_hosts,
+            username,
+            password,
+            db,
+            resp3: options.resp3 == Some(true),
+            prefix: options.prefix,
+            allow_eviction: options.allow_eviction,
+            native_claim: options.native_claim,
+            replicas: options.replicas,
+            replica_timeout_ms: options.replica_timeout_ms,
+            display: redact_url(url),
+        })
+    }
+}
+
+/// The parsed URL in the neutral form of the shared vectors (`tests/data/store_urls.json`).
+#[cfg(test)]
+pub(crate) fn describe(url: &str) -> Result<serde_json::Value> {
+    let t = Target::parse(url)?;
+    let mode = match (&t.sentinel, t.cluster) {
+        (Some(_), _) => "sentinel",
+        (None, true) => "cluster",
+        (None, false) => "single",
+    };
+    Ok(serde_json::json!({
+        "kind": "redis",
+        "mode": mode,
+        "tls": t.tls,
+        "hosts": t.hosts,
+        "username": t.username,
+        "password": t.password,
+        "db": t.db,
+        "prefix": t.prefix.unwrap_or_default(),
+        "allow_eviction": t.allow_eviction.unwrap_or(false),
+        "native_claim": t.native_claim.unwrap_or(true),
+        "replicas": t.replicas.unwrap_or(0),
+        "replica_timeout_ms": t.replica_timeout_ms.unwrap_or(500),
+        "protocol": if t.resp3 { 3 } else { 2 },
+        "master": t.sentinel.as_ref().map(|s| s.master.clone()),
+    }))
+}
+
+/// What the message of a URL with a misplaced `@` says instead of quoting it.
+pub(crate) const MISPLACED_USERINFO: &str = "it has an `@` after its host, as a password with a \
+     raw `/`, `?` or `#` puts it there; in a user name or password these are written \
+     percent-encoded (%2F, %3F, %23), and `@` as %40";
+
+/// Whether the `@` that ends a userinfo may come after the authority: the authority (up to
+/// the first `/`, `?` or `#`) has none, and the rest has one outside the value of a known
+/// option.
+pub(crate) fn misplaced_userinfo(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    if rest[..end].contains('@') {
+        return false;
+    }
+    let (before_fragment, fragment) = rest.split_once('#').unwrap_or((rest, ""));
+    let (path, query) = before_fragment
+        .split_once('?')
+        .unwrap_or((before_fragment, ""));
+    fragment.contains('@')
+        || path.contains('@')
+        || query.split('&').any(|pair| match pair.split_once('=') {
+            // `?prefix=me@x` is a prefix; `?cr=3t@h` is more likely a password's tail.
+            Some((name, value)) => {
+                name.contains('@') || (value.contains('@') && !OPTIONS.contains(&name))
+            }
+            None => pair.contains('@'),
+        })
+}
+
+/// The options of a Redis store URL, each decoded (RFC 3986; `+` is a plus) and given once.
+#[derive(Default)]
+struct Options {
+    prefix: Option<String>,
+    allow_eviction: Option<bool>,
+    native_claim: Option<bool>,
+    replicas: Option<u32>,
+    replica_timeout_ms: Option<u64>,
+    resp3: Option<bool>,
+}
+
+impl Options {
+    fn read(query: &str, invalid: &dyn Fn(&str) -> Error) -> Result<Options> {
+        let mut o = Options::default();
+        let mut seen: Vec<String> = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let bad = || invalid("an option is not valid percent-encoding");
+            let name = percent_decode(name).ok_or_else(bad)?;
+            if !OPTIONS.contains(&name.as_str()) {
+                return Err(unknown_option("Redis", &name, OPTIONS));
+            }
+            if !pair.contains('=') {
+                return Err(invalid(&format!(
+                    "the option `{name}` has no value: write {name}=…"
+                )));
+            }
+            if seen.contains(&name) {
+                return Err(invalid(&format!(
+                    "the option `{name}` is given twice: give it once"
+                )));
+            }
+            let value = percent_decode(value).ok_or_else(bad)?;
+            let flag = |what: &str| {
+                parse_bool(&value)
+                    .ok_or_else(|| invalid(&format!("{what} takes true or false, not {value:?}")))
+            };
+            match name.as_str() {
+                "prefix" => o.prefix = Some(value.clone()),
+                "allow_eviction" => o.allow_eviction = Some(flag("allow_eviction")?),
+                "native_claim" => o.native_claim = Some(flag("native_claim")?),
+                "replicas" => {
+                    o.replicas = Some(value.parse::<u32>().map_err(|_| {
                         invalid(&format!(
                             "replicas takes a number of replicas (0 or more), not {value:?}"
                         ))
                     })?);
                 }
-                Some(("replica_timeout_ms", value)) => {
-                    replica_timeout_ms = Some(
+                "replica_timeout_ms" => {
+                    o.replica_timeout_ms = Some(
                         value
                             .parse::<u64>()
                             .ok()
@@ -115,185 +301,105 @@ impl Target {
                             })?,
                     );
                 }
-                Some(("protocol", value)) => {
-                    resp3 = matches!(value, "3" | "resp3");
-                    kept.push(pair);
-                }
-                Some(("prefix", value)) => {
-                    prefix = Some(percent_decode(value).ok_or_else(|| invalid("bad prefix"))?);
-                }
-                Some(("allow_eviction", value)) => {
-                    allow_eviction = Some(
-                        parse_bool(value)
-                            .ok_or_else(|| invalid("allow_eviction takes true or false"))?,
-                    );
-                }
-                Some((name, _)) => {
-                    return Err(unknown_option(
-                        "Redis",
-                        &percent_decode(name).unwrap_or_default(),
-                        OPTIONS,
-                    ));
-                }
-                None => {
-                    return Err(unknown_option(
-                        "Redis",
-                        &percent_decode(pair).unwrap_or_default(),
-                        OPTIONS,
-                    ));
+                _ => {
+                    o.resp3 = Some(match value.as_str() {
+                        "2" | "resp2" => false,
+                        "3" | "resp3" => true,
+                        _ => {
+                            return Err(invalid(&format!(
+                                "protocol takes 2 or 3 (resp2, resp3), not {value:?}"
+                            )));
+                        }
+                    });
                 }
             }
+            seen.push(name);
         }
-        let suffix = format!(
-            "{}{}",
-            if kept.is_empty() {
-                String::new()
-            } else {
-                format!("?{}", kept.join("&"))
-            },
-            fragment.map(|f| format!("#{f}")).unwrap_or_default()
-        );
-        let (authority, path) = match rest.find('/') {
-            Some(i) => rest.split_at(i),
-            None => (rest, ""),
-        };
-        let (userinfo, hosts) = match authority.rsplit_once('@') {
-            Some((u, h)) => (Some(u), h),
-            None => (None, authority),
-        };
-        let node_scheme = if tls { "rediss" } else { "redis" };
-        let auth = userinfo.map(|u| format!("{u}@")).unwrap_or_default();
-        let host_list: Vec<&str> = if cluster || sentinel {
-            hosts.split(',').filter(|h| !h.is_empty()).collect()
-        } else {
-            vec![hosts]
-        };
-        if host_list.is_empty() || host_list.iter().any(|h| h.is_empty()) {
-            return Err(invalid("no host"));
-        }
-        // The driver's own word for these is "did not parse": say what is wrong instead.
-        for host in &host_list {
-            check_host(host).map_err(|why| invalid(&why))?;
-        }
-        if sentinel {
-            return Self::sentinel(url, tls, &host_list, userinfo, path, resp3, &suffix).map(
-                |mut t| {
-                    t.prefix = prefix;
-                    t.allow_eviction = allow_eviction;
-                    t.native_claim = native_claim;
-                    t.replicas = replicas;
-                    t.replica_timeout_ms = replica_timeout_ms;
-                    t
-                },
-            );
-        }
-        let database = path.trim_start_matches('/');
-        if !database.is_empty() && !database.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(invalid(&format!(
-                "the database {database:?} after the host is not a number (redis://host:6379/0)"
-            )));
-        }
-        let nodes = host_list
-            .iter()
-            .map(|h| format!("{node_scheme}://{auth}{h}{path}{suffix}"))
-            .collect();
-        Ok(Target {
-            cluster,
-            sentinel: None,
-            tls,
-            nodes,
-            prefix,
-            allow_eviction,
-            native_claim,
-            replicas,
-            replica_timeout_ms,
-            display: redact_url(url),
-        })
-    }
-
-    /// The rest of a Sentinel URL: `/MASTER-NAME` or `/MASTER-NAME/DB` after the Sentinels'
-    /// addresses. The userinfo logs in to the master (and its replicas), not to the Sentinels.
-    fn sentinel(
-        url: &str,
-        tls: bool,
-        sentinels: &[&str],
-        userinfo: Option<&str>,
-        path: &str,
-        resp3: bool,
-        suffix: &str,
-    ) -> Result<Target> {
-        let invalid =
-            |why: &str| Error::Config(format!("invalid Redis URL {}: {why}", redact_url(url)));
-        let mut parts = path.trim_start_matches('/').splitn(2, '/');
-        let master = parts.next().unwrap_or("");
-        if master.is_empty() {
-            return Err(invalid(
-                "a Sentinel URL names its master after the Sentinels, as in \
-                 redis+sentinel://h1:26379,h2:26379/mymaster",
-            ));
-        }
-        let master = percent_decode(master).ok_or_else(|| invalid("bad master name"))?;
-        let db = match parts.next().map(|d| d.trim_end_matches('/')) {
-            None | Some("") => 0,
-            Some(d) => d.parse::<i64>().ok().filter(|d| *d >= 0).ok_or_else(|| {
-                invalid(&format!(
-                    "the database {d:?} after the master name is not a number \
-                     (redis+sentinel://h:26379/mymaster/0)"
-                ))
-            })?,
-        };
-        let (username, password) = match userinfo {
-            None => (None, None),
-            Some(u) => {
-                let (user, pass) = match u.split_once(':') {
-                    Some((user, pass)) => (user, Some(pass)),
-                    None => ("", Some(u)),
-                };
-                let decode = |t: &str| percent_decode(t).ok_or_else(|| invalid("bad userinfo"));
-                (
-                    (!user.is_empty()).then(|| decode(user)).transpose()?,
-                    pass.map(decode).transpose()?,
-                )
-            }
-        };
-        let node_scheme = if tls { "rediss" } else { "redis" };
-        Ok(Target {
-            cluster: false,
-            sentinel: Some(SentinelTarget {
-                master,
-                db,
-                username,
-                password,
-                resp3,
-            }),
-            tls,
-            nodes: sentinels
-                .iter()
-                .map(|h| format!("{node_scheme}://{h}/{suffix}"))
-                .collect(),
-            prefix: None,
-            allow_eviction: None,
-            native_claim: None,
-            replicas: None,
-            replica_timeout_ms: None,
-            display: redact_url(url),
-        })
+        Ok(o)
     }
 }
 
-/// Checks one `host[:port]` of a URL: a closed IPv6 bracket, a port from 1 to 65535. The
-/// error says what is wrong with it.
-fn check_host(host: &str) -> std::result::Result<(), String> {
-    let port = if let Some(v6) = host.strip_prefix('[') {
-        let (_, after) = v6
+/// The user name and password of a userinfo, decoded; an empty one is none. A userinfo
+/// without `:` is a user name (RFC 3986, 3.2.1), as the driver reads it.
+fn login(
+    userinfo: Option<&str>,
+    invalid: &dyn Fn(&str) -> Error,
+) -> Result<(Option<String>, Option<String>)> {
+    let Some(userinfo) = userinfo else {
+        return Ok((None, None));
+    };
+    let (user, pass) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+    let user = percent_decode(user)
+        .ok_or_else(|| invalid("the user name is not valid percent-encoding"))?;
+    let pass = percent_decode(pass)
+        .ok_or_else(|| invalid("the password is not valid percent-encoding"))?;
+    Ok((
+        (!user.is_empty()).then_some(user),
+        (!pass.is_empty()).then_some(pass),
+    ))
+}
+
+/// The database after the host: 0 when there is none, a number from 0 to 2147483647 (a
+/// Redis `databases` setting is an `int`), and only 0 on a cluster.
+fn database(path: &str, cluster: bool, invalid: &dyn Fn(&str) -> Error) -> Result<i64> {
+    let text = path.trim_start_matches('/');
+    let text = text.strip_suffix('/').unwrap_or(text);
+    if text.is_empty() {
+        return Ok(0);
+    }
+    let db = Some(text)
+        .filter(|t| t.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|t| t.parse::<i32>().ok())
+        .ok_or_else(|| {
+            invalid(&format!(
+                "the database {text:?} after the host is not a number from 0 to 2147483647 \
+                 (redis://host:6379/0)"
+            ))
+        })?;
+    if cluster && db != 0 {
+        return Err(invalid(&format!(
+            "a Redis Cluster has only database 0, and the store URL names database {db}: leave \
+             the number out (redis+cluster://host:port,host:port/)"
+        )));
+    }
+    Ok(i64::from(db))
+}
+
+/// The rest of a Sentinel URL: `/MASTER-NAME` or `/MASTER-NAME/DB` after the Sentinels'
+/// addresses. The userinfo logs in to the master (and its replicas), not to the Sentinels.
+fn sentinel_path(path: &str, invalid: &dyn Fn(&str) -> Error) -> Result<(String, i64)> {
+    let mut parts = path.trim_start_matches('/').splitn(2, '/');
+    let master = parts.next().unwrap_or("");
+    if master.is_empty() {
+        return Err(invalid(
+            "a Sentinel URL names its master after the Sentinels, as in \
+             redis+sentinel://h1:26379,h2:26379/mymaster",
+        ));
+    }
+    let master = percent_decode(master)
+        .ok_or_else(|| invalid("the master name is not valid percent-encoding"))?;
+    let db = match parts.next() {
+        None => 0,
+        Some(d) => database(d, false, invalid)?,
+    };
+    Ok((master, db))
+}
+
+/// Checks one `host[:port]` of a URL: a host name, a closed IPv6 bracket, a port from 1 to
+/// 65535. Returns it as `host:port` (6379 when it names no port); the error says what is
+/// wrong with it.
+fn check_host(host: &str) -> std::result::Result<String, String> {
+    let (name, port) = if let Some(v6) = host.strip_prefix('[') {
+        let (address, after) = v6
             .split_once(']')
             .ok_or_else(|| format!("the IPv6 address in {host:?} has no closing \"]\""))?;
-        match after {
+        let port = match after {
             "" => None,
             _ => Some(after.strip_prefix(':').ok_or_else(|| {
                 format!("{host:?}: after an IPv6 address in brackets comes \":PORT\" or nothing")
             })?),
-        }
+        };
+        (format!("[{address}]"), port)
     } else {
         match host.split_once(':') {
             Some((_, port)) if port.contains(':') => {
@@ -301,42 +407,25 @@ fn check_host(host: &str) -> std::result::Result<(), String> {
                     "{host:?}: an IPv6 address goes in brackets, as in redis://[::1]:6379"
                 ));
             }
-            Some((_, port)) => Some(port),
-            None => None,
+            Some((name, port)) => (name.to_owned(), Some(port)),
+            None => (host.to_owned(), None),
         }
     };
+    if name.is_empty() || name == "[]" {
+        return Err(format!("{host:?} names no host"));
+    }
     match port {
         Some(port) if port.parse::<u16>().map_or(true, |p| p == 0) => Err(format!(
             "the port {port:?} of {host:?} is not a number from 1 to 65535"
         )),
-        _ => Ok(()),
+        Some(port) => Ok(format!("{name}:{port}")),
+        None => Ok(format!("{name}:6379")),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The shared vectors (`tests/data/store_urls.json`, read by the TypeScript package too):
-    /// one URL, one prefix (or one refusal) in every implementation.
-    #[test]
-    fn every_shared_url_vector_gives_its_prefix_or_is_refused() {
-        let data: serde_json::Value =
-            serde_json::from_str(include_str!("../../../tests/data/store_urls.json")).unwrap();
-        let vectors = data["redis"].as_array().unwrap();
-        assert!(vectors.len() > 10);
-        for v in vectors {
-            let url = v["url"].as_str().unwrap();
-            let parsed = Target::parse(url);
-            if v["refused"] == true {
-                assert!(parsed.is_err(), "{url} was accepted");
-            } else {
-                let t = parsed.unwrap_or_else(|e| panic!("{url}: {e}"));
-                let prefix = t.prefix.unwrap_or_default();
-                assert_eq!(prefix, v["prefix"].as_str().unwrap(), "{url}");
-            }
-        }
-    }
 
     #[test]
     fn a_cluster_url_becomes_one_node_url_per_seed_with_the_credentials() {
