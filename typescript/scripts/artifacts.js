@@ -3,6 +3,9 @@
 //
 // - the Redis scripts, crates/toolonce/src/store/redis/*.lua;
 // - the SQLite schema and the PostgreSQL migrations, crates/toolonce/src/store/{sqlite,postgres}/migrations/*.sql;
+// - the stores' statements, crates/toolonce/src/store/{sqlite,postgres}/statements/*.sql (the
+//   TypeScript sources hold no SQL of their own: both drivers take the files' placeholders as
+//   they are, `?N` for node:sqlite as for rusqlite, `$N` for pg as for tokio-postgres);
 // - the shared key vectors, crates/toolonce/tests/data/keys.json (for the package's own tests).
 //
 // They are copied verbatim into artifacts/ and embedded, as strings, in
@@ -30,6 +33,10 @@ function sources() {
     for (const file of fs.readdirSync(dir(rel)).filter((f) => f.endsWith(".sql")).sort()) {
       list.push([path.join(rel, file), path.join(store, file)]);
     }
+    const statements = path.join("src", "store", store, "statements");
+    for (const file of fs.readdirSync(dir(statements)).filter((f) => f.endsWith(".sql")).sort()) {
+      list.push([path.join(statements, file), path.join(store, "statements", file)]);
+    }
   }
   return list;
 }
@@ -42,13 +49,14 @@ function main() {
   }
   const out = path.join(pkg, "artifacts");
   fs.rmSync(out, { recursive: true, force: true });
-  const embedded = { redis: {}, sqlite: [], postgres: [] };
+  const embedded = { redis: {}, sqlite: [], postgres: [], statements: { sqlite: {}, postgres: {} } };
   for (const [from, to] of sources()) {
     const text = fs.readFileSync(path.join(core, from), "utf8");
     fs.mkdirSync(path.dirname(path.join(out, to)), { recursive: true });
     fs.writeFileSync(path.join(out, to), text);
-    const [kind, file] = to.split(path.sep);
+    const [kind, file, inner] = to.split(path.sep);
     if (kind === "redis") embedded.redis[path.basename(file, ".lua")] = text;
+    else if (file === "statements") embedded.statements[kind][path.basename(inner, ".sql")] = text;
     else if (kind === "sqlite" || kind === "postgres") embedded[kind].push({ name: file, sql: text });
   }
   const ts = [
@@ -62,6 +70,12 @@ function main() {
     "",
     "/** The PostgreSQL migrations, in order. */",
     `export const POSTGRES_MIGRATIONS: readonly { name: string; sql: string }[] = ${JSON.stringify(embedded.postgres, null, 2)};`,
+    "",
+    "/** The SQLite store's statements, by file name without `.sql` (each file's top names its parameters). */",
+    `export const SQLITE_STATEMENTS: Readonly<Record<string, string>> = ${JSON.stringify(embedded.statements.sqlite, null, 2)};`,
+    "",
+    "/** The PostgreSQL store's statements, by file name without `.sql`, placeholders in double braces. */",
+    `export const POSTGRES_STATEMENTS: Readonly<Record<string, string>> = ${JSON.stringify(embedded.statements.postgres, null, 2)};`,
     "",
   ].join("\n");
   fs.writeFileSync(path.join(pkg, "src", "artifacts.generated.ts"), ts);

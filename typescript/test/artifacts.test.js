@@ -48,3 +48,43 @@ for (const store of ["sqlite", "postgres"]) {
 test("the package's key vectors are the core's", () => {
   assert.equal(read(path.join(pkg, "artifacts", "keys.json")), read(path.join(core, "tests", "data", "keys.json")));
 });
+
+for (const store of ["sqlite", "postgres"]) {
+  test(`the package's ${store} statements are the core's, each of them`, () => {
+    const dir = `src/store/${store}/statements`;
+    const files = coreFiles(dir, ".sql");
+    assert.ok(files.includes("claim.sql") && files.includes("list.sql"), files.join(" "));
+    const set = store === "sqlite" ? embedded.SQLITE_STATEMENTS : embedded.POSTGRES_STATEMENTS;
+    assert.deepEqual(Object.keys(set).sort(), files.map((f) => path.basename(f, ".sql")).sort());
+    for (const file of files) {
+      const original = read(path.join(core, dir, file));
+      assert.equal(read(path.join(pkg, "artifacts", store, "statements", file)), original, `artifacts/${store}/statements/${file} differs from the core's`);
+      assert.equal(set[path.basename(file, ".sql")], original, `the embedded ${file} differs from the core's`);
+    }
+  });
+}
+
+/** The package's TypeScript and JavaScript sources, but the generated one. */
+function sources(dir = path.join(pkg, "src")) {
+  return fs.readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
+    const file = path.join(dir, e.name);
+    if (e.isDirectory()) return sources(file);
+    return /\.(ts|js)$/.test(e.name) && e.name !== "artifacts.generated.ts" ? [file] : [];
+  });
+}
+
+test("the TypeScript sources hold no SQL statement of their own", () => {
+  // A statement in a string: a keyword that starts one, inside quotes or backticks. Comments
+  // may name statements; Redis's SELECT command is a Redis command, not SQL.
+  const sql = /["'`]\s*(SELECT|INSERT INTO|UPDATE \S+ SET|DELETE FROM|CREATE |PRAGMA|BEGIN|COMMIT|ROLLBACK)\b/;
+  const found = [];
+  for (const file of [...sources(), ...sources(path.join(pkg, "bin"))]) {
+    read(file)
+      .split("\n")
+      .forEach((line, i) => {
+        if (/^\s*(\/\/|\/\*|\*)/.test(line)) return;
+        if (sql.test(line) && !/\["SELECT", /.test(line)) found.push(`${path.relative(pkg, file)}:${i + 1}: ${line.trim()}`);
+      });
+  }
+  assert.deepEqual(found, []);
+});
