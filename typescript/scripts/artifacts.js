@@ -6,6 +6,8 @@
 // - the stores' statements, crates/toolonce/src/store/{sqlite,postgres}/statements/*.sql (the
 //   TypeScript sources hold no SQL of their own: both drivers take the files' placeholders as
 //   they are, `?N` for node:sqlite as for rusqlite, `$N` for pg as for tokio-postgres);
+// - the texts the model reads, crates/toolonce/data/texts.json, and the limits and defaults,
+//   crates/toolonce/data/limits.json (the TypeScript sources keep no copy of their own);
 // - the shared key vectors, crates/toolonce/tests/data/keys.json (for the package's own tests).
 //
 // They are copied verbatim into artifacts/ and embedded, as strings, in
@@ -22,7 +24,11 @@ const core = path.resolve(pkg, "..", "crates", "toolonce");
 
 /** The core's files this package carries: [where in the core, where in artifacts/]. */
 function sources() {
-  const list = [[path.join("tests", "data", "keys.json"), "keys.json"]];
+  const list = [
+    [path.join("tests", "data", "keys.json"), "keys.json"],
+    [path.join("data", "texts.json"), "texts.json"],
+    [path.join("data", "limits.json"), "limits.json"],
+  ];
   const dir = (rel) => path.join(core, rel);
   for (const file of fs.readdirSync(dir("src/store/redis")).filter((f) => f.endsWith(".lua")).sort()) {
     list.push([path.join("src", "store", "redis", file), path.join("redis", file)]);
@@ -55,7 +61,9 @@ function main() {
     fs.mkdirSync(path.dirname(path.join(out, to)), { recursive: true });
     fs.writeFileSync(path.join(out, to), text);
     const [kind, file, inner] = to.split(path.sep);
-    if (kind === "redis") embedded.redis[path.basename(file, ".lua")] = text;
+    if (kind === "texts.json") embedded.texts = JSON.parse(text).texts;
+    else if (kind === "limits.json") embedded.limits = JSON.parse(text);
+    else if (kind === "redis") embedded.redis[path.basename(file, ".lua")] = text;
     else if (file === "statements") embedded.statements[kind][path.basename(inner, ".sql")] = text;
     else if (kind === "sqlite" || kind === "postgres") embedded[kind].push({ name: file, sql: text });
   }
@@ -70,6 +78,12 @@ function main() {
     "",
     "/** The PostgreSQL migrations, in order. */",
     `export const POSTGRES_MIGRATIONS: readonly { name: string; sql: string }[] = ${JSON.stringify(embedded.postgres, null, 2)};`,
+    "",
+    "/** The texts the model reads when the layer answers instead of the tool, by name; `{name}` placeholders. */",
+    `export const TEXTS: Readonly<Record<string, string>> = ${JSON.stringify(embedded.texts, null, 2)};`,
+    "",
+    "/** The limits and defaults both implementations share (crates/toolonce/data/limits.json). */",
+    `export const LIMITS = ${JSON.stringify(embedded.limits, null, 2)} as const;`,
     "",
     "/** The SQLite store's statements, by file name without `.sql` (each file's top names its parameters). */",
     `export const SQLITE_STATEMENTS: Readonly<Record<string, string>> = ${JSON.stringify(embedded.statements.sqlite, null, 2)};`,

@@ -3,15 +3,15 @@
 // in one transaction under the core's advisory lock, the version recorded in the version table
 // the core keeps. A table either side created or migrated works with the other.
 
-import { POSTGRES_MIGRATIONS } from "../artifacts.generated.js";
+import { LIMITS, POSTGRES_MIGRATIONS } from "../artifacts.generated.js";
 import { ConfigError, StoreError } from "../errors.js";
 import { postgresStatement } from "../sql.js";
 
 export const SCHEMA_VERSION = 3;
-export const VERSION_TABLE = "toolonce_schema";
+export const VERSION_TABLE: string = LIMITS.tables.postgres_version;
 /** The advisory lock of migrations: the bytes of "toolonce" as a big-endian bigint, as in the core. */
 const MIGRATION_LOCK = BigInt.asIntN(64, BigInt("0x" + Buffer.from("toolonce").toString("hex"))).toString();
-const MAX_TABLE_NAME = 63 - "_expires_at".length;
+const MAX_TABLE_NAME: number = LIMITS.tables.postgres_max_name;
 
 /** Something that runs a query: a pg Client, or a client checked out of a Pool. */
 export interface Queryable {

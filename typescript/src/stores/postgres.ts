@@ -4,6 +4,7 @@
 // which decides and reads in one atomic step (a settled entry is answered without calling it).
 // Leases and expiry are the database server's `now()`.
 
+import { LIMITS } from "../artifacts.generated.js";
 import { ConfigError, CorruptEntry, StoreError } from "../errors.js";
 import { readJson } from "../outcome.js";
 import {
@@ -28,7 +29,7 @@ import { redactUrl } from "../url.js";
 import { fragment, postgresStatement } from "../sql.js";
 import { type Queryable, checkTableName, migrate, quote } from "./postgres-schema.js";
 
-const DEFAULT_TABLE = "toolonce_entries";
+const DEFAULT_TABLE: string = LIMITS.tables.entries;
 
 /**
  * The core's statements for `table` (crates/toolonce/src/store/postgres/statements). The claim

@@ -5,7 +5,7 @@
 // whose file and which layout it is.
 
 import type { DatabaseSync } from "node:sqlite";
-import { SQLITE_MIGRATIONS } from "../artifacts.generated.js";
+import { LIMITS, SQLITE_MIGRATIONS } from "../artifacts.generated.js";
 import { ConfigError } from "../errors.js";
 import { sqliteStatement } from "../sql.js";
 
@@ -13,7 +13,7 @@ export const SCHEMA_VERSION = 2;
 const APPLICATION_ID = 0x746f6f6c; // "tool"
 
 /** How long a running row migrated from version 1 is kept as unknown after its lease: 24 h. */
-const MIGRATED_RETENTION_MS = 24 * 60 * 60 * 1000;
+const MIGRATED_RETENTION_MS: number = LIMITS.unknown_retention_ms;
 
 function migration(name: string): string {
   const found = SQLITE_MIGRATIONS.find((m) => m.name === name);
