@@ -83,17 +83,17 @@ mod text {
     pub(super) const RESOLVE_FAILED: &str = include_str!("statements/resolve_failed.sql");
     pub(super) const RESOLVE_RELEASE: &str = include_str!("statements/resolve_release.sql");
     pub(super) const REMOVE_SETTLED: &str = include_str!("statements/remove_settled.sql");
-    /// The columns [`decode`](super::super::row::decode) reads, by position.
+    /// The columns `row::decode` reads, by position.
     pub(super) const ENTRY_COLUMNS: &str = include_str!("statements/entry_columns.sql");
 }
 
 /// The schema's statements, placeholder `{{version_table}}` to fill.
 pub(super) mod schema_text {
-    pub(in super::super) const MIGRATION_LOCK: &str = include_str!("statements/migration_lock.sql");
-    pub(in super::super) const CREATE_VERSION_TABLE: &str =
+    pub(crate) const MIGRATION_LOCK: &str = include_str!("statements/migration_lock.sql");
+    pub(crate) const CREATE_VERSION_TABLE: &str =
         include_str!("statements/create_version_table.sql");
-    pub(in super::super) const READ_VERSION: &str = include_str!("statements/read_version.sql");
-    pub(in super::super) const WRITE_VERSION: &str = include_str!("statements/write_version.sql");
+    pub(crate) const READ_VERSION: &str = include_str!("statements/read_version.sql");
+    pub(crate) const WRITE_VERSION: &str = include_str!("statements/write_version.sql");
 }
 
 /// A fragment of a statement (a column list) without its comment lines, to put in place of a
