@@ -3,6 +3,11 @@
 //
 // - the Redis scripts, crates/toolonce/src/store/redis/*.lua;
 // - the SQLite schema and the PostgreSQL migrations, crates/toolonce/src/store/{sqlite,postgres}/migrations/*.sql;
+// - the stores' statements, crates/toolonce/src/store/{sqlite,postgres}/statements/*.sql (the
+//   TypeScript sources hold no SQL of their own: both drivers take the files' placeholders as
+//   they are, `?N` for node:sqlite as for rusqlite, `$N` for pg as for tokio-postgres);
+// - the texts the model reads, crates/toolonce/data/texts.json, and the limits and defaults,
+//   crates/toolonce/data/limits.json (the TypeScript sources keep no copy of their own);
 // - the shared key vectors, crates/toolonce/tests/data/keys.json (for the package's own tests).
 //
 // They are copied verbatim into artifacts/ and embedded, as strings, in
@@ -19,7 +24,11 @@ const core = path.resolve(pkg, "..", "crates", "toolonce");
 
 /** The core's files this package carries: [where in the core, where in artifacts/]. */
 function sources() {
-  const list = [[path.join("tests", "data", "keys.json"), "keys.json"]];
+  const list = [
+    [path.join("tests", "data", "keys.json"), "keys.json"],
+    [path.join("data", "texts.json"), "texts.json"],
+    [path.join("data", "limits.json"), "limits.json"],
+  ];
   const dir = (rel) => path.join(core, rel);
   for (const file of fs.readdirSync(dir("src/store/redis")).filter((f) => f.endsWith(".lua")).sort()) {
     list.push([path.join("src", "store", "redis", file), path.join("redis", file)]);
@@ -29,6 +38,10 @@ function sources() {
     if (!fs.existsSync(dir(rel))) continue;
     for (const file of fs.readdirSync(dir(rel)).filter((f) => f.endsWith(".sql")).sort()) {
       list.push([path.join(rel, file), path.join(store, file)]);
+    }
+    const statements = path.join("src", "store", store, "statements");
+    for (const file of fs.readdirSync(dir(statements)).filter((f) => f.endsWith(".sql")).sort()) {
+      list.push([path.join(statements, file), path.join(store, "statements", file)]);
     }
   }
   return list;
@@ -42,13 +55,16 @@ function main() {
   }
   const out = path.join(pkg, "artifacts");
   fs.rmSync(out, { recursive: true, force: true });
-  const embedded = { redis: {}, sqlite: [], postgres: [] };
+  const embedded = { redis: {}, sqlite: [], postgres: [], statements: { sqlite: {}, postgres: {} } };
   for (const [from, to] of sources()) {
     const text = fs.readFileSync(path.join(core, from), "utf8");
     fs.mkdirSync(path.dirname(path.join(out, to)), { recursive: true });
     fs.writeFileSync(path.join(out, to), text);
-    const [kind, file] = to.split(path.sep);
-    if (kind === "redis") embedded.redis[path.basename(file, ".lua")] = text;
+    const [kind, file, inner] = to.split(path.sep);
+    if (kind === "texts.json") embedded.texts = JSON.parse(text).texts;
+    else if (kind === "limits.json") embedded.limits = JSON.parse(text);
+    else if (kind === "redis") embedded.redis[path.basename(file, ".lua")] = text;
+    else if (file === "statements") embedded.statements[kind][path.basename(inner, ".sql")] = text;
     else if (kind === "sqlite" || kind === "postgres") embedded[kind].push({ name: file, sql: text });
   }
   const ts = [
@@ -62,6 +78,18 @@ function main() {
     "",
     "/** The PostgreSQL migrations, in order. */",
     `export const POSTGRES_MIGRATIONS: readonly { name: string; sql: string }[] = ${JSON.stringify(embedded.postgres, null, 2)};`,
+    "",
+    "/** The texts the model reads when the layer answers instead of the tool, by name; `{name}` placeholders. */",
+    `export const TEXTS: Readonly<Record<string, string>> = ${JSON.stringify(embedded.texts, null, 2)};`,
+    "",
+    "/** The limits and defaults both implementations share (crates/toolonce/data/limits.json). */",
+    `export const LIMITS = ${JSON.stringify(embedded.limits, null, 2)} as const;`,
+    "",
+    "/** The SQLite store's statements, by file name without `.sql` (each file's top names its parameters). */",
+    `export const SQLITE_STATEMENTS: Readonly<Record<string, string>> = ${JSON.stringify(embedded.statements.sqlite, null, 2)};`,
+    "",
+    "/** The PostgreSQL store's statements, by file name without `.sql`, placeholders in double braces. */",
+    `export const POSTGRES_STATEMENTS: Readonly<Record<string, string>> = ${JSON.stringify(embedded.statements.postgres, null, 2)};`,
     "",
   ].join("\n");
   fs.writeFileSync(path.join(pkg, "src", "artifacts.generated.ts"), ts);

@@ -19,10 +19,11 @@
 // keeps its digits and is keyed as the core keys the integer. The shared number vectors
 // (crates/toolonce/tests/data/key_numbers.json) pin both.
 
+import { LIMITS } from "./artifacts.generated.js";
 import { unkeyable } from "./unkeyable.js";
 
 /** The deepest nesting accepted, in levels of arrays and objects, as in the core. */
-export const MAX_DEPTH = 128;
+export const MAX_DEPTH: number = LIMITS.canonical.max_depth;
 
 /** Arguments that have no canonical text (too deep, not JSON, a lone surrogate). */
 export class NotCanonical extends Error {

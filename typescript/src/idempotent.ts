@@ -3,6 +3,7 @@
 // the canonical arguments), and hands it to the layer, then turns the layer's answer into the
 // result or a typed error. A read tool is returned untouched.
 
+import { LIMITS } from "./artifacts.generated.js";
 import {
   InvalidArguments,
   OperationConflict,
@@ -149,7 +150,7 @@ export function idempotent(tool: WriteTool | ReadTool, store: Store, options: Id
       // that costs more than the rest of a replay.
       const handed = Object.assign({}, ctx) as WriteContext;
       handed.idem = derived.key;
-      handed.idempotencyHeader = ["Idempotency-Key", derived.key];
+      handed.idempotencyHeader = [LIMITS.idempotency_key_header, derived.key];
       handed.mayHaveRunBefore = mayHaveRunBefore;
       return handed;
     };

@@ -4,6 +4,7 @@
 // the SHA-256 of the canonical text of all the arguments. Same text, same bytes, same key as
 // the Rust core: the shared vectors (artifacts/keys.json) check it.
 
+import { LIMITS } from "./artifacts.generated.js";
 import { MAX_DEPTH, canonicalize } from "./canonical.js";
 import { hexDigest } from "./digest.js";
 
@@ -35,7 +36,7 @@ function checkPart(what: string, part: unknown): asserts part is string {
 
 function keyOf(scope: string, tool: string, canonical: string): string {
   const hex = hexDigest("sha256", scope + "\u0000" + tool + "\u0000" + canonical);
-  return "idem:" + hex.slice(0, 32);
+  return LIMITS.key_prefix + hex.slice(0, 32);
 }
 
 /** Checks RFC 6901 syntax: empty, or `/`-separated tokens whose only escapes are `~0` and `~1`. */

@@ -15,6 +15,7 @@ import { warn } from "./log.js";
 import { errorJson, readJson, unstorable, unstorableResult } from "./outcome.js";
 import { type Written, giveBack, giveUpClaim } from "./release.js";
 import type { About, Backend, Claim, Entry, Seen, StoredError } from "./store.js";
+import { text } from "./texts.js";
 
 /** What a verify probe learned about an interrupted attempt; a probe that throws cannot tell. */
 export type Verified<Result = unknown> = { status: "done"; result: Result } | { status: "not_done" } | { status: "cannot_tell" };
@@ -226,14 +227,10 @@ function noted(answer: Answer, written: Written): Answer {
     case "applied":
       break;
     case "not_owner":
-      answer.notice =
-        "The outcome was not recorded: the claim was lost while the tool ran (its lease expired, and the operation " +
-        "was taken over or settled by someone else), so another call may have run it too.";
+      answer.notice = text("notice_not_owner");
       break;
     case "unwritten":
-      answer.notice =
-        "The outcome could not be recorded (the store failed; its log says how): an identical call finds the " +
-        "operation running until its lease ends, then interrupted, and never gets this outcome.";
+      answer.notice = text("notice_unrecorded");
       break;
   }
   return answer;
@@ -336,11 +333,7 @@ function hold(tool: string, key: string): Answer {
   return {
     outcome: "unknown",
     key,
-    refused:
-      `Outcome unknown: an earlier identical call of \`${tool}\` (operation ${key}) was interrupted before its result was recorded, ` +
-      "so it may already have taken effect. This call was not executed, and you must not retry it: running it again could perform it " +
-      `twice. A person must check whether it took effect and settle it (\`toolonce resolve ${key}\`). Tell the user it needs ` +
-      "checking, and do not assume it happened or did not.",
+    refused: text("held", { tool, key }),
   };
 }
 
@@ -355,11 +348,7 @@ function storeFailed(tool: string, key: string, e: unknown): Answer {
   return {
     outcome: "unknown",
     key,
-    refused:
-      `Outcome unknown: an earlier identical call of \`${tool}\` (operation ${key}) is recorded, but its record cannot be read here ` +
-      `(${e.message}), so it may already have taken effect. This call was not executed, and you must not retry it: running it again ` +
-      `could perform it twice. A person must check it (\`toolonce show ${key}\`) and settle it. Tell the user it needs checking, ` +
-      "and do not assume it happened or did not.",
+    refused: text("unreadable", { tool, key, report: e.message }),
     detail: { store_error: e.message },
   };
 }
@@ -369,23 +358,15 @@ function unavailable(tool: string, key: string, e: unknown): Answer {
   return {
     outcome: "store_unavailable",
     key,
-    refused:
-      `Not executed: \`${tool}\` was not run because the idempotency store is unavailable (${report}), and running it without ` +
-      "the store could perform it twice. Nothing happened; it is safe to try again later.",
+    refused: text("store_unavailable", { tool, report }),
     detail: { store_error: report },
   };
 }
 
 function inFlightText(tool: string, key: string): string {
-  return (
-    `Already in progress: an identical call of \`${tool}\` (operation ${key}) is running right now. This call was not executed, ` +
-    "and you must not retry it: the operation will take effect once. Continue with other work, or check its outcome later."
-  );
+  return text("in_flight", { tool, key });
 }
 
 function conflictText(tool: string, key: string): string {
-  return (
-    `Conflict: an earlier call of \`${tool}\` with the same identifying fields (operation ${key}) had different other arguments. ` +
-    "This call was not executed. If you meant the earlier operation, it has already been done; if you meant a new one, change an identifying field."
-  );
+  return text("conflict", { tool, key });
 }

@@ -1,6 +1,7 @@
 // The options of a wrapped tool and of a store's defaults, checked once when the tool is
 // wrapped (a bad one throws a TypeError naming it), and turned into what the layer runs.
 
+import { LIMITS } from "./artifacts.generated.js";
 import type { Effective, Verified } from "./layer.js";
 import { InvalidKeyPart, checkKeyFields } from "./key.js";
 import { MAX_MS } from "./store.js";
@@ -52,9 +53,9 @@ export interface IdempotentOptions<Args = unknown, Result = unknown> {
 export type StoreOptions = Omit<IdempotentOptions, "keyFields">;
 
 const KNOWN = new Set(["lease", "retention", "inFlight", "onExpired", "keyFields"]);
-const MIN_LEASE_MS = 30;
-const DEFAULT_LEASE_MS = 60_000;
-const DEFAULT_RETENTION_MS = 24 * 60 * 60 * 1000;
+const MIN_LEASE_MS: number = LIMITS.lease_ms.min;
+const DEFAULT_LEASE_MS: number = LIMITS.lease_ms.default;
+const DEFAULT_RETENTION_MS: number = LIMITS.retention_ms.default;
 
 /** The options as the layer runs them, the verify probe and the key fields. */
 export interface Normalized {
@@ -81,7 +82,7 @@ export function normalize(options: unknown, where: string): Normalized {
     return v;
   };
   const leaseMs = ms("lease", MIN_LEASE_MS, DEFAULT_LEASE_MS);
-  const retentionMs = ms("retention", 1, DEFAULT_RETENTION_MS);
+  const retentionMs = ms("retention", LIMITS.retention_ms.min, DEFAULT_RETENTION_MS);
   let waitMs: number | undefined;
   const inFlight = o.inFlight;
   if (inFlight !== undefined && inFlight !== "reject") {

@@ -6,12 +6,14 @@
 // Readers read a lone UTF-16 surrogate (JSON.stringify writes one for a string cut inside an
 // emoji) as U+FFFD, as every other reader does.
 
+import { LIMITS } from "./artifacts.generated.js";
 import { messageOf } from "./errors.js";
 import { toWellFormed } from "./canonical.js";
 import type { StoredError } from "./store.js";
+import { text } from "./texts.js";
 
 /** The deepest a stored result, or a stored error's detail, may nest (a scalar is 0). */
-export const MAX_STORED_DEPTH = 100;
+export const MAX_STORED_DEPTH: number = LIMITS.max_stored_depth;
 
 /** How deep the JSON text `json` nests: 0 for a scalar, 1 for `[]` or `{}`, one more per level. */
 export function nestingDepth(json: string): number {
@@ -47,10 +49,7 @@ export function unstorableResult(json: string): string | undefined {
 /** The failure recorded for a handler that ran but whose result cannot be stored, as the core words it. */
 export function unstorable(tool: string, why: string): StoredError {
   return {
-    message:
-      `The tool \`${tool}\` ran, but its result cannot be stored: ${why}. So that it does not run again, the operation is ` +
-      "recorded as failed with this message: the first call got the result, every duplicate gets this. Do not retry it; " +
-      "if its effect is needed, check the system it acted on.",
+    message: text("unstorable", { tool, why }),
     class: "permanent",
     detail: { unstorable: why },
   };

@@ -3,6 +3,8 @@
 // the store, judged by the store's clock. Results and errors travel as the JSON text the layer
 // made once, so a backend splices it in and never re-encodes it.
 
+import { LIMITS } from "./artifacts.generated.js";
+
 /** What an entry says it is, for people: the scope, the tool, a detail. */
 export interface About {
   scope?: string;
@@ -202,7 +204,7 @@ export interface Backend {
 }
 
 /** Redis's `PX` range, and the range of every lease and retention: 1 ms to 100 years. */
-export const MAX_MS = 100 * 365 * 24 * 60 * 60 * 1000;
+export const MAX_MS: number = LIMITS.max_duration_ms;
 
 export function clampMs(ms: number): number {
   return Math.min(Math.max(Math.round(ms), 1), MAX_MS);

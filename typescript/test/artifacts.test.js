@@ -48,3 +48,79 @@ for (const store of ["sqlite", "postgres"]) {
 test("the package's key vectors are the core's", () => {
   assert.equal(read(path.join(pkg, "artifacts", "keys.json")), read(path.join(core, "tests", "data", "keys.json")));
 });
+
+for (const store of ["sqlite", "postgres"]) {
+  test(`the package's ${store} statements are the core's, each of them`, () => {
+    const dir = `src/store/${store}/statements`;
+    const files = coreFiles(dir, ".sql");
+    assert.ok(files.includes("claim.sql") && files.includes("list.sql"), files.join(" "));
+    const set = store === "sqlite" ? embedded.SQLITE_STATEMENTS : embedded.POSTGRES_STATEMENTS;
+    assert.deepEqual(Object.keys(set).sort(), files.map((f) => path.basename(f, ".sql")).sort());
+    for (const file of files) {
+      const original = read(path.join(core, dir, file));
+      assert.equal(read(path.join(pkg, "artifacts", store, "statements", file)), original, `artifacts/${store}/statements/${file} differs from the core's`);
+      assert.equal(set[path.basename(file, ".sql")], original, `the embedded ${file} differs from the core's`);
+    }
+  });
+}
+
+/** The package's TypeScript and JavaScript sources, but the generated one. */
+function sources(dir = path.join(pkg, "src")) {
+  return fs.readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
+    const file = path.join(dir, e.name);
+    if (e.isDirectory()) return sources(file);
+    return /\.(ts|js)$/.test(e.name) && e.name !== "artifacts.generated.ts" ? [file] : [];
+  });
+}
+
+test("the TypeScript sources hold no SQL statement of their own", () => {
+  // A statement in a string: a keyword that starts one, inside quotes or backticks. Comments
+  // may name statements; Redis's SELECT command is a Redis command, not SQL.
+  const sql = /["'`]\s*(SELECT|INSERT INTO|UPDATE \S+ SET|DELETE FROM|CREATE |PRAGMA|BEGIN|COMMIT|ROLLBACK)\b/;
+  const found = [];
+  for (const file of [...sources(), ...sources(path.join(pkg, "bin"))]) {
+    read(file)
+      .split("\n")
+      .forEach((line, i) => {
+        if (/^\s*(\/\/|\/\*|\*)/.test(line)) return;
+        if (sql.test(line) && !/\["SELECT", /.test(line)) found.push(`${path.relative(pkg, file)}:${i + 1}: ${line.trim()}`);
+      });
+  }
+  assert.deepEqual(found, []);
+});
+
+test("the package's texts and limits are the core's", () => {
+  for (const file of ["texts.json", "limits.json"]) {
+    assert.equal(read(path.join(pkg, "artifacts", file)), read(path.join(core, "data", file)), `artifacts/${file} differs from the core's`);
+  }
+  assert.deepEqual(embedded.TEXTS, JSON.parse(read(path.join(core, "data", "texts.json"))).texts);
+  assert.deepEqual(embedded.LIMITS, JSON.parse(read(path.join(core, "data", "limits.json"))));
+});
+
+/** The texts only the Rust core answers with: TypeScript has no such case. */
+const RUST_ONLY_TEXTS = {
+  misconfigured: "a call whose write options are invalid (TypeScript checks them when the tool is wrapped, and throws)",
+  notice_unreplicated: "a record fewer replicas acknowledged than asked (the TypeScript stores ask for no replicas)",
+};
+
+test("every text is used by the TypeScript layer, or is one only the Rust core answers with", () => {
+  const used = new Set();
+  for (const file of sources()) for (const m of read(file).matchAll(/\btext\("([a-z_]+)"/g)) used.add(m[1]);
+  for (const name of used) assert.ok(name in embedded.TEXTS, `the sources use a text ${name} that data/texts.json lacks`);
+  const unused = Object.keys(embedded.TEXTS).filter((name) => !used.has(name));
+  assert.deepEqual(unused.sort(), Object.keys(RUST_ONLY_TEXTS).sort());
+});
+
+test("a text has every placeholder filled, refuses one left empty, and puts a value with braces in as it is", () => {
+  const { text } = require(path.join(pkg, "dist", "texts.js"));
+  const conflict = text("conflict", { tool: "pay", key: "idem:{key}" });
+  assert.match(conflict, /^Conflict: an earlier call of `pay` .*\(operation idem:\{key\}\)/);
+  assert.doesNotMatch(conflict.replace("idem:{key}", ""), /\{[a-z_]+\}/);
+  for (const [name, template] of Object.entries(embedded.TEXTS)) {
+    const names = [...template.matchAll(/\{([a-z_]+)\}/g)].map((m) => m[1]);
+    const values = Object.fromEntries(names.map((n) => [n, "X"]));
+    assert.doesNotMatch(text(name, values), /\{[a-z_]+\}/, name);
+    if (names.length > 0) assert.throws(() => text(name, {}), /no value for the placeholder/, name);
+    assert.throws(() => text(name, { ...values, stray: "y" }), /has no placeholder stray/, name);
+  }
+});

@@ -150,8 +150,11 @@ fn mcp_result(answer: ToolResult) -> CallToolResult {
     };
     if let Some(key) = &answer.key {
         let mut meta = serde_json::Map::new();
-        meta.insert("toolonce/outcome".into(), json!(answer.outcome.as_str()));
-        meta.insert("toolonce/key".into(), json!(key.as_str()));
+        meta.insert(
+            toolonce::meta::OUTCOME.into(),
+            json!(answer.outcome.as_str()),
+        );
+        meta.insert(toolonce::meta::KEY.into(), json!(key.as_str()));
         result.meta = Some(MetaObject(meta));
     }
     result
@@ -230,7 +233,7 @@ async fn session(server: RefundServer, steps: &[&[Call]]) -> Result<Vec<String>,
             let outcome = result
                 .meta
                 .as_ref()
-                .and_then(|meta| meta.0.get("toolonce/outcome"))
+                .and_then(|meta| meta.0.get(toolonce::meta::OUTCOME))
                 .and_then(Value::as_str)
                 .unwrap_or("read")
                 .to_owned();

@@ -18,7 +18,7 @@ use crate::{Error, Result};
 /// IETF Idempotency-Key draft.
 pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
 
-const KEY_PREFIX: &str = "idem:";
+pub(crate) const KEY_PREFIX: &str = "idem:";
 const KEY_HEX_LEN: usize = 32;
 const KEY_LEN: usize = KEY_PREFIX.len() + KEY_HEX_LEN;
 

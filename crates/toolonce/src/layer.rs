@@ -22,6 +22,7 @@ mod release;
 mod report;
 mod settle;
 mod storable;
+mod texts;
 
 pub use answer::{Outcome, STORE_ERROR, WriteAnswer};
 pub use call::{ProbeFuture, ToolFuture};

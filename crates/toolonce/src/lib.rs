@@ -113,6 +113,9 @@ mod error;
 mod heartbeat;
 pub mod key;
 pub mod layer;
+#[cfg(test)]
+mod limits;
+pub mod meta;
 pub mod policy;
 pub mod store;
 pub mod tool;

@@ -81,7 +81,7 @@ pub const MIN_LEASE: Duration = Duration::from_millis(30);
 pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
 
 /// The shortest retention accepted: a result kept for no time at all is never replayed.
-const MIN_RETENTION: Duration = Duration::from_millis(1);
+pub(crate) const MIN_RETENTION: Duration = Duration::from_millis(1);
 
 /// Per-tool settings of the layer.
 ///

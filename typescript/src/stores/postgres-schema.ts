@@ -3,18 +3,22 @@
 // in one transaction under the core's advisory lock, the version recorded in the version table
 // the core keeps. A table either side created or migrated works with the other.
 
-import { POSTGRES_MIGRATIONS } from "../artifacts.generated.js";
+import { LIMITS, POSTGRES_MIGRATIONS } from "../artifacts.generated.js";
 import { ConfigError, StoreError } from "../errors.js";
+import { postgresStatement } from "../sql.js";
 
 export const SCHEMA_VERSION = 3;
-export const VERSION_TABLE = "toolonce_schema";
+export const VERSION_TABLE: string = LIMITS.tables.postgres_version;
 /** The advisory lock of migrations: the bytes of "toolonce" as a big-endian bigint, as in the core. */
 const MIGRATION_LOCK = BigInt.asIntN(64, BigInt("0x" + Buffer.from("toolonce").toString("hex"))).toString();
-const MAX_TABLE_NAME = 63 - "_expires_at".length;
+const MAX_TABLE_NAME: number = LIMITS.tables.postgres_max_name;
 
 /** Something that runs a query: a pg Client, or a client checked out of a Pool. */
 export interface Queryable {
-  query(text: string, values?: unknown[]): Promise<{ rows: Record<string, unknown>[]; rowCount: number | null }>;
+  query(
+    text: string | { text: string; values: unknown[]; rowMode: "array" },
+    values?: unknown[],
+  ): Promise<{ rows: Record<string, unknown>[]; rowCount: number | null }>;
 }
 
 export function quote(identifier: string): string {
@@ -48,13 +52,12 @@ export function migration(version: number, table: string): string {
 
 /** Applies the missing steps in one transaction on `client` (a connection of its own). */
 export async function migrate(client: Queryable, table: string): Promise<void> {
-  await client.query("BEGIN");
+  const sql = (name: string) => postgresStatement(name, { version_table: VERSION_TABLE });
+  await client.query(sql("begin"));
   try {
-    await client.query("SELECT pg_advisory_xact_lock($1::bigint)", [MIGRATION_LOCK]);
-    await client.query(
-      `CREATE TABLE IF NOT EXISTS ${VERSION_TABLE} (table_name text PRIMARY KEY, version integer NOT NULL, migrated_at timestamptz NOT NULL DEFAULT now())`,
-    );
-    const found = await client.query(`SELECT version FROM ${VERSION_TABLE} WHERE table_name = $1 FOR UPDATE`, [table]);
+    await client.query(sql("migration_lock"), [MIGRATION_LOCK]);
+    await client.query(sql("create_version_table"));
+    const found = await client.query(sql("read_version"), [table]);
     const from = found.rows.length === 0 ? 0 : Number(found.rows[0]?.version);
     if (!Number.isInteger(from) || from < 0) throw new StoreError(`unreadable ${VERSION_TABLE}.version of ${table}`, false);
     if (from > SCHEMA_VERSION) {
@@ -65,14 +68,11 @@ export async function migrate(client: Queryable, table: string): Promise<void> {
     }
     for (let v = from + 1; v <= SCHEMA_VERSION; v++) await client.query(migration(v, table));
     if (from < SCHEMA_VERSION) {
-      await client.query(
-        `INSERT INTO ${VERSION_TABLE} (table_name, version) VALUES ($1, $2) ON CONFLICT (table_name) DO UPDATE SET version = EXCLUDED.version, migrated_at = now()`,
-        [table, SCHEMA_VERSION],
-      );
+      await client.query(sql("write_version"), [table, SCHEMA_VERSION]);
     }
-    await client.query("COMMIT");
+    await client.query(sql("commit"));
   } catch (e) {
-    await client.query("ROLLBACK").catch(() => {});
+    await client.query(sql("rollback")).catch(() => {});
     throw e;
   }
 }

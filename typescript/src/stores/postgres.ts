@@ -4,6 +4,7 @@
 // which decides and reads in one atomic step (a settled entry is answered without calling it).
 // Leases and expiry are the database server's `now()`.
 
+import { LIMITS } from "../artifacts.generated.js";
 import { ConfigError, CorruptEntry, StoreError } from "../errors.js";
 import { readJson } from "../outcome.js";
 import {
@@ -26,58 +27,31 @@ import {
 } from "../store.js";
 import { redactUrl } from "../url.js";
 import { parsePostgresUrl } from "./postgres-url.js";
+import { fragment, postgresStatement } from "../sql.js";
 import { type Queryable, checkTableName, migrate, quote } from "./postgres-schema.js";
 
-const DEFAULT_TABLE = "toolonce_entries";
+const DEFAULT_TABLE: string = LIMITS.tables.entries;
 
-const ENTRY_COLUMNS =
-  "(CASE WHEN state = 'running' AND lease_until <= now() THEN 'unknown' ELSE state END) AS state, fingerprint, result::text AS result, error::text AS error, owner, attempts, " +
-  // In ms, microseconds kept as the fraction: equal timestamps read equal, different ones differ.
-  "(extract(epoch FROM started_at) * 1000)::float8 AS started_ms, (extract(epoch FROM first_started_at) * 1000)::float8 AS first_started_ms";
-const FENCE = "key = $1 AND state = 'running' AND owner = $2 AND expires_at > now()";
-/** The core's fence of a resolve (`seen_fence` in crates/toolonce/src/store/postgres/sql.rs), parameters from `$n`. */
-const seenFence = (n: number) =>
-  `key = $1 AND state = 'running' AND expires_at > now() AND owner IS NOT DISTINCT FROM $${n}::text ` +
-  `AND attempts = $${n + 1}::integer AND ($${n + 2}::boolean OR lease_until <= now())`;
-
-const STATE = "(CASE WHEN state = 'running' AND lease_until <= now() THEN 'unknown' ELSE state END)";
-/** A time as ms since the epoch (for display), and exactly, to the microsecond, in UTC (what a removal compares). */
-const ms = (column: string) => `(extract(epoch from ${column}) * 1000)::float8`;
-const exact = (column: string) => `to_char(${column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
-/** An entry whole, for an operator: the columns of `EntryRow` and `WholeRow`. */
-const WHOLE_COLUMNS =
-  `key, ${ENTRY_COLUMNS}, scope, tool, detail, ${ms("started_at")} AS started_ms, ${ms("first_started_at")} AS first_started_ms, ` +
-  `${ms("settled_at")} AS settled_ms, ${ms("CASE WHEN state = 'running' THEN lease_until ELSE expires_at END")} AS expires_ms, ` +
-  `${exact("started_at")} AS started_mark, ${exact("settled_at")} AS settled_mark`;
-
-/** The core's statements for `table` (crates/toolonce/src/store/postgres.rs, `Sql::new`). */
+/**
+ * The core's statements for `table` (crates/toolonce/src/store/postgres/statements). The claim
+ * is the core's own, read by position (its row has two columns named `bool`); the reads select
+ * the columns of `entry_columns_by_name.sql`, by name, with times as numbers and exact text.
+ */
 function statements(table: string) {
-  const t = quote(table);
-  const claim = quote(`${table}_claim`);
-  const lease = "now() + $3::bigint * interval '1 millisecond'";
-  const retention = "now() + $4::bigint * interval '1 millisecond'";
+  const values = { table: quote(table), claim: quote(`${table}_claim`), entry_columns: fragment(postgresStatement("entry_columns_by_name")) };
+  const sql = (name: string) => postgresStatement(name, values);
   return {
-    claim:
-      `(SELECT false AS won, false AS took_over, state, fingerprint, result::text AS result, error::text AS error, owner, attempts FROM ${t} ` +
-      "WHERE key = $1 AND expires_at > now() AND state <> 'running') UNION ALL " +
-      `(SELECT (c).won, (c).took_over, (c).state, (c).fingerprint, (c).result, (c).error, (c).owner, (c).attempts FROM (SELECT ${claim}(` +
-      "$1, $2, $3, $4::bigint, $5::bigint, $6::boolean, $7, $8, $9) AS c OFFSET 0) AS called) LIMIT 1",
-    renew: `UPDATE ${t} SET lease_until = ${lease}, expires_at = ${lease} + (expires_at - lease_until) WHERE ${FENCE}`,
-    complete: `UPDATE ${t} SET state = 'done', owner = NULL, lease_until = NULL, result = $3::text::json, settled_at = now(), expires_at = ${retention} WHERE ${FENCE}`,
-    failSticky: `UPDATE ${t} SET state = 'failed', owner = NULL, lease_until = NULL, error = $3::text::json, settled_at = now(), expires_at = ${retention} WHERE ${FENCE}`,
-    failDelete: `DELETE FROM ${t} WHERE ${FENCE}`,
-    get: `SELECT ${ENTRY_COLUMNS} FROM ${t} WHERE key = $1 AND expires_at > now()`,
-    resolveDone: `UPDATE ${t} SET state = 'done', owner = NULL, lease_until = NULL, result = $2::text::json, settled_at = now(), expires_at = now() + $3::bigint * interval '1 millisecond' WHERE ${seenFence(4)}`,
-    resolveFailed: `UPDATE ${t} SET state = 'failed', owner = NULL, lease_until = NULL, error = $2::text::json, settled_at = now(), expires_at = now() + $3::bigint * interval '1 millisecond' WHERE ${seenFence(4)}`,
-    resolveRelease: `DELETE FROM ${t} WHERE ${seenFence(2)}`,
-    inspect: `SELECT ${WHOLE_COLUMNS} FROM ${t} WHERE key = $1 AND expires_at > now()`,
-    // The core's `list` and `remove_settled` (crates/toolonce/src/store/postgres/sql.rs).
-    list:
-      `SELECT ${WHOLE_COLUMNS} FROM ${t} WHERE key > $1 AND expires_at > now() AND ($2::text IS NULL OR ${STATE} = $2) ` +
-      "AND ($4::text IS NULL OR scope = $4) AND ($5::text IS NULL OR tool = $5) ORDER BY key LIMIT $3",
-    removeSettled:
-      `DELETE FROM ${t} WHERE key = $1 AND expires_at > now() AND state = $2 AND attempts = $3::integer ` +
-      "AND started_at = $4::timestamptz AND settled_at IS NOT DISTINCT FROM $5::timestamptz",
+    claim: sql("claim"),
+    renew: sql("renew"),
+    complete: sql("complete"),
+    failSticky: sql("fail_sticky"),
+    failDelete: sql("fail_delete"),
+    get: sql("get"),
+    resolveDone: sql("resolve_done"),
+    resolveFailed: sql("resolve_failed"),
+    resolveRelease: sql("resolve_release"),
+    list: sql("list"),
+    removeSettled: sql("remove_settled"),
   };
 }
 
@@ -100,7 +74,7 @@ interface EntryRow {
   error: string | null;
   owner: string | null;
   attempts: number | null;
-  /** Read by `get` only (the claim's statement does not select them). */
+  /** Read by `get` only (the claim's row is not decoded for them). */
   started_ms?: number | null;
   first_started_ms?: number | null;
 }
@@ -210,10 +184,10 @@ export class PostgresBackend implements Backend {
     return new PostgresBackend(pg, url, owned, table);
   }
 
-  private async query(text: string, values: unknown[], doing: string): Promise<{ rows: Record<string, unknown>[]; rowCount: number | null }> {
+  private async query(text: string, values: unknown[], doing: string, byPosition = false): Promise<{ rows: Record<string, unknown>[]; rowCount: number | null }> {
     if (this.closed) throw new StoreError("the store is closed", false);
     try {
-      return await this.pg.query(text, values);
+      return byPosition ? await this.pg.query({ text, values, rowMode: "array" }) : await this.pg.query(text, values);
     } catch (e) {
       throw storeError(e, doing);
     }
@@ -224,11 +198,14 @@ export class PostgresBackend implements Backend {
       this.sql.claim,
       [req.key, req.owner, req.fingerprint, Math.round(req.leaseMs), Math.round(req.retentionMs), req.takeover, req.about.scope ?? null, req.about.tool ?? null, req.about.detail ?? null],
       "claim",
+      true,
     );
-    const row = rows[0] as unknown as (EntryRow & { won: boolean; took_over: boolean }) | undefined;
+    const row = rows[0] as unknown as unknown[] | undefined;
     if (row === undefined) throw new StoreError("the claim function returned no row", false);
-    if (row.won) return row.took_over ? { kind: "took_over" } : { kind: "won" };
-    return { kind: "existing", entry: entryOf(req.key, row) };
+    // The columns of claim.sql: won, took_over, then entry_columns.sql's order.
+    const [won, tookOver, state, owner, fingerprint, , , , result, error, , , , , attempts] = row;
+    if (won === true) return tookOver === true ? { kind: "took_over" } : { kind: "won" };
+    return { kind: "existing", entry: entryOf(req.key, { state, owner, fingerprint, result, error, attempts } as EntryRow) };
   }
 
   async renew(key: string, owner: string, leaseMs: number): Promise<boolean> {
@@ -273,9 +250,9 @@ export class PostgresBackend implements Backend {
   }
 
   async inspect(key: string): Promise<Inspected | undefined> {
-    const { rows } = await this.query(this.sql.inspect, [key], "read an entry");
-    const row = rows[0] as unknown as WholeRow | undefined;
-    return row === undefined ? undefined : inspectedOf(row);
+    const { rows } = await this.query(this.sql.get, [key], "read an entry");
+    const row = rows[0] as unknown as Omit<WholeRow, "key"> | undefined;
+    return row === undefined ? undefined : inspectedOf({ key, ...row });
   }
 
   async list(query: ListQuery): Promise<Page> {

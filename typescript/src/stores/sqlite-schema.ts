@@ -5,14 +5,15 @@
 // whose file and which layout it is.
 
 import type { DatabaseSync } from "node:sqlite";
-import { SQLITE_MIGRATIONS } from "../artifacts.generated.js";
+import { LIMITS, SQLITE_MIGRATIONS } from "../artifacts.generated.js";
 import { ConfigError } from "../errors.js";
+import { sqliteStatement } from "../sql.js";
 
 export const SCHEMA_VERSION = 2;
 const APPLICATION_ID = 0x746f6f6c; // "tool"
 
 /** How long a running row migrated from version 1 is kept as unknown after its lease: 24 h. */
-const MIGRATED_RETENTION_MS = 24 * 60 * 60 * 1000;
+const MIGRATED_RETENTION_MS: number = LIMITS.unknown_retention_ms;
 
 function migration(name: string): string {
   const found = SQLITE_MIGRATIONS.find((m) => m.name === name);
@@ -29,13 +30,13 @@ function fromV1(): string {
 
 /** Creates, migrates or checks the schema of `db` (at `path`, for messages); runs in a write transaction. */
 export function migrate(db: DatabaseSync, path: string): void {
-  db.exec("BEGIN IMMEDIATE");
+  db.exec(sqliteStatement("begin"));
   try {
-    const applicationId = Number((db.prepare("PRAGMA application_id").get() as { application_id: number }).application_id);
-    const version = Number((db.prepare("PRAGMA user_version").get() as { user_version: number }).user_version);
+    const applicationId = Number((db.prepare(sqliteStatement("application_id")).get() as { application_id: number }).application_id);
+    const version = Number((db.prepare(sqliteStatement("user_version")).get() as { user_version: number }).user_version);
     if (applicationId === 0 && version === 0) {
       db.exec(migration("002_entries.sql"));
-      db.exec(`PRAGMA application_id = ${APPLICATION_ID}`);
+      db.exec(sqliteStatement("set_application_id", { id: APPLICATION_ID }));
     } else if (applicationId === APPLICATION_ID && version === 1) {
       db.exec(fromV1());
     } else if (applicationId === APPLICATION_ID && version === SCHEMA_VERSION) {
@@ -49,10 +50,10 @@ export function migrate(db: DatabaseSync, path: string): void {
     } else {
       throw new ConfigError(`SQLite database ${path} belongs to another program (application_id 0x${applicationId.toString(16)})`);
     }
-    if (version !== SCHEMA_VERSION) db.exec(`PRAGMA user_version = ${SCHEMA_VERSION}`);
-    db.exec("COMMIT");
+    if (version !== SCHEMA_VERSION) db.exec(sqliteStatement("set_user_version", { version: SCHEMA_VERSION }));
+    db.exec(sqliteStatement("commit"));
   } catch (e) {
-    db.exec("ROLLBACK");
+    db.exec(sqliteStatement("rollback"));
     throw e;
   }
 }

@@ -29,45 +29,26 @@ import {
   decodeError,
   refusal,
 } from "../store.js";
+import { sqliteStatement } from "../sql.js";
 import { migrate } from "./sqlite-schema.js";
 
-const COLUMNS = "key, state, owner, fingerprint, started_at, lease_until, kept_until, settled_at, payload, scope, tool, detail, first_started_at, attempts";
-
-/** The core's statements (crates/toolonce/src/store/sqlite/sql.rs), parameters by number. */
+/** The core's statements (crates/toolonce/src/store/sqlite/statements), parameters by number. */
 const SQL = {
-  selectLive: `SELECT ${COLUMNS} FROM toolonce_entries WHERE key = ?1 AND kept_until > ?2`,
-  claim:
-    `INSERT INTO toolonce_entries (${COLUMNS}) VALUES (?1, 'running', ?2, ?3, ?4, ?5, ?6, NULL, NULL, ?7, ?8, ?9, ?4, 1) ` +
-    "ON CONFLICT (key) DO UPDATE SET state = 'running', owner = excluded.owner, fingerprint = excluded.fingerprint, " +
-    "started_at = excluded.started_at, lease_until = excluded.lease_until, kept_until = excluded.kept_until, settled_at = NULL, " +
-    "payload = NULL, scope = excluded.scope, tool = excluded.tool, detail = excluded.detail, " +
-    "first_started_at = excluded.first_started_at, attempts = 1 WHERE toolonce_entries.kept_until <= ?4",
-  reclaimOwn: "UPDATE toolonce_entries SET lease_until = ?3, kept_until = MAX(kept_until, ?4) WHERE key = ?1 AND state = 'running' AND owner = ?2",
-  takeover:
-    "UPDATE toolonce_entries SET owner = ?2, started_at = ?3, lease_until = ?4, kept_until = ?5, " +
-    "attempts = CASE WHEN attempts = 0 THEN 0 ELSE attempts + 1 END " +
-    "WHERE key = ?1 AND state = 'running' AND lease_until <= ?3 AND kept_until > ?3",
-  renew:
-    "UPDATE toolonce_entries SET lease_until = ?3, kept_until = CASE WHEN kept_until - lease_until > 9223372036854775807 - ?3 " +
-    "THEN 9223372036854775807 ELSE ?3 + (kept_until - lease_until) END " +
-    "WHERE key = ?1 AND state = 'running' AND owner = ?2 AND kept_until > ?4",
-  complete:
-    "UPDATE toolonce_entries SET state = 'done', owner = NULL, lease_until = NULL, payload = ?3, settled_at = ?4, kept_until = ?5 " +
-    "WHERE key = ?1 AND state = 'running' AND owner = ?2 AND kept_until > ?4",
-  failSticky:
-    "UPDATE toolonce_entries SET state = 'failed', owner = NULL, lease_until = NULL, payload = ?3, settled_at = ?4, kept_until = ?5 " +
-    "WHERE key = ?1 AND state = 'running' AND owner = ?2 AND kept_until > ?4",
-  failDelete: "DELETE FROM toolonce_entries WHERE key = ?1 AND state = 'running' AND owner = ?2 AND kept_until > ?3",
-  resolveSettle:
-    "UPDATE toolonce_entries SET state = ?2, owner = NULL, lease_until = NULL, payload = ?3, settled_at = ?4, kept_until = ?5 " +
-    "WHERE key = ?1 AND state = 'running' AND kept_until > ?4 AND owner IS ?6 AND attempts = ?7",
-  resolveRelease: "DELETE FROM toolonce_entries WHERE key = ?1 AND state = 'running' AND kept_until > ?2 AND owner IS ?3 AND attempts = ?4",
-  removeSettled:
-    "DELETE FROM toolonce_entries WHERE key = ?1 AND kept_until > ?2 AND state = ?3 AND attempts = ?4 AND started_at = ?5 AND settled_at IS ?6",
-  list:
-    `SELECT ${COLUMNS} FROM toolonce_entries WHERE key > ?1 AND kept_until > ?2 ` +
-    "AND (?3 IS NULL OR ?3 = CASE WHEN state = 'running' AND lease_until <= ?2 THEN 'unknown' ELSE state END) " +
-    "AND (?5 IS NULL OR scope = ?5) AND (?6 IS NULL OR tool = ?6) ORDER BY key LIMIT ?4",
+  selectLive: sqliteStatement("select_live"),
+  claim: sqliteStatement("claim"),
+  reclaimOwn: sqliteStatement("reclaim_own"),
+  takeover: sqliteStatement("takeover"),
+  renew: sqliteStatement("renew"),
+  complete: sqliteStatement("complete"),
+  failSticky: sqliteStatement("fail_sticky"),
+  failDelete: sqliteStatement("fail_delete"),
+  resolveSettle: sqliteStatement("resolve_settle"),
+  resolveRelease: sqliteStatement("resolve_release"),
+  removeSettled: sqliteStatement("remove_settled"),
+  list: sqliteStatement("list"),
+  begin: sqliteStatement("begin"),
+  commit: sqliteStatement("commit"),
+  rollback: sqliteStatement("rollback"),
 } as const;
 
 interface Row {
@@ -151,12 +132,12 @@ export class SqliteBackend implements Backend {
       throw new StoreError(`cannot open SQLite database ${path}: ${(e as Error).message}`, false, e);
     }
     try {
-      db.exec(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`);
+      db.exec(sqliteStatement("set_busy_timeout", { ms: BUSY_TIMEOUT_MS }));
       // WAL: readers and the writer do not block each other. NORMAL does not flush at commit.
-      if (path !== ":memory:") db.exec("PRAGMA journal_mode = WAL");
-      db.exec("PRAGMA synchronous = NORMAL");
+      if (path !== ":memory:") db.exec(sqliteStatement("set_wal"));
+      db.exec(sqliteStatement("set_synchronous_normal"));
       migrate(db, path);
-      db.exec(`PRAGMA busy_timeout = ${BUSY_SLICE_MS}`);
+      db.exec(sqliteStatement("set_busy_timeout", { ms: BUSY_SLICE_MS }));
     } catch (e) {
       db.close();
       if (e instanceof ConfigError) throw e;
@@ -181,7 +162,7 @@ export class SqliteBackend implements Backend {
     let pause = 1;
     for (;;) {
       try {
-        this.db.exec("BEGIN IMMEDIATE");
+        this.db.exec(SQL.begin);
       } catch (e) {
         if (isBusy(e) && Date.now() < deadline) {
           await sleep(pause);
@@ -193,11 +174,11 @@ export class SqliteBackend implements Backend {
       }
       try {
         const result = work(Date.now());
-        this.db.exec("COMMIT");
+        this.db.exec(SQL.commit);
         return result;
       } catch (e) {
         try {
-          this.db.exec("ROLLBACK");
+          this.db.exec(SQL.rollback);
         } catch {
           // Already rolled back by SQLite.
         }

@@ -28,15 +28,15 @@ pub(crate) const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 
 /// The member under `params._meta` that carries the operation key to the server, and from the
 /// client a key of its own (see [`call`](super::call)); replays carry it too.
-pub(crate) const META_KEY: &str = "toolonce/key";
+pub(crate) const META_KEY: &str = toolonce::meta::KEY;
 /// The member of a result's `_meta` (or a JSON-RPC error's `data`) that says what the proxy did
 /// (`replayed`, `in_flight`, `not_executed`, …): it tells a replay from a first answer.
-pub(crate) const OUTCOME_KEY: &str = "toolonce/outcome";
+pub(crate) const OUTCOME_KEY: &str = toolonce::meta::OUTCOME;
 
 /// The `_meta` member of an executed call's answer that says its outcome was not simply
 /// recorded (it may not survive a failover of the store, or was not recorded at all): the
 /// layer's notice, for a person.
-pub(crate) const NOTICE_KEY: &str = "toolonce/notice";
+pub(crate) const NOTICE_KEY: &str = toolonce::meta::NOTICE;
 /// The member of an error's `data` with which the proxy's HTTP client tells the gateway the
 /// HTTP status an upstream server refused a request with.
 pub(crate) const HTTP_STATUS_KEY: &str = "toolonce/httpStatus";

@@ -10,6 +10,8 @@ use crate::key::{Derived, OperationKey};
 use crate::store::{Fenced, Recorded};
 use crate::tool::ToolError;
 
+use super::texts::Text;
+
 /// How a write call ended. Every answer carries one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -109,23 +111,11 @@ impl WriteAnswer<Recorded> {
 pub(crate) fn settle_notice(settled: Option<Fenced>) -> Option<String> {
     match settled {
         Some(Fenced::Applied) => None,
-        Some(Fenced::AppliedUnreplicated(short)) => Some(format!(
-            "The outcome is recorded on the store's primary, but {short}: if the primary fails \
-             before a replica has it, the record may be lost, and an identical call would then \
-             run the tool again."
-        )),
-        Some(Fenced::NotOwner) => Some(
-            "The outcome was not recorded: the claim was lost while the tool ran (its lease \
-             expired, and the operation was taken over or settled by someone else), so another \
-             call may have run it too."
-                .to_owned(),
-        ),
-        None => Some(
-            "The outcome could not be recorded (the store failed; its log says how): an \
-             identical call finds the operation running until its lease ends, then \
-             interrupted, and never gets this outcome."
-                .to_owned(),
-        ),
+        Some(Fenced::AppliedUnreplicated(short)) => {
+            Some(Text::NoticeUnreplicated.fill(&[("short", &short.to_string())]))
+        }
+        Some(Fenced::NotOwner) => Some(Text::NoticeNotOwner.fill(&[])),
+        None => Some(Text::NoticeUnrecorded.fill(&[])),
     }
 }
 
@@ -144,10 +134,9 @@ pub(crate) fn misconfigured<R>(tool: &str, op: &Derived, e: &crate::Error) -> Wr
         outcome: Outcome::InvalidArguments,
         key: op.key.clone(),
         notice: None,
-        result: Err(ToolError::permanent(format!(
-            "Not executed: `{tool}` is misconfigured in this program ({e}), so it was not run. \
-             Retrying will not help; continue without it."
-        ))),
+        result: Err(ToolError::permanent(
+            Text::Misconfigured.fill(&[("tool", tool), ("error", &e.to_string())]),
+        )),
     }
 }
 
@@ -163,53 +152,32 @@ pub(crate) const PANICKED: &str = "panicked";
 /// [`STORE_ERROR`].
 pub(crate) fn unavailable(tool: &str, e: &crate::Error) -> ToolError {
     let report = e.report().to_string();
-    ToolError::transient(format!(
-        "Not executed: `{tool}` was not run because the idempotency store is unavailable \
-         ({report}), and running it without the store could perform it twice. Nothing \
-         happened; it is safe to try again later."
-    ))
-    .with_detail(serde_json::json!({ STORE_ERROR: report }))
+    ToolError::transient(Text::StoreUnavailable.fill(&[("tool", tool), ("report", &report)]))
+        .with_detail(serde_json::json!({ STORE_ERROR: report }))
 }
 
 /// The answer when the operation's entry is there but cannot be read (written by another
 /// writer, or damaged): it was begun, perhaps done, so it is neither run nor called harmless.
 pub(crate) fn unreadable(tool: &str, key: &OperationKey, e: &crate::Error) -> ToolError {
     let report = e.report().to_string();
-    ToolError::permanent(format!(
-        "Outcome unknown: an earlier identical call of `{tool}` (operation {key}) is recorded, \
-         but its record cannot be read here ({report}), so it may already have taken effect. \
-         This call was not executed, and you must not retry it: running it again could perform \
-         it twice. A person must check it (`toolonce show {key}`) and settle it. Tell the user \
-         it needs checking, and do not assume it happened or did not."
-    ))
+    ToolError::permanent(Text::Unreadable.fill(&[
+        ("tool", tool),
+        ("key", key.as_str()),
+        ("report", &report),
+    ]))
     .with_detail(serde_json::json!({ STORE_ERROR: report }))
 }
 
 /// The answer under `hold` (or a probe that cannot tell): written for the model, which must
 /// neither retry nor assume either way.
 pub(crate) fn held(tool: &str, key: &OperationKey) -> ToolError {
-    ToolError::permanent(format!(
-        "Outcome unknown: an earlier identical call of `{tool}` (operation {key}) was \
-         interrupted before its result was recorded, so it may already have taken effect. This \
-         call was not executed, and you must not retry it: running it again could perform it \
-         twice. A person must check whether it took effect and settle it (`toolonce resolve \
-         {key}`). Tell the user it needs checking, and do not assume it happened or did not."
-    ))
+    ToolError::permanent(Text::Held.fill(&[("tool", tool), ("key", key.as_str())]))
 }
 
 pub(crate) fn in_flight(tool: &str, key: &OperationKey) -> ToolError {
-    ToolError::transient(format!(
-        "Already in progress: an identical call of `{tool}` (operation {key}) is running right \
-         now. This call was not executed, and you must not retry it: the operation will take \
-         effect once. Continue with other work, or check its outcome later."
-    ))
+    ToolError::transient(Text::InFlight.fill(&[("tool", tool), ("key", key.as_str())]))
 }
 
 pub(crate) fn conflict(tool: &str, key: &OperationKey) -> ToolError {
-    ToolError::permanent(format!(
-        "Conflict: an earlier call of `{tool}` with the same identifying fields (operation \
-         {key}) had different other arguments. This call was not executed. If you meant the \
-         earlier operation, it has already been done; if you meant a new one, change an \
-         identifying field."
-    ))
+    ToolError::permanent(Text::Conflict.fill(&[("tool", tool), ("key", key.as_str())]))
 }

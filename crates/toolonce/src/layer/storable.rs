@@ -59,13 +59,8 @@ pub(super) fn storable<'a>(
 /// what is wrong with it. Permanent: the tool ran, so a duplicate must not run it again; it
 /// gets this text instead of the result.
 pub(super) fn unstorable(tool: &str, why: &str) -> ToolError {
-    ToolError::permanent(format!(
-        "The tool `{tool}` ran, but its result cannot be stored: {why}. So that it does not run \
-         again, the operation is recorded as failed with this message: the first call got the \
-         result, every duplicate gets this. Do not retry it; if its effect is needed, check the \
-         system it acted on."
-    ))
-    .with_detail(json!({ UNSTORABLE: why }))
+    ToolError::permanent(super::texts::Text::Unstorable.fill(&[("tool", tool), ("why", why)]))
+        .with_detail(json!({ UNSTORABLE: why }))
 }
 
 /// Whether settling `result` releases the operation (the tool's own transient error), which a

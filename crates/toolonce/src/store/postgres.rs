@@ -34,12 +34,15 @@ mod schema;
 mod sql;
 mod tls;
 
+#[cfg(test)]
+pub(crate) use constants::MAX_TABLE_NAME;
 pub use constants::{DEFAULT_TABLE, SCHEMA_VERSION};
 pub use pool::{PostgresStore, PostgresStoreBuilder, connect_client};
 #[cfg(test)]
 pub(crate) use tls::describe;
 
-use constants::{ATTEMPTS, VERSION_TABLE};
+use constants::ATTEMPTS;
+pub(crate) use constants::VERSION_TABLE;
 use error::discard_if_broken;
 use pool::prepare_all;
 use row::{decode, fenced};

@@ -11,11 +11,11 @@ pub const SCHEMA_VERSION: u32 = 3;
 
 /// The table that records the schema version of each entries table of the database (in the
 /// same schema as the entries table, the first of the `search_path`).
-pub(super) const VERSION_TABLE: &str = "toolonce_schema";
+pub(crate) const VERSION_TABLE: &str = "toolonce_schema";
 
 /// The longest table name accepted: PostgreSQL cuts identifiers at 63 bytes, and the index and
 /// function names append up to 11 bytes (`_expires_at`) to the table name.
-pub(super) const MAX_TABLE_NAME: usize = 52;
+pub(crate) const MAX_TABLE_NAME: usize = 52;
 
 /// Durations beyond this are capped (100 years, in milliseconds): far enough to mean "forever",
 /// near enough that `now() + interval` cannot overflow a timestamp.

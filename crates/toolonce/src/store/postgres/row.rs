@@ -13,7 +13,7 @@ use crate::store::recorded::Recorded;
 use crate::key::{Fingerprint, OperationKey};
 use crate::{Error, Result};
 
-/// Decodes the entry columns ([`ENTRY_COLUMNS`]) starting at column `at`.
+/// Decodes the entry columns (`statements/entry_columns.sql`) starting at column `at`.
 pub(super) fn decode(key: OperationKey, row: &Row, at: usize) -> Result<Entry> {
     let corrupt = |what: &str, e: &dyn fmt::Display| Error::corrupt(&key, format!("{what}: {e}"));
     // The state and the fingerprint are read in place (`&str`): neither is kept as text, so

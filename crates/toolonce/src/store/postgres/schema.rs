@@ -5,7 +5,7 @@ use deadpool_postgres::Object;
 use deadpool_postgres::tokio_postgres::{self, Row};
 
 use super::constants::{MIGRATION_LOCK, SCHEMA_VERSION, VERSION_TABLE};
-use super::sql::quote;
+use super::sql::{quote, schema_text};
 use crate::{Error, Result};
 
 /// Applies the missing migration steps in one transaction. The outer error is the database's,
@@ -16,21 +16,12 @@ pub(super) async fn migrate_on(
     target: u32,
 ) -> std::result::Result<Result<u32>, tokio_postgres::Error> {
     let tx = client.transaction().await?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+    tx.execute(schema_text::MIGRATION_LOCK, &[&MIGRATION_LOCK])
         .await?;
-    tx.batch_execute(&format!(
-        "CREATE TABLE IF NOT EXISTS {VERSION_TABLE} (
-             table_name text PRIMARY KEY,
-             version integer NOT NULL,
-             migrated_at timestamptz NOT NULL DEFAULT now()
-         )"
-    ))
-    .await?;
+    tx.batch_execute(&versioned(schema_text::CREATE_VERSION_TABLE))
+        .await?;
     let row = tx
-        .query_opt(
-            &format!("SELECT version FROM {VERSION_TABLE} WHERE table_name = $1 FOR UPDATE"),
-            &[&table],
-        )
+        .query_opt(&versioned(schema_text::READ_VERSION), &[&table])
         .await?;
     let from = match row.map_or(Ok(0), |r| version_of(&r)) {
         Ok(v) => v,
@@ -45,18 +36,16 @@ pub(super) async fn migrate_on(
     }
     if from < target {
         let version = i32::try_from(target).expect("a small version number");
-        tx.execute(
-            &format!(
-                "INSERT INTO {VERSION_TABLE} (table_name, version) VALUES ($1, $2)
-                 ON CONFLICT (table_name)
-                 DO UPDATE SET version = EXCLUDED.version, migrated_at = now()"
-            ),
-            &[&table, &version],
-        )
-        .await?;
+        tx.execute(&versioned(schema_text::WRITE_VERSION), &[&table, &version])
+            .await?;
     }
     tx.commit().await?;
     Ok(Ok(target.saturating_sub(from)))
+}
+
+/// A statement of the version table (`statements/*.sql`) with its name filled in.
+fn versioned(text: &str) -> String {
+    text.replace("{{version_table}}", VERSION_TABLE)
 }
 
 pub(super) fn version_of(row: &Row) -> Result<u32> {

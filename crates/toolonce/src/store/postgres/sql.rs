@@ -1,5 +1,6 @@
-//! The statements of the store for one table, and what makes them safe to build from a name:
-//! the table name's check, identifier quoting, and durations as capped milliseconds.
+//! The statements of the store for one table (the files of `statements/`, rendered for the
+//! table), and what makes them safe to build from a name: the table name's check, identifier
+//! quoting, and durations as capped milliseconds.
 
 use std::time::Duration;
 
@@ -62,126 +63,75 @@ pub(super) struct Sql {
     pub(super) remove_settled: String,
 }
 
-/// The columns of the claim function's row `c`, in the order [`PostgresStore::claim`] and
-/// [`decode`] read them: `state` there is already `unknown` for a running row whose lease ran
-/// out, and `expires_at` the lease deadline of a running row.
-///
-/// The function is called in a select list (`SELECT f(…) AS c OFFSET 0`: once, `OFFSET 0`
-/// keeps the subquery from being flattened, which would call it once per column) rather than
-/// in `FROM`: a function scan builds the function's result type from its 15 `OUT` parameters
-/// at the start of every execution, even when the settled read answers and the function is
-/// never called. Measured on the server with callgrind (single-user backend, 1,000 prepared
-/// executions of a replay): 262k instructions per execution in `FROM`, 248k in the select list.
-pub(super) const CALLED_COLUMNS: &str = "(c).won, (c).took_over, (c).state, (c).owner, (c).fingerprint, \
-     (c).started_at, (c).expires_at, (c).settled_at, (c).result, (c).error, (c).scope, \
-     (c).tool, (c).detail, (c).first_started_at, (c).attempts";
-
-/// The state of a row as the store reports it: `unknown` is a running row whose lease ran out.
-pub(super) const STATE: &str =
-    "(CASE WHEN state = 'running' AND lease_until <= now() THEN 'unknown' ELSE state END)";
-
-/// The columns of an entry read from the table, in the order [`decode`] reads them (the same
-/// as [`CALLED_COLUMNS`], after `won` and `took_over`).
-pub(super) const ENTRY_COLUMNS: &str = "(CASE WHEN state = 'running' AND lease_until <= now() \
-     THEN 'unknown' ELSE state END), owner, fingerprint, started_at, \
-     (CASE WHEN state = 'running' THEN lease_until ELSE expires_at END), settled_at, \
-     result::text, error::text, scope, tool, detail, first_started_at, attempts";
-
 /// How many expired rows one purge statement deletes: batches keep each transaction short.
 pub(super) const PURGE_BATCH: i64 = 10_000;
 
-/// The fence of every owner's write: the entry is still running (its lease live or run out,
-/// that is `unknown`), held by this owner, and not past its final expiry. A takeover installs
-/// another token, so only an owner nobody replaced can still settle: the tool did run, and
-/// recording what it did beats leaving the entry `unknown`.
-pub(super) const FENCE: &str =
-    "key = $1 AND state = 'running' AND owner = $2 AND expires_at > now()";
+/// The statements' files (`statements/*.sql`, each file's top names its parameters and
+/// placeholders): the one source of the store's SQL, which the TypeScript package embeds too
+/// (typescript/scripts/artifacts.js).
+mod text {
+    pub(super) const CLAIM: &str = include_str!("statements/claim.sql");
+    pub(super) const RENEW: &str = include_str!("statements/renew.sql");
+    pub(super) const COMPLETE: &str = include_str!("statements/complete.sql");
+    pub(super) const FAIL_STICKY: &str = include_str!("statements/fail_sticky.sql");
+    pub(super) const FAIL_DELETE: &str = include_str!("statements/fail_delete.sql");
+    pub(super) const GET: &str = include_str!("statements/get.sql");
+    pub(super) const LIST: &str = include_str!("statements/list.sql");
+    pub(super) const DELETE: &str = include_str!("statements/delete.sql");
+    pub(super) const PURGE: &str = include_str!("statements/purge.sql");
+    pub(super) const RESOLVE_DONE: &str = include_str!("statements/resolve_done.sql");
+    pub(super) const RESOLVE_FAILED: &str = include_str!("statements/resolve_failed.sql");
+    pub(super) const RESOLVE_RELEASE: &str = include_str!("statements/resolve_release.sql");
+    pub(super) const REMOVE_SETTLED: &str = include_str!("statements/remove_settled.sql");
+    /// The columns `row::decode` reads, by position.
+    pub(super) const ENTRY_COLUMNS: &str = include_str!("statements/entry_columns.sql");
+}
 
-/// The fence of an operator's settle, its parameters numbered from `$n`: the entry is running
-/// or `unknown` and the attempt seen (`$n` its owner, NULL for none; `$n+1` its attempts), and
-/// its lease has passed unless `$n+2` (forced) is true.
-fn seen_fence(n: usize) -> String {
-    format!(
-        "key = $1 AND state = 'running' AND expires_at > now() \
-         AND owner IS NOT DISTINCT FROM ${n}::text AND attempts = ${}::integer \
-         AND (${}::boolean OR lease_until <= now())",
-        n + 1,
-        n + 2
-    )
+/// The schema's statements, placeholder `{{version_table}}` to fill.
+pub(super) mod schema_text {
+    pub(crate) const MIGRATION_LOCK: &str = include_str!("statements/migration_lock.sql");
+    pub(crate) const CREATE_VERSION_TABLE: &str =
+        include_str!("statements/create_version_table.sql");
+    pub(crate) const READ_VERSION: &str = include_str!("statements/read_version.sql");
+    pub(crate) const WRITE_VERSION: &str = include_str!("statements/write_version.sql");
+}
+
+/// A fragment of a statement (a column list) without its comment lines, to put in place of a
+/// placeholder.
+fn fragment(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with("--")).collect();
+    lines.join(" ").trim().to_string()
+}
+
+/// A statement's file with its placeholders for `table` filled in: `{{table}}`, `{{claim}}` (the
+/// claim function) and `{{entry_columns}}`.
+fn render(text: &str, table: &str, columns: &str) -> String {
+    let filled = text
+        .replace("{{table}}", &quote(table))
+        .replace("{{claim}}", &quote(&format!("{table}_claim")))
+        .replace("{{entry_columns}}", columns);
+    debug_assert!(!filled.contains("{{"), "a placeholder left in {text}");
+    filled
 }
 
 impl Sql {
     pub(super) fn new(table: &str) -> Sql {
-        let t = quote(table);
-        let claim = quote(&format!("{table}_claim"));
-        let lease = "now() + $3::bigint * interval '1 millisecond'";
-        let retention = "now() + $4::bigint * interval '1 millisecond'";
+        let columns = fragment(text::ENTRY_COLUMNS);
+        let r = |text: &str| render(text, table, &columns);
         Sql {
-            claim: format!(
-                "(SELECT false, false, state, owner, fingerprint, started_at, expires_at, \
-                 settled_at, result::text, error::text, scope, tool, detail, first_started_at, \
-                 attempts FROM {t} WHERE key = $1 AND expires_at > now() AND state <> 'running') \
-                 UNION ALL \
-                 (SELECT {CALLED_COLUMNS} FROM (SELECT {claim}(\
-                 $1, $2, $3, $4::bigint, $5::bigint, $6::boolean, $7, $8, $9) AS c OFFSET 0) AS called) \
-                 LIMIT 1"
-            ),
-            // The lease moves, and the final expiry with it: `expires_at - lease_until` is the
-            // retention the claim asked for (the `SET` reads the row's old values).
-            renew: format!(
-                "UPDATE {t} SET lease_until = {lease}, \
-                 expires_at = {lease} + (expires_at - lease_until) WHERE {FENCE}"
-            ),
-            complete: format!(
-                "UPDATE {t} SET state = 'done', owner = NULL, lease_until = NULL, \
-                 result = $3::text::json, settled_at = now(), expires_at = {retention} \
-                 WHERE {FENCE}"
-            ),
-            fail_sticky: format!(
-                "UPDATE {t} SET state = 'failed', owner = NULL, lease_until = NULL, \
-                 error = $3::text::json, settled_at = now(), expires_at = {retention} \
-                 WHERE {FENCE}"
-            ),
-            fail_delete: format!("DELETE FROM {t} WHERE {FENCE}"),
-            get: format!("SELECT {ENTRY_COLUMNS} FROM {t} WHERE key = $1 AND expires_at > now()"),
-            // `key > $1` with '' for the first page keeps one plan that walks the primary key
-            // in order; the filters are checked on the rows it visits.
-            list: format!(
-                "SELECT key, {ENTRY_COLUMNS} FROM {t} \
-                 WHERE key > $1 AND expires_at > now() AND ($2::text IS NULL OR {STATE} = $2) \
-                 AND ($4::text IS NULL OR scope = $4) AND ($5::text IS NULL OR tool = $5) \
-                 ORDER BY key LIMIT $3"
-            ),
-            delete: format!("DELETE FROM {t} WHERE key = $1 RETURNING expires_at > now()"),
-            // Each row by its own expiry, through the `expires_at` index. Rows locked by a
-            // claim taking them over are skipped rather than waited for.
-            purge: format!(
-                "DELETE FROM {t} WHERE key IN (\
-                 SELECT key FROM {t} WHERE expires_at <= now() \
-                 LIMIT $1 FOR UPDATE SKIP LOCKED)"
-            ),
-            resolve_done: format!(
-                "UPDATE {t} SET state = 'done', owner = NULL, lease_until = NULL, \
-                 result = $2::text::json, settled_at = now(), \
-                 expires_at = now() + $3::bigint * interval '1 millisecond' WHERE {}",
-                seen_fence(4)
-            ),
-            resolve_failed: format!(
-                "UPDATE {t} SET state = 'failed', owner = NULL, lease_until = NULL, \
-                 error = $2::text::json, settled_at = now(), \
-                 expires_at = now() + $3::bigint * interval '1 millisecond' WHERE {}",
-                seen_fence(4)
-            ),
-            resolve_release: format!("DELETE FROM {t} WHERE {}", seen_fence(2)),
-            // An operator's removal of the settled entry it read, and no other: `$2` the state
-            // seen (`done` or `failed`), `$3` its attempts, `$4` its start, `$5` its settling
-            // time (NULL for none). A row deleted and claimed again since the read (running,
-            // or settled anew at another time) matches nothing.
-            remove_settled: format!(
-                "DELETE FROM {t} WHERE key = $1 AND expires_at > now() AND state = $2 \
-                 AND attempts = $3::integer AND started_at = $4::timestamptz \
-                 AND settled_at IS NOT DISTINCT FROM $5::timestamptz"
-            ),
+            claim: r(text::CLAIM),
+            renew: r(text::RENEW),
+            complete: r(text::COMPLETE),
+            fail_sticky: r(text::FAIL_STICKY),
+            fail_delete: r(text::FAIL_DELETE),
+            get: r(text::GET),
+            list: r(text::LIST),
+            delete: r(text::DELETE),
+            purge: r(text::PURGE),
+            resolve_done: r(text::RESOLVE_DONE),
+            resolve_failed: r(text::RESOLVE_FAILED),
+            resolve_release: r(text::RESOLVE_RELEASE),
+            remove_settled: r(text::REMOVE_SETTLED),
         }
     }
 
@@ -321,5 +271,21 @@ mod tests {
         for version in 1..=SCHEMA_VERSION {
             assert!(migration(version, "My_Table").contains("\"My_Table_claim\""));
         }
+    }
+
+    #[test]
+    fn every_placeholder_of_every_statement_is_filled() {
+        let sql = Sql::new("t");
+        for text in sql.all() {
+            assert!(!text.contains("{{"), "{text}");
+        }
+        assert!(
+            sql.get.contains("first_started_at, attempts FROM"),
+            "{}",
+            sql.get
+        );
+        // The column list goes in without its comment, which would hide the rest of the line.
+        let mut body = sql.get.lines().filter(|l| !l.starts_with("--"));
+        assert!(body.all(|l| !l.contains("--")), "{}", sql.get);
     }
 }

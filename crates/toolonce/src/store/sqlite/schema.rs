@@ -6,6 +6,7 @@
 use rusqlite::Connection;
 
 use super::error::sql_error;
+use super::sql;
 use super::transaction::Transaction;
 use crate::store::contract::DEFAULT_UNKNOWN_RETENTION;
 use crate::{Error, Result};
@@ -44,17 +45,17 @@ pub(super) fn migrate(conn: &Connection, path: &str) -> Result<()> {
     let err = |doing| move |e| sql_error(path, doing, e);
     let tx = Transaction::immediate(conn).map_err(err("read the schema version"))?;
     let application_id: i32 = conn
-        .pragma_query_value(None, "application_id", |r| r.get(0))
+        .query_row(sql::APPLICATION_ID, [], |r| r.get(0))
         .map_err(err("read the application id"))?;
     let version: i64 = conn
-        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .query_row(sql::USER_VERSION, [], |r| r.get(0))
         .map_err(err("read the schema version"))?;
     match (application_id, version) {
         (0, 0) => {
             conn.execute_batch(SCHEMA_V2)
                 .map_err(err("create the schema"))?;
-            conn.pragma_update(None, "application_id", APPLICATION_ID)
-                .map_err(err("create the schema"))?;
+            let set = sql::with_number(sql::SET_APPLICATION_ID, "id", APPLICATION_ID.into());
+            conn.execute_batch(&set).map_err(err("create the schema"))?;
         }
         (APPLICATION_ID, 1) => {
             let doing = "migrate the schema from version 1 to 2";
@@ -85,7 +86,8 @@ pub(super) fn migrate(conn: &Connection, path: &str) -> Result<()> {
         }
     }
     if version != SCHEMA_VERSION {
-        conn.pragma_update(None, "user_version", SCHEMA_VERSION)
+        let set = sql::with_number(sql::SET_USER_VERSION, "version", SCHEMA_VERSION);
+        conn.execute_batch(&set)
             .map_err(err("record the schema version"))?;
     }
     tx.commit().map_err(err("create the schema"))

@@ -45,7 +45,7 @@ impl<'c> Transaction<'c> {
 impl Drop for Transaction<'_> {
     fn drop(&mut self) {
         if self.open && !self.conn.is_autocommit() {
-            let _ = self.conn.execute_batch("ROLLBACK");
+            let _ = self.conn.execute_batch(sql::ROLLBACK);
         }
     }
 }

@@ -18,6 +18,7 @@ use crate::{Error, Result};
 use super::error::{Fault, JobResult, is_busy, is_transient, sql_error};
 use super::options::SqliteOptions;
 use super::schema;
+use super::sql;
 
 pub(super) type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 
@@ -437,7 +438,7 @@ pub(super) fn open_inline_writer(path: &Path, full_sync: bool) -> rusqlite::Resu
 /// Whether `conn` holds no open transaction, rolling back one that a failed rollback left open.
 pub(super) fn in_autocommit(conn: &Connection) -> bool {
     if !conn.is_autocommit() {
-        let _ = conn.execute_batch("ROLLBACK");
+        let _ = conn.execute_batch(sql::ROLLBACK);
     }
     conn.is_autocommit()
 }

@@ -1,0 +1,2 @@
+-- Records the schema version. Placeholder: version, a number.
+PRAGMA user_version = {{version}}

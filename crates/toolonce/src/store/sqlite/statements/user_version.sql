@@ -1,0 +1,2 @@
+-- The schema version of a toolonce file.
+PRAGMA user_version

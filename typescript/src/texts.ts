@@ -1,0 +1,37 @@
+// The texts the model (or, for the notices, the caller) reads when the layer answers instead of
+// the tool, from the Rust core's data/texts.json (carried by scripts/artifacts.js): one wording
+// for both implementations, none of it kept here. A template's `{name}` placeholders are filled
+// in one pass, so a value holding braces is put in as it is; a placeholder without a value, or a
+// value for none, is a bug that throws.
+
+import { TEXTS } from "./artifacts.generated.js";
+
+/** The names of the templates, as data/texts.json spells them. */
+export type TextName =
+  | "held"
+  | "unreadable"
+  | "store_unavailable"
+  | "in_flight"
+  | "conflict"
+  | "misconfigured"
+  | "unstorable"
+  | "notice_unreplicated"
+  | "notice_not_owner"
+  | "notice_unrecorded";
+
+/** The template `name` with `values` in place of its placeholders. */
+export function text(name: TextName, values: Readonly<Record<string, string>> = {}): string {
+  const template = TEXTS[name];
+  if (template === undefined) throw new Error(`the text ${name} is missing from this package (run npm run build)`);
+  const used = new Set<string>();
+  const filled = template.replace(/\{([a-z_]+)\}/g, (_all, key: string) => {
+    const value = values[key];
+    if (value === undefined) throw new Error(`no value for the placeholder ${key} of the text ${name}`);
+    used.add(key);
+    return value;
+  });
+  for (const key of Object.keys(values)) {
+    if (!used.has(key)) throw new Error(`the text ${name} has no placeholder ${key}`);
+  }
+  return filled;
+}
