@@ -310,28 +310,28 @@ impl Run {
     }
 
     async fn check_operator(&self, answer: &str, expect: &Expect) -> Checked {
-        if let Some(wanted) = &expect.answer {
-            if wanted != answer {
-                return Err(format!("the store answered {answer}, expected {wanted}"));
-            }
+        if let Some(wanted) = &expect.answer
+            && wanted != answer
+        {
+            return Err(format!("the store answered {answer}, expected {wanted}"));
         }
         self.check_common(expect, None).await
     }
 
     async fn check_answer(&self, answer: &WriteAnswer, expect: &Expect) -> Checked {
         let got = answer.outcome.as_str();
-        if let Some(wanted) = &expect.outcome {
-            if wanted != got {
-                return Err(format!(
-                    "outcome {got} ({:?}), expected {wanted}",
-                    answer.result
-                ));
-            }
+        if let Some(wanted) = &expect.outcome
+            && wanted != got
+        {
+            return Err(format!(
+                "outcome {got} ({:?}), expected {wanted}",
+                answer.result
+            ));
         }
-        if let Some(wanted) = &expect.result {
-            if answer.result.as_ref().ok() != Some(wanted) {
-                return Err(format!("result {:?}, expected {wanted}", answer.result));
-            }
+        if let Some(wanted) = &expect.result
+            && answer.result.as_ref().ok() != Some(wanted)
+        {
+            return Err(format!("result {:?}, expected {wanted}", answer.result));
         }
         if let Some(wanted) = &expect.error {
             let Err(error) = &answer.result else {
@@ -355,13 +355,13 @@ impl Run {
                 ));
             }
         }
-        if let Some(wanted) = expect.notice {
-            if answer.notice.is_some() != wanted {
-                return Err(format!(
-                    "notice {:?}, expected one: {wanted}",
-                    answer.notice
-                ));
-            }
+        if let Some(wanted) = expect.notice
+            && answer.notice.is_some() != wanted
+        {
+            return Err(format!(
+                "notice {:?}, expected one: {wanted}",
+                answer.notice
+            ));
         }
         self.check_common(expect, Some(&answer.key)).await
     }
