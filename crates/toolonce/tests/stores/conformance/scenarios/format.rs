@@ -75,6 +75,8 @@ pub struct Step {
     pub label: Option<String>,
     pub seen: Option<String>,
     pub resolution: Option<Value>,
+    /// A note for the reader of the file.
+    pub why: Option<String>,
     #[serde(default)]
     pub expect: Expect,
 }
