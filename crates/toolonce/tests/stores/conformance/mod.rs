@@ -12,6 +12,7 @@ mod records;
 mod remove;
 mod resolve;
 mod resolve_fenced;
+mod scenarios;
 mod unknown;
 
 pub use claims::*;
@@ -20,6 +21,7 @@ pub use records::*;
 pub use remove::*;
 pub use resolve::*;
 pub use resolve_fenced::*;
+pub use scenarios::layer_scenarios;
 pub use unknown::*;
 
 use std::sync::Arc;
@@ -218,6 +220,7 @@ macro_rules! store_conformance {
             remove_after_the_entry_was_deleted_and_claimed_again_spares_the_live_claim,
             remove_after_the_entry_was_claimed_and_settled_again_is_refused_as_changed,
             remove_of_an_absent_key_is_absent,
+            layer_scenarios,
         );
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
