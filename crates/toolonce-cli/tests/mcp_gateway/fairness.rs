@@ -83,19 +83,13 @@ fn max_sessions_per_principal_sets_the_quota_and_a_bad_value_exits_2() {
     assert_eq!(initialize_as(gateway.port, &alice).status(), 429);
     assert_eq!(initialize_as(gateway.port, &bob).status(), 200);
     gateway.stop();
-    for (option, value) in [
-        ("--max-sessions-per-principal", "0"),
-        ("--handshake-idle", "0"),
-    ] {
-        let output = Command::new(toolonce())
-            .args(["mcp", "--store", "memory://", "--listen", "127.0.0.1:0"])
-            .args([option, value, "--", "true"])
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{option} {value}: {stderr}");
-        assert!(stderr.contains(option), "{option} {value}: {stderr}");
-    }
+    refused_at_start(
+        &[
+            ("--max-sessions-per-principal", "0"),
+            ("--handshake-idle", "0"),
+        ],
+        &[],
+    );
 }
 
 #[test]

@@ -122,6 +122,24 @@ fn result_text(result: &Value) -> String {
     text(&json!({ "result": result }))
 }
 
+/// Starts the gateway with each `(option, value)` and checks that it exits 2 at once, naming
+/// the option (and each of `also`) on stderr: a bad setting never starts a gateway.
+fn refused_at_start(cases: &[(&str, &str)], also: &[&str]) {
+    for (option, value) in cases {
+        let output = Command::new(toolonce())
+            .args(["mcp", "--store", "memory://", "--listen", "127.0.0.1:0"])
+            .args([option, value, "--", "true"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{option} {value}: {stderr}");
+        assert!(
+            stderr.contains(option) && also.iter().all(|a| stderr.contains(a)),
+            "{option} {value}: {stderr}"
+        );
+    }
+}
+
 /// Waits until `check` holds, for at most PATIENCE.
 fn eventually(what: &str, check: impl Fn() -> bool) {
     let deadline = Instant::now() + PATIENCE;

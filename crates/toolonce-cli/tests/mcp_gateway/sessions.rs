@@ -97,21 +97,12 @@ fn an_initialize_beyond_max_sessions_gets_503_naming_the_limit_and_starts_no_ser
 
 #[test]
 fn a_bad_session_idle_or_max_sessions_exits_2_naming_the_option() {
-    for (option, value) in [
-        ("--session-idle", "5parsecs"),
-        ("--session-idle", "0"),
-        ("--max-sessions", "0"),
-    ] {
-        let output = Command::new(toolonce())
-            .args(["mcp", "--store", "memory://", "--listen", "127.0.0.1:0"])
-            .args([option, value, "--", "true"])
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{option} {value}: {stderr}");
-        assert!(
-            stderr.contains("invalid value") && stderr.contains(option),
-            "{option} {value}: {stderr}"
-        );
-    }
+    refused_at_start(
+        &[
+            ("--session-idle", "5parsecs"),
+            ("--session-idle", "0"),
+            ("--max-sessions", "0"),
+        ],
+        &["invalid value"],
+    );
 }
