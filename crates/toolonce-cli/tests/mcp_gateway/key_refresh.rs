@@ -29,6 +29,33 @@ fn gateway_trusting(url: &str, dir: &Path) -> Gateway {
     Gateway::spawn(command)
 }
 
+/// An issuer serving a key set from a file it can change, and a gateway trusting it.
+struct Served {
+    /// Holds the served file and the gateway's counter.
+    _dir: tempfile::TempDir,
+    file: std::path::PathBuf,
+    server: JwksServer,
+    gateway: Gateway,
+}
+
+/// Serves the set of `signers` (with `cache_control`, if any) to a gateway that trusts it.
+fn served(signers: &[&Signer], cache_control: Option<&str>) -> Served {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("served.json");
+    std::fs::write(&file, jwks(signers).to_string()).unwrap();
+    let server = match cache_control {
+        Some(header) => JwksServer::start_with(&file, Some(header)),
+        None => JwksServer::start(&file),
+    };
+    let gateway = gateway_trusting(&server.url(), dir.path());
+    Served {
+        _dir: dir,
+        file,
+        server,
+        gateway,
+    }
+}
+
 fn token(signer: &Signer, sub: &str) -> String {
     signer.sign(&json!({"iss": ISSUER, "aud": RESOURCE, "sub": sub,
                         "exp": now() + 300, "iat": now()}))
@@ -49,12 +76,13 @@ fn probe(port: u16, token: &str) -> Raw {
 
 #[test]
 fn a_key_removed_from_the_set_is_refused_once_the_sets_max_age_has_passed() {
-    let dir = tempfile::tempdir().unwrap();
     let (old, new) = (Signer::ec("old"), Signer::ec("new"));
-    let file = dir.path().join("served.json");
-    std::fs::write(&file, jwks(&[&old, &new]).to_string()).unwrap();
-    let server = JwksServer::start_with(&file, Some("public, max-age=1"));
-    let mut gateway = gateway_trusting(&server.url(), dir.path());
+    let Served {
+        _dir,
+        file,
+        server: _server,
+        mut gateway,
+    } = served(&[&old, &new], Some("public, max-age=1"));
     let port = gateway.port;
     let accepted = initialize_with(port, &token(&old, "alice"));
     assert_eq!(accepted.status(), 200, "{}", accepted.body);
@@ -71,12 +99,13 @@ fn a_key_removed_from_the_set_is_refused_once_the_sets_max_age_has_passed() {
 
 #[test]
 fn the_key_set_is_loaded_again_before_its_max_age_without_any_request() {
-    let dir = tempfile::tempdir().unwrap();
     let signer = Signer::ec("only");
-    let file = dir.path().join("served.json");
-    std::fs::write(&file, jwks(&[&signer]).to_string()).unwrap();
-    let server = JwksServer::start_with(&file, Some("max-age=1"));
-    let mut gateway = gateway_trusting(&server.url(), dir.path());
+    let Served {
+        _dir,
+        file: _file,
+        server,
+        mut gateway,
+    } = served(&[&signer], Some("max-age=1"));
     assert_eq!(server.fetched(), 1);
     // No request at all: at three quarters of each second, a load.
     std::thread::sleep(Duration::from_millis(2500));
@@ -87,12 +116,13 @@ fn the_key_set_is_loaded_again_before_its_max_age_without_any_request() {
 
 #[test]
 fn without_cache_control_the_key_set_is_kept_for_the_default_ten_minutes() {
-    let dir = tempfile::tempdir().unwrap();
     let signer = Signer::ec("only");
-    let file = dir.path().join("served.json");
-    std::fs::write(&file, jwks(&[&signer]).to_string()).unwrap();
-    let server = JwksServer::start(&file);
-    let mut gateway = gateway_trusting(&server.url(), dir.path());
+    let Served {
+        _dir,
+        file: _file,
+        server,
+        mut gateway,
+    } = served(&[&signer], None);
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(
         server.fetched(),
@@ -110,12 +140,13 @@ fn without_cache_control_the_key_set_is_kept_for_the_default_ten_minutes() {
 
 #[test]
 fn a_set_that_cannot_be_loaded_again_is_used_for_its_grace_then_tokens_get_503() {
-    let dir = tempfile::tempdir().unwrap();
     let signer = Signer::ec("only");
-    let file = dir.path().join("served.json");
-    std::fs::write(&file, jwks(&[&signer]).to_string()).unwrap();
-    let server = JwksServer::start_with(&file, Some("max-age=1"));
-    let mut gateway = gateway_trusting(&server.url(), dir.path());
+    let Served {
+        _dir,
+        file,
+        server: _server,
+        mut gateway,
+    } = served(&[&signer], Some("max-age=1"));
     let port = gateway.port;
     let alice = token(&signer, "alice");
     // The issuer answers nothing usable from now on (an empty body).
