@@ -169,9 +169,12 @@ async fn answer(
     };
     let tool_part = format!("{}/{}", shared.server_id, call.tool);
     // An integer beyond 64 bits reads as the nearest double, the key of other integers too:
-    // refused from the text the client sent, before any key is derived.
-    let inexact =
-        jsonrpc::arguments_text(&call.request).and_then(toolonce::canonical::first_inexact_integer);
+    // refused from the text the client sent, before any key is derived. The whole request is
+    // looked at first (a scan for a long run of digits, which almost no request has); only
+    // then are its arguments found, since an id or a token may hold such a number too.
+    let inexact = toolonce::canonical::first_inexact_integer(&call.request)
+        .and_then(|_| jsonrpc::arguments_text(&call.request))
+        .and_then(toolonce::canonical::first_inexact_integer);
     let derived = match (inexact, &call.client_key) {
         (Some(integer), _) => Err(toolonce::Error::InvalidArguments(
             toolonce::canonical::inexact_integer_message(integer),
