@@ -9,6 +9,8 @@ const { UsageError, limit: parseLimit } = require("./operate-args.js");
 const { duration, timestamp, table, wrap, json, pretty } = require("./operate-output.js");
 
 const NOT_FOUND = 66;
+// An entry toolonce cannot read (the table in operate.js).
+const INTERNAL = 70;
 const STATES = ["running", "done", "failed", "unknown"];
 
 /** The owner as a person is shown it: `#` and its digest, `-` when none. */
@@ -75,10 +77,13 @@ async function ls(io, options) {
   const limit = parseLimit(options.limit);
   const store = await io.open(options);
   const keep = [];
+  const unreadable = { kept: [], count: 0 };
   let matched = 0;
   let cursor;
   do {
     const page = await store.list({ state, scope: options.scope, tool: options.tool, cursor, limit: 500 });
+    unreadable.count += page.unreadable.length;
+    unreadable.kept.push(...page.unreadable.slice(0, Math.max(limit, 1) - unreadable.kept.length));
     for (const entry of page.entries) {
       // Checked again here, as the Rust command does: a store that ignores a filter cannot show the wrong entries.
       if ((state !== undefined && entry.state !== state) || (options.scope !== undefined && entry.scope !== options.scope) || (options.tool !== undefined && entry.tool !== options.tool)) continue;
@@ -92,12 +97,14 @@ async function ls(io, options) {
   const more = matched > limit;
   const now = Date.now();
   if (options.json) {
-    io.out(json({ entries: entries.map((e) => summary(e, now)), more }) + "\n");
-    return 0;
+    const listed = { entries: unreadable.kept.map(({ key, reason }) => ({ key, reason })), count: unreadable.count };
+    io.out(json({ entries: entries.map((e) => summary(e, now)), more, unreadable: listed }) + "\n");
+    return unreadableCode(io, unreadable);
   }
   if (entries.length === 0) {
     io.out("no entries\n");
-    return 0;
+    printUnreadable(io, unreadable);
+    return unreadableCode(io, unreadable);
   }
   const headers = [["KEY", "left"], ["STATE", "left"], ["SCOPE", "left"], ["TOOL", "left"], ["ATTEMPTS", "right"], ["AGE", "right"], ["EXPIRES IN", "right"], ["SIZE", "right"]];
   const rows = entries.map((e) => {
@@ -116,7 +123,28 @@ async function ls(io, options) {
   });
   io.out(table(headers, rows));
   if (more) io.out(`(${matched - entries.length} more matching entries: raise --limit to see them)\n`);
-  return 0;
+  printUnreadable(io, unreadable);
+  return unreadableCode(io, unreadable);
+}
+
+/** The entries a listing could not decode, after the table (whatever the filters: what they hold is unknown). */
+function printUnreadable(io, unreadable) {
+  if (unreadable.count === 0) return;
+  const what = unreadable.count === 1 ? "entry" : "entries";
+  io.out(
+    `\n${unreadable.count} ${what} cannot be read (stored in a form this version does not decode). A call of such an operation is answered ` +
+      "that its outcome cannot be read, never run again, until the entry's retention ends:\n",
+  );
+  for (const u of unreadable.kept) io.out(`  ${u.key}  ${u.reason}\n`);
+  if (unreadable.count > unreadable.kept.length) io.out(`  (${unreadable.count - unreadable.kept.length} more: raise --limit to see them)\n`);
+}
+
+/** 0 when every entry was read; otherwise 70, an entry toolonce cannot read, after the whole listing, the first on stderr. */
+function unreadableCode(io, unreadable) {
+  const first = unreadable.kept[0];
+  if (first === undefined) return 0;
+  io.err(`toolonce: ${unreadable.count} listed ${unreadable.count === 1 ? "entry" : "entries"} cannot be read; the first: ${first.reason}\n`);
+  return INTERNAL;
 }
 
 async function show(io, options, key) {

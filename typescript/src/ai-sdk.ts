@@ -4,13 +4,19 @@
 // again gets a new toolCallId, and that second call is exactly the duplicate to stop. It
 // imports nothing from the AI SDK: the tool keeps every field, only `execute` is wrapped, and
 // the original execute gets the operation (`options.toolonce`) beside the SDK's own options.
-// Tested with AI SDK 5, 6 and 7, which hand the run's context to execute differently.
+// Tested with AI SDK 5, 6 and 7, which hand the run's context to execute differently. The model
+// sees the optional repeat ordinal in the input schema (ai-sdk-schema.ts) and a replay's note in
+// the tool's message (ai-sdk-output.ts); a replayed failure's note follows its error message.
 
+import { PendingNotes, toModelOutputWith } from "./ai-sdk-output.js";
+import { schemaWithRepeat } from "./ai-sdk-schema.js";
+import { repeatFor } from "./schema-json.js";
 import { InvalidArguments, messageOf } from "./errors.js";
 import { idempotent } from "./idempotent.js";
-import type { Store } from "./open.js";
+import { Store } from "./open.js";
 import { type Operation, operationOf } from "./operation.js";
-import type { IdempotentOptions } from "./options.js";
+import { type IdempotentOptions, normalize } from "./options.js";
+import { withNote } from "./repeat.js";
 
 export { operation } from "./operation.js";
 export type { Operation } from "./operation.js";
@@ -48,7 +54,7 @@ export interface AiSdkOptions {
    * execute options (say, `(options) => runContext(options).runId`). Never the tool call id.
    */
   scope: string | ((options: ToolExecutionOptionsLike) => string);
-  /** The options of the wrapped write (lease, retention, inFlight, onExpired, keyFields). */
+  /** The options of the wrapped write (lease, retention, inFlight, onExpired, keyFields, repeatArgument). */
   options?: IdempotentOptions;
 }
 
@@ -76,7 +82,11 @@ function scopeOf(name: string, scope: AiSdkOptions["scope"], options: ToolExecut
  * (in flight, unknown, store down) throw the ToolonceError, which the AI SDK hands to the
  * model as a tool error.
  */
-export function idempotentTool<T extends { execute?: (input: any, options: any) => unknown }>(name: string, tool: T, config: AiSdkOptions): T {
+export function idempotentTool<T extends { execute?: (input: any, options: any) => unknown; inputSchema?: unknown; toModelOutput?: unknown }>(
+  name: string,
+  tool: T,
+  config: AiSdkOptions,
+): T {
   if (tool === null || typeof tool !== "object") throw new TypeError("idempotentTool(name, tool, config): tool must be an AI SDK tool");
   const execute = tool.execute;
   if (typeof execute !== "function") throw new TypeError(`idempotentTool: the tool ${name} has no execute function (a client-side tool has nothing to deduplicate)`);
@@ -88,6 +98,9 @@ export function idempotentTool<T extends { execute?: (input: any, options: any) 
   if (typeof scope !== "function" && (typeof scope !== "string" || scope === "")) {
     throw new TypeError(`idempotentTool(${name}): scope must be a non-empty string or a function of the execute options`);
   }
+  if (!(config.store instanceof Store)) throw new TypeError(`idempotentTool(${name}): store must come from openStore()`);
+  const { repeatArgument } = normalize({ ...config.store.defaults, ...config.options }, `idempotentTool(${name})`);
+  const repeat = repeatFor(name, tool.inputSchema, repeatArgument);
   const write = idempotent(
     {
       kind: "write",
@@ -99,13 +112,20 @@ export function idempotentTool<T extends { execute?: (input: any, options: any) 
       },
     },
     config.store,
-    config.options,
+    { ...config.options, repeatArgument: repeat ?? false },
   );
-  const wrapped = {
+  const notes = new PendingNotes();
+  const original = typeof tool.toModelOutput === "function" ? (tool.toModelOutput as (arg: unknown) => unknown).bind(tool) : undefined;
+  const wrapped: Record<string, unknown> = {
     ...tool,
     async execute(input: unknown, options: ToolExecutionOptionsLike = {}) {
-      return write.run(input, { runId: scopeOf(name, scope, options), options });
+      const answer = await write.runDetailed(input, { runId: scopeOf(name, scope, options), options });
+      if ("error" in answer) throw withNote(answer.error);
+      if (answer.note !== undefined) notes.remember(options.toolCallId, answer.result, answer.note);
+      return answer.result;
     },
+    toModelOutput: toModelOutputWith(notes, original),
   };
+  if (repeat !== undefined) wrapped.inputSchema = schemaWithRepeat(tool.inputSchema, repeat);
   return wrapped as T;
 }

@@ -20,6 +20,7 @@
 // (crates/toolonce/tests/data/key_numbers.json) pin both.
 
 import { LIMITS } from "./artifacts.generated.js";
+import { text } from "./texts.js";
 import { unkeyable } from "./unkeyable.js";
 
 /** The deepest nesting accepted, in levels of arrays and objects, as in the core. */
@@ -97,7 +98,7 @@ const GREATEST = 2n ** 64n - 1n;
 
 function writeBigInt(n: bigint): string {
   if (n >= LEAST && n <= GREATEST) return n.toString();
-  throw new Refused(`the integer ${n} does not fit in 64 bits, so it cannot be keyed exactly; pass it as a string`);
+  throw new Refused(text("inexact_integer", { integer: n.toString() }));
 }
 
 /** A valid Date as its ISO text (what it is sent as); an invalid one has none. */

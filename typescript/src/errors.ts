@@ -59,6 +59,8 @@ export class PermanentError extends Error {
   key?: string;
   outcome?: Outcome;
   detail?: unknown;
+  /** On a replayed failure: what the model should read beside the message (see `Detailed.note`). */
+  note?: string;
 
   constructor(message: string, options: { detail?: unknown; cause?: unknown } = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });

@@ -17,8 +17,12 @@ import {
 } from "./errors.js";
 import { derive } from "./key.js";
 import { type Answer, type Verified, runWrite } from "./layer.js";
-import { type IdempotentOptions, type RunContext, type WriteContext, normalize } from "./options.js";
+import { type CallOptions, type IdempotentOptions, type RunContext, type WriteContext, normalize } from "./options.js";
+import { warn } from "./log.js";
+import { ordinalValue, repeatInvalid, replayNote, takeOrdinal } from "./repeat.js";
+import { ownProperties } from "./schema-json.js";
 import { Store, backendOf, lifetimeOf } from "./open.js";
+import { text } from "./texts.js";
 
 /** Anything with `parse`, such as a zod schema. It runs before anything is claimed. */
 export interface Schema<Args> {
@@ -52,6 +56,12 @@ export type Detailed<Result> = (
    * (a duplicate will not get it), or the claim was lost while it ran. Written for a person.
    */
   notice?: string;
+  /**
+   * Set on a replay (`replayed`, `replayed_failure`): what the model should read beside the
+   * result or error, that the identical call took effect earlier, when, and how to repeat it
+   * on purpose. The result itself is the recorded one, unchanged.
+   */
+  note?: string;
 };
 
 /** A wrapped write tool: the original's fields, with `run` taking effect at most once. */
@@ -62,9 +72,9 @@ export type IdempotentTool<Args, Result> = Omit<WriteTool<Args, Result>, "run"> 
    * `replayed = true` for a replayed failure, or `OperationInFlight`, `OperationConflict`,
    * `OutcomeUnknown`, `StoreUnavailable`, `InvalidArguments`.
    */
-  run(args: unknown, ctx: RunContext): Promise<Result>;
-  /** Never rejects: `{ outcome, key, result }` or `{ outcome, key, error }`. */
-  runDetailed(args: unknown, ctx: RunContext): Promise<Detailed<Result>>;
+  run(args: unknown, ctx: RunContext, call?: CallOptions): Promise<Result>;
+  /** Never rejects: `{ outcome, key, result }` or `{ outcome, key, error }`, with the `note` of a replay. */
+  runDetailed(args: unknown, ctx: RunContext, call?: CallOptions): Promise<Detailed<Result>>;
 };
 
 const REFUSALS: Partial<Record<Outcome, new (message: string, fields: { outcome: Outcome; key?: string; detail?: unknown }) => ToolonceError>> = {
@@ -79,21 +89,66 @@ function invalid(message: string, cause?: unknown): Detailed<never> {
   return { outcome: "invalid_arguments", key: undefined, error: new InvalidArguments(message, { outcome: "invalid_arguments", cause }) };
 }
 
+/** What the note of a replay needs besides the answer: the tool, its repeat argument, this call's ordinal. */
+interface Asked {
+  tool: string;
+  repeat: string | undefined;
+  ordinal: number;
+}
+
+/** The note of `answer` when it is a replay. */
+function noteOf(answer: Answer, asked: Asked): { note?: string } {
+  if (answer.outcome !== "replayed" && answer.outcome !== "replayed_failure") return {};
+  const settledAt = "settledAt" in answer ? answer.settledAt : undefined;
+  return { note: replayNote({ ...asked, key: answer.key, failed: answer.outcome === "replayed_failure", settledAt }) };
+}
+
 /** The layer's answer as `runDetailed` gives it. */
-function detailed<Result>(answer: Answer): Detailed<Result> {
+function detailed<Result>(answer: Answer, asked: Asked): Detailed<Result> {
   const { outcome, key } = answer;
   const notice = answer.notice === undefined ? {} : { notice: answer.notice };
-  if ("result" in answer) return { outcome, key, result: answer.result as Result, ...notice };
+  if ("result" in answer) return { outcome, key, result: answer.result as Result, ...notice, ...noteOf(answer, asked) };
   if ("thrown" in answer) return { outcome, key, error: answer.thrown, ...notice };
   if ("stored" in answer) {
     const error = new PermanentError(answer.stored.message, { detail: answer.stored.detail });
     error.replayed = outcome === "replayed_failure";
     error.key = key;
     error.outcome = outcome;
-    return { outcome, key, error, ...notice };
+    const note = noteOf(answer, asked);
+    if (note.note !== undefined) error.note = note.note;
+    return { outcome, key, error, ...notice, ...note };
   }
   const Kind = REFUSALS[outcome] ?? ToolonceError;
   return { outcome, key, error: new Kind(answer.refused, { outcome, key, detail: answer.detail }) };
+}
+
+/** The ordinal of a call of `tool` and its arguments without it, or the refusal of a bad one. */
+function ordinalOf(tool: string, repeatArgument: string | undefined, args: unknown, call: CallOptions | undefined): { args: unknown; ordinal: number } | { refused: string } {
+  const taken = takeOrdinal(tool, args, repeatArgument);
+  const explicit = call?.repeat;
+  if ("refused" in taken || explicit === undefined) return taken;
+  const ordinal = ordinalValue(explicit);
+  if (ordinal === undefined) return { refused: repeatInvalid(tool, "repeat", explicit) };
+  // Program code and the model naming two different ordinals is a bug, not a choice to make.
+  if (taken.ordinal !== 1 && taken.ordinal !== ordinal) {
+    return { refused: `${tool}: the call option repeat ${ordinal} and the argument ${repeatArgument} ${taken.ordinal} disagree; nothing was claimed or run` };
+  }
+  return { args: taken.args, ordinal };
+}
+
+/**
+ * The repeat argument of a tool, unless its schema declares an argument of that name, which it
+ * keeps (a warning says so). A tool whose schema cannot be read here (none, or not one this
+ * package reads) gets the argument only when `repeatArgument` was given: otherwise an argument
+ * of its own that happens to bear the name would be taken from it and keyed as an ordinal.
+ */
+function ownArgument(tool: string, schema: unknown, name: string | undefined, explicit: boolean): string | undefined {
+  if (name === undefined) return undefined;
+  const own = ownProperties(schema);
+  if (own === undefined) return explicit ? name : undefined;
+  if (!own.includes(name)) return name;
+  warn(`the tool ${tool} has its own argument ${JSON.stringify(name)}: it keeps it, and gets no repeat argument (set repeatArgument to another name to give it one)`);
+  return undefined;
 }
 
 /**
@@ -123,27 +178,32 @@ export function idempotent(tool: WriteTool | ReadTool, store: Store, options: Id
   if (!(store instanceof Store)) throw new TypeError("idempotent(tool, store): store must come from openStore()");
   const backend = backendOf(store);
   const lifetime = lifetimeOf(backend);
-  const { effective, verify, keyFields } = normalize({ ...store.defaults, ...options }, `idempotent(${name})`);
+  const normalized = normalize({ ...store.defaults, ...options }, `idempotent(${name})`);
+  const { effective, verify, keyFields } = normalized;
+  const explicit = options.repeatArgument !== undefined || store.defaults.repeatArgument !== undefined;
+  const repeatArgument = ownArgument(name, schema, normalized.repeatArgument, explicit);
 
   /** The layer's answer, or the refusal of arguments that cannot be keyed. */
-  async function answer(args: unknown, ctx: RunContext): Promise<Answer | Detailed<never>> {
+  async function answer(args: unknown, ctx: RunContext, call: CallOptions | undefined): Promise<{ answered: Answer; ordinal: number } | Detailed<never>> {
     const runId = ctx === null || ctx === undefined ? undefined : ctx.runId;
     if (typeof runId !== "string" || runId === "" || runId.includes("\u0000")) {
       return invalid(`${name}: ctx.runId must be a non-empty string without NUL (it is the scope of the key)`);
     }
-    let parsed = args;
+    const taken = ordinalOf(name, repeatArgument, args, call);
+    if ("refused" in taken) return invalid(taken.refused);
+    let parsed = taken.args;
     if (schema !== undefined) {
       try {
-        parsed = await schema.parse(args);
+        parsed = await schema.parse(taken.args);
       } catch (e) {
-        return invalid(`${name}: the arguments do not fit the schema: ${messageOf(e)}`, e);
+        return invalid(text("invalid_arguments", { tool: name, reason: text("misfit_schema", { error: messageOf(e) }) }), e);
       }
     }
     let derived;
     try {
-      derived = derive(runId, name, parsed, keyFields);
+      derived = derive(runId, name, parsed, keyFields, taken.ordinal);
     } catch (e) {
-      return invalid(`${name}: the arguments cannot be keyed: ${messageOf(e)}`, e);
+      return invalid(text("invalid_arguments", { tool: name, reason: text("unkeyable", { error: messageOf(e) }) }), e);
     }
     const context = (mayHaveRunBefore: boolean): WriteContext => {
       // Object.assign rather than spread: V8 spreads an object of unknown shape on a slow path
@@ -154,8 +214,7 @@ export function idempotent(tool: WriteTool | ReadTool, store: Store, options: Id
       handed.mayHaveRunBefore = mayHaveRunBefore;
       return handed;
     };
-    // `return await`: an async function returning a promise unawaited takes two more turns.
-    return await runWrite({
+    const answered = await runWrite({
       store: backend,
       lifetime,
       tool: name,
@@ -167,18 +226,22 @@ export function idempotent(tool: WriteTool | ReadTool, store: Store, options: Id
       run: (mayHaveRunBefore) => write.run(parsed, context(mayHaveRunBefore)),
       verify: verify === undefined ? undefined : () => verify(parsed, context(true)) as Promise<Verified>,
     });
+    return { answered, ordinal: taken.ordinal };
   }
 
-  async function runDetailed(args: unknown, ctx: RunContext): Promise<Detailed<unknown>> {
-    const a = await answer(args, ctx);
-    return "error" in a ? a : detailed(a);
+  const asked = (ordinal: number): Asked => ({ tool: name, repeat: repeatArgument, ordinal });
+
+  async function runDetailed(args: unknown, ctx: RunContext, call?: CallOptions): Promise<Detailed<unknown>> {
+    const a = await answer(args, ctx, call);
+    return "answered" in a ? detailed(a.answered, asked(a.ordinal)) : a;
   }
 
-  async function run(args: unknown, ctx: RunContext): Promise<unknown> {
-    const a = await answer(args, ctx);
+  async function run(args: unknown, ctx: RunContext, call?: CallOptions): Promise<unknown> {
+    const a = await answer(args, ctx, call);
+    if (!("answered" in a)) throw a.error;
     // A result is handed over as it is, without the `Detailed` object made around it.
-    if ("result" in a) return a.result;
-    throw ("error" in a ? a : detailed(a)).error;
+    if ("result" in a.answered) return a.answered.result;
+    throw detailed(a.answered, asked(a.ordinal)).error;
   }
 
   return Object.freeze({ ...write, run, runDetailed });

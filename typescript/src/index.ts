@@ -6,7 +6,7 @@
 export { openStore, Store } from "./open.js";
 export { idempotent } from "./idempotent.js";
 export type { Schema, WriteTool, ReadTool, Detailed, IdempotentTool } from "./idempotent.js";
-export type { IdempotentOptions, StoreOptions, RunContext, WriteContext } from "./options.js";
+export type { IdempotentOptions, StoreOptions, RunContext, WriteContext, CallOptions } from "./options.js";
 export type { Verified } from "./layer.js";
 export type { CloseOptions, CloseReport } from "./lifetime.js";
 export {
@@ -20,16 +20,44 @@ export {
 } from "./errors.js";
 export type { Outcome } from "./errors.js";
 export { EffectUnknown } from "./operator.js";
-export type { EntryState, StoredEntry, ListOptions, EntryPage, OperatorResolution, ResolveOptions, OperatorAnswer } from "./operator.js";
+export type { EntryState, StoredEntry, ListOptions, EntryPage, UnreadableEntry, OperatorResolution, ResolveOptions, OperatorAnswer } from "./operator.js";
 
 import { InvalidArguments } from "./errors.js";
 import { derive } from "./key.js";
+import { ordinalValue, repeatArgumentOf, repeatInvalid, takeOrdinal } from "./repeat.js";
 
-/** The operation key: `idem:` + the first 32 hex digits of sha256(runId NUL tool NUL RFC 8785 args). */
-export function idemKey(runId: string, toolName: string, args: unknown, options: { keyFields?: string[] } = {}): string {
+/** Options of `idemKey`: those of the tool whose key it is, and the call's explicit ordinal. */
+export interface KeyOptions {
+  keyFields?: string[];
+  /** The argument that carries the repeat ordinal, as the tool has it (default `repeat`; false: none). */
+  repeatArgument?: string | false;
+  /** The ordinal given as a call option (`run(args, ctx, { repeat })`). */
+  repeat?: number;
+}
+
+/**
+ * The operation key: `idem:` + the first 32 hex digits of sha256(runId NUL tool NUL RFC 8785
+ * args), the args without the repeat ordinal, which follows them when beyond 1.
+ */
+export function idemKey(runId: string, toolName: string, args: unknown, options: KeyOptions = {}): string {
+  const fail = (message: string, cause?: unknown) => new InvalidArguments(`idemKey: ${message}`, { outcome: "invalid_arguments", cause });
+  let name: string | undefined;
   try {
-    return derive(runId, toolName, args, options.keyFields).key;
+    name = repeatArgumentOf(options.repeatArgument, "idemKey");
   } catch (e) {
-    throw new InvalidArguments(`idemKey: ${(e as Error).message}`, { outcome: "invalid_arguments", cause: e });
+    throw fail((e as Error).message, e);
+  }
+  const taken = takeOrdinal(toolName, args, name);
+  if ("refused" in taken) throw fail(taken.refused);
+  let ordinal = taken.ordinal;
+  if (options.repeat !== undefined) {
+    const explicit = ordinalValue(options.repeat);
+    if (explicit === undefined) throw fail(repeatInvalid(toolName, "repeat", options.repeat));
+    ordinal = explicit;
+  }
+  try {
+    return derive(runId, toolName, taken.args, options.keyFields, ordinal).key;
+  } catch (e) {
+    throw fail((e as Error).message, e);
   }
 }

@@ -1,12 +1,14 @@
 // The operation key and the fingerprint (docs/contract.md, "The operation key"):
 // key = "idem:" + the first 32 hex digits of SHA-256(scope NUL tool NUL canonical(arguments)),
 // computed over the projection on the key fields when a tool declares them; the fingerprint is
-// the SHA-256 of the canonical text of all the arguments. Same text, same bytes, same key as
+// the SHA-256 of the canonical text of all the arguments. A repeat ordinal beyond 1 (repeat.ts)
+// follows the arguments' text in the key, and is never part of the fingerprint. Same text, same bytes, same key as
 // the Rust core: the shared vectors (artifacts/keys.json) check it.
 
 import { LIMITS } from "./artifacts.generated.js";
 import { MAX_DEPTH, canonicalize } from "./canonical.js";
 import { hexDigest } from "./digest.js";
+import { ordinalSuffix } from "./repeat.js";
 
 /** A key, a part of one, or a key field that cannot be used. */
 export class InvalidKeyPart extends Error {
@@ -80,13 +82,16 @@ export function project(args: unknown, pointers: readonly string[]): Record<stri
   return projection;
 }
 
-/** Derives the key and the fingerprint of `tool` called in `scope` with `args`. */
-export function derive(scope: string, tool: string, args: unknown, keyFields?: readonly string[]): Derived {
+/**
+ * Derives the key and the fingerprint of `tool` called in `scope` with `args` (the ordinal
+ * already taken out), the `ordinal`-th time on purpose.
+ */
+export function derive(scope: string, tool: string, args: unknown, keyFields?: readonly string[], ordinal = 1): Derived {
   checkPart("scope", scope);
   checkPart("tool", tool);
   const full = canonicalize(args);
   const fingerprint = hexDigest("sha256", full);
-  if (keyFields === undefined) return { key: keyOf(scope, tool, full), fingerprint };
+  if (keyFields === undefined) return { key: keyOf(scope, tool, full + ordinalSuffix(ordinal)), fingerprint };
   // The projection wraps values one level deeper than they were, hence one more level allowed.
-  return { key: keyOf(scope, tool, canonicalize(project(args, keyFields), MAX_DEPTH + 1)), fingerprint };
+  return { key: keyOf(scope, tool, canonicalize(project(args, keyFields), MAX_DEPTH + 1) + ordinalSuffix(ordinal)), fingerprint };
 }

@@ -5,13 +5,19 @@
 // that returns the stored content, so the ToolMessage is built by the caller's own LangChain
 // (one copy of its classes, whatever the install layout). A write that runs gets the operation
 // in its tool runtime (`runtime.toolonce`), through a view of the tool that adds it to the
-// config LangChain invokes it with.
+// config LangChain invokes it with. The model sees the optional repeat ordinal (issue 43) in a
+// write tool's parameters (`wrapModelCall` hands the model the tool's JSON Schema with it, in
+// the function format every chat model binds), and a replay's note after the replayed content.
 
 import { InvalidArguments } from "./errors.js";
 import { idempotent } from "./idempotent.js";
 import { Store } from "./open.js";
 import { type Operation, operationOf } from "./operation.js";
 import { type IdempotentOptions, normalize } from "./options.js";
+import { text } from "./texts.js";
+import { takeOrdinal, withNote } from "./repeat.js";
+import { type DeclaredTool, boundView } from "./langchain-bound.js";
+import { repeatFor } from "./schema-json.js";
 
 export { operation } from "./operation.js";
 export type { Operation } from "./operation.js";
@@ -23,6 +29,13 @@ export interface ToolCallRequestLike {
   runtime?: { configurable?: Record<string, unknown>; [extra: string]: unknown } | undefined;
   [extra: string]: unknown;
 }
+
+/** The fields of LangChain's `ModelRequest` this middleware reads: the tools bound to the model. */
+export interface ModelRequestLike {
+  tools?: unknown[];
+  [extra: string]: unknown;
+}
+
 
 /** What a LangChain tool call handler answers: a ToolMessage or a Command. */
 export type ToolCallResult = unknown;
@@ -54,6 +67,8 @@ export interface LangChainOptions {
 /** A middleware object for `createAgent({ middleware: [...] })`. */
 export interface IdempotentMiddleware {
   name: string;
+  /** Shows each write tool to the model with the repeat ordinal among its parameters. */
+  wrapModelCall(request: ModelRequestLike, handler: (request: ModelRequestLike) => unknown): unknown;
   wrapToolCall(request: ToolCallRequestLike, handler: (request: ToolCallRequestLike) => Promise<ToolCallResult> | ToolCallResult): Promise<ToolCallResult>;
 }
 
@@ -62,6 +77,13 @@ interface Call {
   request: ToolCallRequestLike;
   handler: (request: ToolCallRequestLike) => unknown;
   seen: { result?: unknown };
+}
+
+/** What a replay's ToolMessage carries for program code in its artifact, beside the recorded content. */
+interface Replayed {
+  outcome: string;
+  key: string | undefined;
+  note: string | undefined;
 }
 
 /** What is stored for a call: the ToolMessage's content, or the mark of a Command. */
@@ -108,58 +130,75 @@ export function idempotentMiddleware(config: LangChainOptions): IdempotentMiddle
   if (typeof scope !== "function") throw new TypeError("idempotentMiddleware: scope must be a function of the tool call request");
   const name = config.name ?? "toolonce";
 
-  const isWrite = (request: ToolCallRequestLike): boolean => {
-    const tool = request.toolCall.name;
+  const isWriteTool = (tool: string, declared: DeclaredTool | undefined): boolean => {
     if (writes !== undefined) return writes.has(tool);
     if (reads.has(tool)) return false;
-    const declared = request.tool;
     // A name the agent has no tool for (a model's invention) runs nothing: LangChain answers
     // it with an error. Passing it on keeps the wrapped tools to the agent's own.
     if (declared === undefined) return false;
     if (declared.tags?.includes("toolonce:read")) return false;
     return declared.metadata?.toolonce !== "read";
   };
+  const isWrite = (request: ToolCallRequestLike): boolean => isWriteTool(request.toolCall.name, request.tool);
+  // The store and options are checked now, not at the first tool call.
+  if (!(store instanceof Store)) throw new TypeError("idempotentMiddleware: store must come from openStore()");
+  const { repeatArgument } = normalize({ ...store.defaults, ...options }, "idempotentMiddleware");
+  /** Each write tool's repeat argument (undefined: none), decided once from its schema. */
+  const repeats = new Map<string, string | undefined>();
+  const repeatOf = (tool: string, declared: DeclaredTool | undefined): string | undefined => {
+    if (!repeats.has(tool)) repeats.set(tool, declared === undefined ? repeatArgument : repeatFor(tool, declared.schema, repeatArgument));
+    return repeats.get(tool);
+  };
+  const shown = boundView(isWriteTool, repeatOf);
 
   // One wrapped tool per name, made on first use; the names are the agent's tools or `writes`.
   const wrapped = new Map<string, ReturnType<typeof wrap>>();
-  function wrap(tool: string) {
+  function wrap(tool: string, declared: DeclaredTool | undefined) {
     return idempotent<unknown, Stored>(
       {
         kind: "write",
         name: tool,
-        // The key is on the model's arguments alone; the request and handler travel in ctx.
-        async run(_args, ctx) {
+        // The key is on the model's arguments alone; the request and handler travel in ctx. The
+        // tool is called with the arguments the key is on: without the ordinal.
+        async run(args, ctx) {
           const call = ctx.call as Call;
-          const result = await call.handler(keyed(call.request, operationOf(ctx)));
+          const request = { ...call.request, toolCall: { ...call.request.toolCall, args } };
+          const result = await call.handler(keyed(request, operationOf(ctx)));
           call.seen.result = result;
           return storable(result);
         },
       },
       store,
-      options as IdempotentOptions<unknown, Stored>,
+      { ...options, repeatArgument: repeatOf(tool, declared) ?? false } as IdempotentOptions<unknown, Stored>,
     );
   }
-  // The store and options are checked now, not at the first tool call.
-  if (!(store instanceof Store)) throw new TypeError("idempotentMiddleware: store must come from openStore()");
-  normalize({ ...store.defaults, ...options }, "idempotentMiddleware");
 
   return {
     name,
+    wrapModelCall(request, handler) {
+      if (!Array.isArray(request.tools)) return handler(request);
+      return handler({ ...request, tools: request.tools.map(shown) });
+    },
     async wrapToolCall(request, handler) {
       if (!isWrite(request)) return handler(request);
       const tool = request.toolCall.name;
       let write = wrapped.get(tool);
       if (write === undefined) {
-        write = wrap(tool);
+        write = wrap(tool, request.tool);
         wrapped.set(tool, write);
       }
       const runId = scope(request);
       const seen: { result?: unknown } = {};
       const call: Call = { request, handler, seen };
       const answer = await write.runDetailed(request.toolCall.args, { runId, call });
-      if ("error" in answer) throw answer.error;
+      if ("error" in answer) {
+        // A bad ordinal is the model's mistake: it reads the refusal, as other adapters tell it.
+        const taken = takeOrdinal(tool, request.toolCall.args, repeats.get(tool));
+        if ("refused" in taken) return refuse(request, handler, taken.refused);
+        throw withNote(answer.error);
+      }
       if (answer.outcome === "executed" && "result" in seen) return seen.result;
-      return replay(request, handler, answer.result);
+      return replay(request, handler, answer.result, { outcome: answer.outcome, key: answer.key, note: answer.note });
     },
   };
 }
@@ -178,6 +217,17 @@ function keyed(request: ToolCallRequestLike, op: Operation): ToolCallRequestLike
   return { ...request, tool: view as ToolCallRequestLike["tool"] };
 }
 
+/**
+ * Answers a call refused before anything was claimed or run with a ToolMessage the model reads
+ * (status "error"), made by LangChain's tool node from a stand-in tool that returns `refusal`.
+ */
+async function refuse(request: ToolCallRequestLike, handler: (r: ToolCallRequestLike) => unknown, refusal: string): Promise<unknown> {
+  const standIn = { name: request.toolCall.name, description: request.tool?.description, invoke: async () => refusal };
+  const message = (await handler({ ...request, tool: standIn })) as { status?: unknown } | null;
+  if (message !== null && typeof message === "object") message.status = "error";
+  return message;
+}
+
 /** The JSON kept for a handler's answer: a ToolMessage's content; a Command only as a mark. */
 function storable(result: unknown): Stored {
   const message = result as { content?: unknown } | null;
@@ -186,18 +236,28 @@ function storable(result: unknown): Stored {
   return { command: true };
 }
 
+/** The content the model reads for a replay: the recorded content, then the note (a text block after blocks). */
+function noted(content: unknown, note: string): unknown {
+  if (Array.isArray(content)) return [...content, { type: "text", text: note }];
+  return `${typeof content === "string" ? content : JSON.stringify(content)}\n\n${note}`;
+}
+
 /**
  * Answers a duplicate: the next handler runs a stand-in tool that returns the stored content,
  * and LangChain's tool node makes the ToolMessage (this call's id, the tool's name). String
- * content comes back as it was; content blocks come back as their JSON text, and a status or
- * artifact of the first message is not kept.
+ * content comes back as it was, followed by the replay's note (what the model reads); content
+ * blocks come back as their JSON text, and a status or artifact of the first message is not
+ * kept. The message's artifact is `{ toolonce: { outcome, key, note, content } }`, `content`
+ * the recorded content as it was.
  */
-async function replay(request: ToolCallRequestLike, handler: (r: ToolCallRequestLike) => unknown, stored: Stored): Promise<unknown> {
+async function replay(request: ToolCallRequestLike, handler: (r: ToolCallRequestLike) => unknown, stored: Stored, about: Replayed): Promise<unknown> {
+  const note = about.note;
   const tool = request.toolCall.name;
-  const content =
+  const recorded =
     "content" in stored
       ? stored.content
-      : `toolonce: ${tool} already ran in this thread with these arguments; its answer was a Command, which cannot be replayed`;
+      : text("command_replayed", { tool });
+  const content = note === undefined ? recorded : noted(recorded, note);
   const standIn = {
     name: tool,
     description: request.tool?.description,
@@ -205,5 +265,10 @@ async function replay(request: ToolCallRequestLike, handler: (r: ToolCallRequest
       return content;
     },
   };
-  return handler({ ...request, tool: standIn });
+  const message = (await handler({ ...request, tool: standIn })) as { content?: unknown; artifact?: unknown } | null;
+  // The model reads the content; program code finds the recorded content, unchanged, in the artifact.
+  if (note !== undefined && message !== null && typeof message === "object" && "content" in message && message.artifact === undefined) {
+    message.artifact = { toolonce: { ...about, content: recorded } };
+  }
+  return message;
 }

@@ -48,9 +48,9 @@ export interface WriteCall {
  * recorded or replayed; `refused` the layer's explanation for the other outcomes.
  */
 export type Answer = (
-  | { outcome: Outcome; key: string; result: unknown }
+  | { outcome: Outcome; key: string; result: unknown; settledAt?: number | undefined }
   | { outcome: Outcome; key: string; thrown: unknown; permanent: boolean }
-  | { outcome: Outcome; key: string; stored: StoredError }
+  | { outcome: Outcome; key: string; stored: StoredError; settledAt?: number | undefined }
   | { outcome: Outcome; key: string; refused: string; detail?: unknown }
 ) & {
   /** Set when the handler ran but its outcome was not simply recorded (see `noted`). */
@@ -122,9 +122,9 @@ async function claimAndRun(call: WriteCall): Promise<Answer> {
     }
     switch (entry.state) {
       case "done":
-        return { outcome: "replayed", key, result: entry.result };
+        return { outcome: "replayed", key, result: entry.result, settledAt: entry.settledAt };
       case "failed":
-        return { outcome: "replayed_failure", key, stored: entry.error };
+        return { outcome: "replayed_failure", key, stored: entry.error, settledAt: entry.settledAt };
       case "unknown": {
         // Under `rerun` the claim asked to take over and the store refused: hold rather than loop.
         const probe = takeover ? undefined : verify;
@@ -199,7 +199,7 @@ async function execute(call: WriteCall, owner: string, claim: Claim, mayHaveRunB
   try {
     resultJson = JSON.stringify(value) ?? "null";
   } catch (e) {
-    notJson = `it is not JSON (${messageOf(e)})`;
+    notJson = text("result_not_json", { error: messageOf(e) });
   }
   if (resultJson === undefined) {
     // Nothing to hand the first caller either: it gets the failure every duplicate gets.
@@ -275,7 +275,7 @@ async function settle(call: WriteCall, owner: string, what: Settlement): Promise
 
 /** Records, in place of an outcome the store refused, a failure naming the refusal; undefined if that fails too. */
 async function recordRefusal(call: WriteCall, owner: string, refusal: unknown): Promise<"applied" | "not_owner" | undefined> {
-  const instead = unstorable(call.tool, `the store refused it (${messageOf(refusal)})`);
+  const instead = unstorable(call.tool, text("store_refused", { report: messageOf(refusal) }));
   try {
     const applied = await call.store.fail(call.derived.key, owner, JSON.stringify(instead), call.options.retentionMs);
     if (applied) warn(`the store refused the outcome of ${call.tool} (${call.derived.key}); recorded as a failure that says so`);
@@ -318,14 +318,14 @@ async function recordVerified(call: WriteCall, seen: Seen, result: unknown): Pro
     const resolved = await call.store.resolve(key, seen, resolution, call.options.retentionMs);
     if (resolved.kind === "settled") {
       const entry = resolved.entry;
-      if (entry.state === "done") return { outcome: "replayed", key, result: entry.result };
-      if (entry.state === "failed") return { outcome: "replayed_failure", key, stored: entry.error };
+      if (entry.state === "done") return { outcome: "replayed", key, result: entry.result, settledAt: entry.settledAt };
+      if (entry.state === "failed") return { outcome: "replayed_failure", key, stored: entry.error, settledAt: entry.settledAt };
       return hold(call.tool, key);
     }
   } catch (e) {
     warn(`could not record what the verify probe of ${call.tool} (${key}) found: ${messageOf(e)}; answering with it anyway`);
   }
-  return { outcome: "replayed", key, result: readJson(json) };
+  return { outcome: "replayed", key, result: readJson(json), settledAt: Date.now() };
 }
 
 function hold(tool: string, key: string): Answer {

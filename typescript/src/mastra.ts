@@ -3,13 +3,20 @@
 // thread (or a workflow's run id, which a resumed run keeps), or the caller's. It imports nothing
 // from Mastra: the wrapped tool is a copy of the original (same prototype and fields, Mastra's
 // own marker included) whose execute goes through `idempotent` first; the original execute
-// gets the operation (`context.toolonce`) beside Mastra's own context.
+// gets the operation (`context.toolonce`) beside Mastra's own context. The model sees the
+// optional repeat ordinal (issue 43) in the tool's input schema (a Standard JSON Schema, which
+// Mastra sends as it is) and a replay's note through the tool's toModelOutput, which Mastra
+// calls with the result (the note is carried for an object result, found by its identity).
 
+import { PendingNotes, toModelOutputWith } from "./ai-sdk-output.js";
 import { InvalidArguments, messageOf } from "./errors.js";
 import { idempotent } from "./idempotent.js";
-import type { Store } from "./open.js";
+import { Store } from "./open.js";
 import { operationOf } from "./operation.js";
-import type { IdempotentOptions } from "./options.js";
+import { type IdempotentOptions, normalize } from "./options.js";
+import { withNote } from "./repeat.js";
+import { repeatFor } from "./schema-json.js";
+import { standardWithRepeat } from "./mastra-schema.js";
 
 export { operation } from "./operation.js";
 export type { Operation } from "./operation.js";
@@ -87,7 +94,10 @@ function schemaOf(tool: { id: string; inputSchema?: unknown }) {
  * `key`, `idempotencyHeader`, `mayHaveRunBefore`; `operation(context)` types it) to send
  * downstream. Refusals (in flight, unknown, store down) throw the ToolonceError.
  */
-export function idempotentTool<T extends { id: string; execute?: (input: any, context: any) => unknown }>(tool: T, config: MastraOptions): T {
+export function idempotentTool<T extends { id: string; execute?: (input: any, context: any) => unknown; inputSchema?: unknown; toModelOutput?: unknown }>(
+  tool: T,
+  config: MastraOptions,
+): T {
   if (tool === null || typeof tool !== "object") throw new TypeError("idempotentTool(tool, config): tool must be a Mastra tool");
   const execute = tool.execute;
   if (typeof tool.id !== "string" || tool.id === "") throw new TypeError("idempotentTool: the tool has no id");
@@ -100,6 +110,9 @@ export function idempotentTool<T extends { id: string; execute?: (input: any, co
   if (typeof scope !== "function" && (typeof scope !== "string" || scope === "")) {
     throw new TypeError(`idempotentTool(${tool.id}): scope must be a non-empty string or a function of the execute context`);
   }
+  if (!(config.store instanceof Store)) throw new TypeError(`idempotentTool(${tool.id}): store must come from openStore()`);
+  const { repeatArgument } = normalize({ ...config.store.defaults, ...config.options }, `idempotentTool(${tool.id})`);
+  const repeat = repeatFor(tool.id, tool.inputSchema, repeatArgument);
   const write = idempotent(
     {
       kind: "write",
@@ -113,12 +126,19 @@ export function idempotentTool<T extends { id: string; execute?: (input: any, co
       },
     },
     config.store,
-    config.options,
+    { ...config.options, repeatArgument: repeat ?? false },
   );
-  const wrapped = Object.assign(Object.create(Object.getPrototypeOf(tool)) as object, tool);
-  (wrapped as { execute: unknown }).execute = async (input: unknown, context: MastraContextLike = {}) => {
+  const notes = new PendingNotes();
+  const original = typeof tool.toModelOutput === "function" ? (tool.toModelOutput as (arg: unknown) => unknown).bind(tool) : undefined;
+  const wrapped = Object.assign(Object.create(Object.getPrototypeOf(tool)) as object, tool) as Record<string, unknown>;
+  wrapped.execute = async (input: unknown, context: MastraContextLike = {}) => {
     const runId = typeof scope === "function" ? scope(context) : scope;
-    return write.run(input, { runId, context });
+    const answer = await write.runDetailed(input, { runId, context });
+    if ("error" in answer) throw withNote(answer.error);
+    if (answer.note !== undefined) notes.remember(undefined, answer.result, answer.note);
+    return answer.result;
   };
+  wrapped.toModelOutput = toModelOutputWith(notes, original);
+  if (repeat !== undefined) wrapped.inputSchema = standardWithRepeat(tool.inputSchema, repeat);
   return wrapped as T;
 }

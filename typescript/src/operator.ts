@@ -55,6 +55,20 @@ export interface EntryPage {
   entries: StoredEntry[];
   /** Where the next page starts; undefined on the last page. A page may be short with more to come. */
   next: string | undefined;
+  /**
+   * The entries of this page's stretch of the store that cannot be decoded (another writer, or a
+   * bug, left them in a form this version does not read), unless the store can tell from what
+   * it reads apart (the SQL stores' columns) that the filters exclude them: reported rather than
+   * failing the page. A call of such an operation is answered that its outcome cannot be
+   * read, never run again, until the entry's retention ends.
+   */
+  unreadable: UnreadableEntry[];
+}
+
+/** An entry a listing could not decode: its key as the store holds it, and why. */
+export interface UnreadableEntry {
+  readonly key: string;
+  readonly reason: string;
 }
 
 /** How an operator settles an entry: it took effect (`done`, with the result duplicates replay), it failed, or it did not take effect (`"release"`). */
@@ -153,7 +167,7 @@ export async function listEntries(store: Store, options: ListOptions = {}): Prom
   const limit = options.limit ?? 100;
   const bad = (why: string) => new InvalidArguments(`list: ${why}`, { outcome: "invalid_arguments" });
   if (state !== undefined && !STATES.includes(state)) throw bad(`unknown state ${JSON.stringify(state)}: expected running, done, failed or unknown`);
-  if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw bad(`limit must be a whole number from 1 to 1000, not ${String(limit)}`);
+  if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw bad(`limit must be an integer between 1 and 1000, not ${String(limit)}`);
   for (const [name, value] of Object.entries({ scope, tool, cursor })) {
     if (value !== undefined && typeof value !== "string") throw bad(`${name} must be a string`);
   }
@@ -163,7 +177,7 @@ export async function listEntries(store: Store, options: ListOptions = {}): Prom
   } catch (e) {
     unavailable(e, "list");
   }
-  return { entries: page.entries.map(readable), next: page.next };
+  return { entries: page.entries.map(readable), next: page.next, unreadable: (page.unreadable ?? []).map(({ key, reason }) => ({ key, reason })) };
 }
 
 /** What `seen` was read as; refuses anything not read by `get` or `list`, or of another key. */

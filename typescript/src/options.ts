@@ -4,6 +4,7 @@
 import { LIMITS } from "./artifacts.generated.js";
 import type { Effective, Verified } from "./layer.js";
 import { InvalidKeyPart, checkKeyFields } from "./key.js";
+import { repeatArgumentOf } from "./repeat.js";
 import { MAX_MS } from "./store.js";
 
 /** The context a caller passes: `runId` is the scope of the key (the agent run). */
@@ -47,12 +48,24 @@ export interface IdempotentOptions<Args = unknown, Result = unknown> {
    * downstream system honours the key), or ask a `verify` probe.
    */
   onExpired?: "hold" | "rerun" | { verify: (args: Args, ctx: WriteContext) => Promise<Verified<Result>> };
+  /**
+   * The top-level argument by which a model repeats the same action on purpose (2, 3, …): taken
+   * out of the arguments before keying and before the handler, and part of the key when beyond
+   * 1. Default `repeat` (the core's limits); false for none. A replay tells the model about it.
+   */
+  repeatArgument?: string | false;
+}
+
+/** Options of one call of a wrapped tool, for program code. */
+export interface CallOptions {
+  /** This call performs the action for the `repeat`-th time on purpose (1 to 1000; default 1). */
+  repeat?: number;
 }
 
 /** Defaults for every tool wrapped on a store. */
 export type StoreOptions = Omit<IdempotentOptions, "keyFields">;
 
-const KNOWN = new Set(["lease", "retention", "inFlight", "onExpired", "keyFields"]);
+const KNOWN = new Set(["lease", "retention", "inFlight", "onExpired", "keyFields", "repeatArgument"]);
 const MIN_LEASE_MS: number = LIMITS.lease_ms.min;
 const DEFAULT_LEASE_MS: number = LIMITS.lease_ms.default;
 const DEFAULT_RETENTION_MS: number = LIMITS.retention_ms.default;
@@ -62,6 +75,8 @@ export interface Normalized {
   effective: Effective;
   verify: ((args: unknown, ctx: WriteContext) => Promise<Verified>) | undefined;
   keyFields: string[] | undefined;
+  /** The name of the repeat argument, or undefined when the tool has none. */
+  repeatArgument: string | undefined;
 }
 
 /** Checks `options` (`where` names the caller in messages); throws TypeError naming a bad one. */
@@ -70,7 +85,7 @@ export function normalize(options: unknown, where: string): Normalized {
   const o = options as Record<string, unknown>;
   for (const name of Object.keys(o)) {
     if (!KNOWN.has(name)) {
-      throw new TypeError(`${where}: unknown option ${JSON.stringify(name)}; expected lease, retention, inFlight, onExpired or keyFields`);
+      throw new TypeError(`${where}: unknown option ${JSON.stringify(name)}; expected lease, retention, inFlight, onExpired, keyFields or repeatArgument`);
     }
   }
   const ms = (name: string, min: number, fallback: number): number => {
@@ -115,5 +130,6 @@ export function normalize(options: unknown, where: string): Normalized {
     }
     keyFields = [...(o.keyFields as string[])];
   }
-  return { effective: { leaseMs, retentionMs, waitMs, onExpired }, verify, keyFields };
+  const repeatArgument = repeatArgumentOf(o.repeatArgument, where);
+  return { effective: { leaseMs, retentionMs, waitMs, onExpired }, verify, keyFields, repeatArgument };
 }

@@ -43,7 +43,7 @@ export function unstorableResult(json: string): string | undefined {
   if (json.length <= 2 * MAX_STORED_DEPTH) return undefined;
   const depth = nestingDepth(json);
   if (depth <= MAX_STORED_DEPTH) return undefined;
-  return `it is nested ${depth} levels deep, more than the ${MAX_STORED_DEPTH} levels a stored result may have`;
+  return text("result_too_deep", { depth: String(depth), max: String(MAX_STORED_DEPTH) });
 }
 
 /** The failure recorded for a handler that ran but whose result cannot be stored, as the core words it. */
@@ -61,18 +61,18 @@ export function errorJson(e: unknown, errorClass: "permanent" | "transient"): st
   const error: { message: string; class: string; detail?: unknown } = { message, class: errorClass };
   const detail = e !== null && typeof e === "object" ? (e as { detail?: unknown }).detail : undefined;
   if (detail !== undefined) {
-    let text: string | undefined;
+    let json: string | undefined;
     try {
-      text = JSON.stringify(detail);
+      json = JSON.stringify(detail);
     } catch (err) {
-      message += ` (its detail was not stored: it is not JSON: ${messageOf(err)})`;
+      message = text("detail_not_json", { message, error: messageOf(err) });
     }
-    if (text !== undefined) {
-      const depth = nestingDepth(text);
+    if (json !== undefined) {
+      const depth = nestingDepth(json);
       if (depth <= MAX_STORED_DEPTH) {
-        error.detail = JSON.parse(text);
+        error.detail = JSON.parse(json);
       } else {
-        message += ` (its detail was not stored: it is nested ${depth} levels deep, more than the ${MAX_STORED_DEPTH} levels a stored error may have)`;
+        message = text("detail_too_deep", { message, depth: String(depth), max: String(MAX_STORED_DEPTH) });
         error.detail = { unstorable: "detail too deep", depth };
       }
     }

@@ -4,6 +4,7 @@
 // made once, so a backend splices it in and never re-encodes it.
 
 import { LIMITS } from "./artifacts.generated.js";
+import { CorruptEntry } from "./errors.js";
 
 /** What an entry says it is, for people: the scope, the tool, a detail. */
 export interface About {
@@ -37,6 +38,8 @@ export interface StoredError {
  * recorded), so a verify probe's record acts on that attempt only. A read (`get`) also gives
  * when this attempt and the first one started (ms since the epoch, the writer's clock; absent
  * when not recorded): a claim that created its entry shows one attempt started at its first start.
+ * A settled one says when it settled (ms since the epoch; absent when its writer kept no time),
+ * which a replay tells the model.
  */
 export type Entry =
   | {
@@ -47,8 +50,8 @@ export type Entry =
       startedAt?: number | undefined;
       firstStartedAt?: number | undefined;
     }
-  | { state: "done"; fingerprint?: string | undefined; result: unknown }
-  | { state: "failed"; fingerprint?: string | undefined; error: StoredError };
+  | { state: "done"; fingerprint?: string | undefined; result: unknown; settledAt?: number | undefined }
+  | { state: "failed"; fingerprint?: string | undefined; error: StoredError; settledAt?: number | undefined };
 
 export type Claim = { kind: "won" } | { kind: "took_over" } | { kind: "existing"; entry: Entry };
 
@@ -121,7 +124,7 @@ export interface Inspected {
   /** Running or unknown: when the lease ends (ended); settled: when the entry is forgotten. */
   expiresAt: number | undefined;
   /** The start and settling time in the store's own exact terms (whole ms; PostgreSQL: microseconds). */
-  mark: { startedAt: string; settledAt: string | undefined };
+  mark: { startedAt: string; settledAt: string | undefined; settledBy: string | undefined };
 }
 
 /** Which entries `list` returns: a page of at most `limit` after `cursor`, filtered. */
@@ -137,6 +140,33 @@ export interface ListQuery {
 export interface Page {
   entries: Inspected[];
   next: string | undefined;
+  /** The entries of the page's stretch of the store that cannot be decoded (unless the store can tell the filters exclude them), reported rather than failing the page; they count towards its size. */
+  unreadable: Unreadable[];
+}
+
+/** An entry a listing found and could not decode: its key as the store holds it, and why. */
+export interface Unreadable {
+  key: string;
+  reason: string;
+}
+
+/**
+ * Splits `rows` into the entries `read` decodes and those it refuses as corrupt (one entry
+ * another writer garbled must not hide every other one from an operator); any other error is
+ * thrown.
+ */
+export function readEach<R>(rows: R[], keyOf: (row: R) => string, read: (row: R) => Inspected): { entries: Inspected[]; unreadable: Unreadable[] } {
+  const entries: Inspected[] = [];
+  const unreadable: Unreadable[] = [];
+  for (const row of rows) {
+    try {
+      entries.push(read(row));
+    } catch (e) {
+      if (!(e instanceof CorruptEntry)) throw e;
+      unreadable.push({ key: keyOf(row), reason: e.message });
+    }
+  }
+  return { entries, unreadable };
 }
 
 /** Whether `e` passes the state, scope and tool filters of `q`. */
@@ -145,21 +175,23 @@ export function listed(q: ListQuery, e: Inspected): boolean {
 }
 
 /**
- * The settled entry a removal deletes, and no other: its state, attempts, start and settling
- * time, as the store reported them (see `Inspected.mark`).
+ * The settled entry a removal deletes, and no other: its state, attempts, start, settling
+ * time and settling attempt, as the store reported them (see `Inspected.mark`).
  */
 export interface SeenSettled {
   state: "done" | "failed";
   attempts: number;
   startedAt: string;
   settledAt: string | undefined;
+  /** Which attempt settled it: its owner token (SQLite, PostgreSQL, memory) or digest (Redis); tells an entry settled anew within the same millisecond apart. */
+  settledBy: string | undefined;
 }
 
 /** The settled entry `e` is, if it is done or failed. */
 export function seenSettledOf(e: Inspected): SeenSettled | undefined {
   const state = e.entry.state;
   if (state !== "done" && state !== "failed") return undefined;
-  return { state, attempts: e.attempts, startedAt: e.mark.startedAt, settledAt: e.mark.settledAt };
+  return { state, attempts: e.attempts, startedAt: e.mark.startedAt, settledAt: e.mark.settledAt, settledBy: e.mark.settledBy };
 }
 
 /** What a removal did: deleted the entry seen, found none, or found another (returned). */

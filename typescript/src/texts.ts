@@ -1,23 +1,13 @@
 // The texts the model (or, for the notices, the caller) reads when the layer answers instead of
 // the tool, from the Rust core's data/texts.json (carried by scripts/artifacts.js): one wording
-// for both implementations, none of it kept here. A template's `{name}` placeholders are filled
-// in one pass, so a value holding braces is put in as it is; a placeholder without a value, or a
-// value for none, is a bug that throws.
+// for every implementation, none of it kept here (test/texts.test.js fails on a sentence of the
+// sources' own). A template's `{name}` placeholders are filled in one pass, so a value holding
+// braces is put in as it is; a placeholder without a value, or a value for none, is a bug that
+// throws.
 
-import { TEXTS } from "./artifacts.generated.js";
+import { TEXTS, type TextName } from "./artifacts.generated.js";
 
-/** The names of the templates, as data/texts.json spells them. */
-export type TextName =
-  | "held"
-  | "unreadable"
-  | "store_unavailable"
-  | "in_flight"
-  | "conflict"
-  | "misconfigured"
-  | "unstorable"
-  | "notice_unreplicated"
-  | "notice_not_owner"
-  | "notice_unrecorded";
+export type { TextName };
 
 /** The template `name` with `values` in place of its placeholders. */
 export function text(name: TextName, values: Readonly<Record<string, string>> = {}): string {

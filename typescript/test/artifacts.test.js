@@ -96,31 +96,3 @@ test("the package's texts and limits are the core's", () => {
   assert.deepEqual(embedded.TEXTS, JSON.parse(read(path.join(core, "data", "texts.json"))).texts);
   assert.deepEqual(embedded.LIMITS, JSON.parse(read(path.join(core, "data", "limits.json"))));
 });
-
-/** The texts only the Rust core answers with: TypeScript has no such case. */
-const RUST_ONLY_TEXTS = {
-  misconfigured: "a call whose write options are invalid (TypeScript checks them when the tool is wrapped, and throws)",
-  notice_unreplicated: "a record fewer replicas acknowledged than asked (the TypeScript stores ask for no replicas)",
-};
-
-test("every text is used by the TypeScript layer, or is one only the Rust core answers with", () => {
-  const used = new Set();
-  for (const file of sources()) for (const m of read(file).matchAll(/\btext\("([a-z_]+)"/g)) used.add(m[1]);
-  for (const name of used) assert.ok(name in embedded.TEXTS, `the sources use a text ${name} that data/texts.json lacks`);
-  const unused = Object.keys(embedded.TEXTS).filter((name) => !used.has(name));
-  assert.deepEqual(unused.sort(), Object.keys(RUST_ONLY_TEXTS).sort());
-});
-
-test("a text has every placeholder filled, refuses one left empty, and puts a value with braces in as it is", () => {
-  const { text } = require(path.join(pkg, "dist", "texts.js"));
-  const conflict = text("conflict", { tool: "pay", key: "idem:{key}" });
-  assert.match(conflict, /^Conflict: an earlier call of `pay` .*\(operation idem:\{key\}\)/);
-  assert.doesNotMatch(conflict.replace("idem:{key}", ""), /\{[a-z_]+\}/);
-  for (const [name, template] of Object.entries(embedded.TEXTS)) {
-    const names = [...template.matchAll(/\{([a-z_]+)\}/g)].map((m) => m[1]);
-    const values = Object.fromEntries(names.map((n) => [n, "X"]));
-    assert.doesNotMatch(text(name, values), /\{[a-z_]+\}/, name);
-    if (names.length > 0) assert.throws(() => text(name, {}), /no value for the placeholder/, name);
-    assert.throws(() => text(name, { ...values, stray: "y" }), /has no placeholder stray/, name);
-  }
-});

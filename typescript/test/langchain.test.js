@@ -58,7 +58,8 @@ for (const name of ["memory", "sqlite"]) {
     assert.equal(report.lookups, 2, "the read tool ran in both runs");
     const contents = report.runs.flat().map((m) => m.content);
     assert.equal(contents.length, 4);
-    assert.ok(contents.every((c) => c === contents[0]), "every duplicate got the first call's content");
+    // A replay's content is the first call's, then the note telling the model it is a replay.
+    assert.ok(contents.slice(1).every((c) => c.startsWith(`${contents[0]}\n\nAlready done: `)), "every duplicate got the first call's content");
   });
 }
 
@@ -77,7 +78,9 @@ test("a duplicate through the LangChain middleware is the package layer's replay
     assert.equal(counts.sent, 1);
     const [first, second] = toolMessages(state, "send_invoice");
     assert.equal(first.content, "invoice inv_1");
-    assert.equal(second.content, "invoice inv_1");
+    assert.equal(second.artifact.toolonce.content, "invoice inv_1", "program code finds the recorded content in the artifact");
+    assert.equal(second.artifact.toolonce.outcome, "replayed");
+    assert.equal(second.content, `invoice inv_1\n\n${second.artifact.toolonce.note}`, "the model reads it with the note");
     assert.equal(second.tool_call_id, "b", "the replayed answer belongs to the duplicate's own tool call");
     // The same operation asked of the layer directly: replayed, under the key of (thread, tool, args).
     const plain = idempotent({ kind: "write", name: "send_invoice", run: () => assert.fail("must not run") }, store);
@@ -113,7 +116,8 @@ test("the LangChain tool gets the operation key in its runtime and sends it down
     const key = idemKey(thread, "send_invoice", ARGS);
     assert.deepEqual(service.requests, [{ method: "POST", key }]);
     assert.deepEqual(seen, [{ key, idempotencyHeader: ["Idempotency-Key", key], mayHaveRunBefore: false }]);
-    assert.deepEqual(toolMessages(state, "send_invoice").map((m) => m.content), ["invoice rcpt_1 (call a)", "invoice rcpt_1 (call a)"], "LangChain's own runtime still reaches the tool");
+    const recorded = (m) => m.artifact?.toolonce?.content ?? m.content;
+    assert.deepEqual(toolMessages(state, "send_invoice").map(recorded), ["invoice rcpt_1 (call a)", "invoice rcpt_1 (call a)"], "LangChain's own runtime still reaches the tool");
   } finally {
     await service.close();
     await store.close();
@@ -297,7 +301,7 @@ test("two identical calls in one model message run once: the twin is refused in 
     const agent = createAgent({ model: twins(), tools: [send], middleware: [middleware] });
     const state = await ask(agent, uniqueRunId("thread"));
     assert.equal(sent, 1);
-    assert.deepEqual(toolMessages(state, "send_invoice").map((m) => [m.tool_call_id, m.content]), [
+    assert.deepEqual(toolMessages(state, "send_invoice").map((m) => [m.tool_call_id, m.artifact?.toolonce?.content ?? m.content]), [
       ["a", "invoice inv_1"],
       ["b", "invoice inv_1"],
     ]);

@@ -48,7 +48,7 @@ const REFUSED = [
   [{ tag: Symbol("t") }, "args.tag: a symbol is not JSON (JSON.stringify leaves it out)"],
   [{ list: [1, undefined] }, "args.list[1]: undefined in an array is not JSON (JSON.stringify writes null); pass null"],
   [{ list: sparse }, "args.list[1]: undefined in an array is not JSON (JSON.stringify writes null); pass null"],
-  [{ "first name": { n: 2n ** 64n } }, 'args["first name"].n: the integer 18446744073709551616 does not fit in 64 bits, so it cannot be keyed exactly; pass it as a string'],
+  [{ "first name": { n: 2n ** 64n } }, 'args["first name"].n: the integer 18446744073709551616 does not fit in 64 bits, so it cannot be keyed exactly (it would share a key with other integers); pass it as a string'],
   [cyclic, "args.self: the arguments refer to themselves (a cycle back to args)"],
   [{ list: cyclicList }, "args.list[1].back: the arguments refer to themselves (a cycle back to args.list)"],
   [() => 1, "args: a function is not JSON (JSON.stringify leaves it out)"],
@@ -90,8 +90,8 @@ test("a refused call never runs the tool and stores nothing, through run and run
       assert.equal(answer.outcome, "invalid_arguments", message);
       assert.equal(answer.key, undefined);
       assert.ok(answer.error instanceof InvalidArguments, String(answer.error));
-      assert.equal(answer.error.message, `charge: the arguments cannot be keyed: ${message}`);
-      await assert.rejects(tool.run(args, { runId: uniqueRunId("unkeyable") }), (e) => e instanceof InvalidArguments && e.message.endsWith(message));
+      assert.equal(answer.error.message, `Invalid arguments for \`charge\`: the arguments cannot be keyed: ${message}. Nothing was executed.`);
+      await assert.rejects(tool.run(args, { runId: uniqueRunId("unkeyable") }), (e) => e instanceof InvalidArguments && e.message.includes(message));
     }
     assert.equal(runs, 0);
   } finally {

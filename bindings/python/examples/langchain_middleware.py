@@ -97,7 +97,12 @@ def main(url: str) -> int:
         outcome = message.response_metadata.get("toolonce/outcome", "untouched (read)")
         print(f"{message.tool_call_id} {message.name}: {outcome}: {message.content}")
     emails = [m for m in retried if m.name == "send_email"]
-    ok &= len(emails) == 4 and len({m.content for m in emails}) == 1  # one answer, four calls
+    # One answer, four calls: a replay's content is the recorded one, then a note for the model
+    # (response_metadata["toolonce/note"]) saying it already took effect and when.
+    recorded = {
+        m.content.removesuffix("\n\n" + m.response_metadata.get("toolonce/note", "")) for m in emails
+    }
+    ok &= len(emails) == 4 and len(recorded) == 1
     ok &= len(LOOKUPS) == 2  # the read tool ran in both runs
     print(f"lookups: {len(LOOKUPS)} (expected 2)")
     print(f"effects: {len(OUTBOX)} (expected 1)")

@@ -30,6 +30,33 @@ pub(crate) fn map_error(py: Python<'_>, e: &toolonce::Error) -> PyErr {
     }
 }
 
+/// The exception `class` of `toolonce._errors` saying `message`, about the operation `key`.
+pub(crate) fn error_of(py: Python<'_>, class: &str, message: String, key: Option<&str>) -> PyErr {
+    match error_class(py, class) {
+        Ok(class) => match class.call1((message, key)) {
+            Ok(exc) => PyErr::from_value(exc),
+            Err(err) => err,
+        },
+        Err(err) => err,
+    }
+}
+
+/// The exception `class` of `toolonce._errors` saying `message`, with `detail` (no key).
+pub(crate) fn error_with_detail(
+    py: Python<'_>,
+    class: &str,
+    message: String,
+    detail: Bound<'_, PyAny>,
+) -> PyErr {
+    match error_class(py, class) {
+        Ok(class) => match class.call1((message, py.None(), detail)) {
+            Ok(exc) => PyErr::from_value(exc),
+            Err(err) => err,
+        },
+        Err(err) => err,
+    }
+}
+
 /// A [`ConfigError`](toolonce::Error::Config) saying `message`.
 pub(crate) fn config_error(py: Python<'_>, message: String) -> PyErr {
     map_error(py, &toolonce::Error::Config(message))

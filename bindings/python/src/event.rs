@@ -1,6 +1,7 @@
 //! What the layer tells the Python side of a write call, as the tuples the Python protocol
 //! reads: `("run", key, may_have_run_before)`, `("verify", key)` and
-//! `("done", outcome, key, ok, payload, notice)`.
+//! `("done", outcome, key, ok, payload, notice, note)`, `note` the replay's note for the
+//! model (the core's text: when it took effect, how to repeat it on purpose) or `None`.
 
 use pyo3::prelude::*;
 use toolonce::WriteAnswer;
@@ -35,8 +36,9 @@ impl Event {
                 let key = answer.key.as_str().to_owned();
                 let outcome = answer.outcome.as_str();
                 let notice = answer.notice;
+                let note = answer.replay.map(|r| r.text);
                 match answer.result {
-                    Ok(value) => ("done", outcome, key, true, to_py(py, &value)?, notice)
+                    Ok(value) => ("done", outcome, key, true, to_py(py, &value)?, notice, note)
                         .into_pyobject(py)?
                         .into_any(),
                     Err(error) => {
@@ -50,7 +52,7 @@ impl Event {
                             None => py.None(),
                         };
                         let error = (error.message, class, detail).into_pyobject(py)?;
-                        ("done", outcome, key, false, error, notice)
+                        ("done", outcome, key, false, error, notice, note)
                             .into_pyobject(py)?
                             .into_any()
                     }

@@ -37,6 +37,12 @@ def tool_messages(state) -> list:
     return [m for m in state["messages"] if isinstance(m, ToolMessage)]
 
 
+def recorded(message) -> str:
+    """The recorded content of a tool message: a replay's content without its note."""
+    note = message.response_metadata.get("toolonce/note")
+    return message.content if note is None else message.content.removesuffix(f"\n\n{note}")
+
+
 def run_agent(middleware, tools, *calls, thread="t-1", config=None):
     agent = create_agent(model=scripted(*calls), tools=tools, middleware=[middleware])
     config = config if config is not None else {"configurable": {"thread_id": thread}}
@@ -68,7 +74,9 @@ def test_a_duplicate_call_in_a_later_run_is_answered_replayed_by_the_layer(store
     key = toolonce.derive_key(run_id, "send_email", EMAIL["args"])
     assert first.response_metadata["toolonce/key"] == key == again.response_metadata["toolonce/key"]
     assert key in first.content  # the tool ran under that key (toolonce.current_key())
-    assert again.content == first.content and again.tool_call_id == "call_0"
+    # The model reads the recorded content, then the core's note.
+    assert again.content == f"{first.content}\n\n{again.response_metadata['toolonce/note']}"
+    assert again.tool_call_id == "call_0"
 
 
 def test_two_calls_in_one_turn_run_the_tool_once_when_the_duplicate_waits(store, run_id):
@@ -79,7 +87,7 @@ def test_two_calls_in_one_turn_run_the_tool_once_when_the_duplicate_waits(store,
     assert sorted(m.response_metadata["toolonce/outcome"] for m in messages) == [
         "executed", "replayed", "replayed"
     ]
-    assert len({m.content for m in messages}) == 1
+    assert len({recorded(m) for m in messages}) == 1
     assert [m.tool_call_id for m in messages] == ["call_0", "call_1", "call_2"]
 
 
@@ -291,7 +299,7 @@ def test_a_sync_tool_sends_the_operation_key_downstream_and_a_duplicate_sends_no
     [again] = run_agent(middleware, [send_email], EMAIL, thread=run_id)
     key = toolonce.derive_key(run_id, "send_email", EMAIL["args"])
     assert downstream.keys == [key]
-    assert first.content == again.content == "receipt rcpt_1"
+    assert first.content == recorded(again) == "receipt rcpt_1"
     assert again.response_metadata["toolonce/outcome"] == "replayed"
 
 
@@ -312,7 +320,7 @@ def test_an_async_tool_sends_the_operation_key_downstream_and_a_duplicate_sends_
             state = await agent.ainvoke(
                 {"messages": [("user", "go")]}, {"configurable": {"thread_id": run_id}}
             )
-            assert [m.content for m in tool_messages(state)] == ["receipt rcpt_1"] * 2
+            assert [recorded(m) for m in tool_messages(state)] == ["receipt rcpt_1"] * 2
 
     asyncio.run(main())
     assert downstream.keys == [toolonce.derive_key(run_id, "send_email", EMAIL["args"])]

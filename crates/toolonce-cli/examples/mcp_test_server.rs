@@ -108,6 +108,8 @@ fn tools(lookup_writes: bool) -> Value {
         {"name": "idem_tool", "description": "Idempotent but not read-only.",
          "inputSchema": {"type": "object"}, "annotations": {"idempotentHint": true}},
         {"name": "plain", "description": "No annotations.", "inputSchema": {"type": "object"}},
+        {"name": "tally", "description": "Counts; has a `repeat` argument of its own.",
+         "inputSchema": {"type": "object", "properties": {"repeat": {"type": "integer"}}}},
         {"name": "slow", "description": "Sleeps `ms` milliseconds.",
          "inputSchema": {"type": "object", "properties": {"ms": {"type": "integer"}}}},
         {"name": "late", "description": "Answers after `ms` milliseconds, cancelled or not.",
@@ -195,7 +197,7 @@ fn call_tool(server: &Arc<Server>, id: Value, params: Value) -> Option<Value> {
         .to_owned();
     let reply = |result: Value| Some(json!({"jsonrpc": "2.0", "id": id, "result": result}));
     match tool.as_str() {
-        "charge" | "lookup" | "idem_tool" | "plain" => {
+        "charge" | "lookup" | "idem_tool" | "plain" | "tally" => {
             let n = server.execute(&tool, &params);
             reply(tool_result(&tool, n, &params))
         }

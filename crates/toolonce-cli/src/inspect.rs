@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
-use toolonce::{Entry, EntryState, ListQuery, OperationKey, State, owner_digest};
+use toolonce::{Entry, EntryState, ListQuery, OperationKey, State, Unreadable, owner_digest};
 
 use crate::args::StoreArg;
 use crate::exit;
@@ -63,6 +63,7 @@ pub(crate) async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
     // memory stays bounded by the limit whatever the size of the store.
     let mut newest: BinaryHeap<Reverse<Newest>> = BinaryHeap::new();
     let mut matched = 0usize;
+    let mut unreadable = Unreadables::default();
     let mut cursor = None;
     loop {
         let mut query = ListQuery::new().limit(500);
@@ -79,6 +80,9 @@ pub(crate) async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
             query = query.cursor(c);
         }
         let page = store.list(&query).await?;
+        unreadable.count += page.unreadable.len();
+        unreadable.kept.extend(page.unreadable);
+        unreadable.kept.truncate(a.limit.max(1));
         for entry in page.entries {
             // The store filters; checked again here so that a store of another implementation
             // (or an older version) that ignores a filter cannot show an operator the wrong
@@ -114,12 +118,16 @@ pub(crate) async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
     let now = SystemTime::now();
     if a.json {
         let list: Vec<Value> = entries.iter().map(|e| summary(e, now)).collect();
-        outln!("{}", json!({"entries": list, "more": more}));
-        return Ok(ExitCode::SUCCESS);
+        outln!(
+            "{}",
+            json!({"entries": list, "more": more, "unreadable": unreadable.json()})
+        );
+        return Ok(unreadable.exit_code());
     }
     if entries.is_empty() {
         outln!("no entries");
-        return Ok(ExitCode::SUCCESS);
+        unreadable.print()?;
+        return Ok(unreadable.exit_code());
     }
     let mut table = Table::new(
         &[
@@ -161,7 +169,65 @@ pub(crate) async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
             matched - entries.len()
         );
     }
-    Ok(ExitCode::SUCCESS)
+    unreadable.print()?;
+    Ok(unreadable.exit_code())
+}
+
+/// The entries a listing could not decode: the first `--limit` kept, all counted. Shown
+/// unless the store could tell the filters exclude them.
+#[derive(Default)]
+struct Unreadables {
+    kept: Vec<Unreadable>,
+    count: usize,
+}
+
+impl Unreadables {
+    fn json(&self) -> Value {
+        let kept: Vec<Value> = self
+            .kept
+            .iter()
+            .map(|u| json!({"key": u.key, "reason": u.reason}))
+            .collect();
+        json!({"entries": kept, "count": self.count})
+    }
+
+    fn print(&self) -> anyhow::Result<()> {
+        if self.count == 0 {
+            return Ok(());
+        }
+        outln!(
+            "\n{} {} cannot be read (stored in a form this version does not decode). A call of \
+             such an operation is answered that its outcome cannot be read, never run again, \
+             until the entry's retention ends:",
+            self.count,
+            if self.count == 1 { "entry" } else { "entries" }
+        );
+        for u in &self.kept {
+            outln!("  {}  {}", u.key, u.reason);
+        }
+        if self.count > self.kept.len() {
+            outln!(
+                "  ({} more: raise --limit to see them)",
+                self.count - self.kept.len()
+            );
+        }
+        Ok(())
+    }
+
+    /// Success when every entry was read; otherwise the code of an entry toolonce cannot read
+    /// (70), after the whole listing, with the first on stderr for a script's log.
+    fn exit_code(&self) -> ExitCode {
+        let Some(first) = self.kept.first() else {
+            return ExitCode::SUCCESS;
+        };
+        eprintln!(
+            "toolonce: {} listed {} cannot be read; the first: {}",
+            self.count,
+            if self.count == 1 { "entry" } else { "entries" },
+            toolonce::Error::corrupt(&first.key, &first.reason)
+        );
+        ExitCode::from(exit::INTERNAL)
+    }
 }
 
 /// An entry ordered by the start of its latest attempt (then by key, so the order is total).
@@ -340,7 +406,7 @@ pub(crate) fn absent(key: &OperationKey, json: bool) -> anyhow::Result<ExitCode>
 }
 
 /// What an entry holds: the result when done, the error when failed.
-fn payload(entry: &Entry) -> Option<Value> {
+pub(crate) fn payload(entry: &Entry) -> Option<Value> {
     match &entry.state {
         EntryState::Running { .. } | EntryState::Unknown { .. } => None,
         EntryState::Done { result, .. } => Some(result.to_value()),
@@ -351,7 +417,7 @@ fn payload(entry: &Entry) -> Option<Value> {
 
 /// The fields `ls --json` gives for each entry (and `show --json` starts from). A field the
 /// writer did not record (an older version, another implementation) is `null`.
-fn summary(entry: &Entry, now: SystemTime) -> Value {
+pub(crate) fn summary(entry: &Entry, now: SystemTime) -> Value {
     let unknown = entry.state() == State::Unknown;
     json!({
         "key": entry.key,

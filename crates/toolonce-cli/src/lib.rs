@@ -16,6 +16,7 @@ use tracing_subscriber::util::SubscriberInitExt as _;
 
 mod args;
 mod bench;
+mod console;
 mod demo;
 mod exec;
 mod exit;
@@ -23,6 +24,7 @@ mod inspect;
 mod keycmd;
 mod mcp;
 mod output;
+mod prometheus;
 mod settle;
 
 pub use mcp::embed::proxy as mcp_proxy;
@@ -61,8 +63,11 @@ enum Command {
     Rm(settle::RmArgs),
     /// Delete expired entries.
     Purge(inspect::PurgeArgs),
+    /// Serve the operator console in the browser: list, inspect, resolve and remove entries.
+    Console(console::ConsoleArgs),
     /// Put toolonce in front of an MCP server: its write tools become idempotent.
-    Mcp(mcp::McpArgs),
+    // Boxed: its options outgrow every other subcommand's.
+    Mcp(Box<mcp::McpArgs>),
     /// Measure what safety costs on a store: toolonce beside the store's raw floor, same run.
     Bench(bench::BenchArgs),
     /// The agent process of the demo's crash scenario (started by `demo`, killed by it).
@@ -153,7 +158,8 @@ pub fn main() -> ExitCode {
             Command::Resolve(args) => settle::resolve(args).await,
             Command::Rm(args) => settle::rm(args).await,
             Command::Purge(args) => inspect::purge(args).await,
-            Command::Mcp(args) => mcp::run(args).await,
+            Command::Console(args) => console::run(args).await,
+            Command::Mcp(args) => mcp::run(*args).await,
             Command::Bench(args) => bench::run(args).await,
             Command::DemoChild(args) => demo::child(args).await,
             Command::ExecShim(_) => unreachable!("the shim returned above"),

@@ -56,6 +56,8 @@
 //! - [`route`]: the routing tables, and sending a request whose answer comes back.
 //! - [`server`]: the server's end, a child process or an HTTP server, behind one handle.
 //! - [`call`]: one intercepted write call through the layer.
+//! - [`repeat`]: the repeat argument, shown in the listing of write tools and taken out of
+//!   their calls; [`note`]: what a replay tells the model.
 //! - [`answer`]: what the server's answer means for the store, and the answers the proxy
 //!   writes itself (replays, explanations): MCP semantics without I/O.
 //! - [`batch`]: batches (protocol 2025-03-26) that hold write calls: how they are split
@@ -91,8 +93,10 @@ mod http;
 mod jsonrpc;
 mod lifecycle;
 mod listen;
+mod note;
 mod protocol;
 mod proxy;
+mod repeat;
 mod route;
 mod server;
 mod stdio;
@@ -189,6 +193,11 @@ pub(crate) struct McpArgs {
     /// each distinct Authorization is then a principal of its own.
     #[arg(long, requires = "listen", conflicts_with = "require_token")]
     forward_authorization: bool,
+    /// With --listen: also serve the operator console (`toolonce console`) under /console, on
+    /// the gateway's store. Its token is the --require-token one; without it, a random token
+    /// printed at start (in the URL to open). Not with --oauth-jwks yet.
+    #[arg(long, requires = "listen", conflicts_with = "oauth_jwks")]
+    console: bool,
     /// With --listen: end a session (stop its server, or end its session on the --upstream
     /// server, as DELETE does) once it has had no request in progress, no GET stream open and
     /// no request for this many seconds; a later request on it gets 404 (initialize again).
@@ -237,9 +246,21 @@ pub(crate) struct McpArgs {
     #[command(flatten)]
     bounds: listen::BoundsArgs,
     /// A TOML file of per-tool settings (kind, key_fields, in_flight, lease, retention,
-    /// call_timeout, on_error, on_tool_error, failure_retention, on_expired).
+    /// call_timeout, on_error, on_tool_error, failure_retention, on_expired, repeat_argument).
     #[arg(long, value_name = "FILE", env = "TOOLONCE_MCP_CONFIG")]
     config: Option<PathBuf>,
+    /// The optional argument by which the model says it performs a write again on purpose
+    /// (2, 3, …): added to every write tool's listed inputSchema, taken out of the arguments
+    /// before keying and forwarding (default: repeat; a tool's own config section wins).
+    #[arg(long, value_name = "NAME", conflicts_with = "no_repeat_argument")]
+    repeat_argument: Option<String>,
+    /// Shows the model no repeat argument: a write with identical arguments is one operation.
+    #[arg(long)]
+    no_repeat_argument: bool,
+    /// Deduplicates tools marked idempotentHint as writes too (they pass through by default),
+    /// so a resumed run is answered from one history by every write tool of the server.
+    #[arg(long)]
+    dedupe_idempotent: bool,
     /// The MCP server to start, after `--` (or --upstream).
     #[arg(
         last = true,
@@ -280,6 +301,16 @@ async fn prepare(args: McpArgs) -> anyhow::Result<Prepared> {
     let config = match &args.config {
         Some(path) => config::Config::load(path)?,
         None => config::Config::default(),
+    };
+    let config = match (&args.repeat_argument, args.no_repeat_argument) {
+        (Some(name), _) => config.with_repeat_argument(Some(name))?,
+        (None, true) => config.with_repeat_argument(None)?,
+        (None, false) => config,
+    };
+    let config = if args.dedupe_idempotent {
+        config.with_idempotent_as_write()
+    } else {
+        config
     };
     let listen = args.listen.as_deref().map(listen_addr).transpose()?;
     let auth = match &args.require_token {
@@ -388,7 +419,17 @@ async fn prepare(args: McpArgs) -> anyhow::Result<Prepared> {
                 .map_or((max_sessions / 4).max(1), |n| n as usize)
         });
         let bounds = args.bounds.bounds();
+        let console = match (args.console, &args.require_token) {
+            (false, _) => None,
+            (true, Some(var)) => Some(listen::ConsoleToken::Given(
+                std::env::var(var).unwrap_or_default(),
+            )),
+            (true, None) => Some(listen::ConsoleToken::Printed(crate::console::random_hex(
+                32,
+            )?)),
+        };
         let gateway = move |store| listen::Gateway {
+            console,
             addr,
             auth,
             backend,

@@ -251,6 +251,15 @@ fn an_entry_toolonce_cannot_read_is_exit_70() {
         let out = run(&args, &store, dir.path());
         assert_eq!(code(&out), 70, "{args:?}: {}", stderr(&out));
         assert!(stderr(&out).contains("corrupt entry"), "{}", stderr(&out));
+        if args[0] == "ls" {
+            // The listing is still printed whole, naming the entry it cannot read.
+            let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(listed.contains(&key), "{listed}");
+            assert!(
+                listed.contains("cannot be read") || listed.contains("\"unreadable\""),
+                "{listed}"
+            );
+        }
     }
     // For exec the operation was begun, perhaps done, by a run whose record cannot be read:
     // not run, and its outcome is unknown until a person checks (exit 73), in the operator's

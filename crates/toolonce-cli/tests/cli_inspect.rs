@@ -234,7 +234,11 @@ fn an_empty_store_lists_no_entries() {
         .unwrap();
     assert_eq!(
         json(&out),
-        serde_json::json!({"entries": [], "more": false})
+        serde_json::json!({
+            "entries": [],
+            "more": false,
+            "unreadable": {"entries": [], "count": 0}
+        })
     );
 }
 

@@ -169,7 +169,9 @@ fn key_fields_conflict_is_reported_and_not_executed() {
 
 #[test]
 fn messages_pass_through_byte_for_byte_in_both_directions() {
-    let mut peer = Spawn::proxy().start();
+    // Without the repeat argument, which the proxy otherwise adds to the listed schemas of
+    // write tools (see mcp_repeat.rs): then no message is rewritten.
+    let mut peer = Spawn::proxy().arg("--no-repeat-argument").start();
     // A recorded session, written with odd spacing, member order and fields no MCP version has.
     let session: Vec<&[u8]> = vec![
         br#"{ "jsonrpc":"2.0", "id":"init-1", "method":"initialize", "params":{"protocolVersion":"2025-03-26","capabilities":{"x-cap":{"deep":[1,2.50,{"k":null}]}},"clientInfo":{"name":"c","version":"1"}}, "x-extra":{"top":true} }"#,

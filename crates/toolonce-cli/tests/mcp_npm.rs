@@ -159,3 +159,75 @@ fn server_filesystem_from_npm_write_v1_v2_v1_leaves_v1() {
     let write_file = tools.iter().find(|t| t["name"] == "write_file").unwrap();
     assert_eq!(write_file["annotations"]["idempotentHint"], json!(true));
 }
+
+/// `edit_file` is a write the proxy deduplicates: A→B, B→A, then A→B again on purpose. Without
+/// the repeat ordinal the third edit is the first one again (replayed, the file left at A);
+/// with `"repeat": 2` it runs and the file ends at B, and its retry replays. The listing shows
+/// the argument on the deduplicated tools only, and the server never receives it.
+#[test]
+fn server_filesystem_from_npm_edits_a_b_a_then_b_again_on_purpose_with_repeat() {
+    let entry = npm_server(FILESYSTEM);
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let received = dir.path().join("received.log");
+    let script = format!(
+        "tee -a '{}' | exec node '{}' '{}'",
+        received.display(),
+        entry.display(),
+        root.display()
+    );
+    let mut peer = Spawn::proxy()
+        .arg("--scope")
+        .arg("npm-fs-repeat")
+        .server(["sh", "-c", &script])
+        .start();
+    peer.initialize();
+    let tools = peer.list_tools();
+    let has_repeat = |name: &str| {
+        let tool = tools.iter().find(|t| t["name"] == name).unwrap();
+        tool["inputSchema"].pointer("/properties/repeat").is_some()
+    };
+    assert!(has_repeat("edit_file") && has_repeat("move_file"));
+    assert!(!has_repeat("write_file"), "idempotentHint passes through");
+    assert!(!has_repeat("read_text_file"), "readOnlyHint passes through");
+
+    let file = root.join("temp.txt");
+    std::fs::write(&file, "A\n").unwrap();
+    let edit = |from: &str, to: &str| json!({"path": file.to_str().unwrap(), "edits": [{"oldText": from, "newText": to}]});
+    let outcome = |answer: &Value| answer["result"]["_meta"]["toolonce/outcome"].clone();
+    for (from, to) in [("A", "B"), ("B", "A")] {
+        let answer = peer.call("edit_file", edit(from, to));
+        assert!(!is_error(&answer), "{answer}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), format!("{to}\n"));
+    }
+    // A→B again, as an identical call: the first edit's answer, and the file stays at A.
+    let same = peer.call("edit_file", edit("A", "B"));
+    assert_eq!(outcome(&same), "replayed", "{same}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "A\n");
+    let note = same["result"]["content"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()["text"]
+        .clone();
+    assert!(note.as_str().unwrap().ends_with("\"repeat\": 2."), "{note}");
+    // On purpose: it runs, and the file ends at B.
+    let mut again = edit("A", "B");
+    again["repeat"] = json!(2);
+    let answer = peer.call("edit_file", again.clone());
+    assert!(!is_error(&answer), "{answer}");
+    assert_eq!(outcome(&answer), Value::Null, "{answer}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "B\n");
+    // Its retry replays, and changes nothing.
+    let retry = peer.call("edit_file", again);
+    assert_eq!(outcome(&retry), "replayed", "{retry}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "B\n");
+
+    let log = std::fs::read_to_string(&received).unwrap();
+    let edits = log.lines().filter(|l| l.contains("\"edit_file\"")).count();
+    assert_eq!(edits, 3, "A→B, B→A, A→B on purpose reached the server");
+    assert!(
+        !log.contains("\"repeat\""),
+        "the server never saw the ordinal:\n{log}"
+    );
+}

@@ -8,7 +8,7 @@ mod mcp_peer;
 
 use std::time::Duration;
 
-use mcp_peer::{Peer, Spawn, is_error, text};
+use mcp_peer::{Peer, Spawn, is_error, text, without_outcome};
 use serde_json::{Value, json};
 
 fn ready(spawn: Spawn) -> Peer {
@@ -189,7 +189,9 @@ fn the_same_server_restarted_keeps_its_keys_and_server_id_names_it() {
         0,
         "replayed after a restart: {again}"
     );
-    assert_eq!(again["result"]["content"], first["result"]["content"]);
+    // The recorded content, then the replay's note.
+    let recorded = &without_outcome(&again)["result"]["content"];
+    assert_eq!(recorded, &first["result"]["content"]);
     // Another command line for the same server, named alike: the same operations.
     let mut renamed = start("github-v2", Some("github"));
     let named = renamed.call("charge", args.clone());
@@ -412,7 +414,18 @@ fn a_replayed_answer_says_so_in_meta_and_keeps_content_and_is_error() {
         meta["toolonce/key"],
         first["result"]["_meta"]["received"]["toolonce/key"]
     );
-    assert_eq!(again["result"]["content"], first["result"]["content"]);
+    // The recorded content as it was, then the replay's note for the model.
+    let content = again["result"]["content"].as_array().unwrap();
+    assert_eq!(
+        content[..1],
+        first["result"]["content"].as_array().unwrap()[..]
+    );
+    let note = content[1]["text"].as_str().unwrap();
+    assert!(
+        note.starts_with("Already done: an identical call of `charge`"),
+        "{note}"
+    );
+    assert!(meta["toolonce/recorded_at"].is_string(), "{again}");
     assert_eq!(again["result"]["isError"], first["result"]["isError"]);
     assert_eq!(first["result"]["_meta"].get("toolonce/outcome"), None);
     let failed = peer.call("fail", json!({}));
@@ -421,9 +434,12 @@ fn a_replayed_answer_says_so_in_meta_and_keeps_content_and_is_error() {
         failed_again["result"]["_meta"]["toolonce/outcome"],
         "replayed_failure"
     );
-    assert_eq!(
-        failed_again["result"]["content"],
-        failed["result"]["content"]
+    let content = failed_again["result"]["content"].as_array().unwrap();
+    assert_eq!(content[0], failed["result"]["content"][0]);
+    let note = content[1]["text"].as_str().unwrap();
+    assert!(
+        note.starts_with("Already tried: an identical call of `fail`"),
+        "{note}"
     );
     assert_eq!(failed_again["result"]["isError"], json!(true));
 }

@@ -184,4 +184,9 @@ impl<I: Intercept> Store for Intercepted<I> {
         self.intercept.admit()?;
         self.intercept.purge_expired(&*self.inner).await
     }
+
+    async fn census(&self) -> Result<Option<toolonce::Census>> {
+        self.intercept.admit()?;
+        self.inner.census().await
+    }
 }

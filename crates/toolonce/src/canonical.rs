@@ -40,10 +40,7 @@ pub use exact::first_inexact_integer;
 /// Why an integer beyond 64 bits is refused: it would be keyed as the nearest double, the key
 /// of other integers too.
 pub fn inexact_integer_message(integer: &str) -> String {
-    format!(
-        "the integer {integer} does not fit in 64 bits, so it cannot be keyed exactly (it would \
-         share a key with other integers); pass it as a string"
-    )
+    crate::texts::Text::InexactInteger.fill(&[("integer", integer)])
 }
 
 /// The default limit on nesting: levels of arrays and objects (a scalar is level 0, `[]` is 1).

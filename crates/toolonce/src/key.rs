@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::canonical::{self, DEFAULT_MAX_DEPTH};
+use crate::repeat::Repeat;
 use crate::{Error, Result};
 
 /// The name of the HTTP header that carries an operation key to a downstream system, as in the
@@ -77,12 +78,21 @@ impl OperationKey {
 
 /// Computes the key; the parts must already be checked.
 fn key_of(scope: &str, tool: &str, canonical: &str) -> OperationKey {
+    key_of_repeat(scope, tool, canonical, Repeat::FIRST)
+}
+
+/// Computes the key of the `repeat`th time (see [`derive_repeat`]); the parts must already be
+/// checked.
+fn key_of_repeat(scope: &str, tool: &str, canonical: &str, repeat: Repeat) -> OperationKey {
+    let mut suffix = String::new();
+    repeat.push_key_suffix(&mut suffix);
     let digest: [u8; 32] = Sha256::new()
         .chain_update(scope)
         .chain_update([0u8])
         .chain_update(tool)
         .chain_update([0u8])
         .chain_update(canonical)
+        .chain_update(suffix)
         .finalize()
         .into();
     let mut key = [0u8; KEY_LEN];
@@ -342,6 +352,9 @@ pub struct Derived {
     pub key: OperationKey,
     /// The fingerprint of the full arguments.
     pub fingerprint: Fingerprint,
+    /// Which time the action is performed on purpose (see [`crate::repeat`]): the key covers
+    /// it, and a replay's note names the next one.
+    pub repeat: Repeat,
 }
 
 /// Derives the key and the fingerprint of `tool` called in `scope` with `args`.
@@ -370,11 +383,42 @@ pub fn derive(
     args: &Value,
     key_fields: Option<&KeyFields>,
 ) -> Result<Derived> {
+    derive_repeat(scope, tool, args, key_fields, Repeat::FIRST)
+}
+
+/// [`derive`] for the `repeat`th time the same action is performed on purpose: the key text
+/// (the canonical arguments, or their key-fields projection) gets `NUL "toolonce/repeat" NUL`
+/// and the ordinal in decimal appended, unless it is the first time, whose key is the one
+/// [`derive`] gives. The fingerprint covers the arguments only. Surfaces that show a model the
+/// repeat argument take it out of the arguments with [`crate::repeat::take`] first.
+///
+/// # Errors
+///
+/// As [`derive`].
+///
+/// ```
+/// use toolonce::repeat::Repeat;
+/// let args = serde_json::json!({"to": "bob", "cents": 500});
+/// let first = toolonce::key::derive("run-1", "pay", &args, None)?;
+/// let again = toolonce::key::derive_repeat("run-1", "pay", &args, None, Repeat::new(2)?)?;
+/// assert_ne!(first.key, again.key);
+/// assert_eq!(again.key.as_str(), "idem:9317ffdcff3597d146d4cbb938e7a0ed");
+/// # Ok::<(), toolonce::Error>(())
+/// ```
+///
+/// [`derive`]: fn@derive
+pub fn derive_repeat(
+    scope: &str,
+    tool: &str,
+    args: &Value,
+    key_fields: Option<&KeyFields>,
+    repeat: Repeat,
+) -> Result<Derived> {
     check_parts(scope, tool)?;
     let full = canonical::canonicalize(args)?;
     let fingerprint = Fingerprint::of_canonical(&full);
     let key = match key_fields {
-        None => key_of(scope, tool, &full),
+        None => key_of_repeat(scope, tool, &full, repeat),
         Some(fields) => {
             // The projection wraps values one level deeper than they were (a pointer "" puts
             // the whole arguments inside it), hence one more level allowed.
@@ -384,10 +428,14 @@ pub fn derive(
                 DEFAULT_MAX_DEPTH + 1,
                 &mut projected,
             )?;
-            key_of(scope, tool, &projected)
+            key_of_repeat(scope, tool, &projected, repeat)
         }
     };
-    Ok(Derived { key, fingerprint })
+    Ok(Derived {
+        key,
+        fingerprint,
+        repeat,
+    })
 }
 
 /// The marker that starts the key text of an operation its caller named (see [`derive_named`]):
@@ -424,150 +472,33 @@ const NAMED_MARKER: &str = "\0toolonce/key\0";
 ///
 /// [`derive`]: fn@derive
 pub fn derive_named(scope: &str, tool: &str, name: &str, args: &Value) -> Result<Derived> {
+    derive_named_repeat(scope, tool, name, args, Repeat::FIRST)
+}
+
+/// [`derive_named`] for the `repeat`th time: the repeat's suffix (see [`derive_repeat`])
+/// follows the name.
+///
+/// # Errors
+///
+/// As [`derive_named`].
+pub fn derive_named_repeat(
+    scope: &str,
+    tool: &str,
+    name: &str,
+    args: &Value,
+    repeat: Repeat,
+) -> Result<Derived> {
     check_parts(scope, tool)?;
     let full = canonical::canonicalize(args)?;
     let mut named = String::with_capacity(NAMED_MARKER.len() + name.len());
     named.push_str(NAMED_MARKER);
     named.push_str(name);
     Ok(Derived {
-        key: key_of(scope, tool, &named),
+        key: key_of_repeat(scope, tool, &named, repeat),
         fingerprint: Fingerprint::of_canonical(&full),
+        repeat,
     })
 }
 
 #[cfg(test)]
-mod tests {
-    #[test]
-    fn a_named_key_hashes_the_marker_and_the_name_where_arguments_would_be() {
-        let args = serde_json::json!({"n": 1});
-        let named = derive_named("s", "srv/t", "step-1", &args).unwrap();
-        let by_hand = OperationKey::derive("s", "srv/t", "\0toolonce/key\0step-1").unwrap();
-        assert_eq!(named.key, by_hand);
-        assert_eq!(
-            named.fingerprint,
-            derive("s", "srv/t", &args, None).unwrap().fingerprint
-        );
-        assert_ne!(named.key, derive("s", "srv/t", &args, None).unwrap().key);
-    }
-
-    #[test]
-    fn a_named_key_refuses_the_parts_a_derived_key_refuses() {
-        let args = serde_json::json!({});
-        assert!(matches!(
-            derive_named("", "t", "n", &args),
-            Err(Error::InvalidKeyPart { part: "scope", .. })
-        ));
-        assert!(matches!(
-            derive_named("s", "a\0b", "n", &args),
-            Err(Error::InvalidKeyPart {
-                part: "tool name",
-                ..
-            })
-        ));
-    }
-
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn key_has_the_documented_form() {
-        let key = OperationKey::derive("run-1", "charge_card", "{}").unwrap();
-        assert_eq!(key.as_str().len(), 37);
-        assert_eq!(key.as_str().parse::<OperationKey>().unwrap(), key);
-        assert_eq!(key.to_string(), key.as_str());
-        assert_eq!(format!("{key:?}"), format!("{:?}", key.as_str()));
-        assert_eq!(key.idempotency_key(), key.as_str());
-    }
-
-    #[test]
-    fn key_is_the_truncated_sha256_of_the_separated_parts() {
-        // sha256("s\0t\0{}") computed independently.
-        let digest: [u8; 32] = Sha256::digest(b"s\0t\0{}").into();
-        let want: String = std::iter::once("idem:".to_owned())
-            .chain(digest[..16].iter().map(|b| format!("{b:02x}")))
-            .collect();
-        assert_eq!(OperationKey::derive("s", "t", "{}").unwrap().as_str(), want);
-    }
-
-    #[test]
-    fn malformed_keys_are_refused() {
-        for text in [
-            "",
-            "idem:",
-            "idem:6CBC65F0AA6D3F844178448AA38D1EE9",
-            "idem:6cbc65f0aa6d3f844178448aa38d1ee",
-            "idem:6cbc65f0aa6d3f844178448aa38d1ee9a",
-            "idex:6cbc65f0aa6d3f844178448aa38d1ee9",
-            "idem:6cbc65f0aa6d3f844178448aa38d1eg9",
-            " idem:6cbc65f0aa6d3f844178448aa38d1ee9",
-        ] {
-            assert!(
-                matches!(text.parse::<OperationKey>(), Err(Error::InvalidKey(t)) if t == text),
-                "{text:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn keys_and_fingerprints_serialize_as_strings_and_are_checked_when_read() {
-        let derived = derive("r", "t", &json!({"a": 1}), None).unwrap();
-        let text = serde_json::to_string(&derived.key).unwrap();
-        assert_eq!(text, format!("\"{}\"", derived.key));
-        assert_eq!(
-            serde_json::from_str::<OperationKey>(&text).unwrap(),
-            derived.key
-        );
-        assert!(serde_json::from_str::<OperationKey>("\"idem:x\"").is_err());
-
-        let text = serde_json::to_string(&derived.fingerprint).unwrap();
-        assert_eq!(
-            serde_json::from_str::<Fingerprint>(&text).unwrap(),
-            derived.fingerprint
-        );
-        assert!(serde_json::from_str::<Fingerprint>("\"abc\"").is_err());
-    }
-
-    #[test]
-    fn fingerprint_is_the_sha256_of_the_canonical_text() {
-        assert_eq!(
-            Fingerprint::of_canonical("").as_str(),
-            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
-        );
-        let text = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
-        assert_eq!(text.parse::<Fingerprint>().unwrap().as_str(), text);
-        assert!(text.to_uppercase().parse::<Fingerprint>().is_err());
-        assert!(text[1..].parse::<Fingerprint>().is_err());
-    }
-
-    #[test]
-    fn pointers_are_checked() {
-        for ok in ["", "/", "/a", "/a~0b/~1", "/0/-", "/é"] {
-            assert!(KeyFields::new([ok]).is_ok(), "{ok:?}");
-        }
-        for bad in ["a", "/a~", "/a~2", "~0", "/~x"] {
-            assert!(
-                matches!(KeyFields::new([bad]), Err(Error::InvalidPointer { pointer, .. }) if pointer == bad),
-                "{bad:?}"
-            );
-        }
-        assert!(matches!(
-            KeyFields::new(Vec::<String>::new()),
-            Err(Error::InvalidPointer { .. })
-        ));
-    }
-
-    #[test]
-    fn projection_follows_rfc_6901() {
-        let args = json!({"a/b": 1, "m~n": 2, "list": [10, 20], "x": null});
-        let fields =
-            KeyFields::new(["/a~1b", "/m~0n", "/list/1", "/x", "/missing", "/list/7"]).unwrap();
-        assert_eq!(
-            fields.project(&args),
-            json!({"/a~1b": 1, "/m~0n": 2, "/list/1": 20, "/x": null})
-        );
-        assert_eq!(
-            KeyFields::new([""]).unwrap().project(&args),
-            json!({"": args})
-        );
-    }
-}
+mod tests;

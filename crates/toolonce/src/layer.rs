@@ -19,14 +19,15 @@ use tokio::time::Instant;
 mod answer;
 mod call;
 mod release;
+mod replay;
 mod report;
 mod settle;
 mod storable;
-mod texts;
 
 pub use answer::{Outcome, STORE_ERROR, WriteAnswer};
 pub use call::{ProbeFuture, ToolFuture};
-pub use report::{CALLS_METRIC, TAKEOVERS_METRIC};
+pub use replay::{ReplayNote, utc_seconds};
+pub use report::{CALLS_METRIC, DURATION_METRIC, TAKEOVERS_METRIC};
 pub(crate) use report::{count_call, count_unlisted_call};
 
 use crate::heartbeat::Heartbeats;
@@ -208,6 +209,7 @@ impl Layer {
         verify: Option<impl FnOnce(WriteContext) -> VFut>,
         run: impl FnOnce(WriteContext) -> Fut,
     ) -> WriteAnswer<Recorded> {
+        let began = std::time::Instant::now();
         let answer = match call.options.effective() {
             Ok(options) => {
                 let call = WriteCall {
@@ -220,7 +222,7 @@ impl Layer {
             }
             Err(e) => misconfigured(call.tool, call.op, &e),
         };
-        count_call(call.tool, answer.outcome);
+        count_call(call.tool, answer.outcome, began.elapsed());
         answer
     }
 
@@ -237,10 +239,12 @@ impl Layer {
             options,
         } = call;
         let key = &op.key;
+        let repeat_argument = options.repeat_argument.as_deref();
         let answer = |outcome, result| WriteAnswer {
             outcome,
             key: key.clone(),
             notice: None,
+            replay: None,
             result,
         };
         let deadline = match options.in_flight {
@@ -305,9 +309,16 @@ impl Layer {
             // only (none for a settled entry, which allocates nothing).
             let seen = Seen::of(&entry);
             match entry.state {
-                EntryState::Done { result, .. } => return answer(Outcome::Replayed, Ok(result)),
-                EntryState::Failed { error, .. } => {
-                    return answer(Outcome::ReplayedFailure, Err(error));
+                EntryState::Done {
+                    result,
+                    completed_at,
+                } => {
+                    let note = ReplayNote::new(tool, op, false, completed_at, repeat_argument);
+                    return replayed(answer(Outcome::Replayed, Ok(result)), note);
+                }
+                EntryState::Failed { error, failed_at } => {
+                    let note = ReplayNote::new(tool, op, true, failed_at, repeat_argument);
+                    return replayed(answer(Outcome::ReplayedFailure, Err(error)), note);
                 }
                 EntryState::Unknown { .. } => {
                     // Under `rerun` the claim asked to take over and the store refused (it
@@ -322,7 +333,7 @@ impl Layer {
                     match probe(WriteContext::new(key.clone(), true)).await {
                         Verified::Done(value) => {
                             let seen = seen.expect("an unknown entry is unsettled");
-                            return self.record_verified(tool, key, &seen, value, options).await;
+                            return self.record_verified(tool, op, &seen, value, options).await;
                         }
                         Verified::NotDone => {
                             takeover = true;
@@ -371,15 +382,19 @@ impl Layer {
     async fn record_verified(
         &self,
         tool: &str,
-        key: &OperationKey,
+        op: &Derived,
         seen: &Seen,
         value: Value,
         options: &WriteOptions,
     ) -> WriteAnswer<Recorded> {
+        let key = &op.key;
+        let note =
+            |failed, at| ReplayNote::new(tool, op, failed, at, options.repeat_argument.as_deref());
         let answer = |outcome, result| WriteAnswer {
             outcome,
             key: key.clone(),
             notice: None,
+            replay: None,
             result,
         };
         let resolution = Resolution::Done(value.clone());
@@ -391,8 +406,17 @@ impl Layer {
             // Settled meanwhile (its late owner recorded it, or an operator did): that record
             // wins, as it would for any duplicate.
             Ok(Resolved::Settled(entry)) => match entry.state {
-                EntryState::Failed { error, .. } => answer(Outcome::ReplayedFailure, Err(error)),
-                EntryState::Done { result, .. } => answer(Outcome::Replayed, Ok(result)),
+                EntryState::Failed { error, failed_at } => replayed(
+                    answer(Outcome::ReplayedFailure, Err(error)),
+                    note(true, failed_at),
+                ),
+                EntryState::Done {
+                    result,
+                    completed_at,
+                } => replayed(
+                    answer(Outcome::Replayed, Ok(result)),
+                    note(false, completed_at),
+                ),
                 // Not a settled state: a store that answers so breaks the contract; hold.
                 _ => answer(Outcome::Unknown, Err(held(tool, key))),
             },
@@ -404,7 +428,8 @@ impl Layer {
                     "the verify probe found the interrupted attempt took effect; its result is \
                      recorded"
                 );
-                answer(Outcome::Replayed, Ok(value.into()))
+                let at = Some(std::time::SystemTime::now());
+                replayed(answer(Outcome::Replayed, Ok(value.into())), note(false, at))
             }
             // Released, expired, taken over or renewed meanwhile (that attempt is not the one
             // probed, so it is left alone), or the store failed: the downstream system said it
@@ -419,7 +444,10 @@ impl Layer {
                         "could not record what the verify probe found; answering with it anyway"
                     );
                 }
-                answer(Outcome::Replayed, Ok(value.into()))
+                replayed(
+                    answer(Outcome::Replayed, Ok(value.into())),
+                    note(false, None),
+                )
             }
         }
     }
@@ -463,12 +491,10 @@ impl Layer {
                     outcome: Outcome::Executed,
                     key: key.clone(),
                     notice: None,
-                    result: Err(ToolError::transient(format!(
-                        "The tool `{tool}` failed unexpectedly (it panicked), so whether it took \
-                         effect is unknown. The operation stays locked until its lease expires; \
-                         after that an identical call either runs it again with the same \
-                         idempotency key or reports its outcome as unknown, depending on the tool."
-                    ))
+                    replay: None,
+                    result: Err(ToolError::transient(
+                        crate::texts::Text::Panicked.fill(&[("tool", tool)]),
+                    )
                     .with_detail(serde_json::json!({ PANICKED: true }))),
                 };
             }
@@ -511,6 +537,7 @@ impl Layer {
             outcome: Outcome::Executed,
             key: key.clone(),
             notice: answer::settle_notice(settled),
+            replay: None,
             result: result.map(Recorded::from),
         }
     }
@@ -529,6 +556,15 @@ fn store_failed<R>(tool: &str, key: &OperationKey, e: &crate::Error) -> WriteAns
         outcome,
         key: key.clone(),
         notice: None,
+        replay: None,
         result: Err(error),
+    }
+}
+
+/// `answer` with the note a replay tells the model.
+fn replayed<R>(answer: WriteAnswer<R>, note: ReplayNote) -> WriteAnswer<R> {
+    WriteAnswer {
+        replay: Some(note),
+        ..answer
     }
 }

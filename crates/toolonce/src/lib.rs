@@ -46,6 +46,8 @@
 //! - [`policy`]: what a write call's duplicates do and how long things last:
 //!   [`WriteOptions`], [`InFlight`], [`OnExpired`].
 //! - [`layer`]: the protocol of a write call, [`Layer`], which applies the policy.
+//! - [`repeat`]: the repeat ordinal, by which a model says it performs the same action again on
+//!   purpose, and the note a replay tells the model ([`ReplayNote`]).
 //! - [`toolbox`]: [`Toolbox`], which registers tools, describes them to the model in the
 //!   Anthropic and OpenAI formats, and dispatches calls.
 //!
@@ -54,7 +56,10 @@
 //! The layer counts every write call in `toolonce_calls_total{tool, outcome}` (the outcome as
 //! [`Outcome::as_str`] spells it: `executed`, `replayed`, `in_flight`, `conflict`, `unknown`,
 //! `store_unavailable`, …) and every takeover of an `unknown` operation in
-//! `toolonce_takeovers_total{tool}`, through the [`metrics`](https://docs.rs/metrics) facade.
+//! `toolonce_takeovers_total{tool}`, and records each call's duration in the histogram
+//! `toolonce_call_duration_seconds{tool, outcome}`, through the
+//! [`metrics`](https://docs.rs/metrics) facade; [`Store::census`] counts a store's entries by
+//! state for gauges.
 //! Nothing is recorded until the program installs a recorder; any exporter works. With the
 //! Prometheus one (`metrics-exporter-prometheus`, a dependency of your program, not of this
 //! crate; shown as text, since this crate does not depend on it):
@@ -117,18 +122,21 @@ pub mod layer;
 mod limits;
 pub mod meta;
 pub mod policy;
+pub mod repeat;
 pub mod store;
+pub mod texts;
 pub mod tool;
 pub mod toolbox;
 
 pub use error::{BoxError, Error, Result, error_report};
 pub use key::{Fingerprint, KeyFields, OperationKey};
-pub use layer::{Layer, Outcome, WriteAnswer};
+pub use layer::{Layer, Outcome, ReplayNote, WriteAnswer};
 pub use policy::{InFlight, OnExpired, WriteOptions};
 pub use store::memory::{ManualClock, MemoryStore};
 pub use store::{
-    About, Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page, Recorded,
-    Removed, Resolution, Resolved, Seen, SeenSettled, State, Store, owner_digest,
+    About, Census, Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, OwnerToken, Page,
+    Recorded, Removed, Resolution, Resolved, Seen, SeenSettled, SettledBy, State, Store,
+    Unreadable, owner_digest,
 };
 pub use tool::{ErrorClass, ReadTool, ToolError, Verified, WriteContext, WriteTool};
 pub use toolbox::formats::Reply;

@@ -38,6 +38,9 @@ fn the_rust_constants_equal_the_shared_limits_file() {
     assert_eq!(f["meta"]["key"], meta::KEY);
     assert_eq!(f["meta"]["outcome"], meta::OUTCOME);
     assert_eq!(f["meta"]["notice"], meta::NOTICE);
+    assert_eq!(f["meta"]["recorded_at"], meta::RECORDED_AT);
+    assert_eq!(f["repeat"]["max"], Value::from(crate::repeat::MAX));
+    assert_eq!(f["repeat"]["default_name"], crate::repeat::DEFAULT_NAME);
 }
 
 #[cfg(feature = "postgres")]

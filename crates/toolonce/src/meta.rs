@@ -10,3 +10,6 @@ pub const KEY: &str = "toolonce/key";
 pub const OUTCOME: &str = "toolonce/outcome";
 /// The member of an executed call's answer that says its outcome was not simply recorded.
 pub const NOTICE: &str = "toolonce/notice";
+/// The member of a replay's answer that says when the earlier call's outcome was recorded, in
+/// ISO 8601 UTC to the second (the replay's note says it to the model too).
+pub const RECORDED_AT: &str = "toolonce/recorded_at";

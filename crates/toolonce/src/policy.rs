@@ -113,6 +113,12 @@ pub struct WriteOptions {
     ///
     /// [`Layer::run`]: crate::Layer::run
     pub on_expired: Option<OnExpired>,
+    /// The name of the optional argument by which a model says it performs the same action
+    /// again on purpose (see [`crate::repeat`]): `Some("repeat")` by default, `None` for a tool
+    /// that shows the model none. A surface that shows the tool to a model adds it to the
+    /// tool's schema and takes it out of the arguments; a replay's note tells the model how to
+    /// use it, or that the action cannot be repeated with identical arguments.
+    pub repeat_argument: Option<String>,
 }
 
 impl Default for WriteOptions {
@@ -123,6 +129,7 @@ impl Default for WriteOptions {
             failure_retention: None,
             in_flight: InFlight::Reject,
             on_expired: None,
+            repeat_argument: Some(crate::repeat::DEFAULT_NAME.to_owned()),
         }
     }
 }
@@ -163,6 +170,13 @@ impl WriteOptions {
         self
     }
 
+    /// Sets the name of the repeat argument (see
+    /// [`repeat_argument`](Self::repeat_argument)); `None` shows the model none.
+    pub fn repeat_argument(mut self, name: Option<&str>) -> Self {
+        self.repeat_argument = name.map(str::to_owned);
+        self
+    }
+
     /// The policy the layer applies: the one set, else [`OnExpired::Hold`].
     pub fn expired_policy(&self) -> OnExpired {
         self.on_expired.unwrap_or_default()
@@ -180,6 +194,13 @@ impl WriteOptions {
         check_range("retention", self.retention, MIN_RETENTION, "1ms")?;
         if let Some(failure_retention) = self.failure_retention {
             check_range("failure_retention", failure_retention, MIN_RETENTION, "1ms")?;
+        }
+        if self.repeat_argument.as_deref() == Some("") {
+            return Err(crate::Error::Config(
+                "repeat_argument is empty: name the argument (such as \"repeat\"), or turn it \
+                 off"
+                .into(),
+            ));
         }
         Ok(())
     }

@@ -7,6 +7,7 @@
 //! and `store/owner.rs` makes the owner tokens that fence writes.
 
 mod about;
+mod census;
 mod contract;
 mod entry;
 // Parts only the backends behind features read: a memory-only build (no store feature) leaves
@@ -34,8 +35,10 @@ mod recorded;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod removal;
+mod settled_by;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+mod unreadable;
 #[cfg_attr(
     not(any(feature = "sqlite", feature = "redis", feature = "postgres")),
     allow(dead_code)
@@ -44,13 +47,15 @@ mod url;
 #[cfg(all(test, feature = "redis", feature = "postgres", feature = "sqlite"))]
 mod url_vectors;
 
+pub use census::Census;
 pub use contract::{
     About, Claim, ClaimRequest, DEFAULT_UNKNOWN_RETENTION, Entry, EntryState, Fenced, ListQuery,
-    Page, Removed, Resolution, Resolved, Seen, SeenSettled, State, Store, Unreplicated,
+    Page, Removed, Resolution, Resolved, Seen, SeenSettled, State, Store, Unreadable, Unreplicated,
     owner_digest,
 };
 pub use json::MAX_STORED_DEPTH;
 pub use open::open;
 pub use owner::OwnerToken;
 pub use recorded::Recorded;
+pub use settled_by::SettledBy;
 pub use url::redact_url;

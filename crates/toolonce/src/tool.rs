@@ -267,6 +267,6 @@ impl From<std::io::Error> for ToolError {
 /// errors: trying again (with the same key downstream) may succeed.
 impl From<tokio::time::error::Elapsed> for ToolError {
     fn from(_: tokio::time::error::Elapsed) -> Self {
-        ToolError::transient("the operation timed out")
+        ToolError::transient(crate::texts::Text::ToolTimedOut.fill(&[]))
     }
 }

@@ -11,9 +11,11 @@ use serde_json::{Value, json};
 
 use crate::canonical::{self, Limits};
 use crate::key::{self, KeyFields, OperationKey};
-use crate::layer::{Layer, NO_PROBE, Outcome, WriteCall};
+use crate::layer::{Layer, NO_PROBE, Outcome, ReplayNote, WriteCall};
 use crate::policy::{OnExpired, WriteOptions};
+use crate::repeat::{self, Repeat};
 use crate::store::{About, Recorded, Store};
+use crate::texts::Text;
 use crate::tool::{ReadTool, ToolError, Verified, WriteContext, WriteTool};
 use crate::{Error, Result};
 
@@ -41,6 +43,10 @@ pub struct ToolResult {
     /// The structured result, when the call produced one (executed or replayed): a replayed
     /// one as the store kept it, decoded when asked ([`Recorded::to_value`]).
     pub value: Option<Recorded>,
+    /// For a replay: the note for the model (when the identical call took effect, its key, how
+    /// to repeat it on purpose). [`content`](Self::content) stays the recorded result; the
+    /// provider formats send the note as a second text block after it.
+    pub replay: Option<ReplayNote>,
 }
 
 impl ToolResult {
@@ -51,6 +57,7 @@ impl ToolResult {
             outcome,
             key,
             value: Some(value),
+            replay: None,
         }
     }
 
@@ -61,15 +68,33 @@ impl ToolResult {
             outcome,
             key,
             value: None,
+            replay: None,
         }
     }
 
-    /// The result as an Anthropic Messages `tool_result` content block.
+    fn with_replay(self, replay: Option<ReplayNote>) -> Self {
+        ToolResult { replay, ..self }
+    }
+
+    /// The content as the provider formats send it: the text alone, or, for a replay, the
+    /// recorded text and the note as two text blocks (`kind` names the block type).
+    fn provider_content(&self, kind: &str) -> Value {
+        match &self.replay {
+            None => Value::String(self.content.clone()),
+            Some(note) => json!([
+                {"type": kind, "text": self.content},
+                {"type": kind, "text": note.text},
+            ]),
+        }
+    }
+
+    /// The result as an Anthropic Messages `tool_result` content block. A replay's content is
+    /// two text blocks: the recorded result, then the note.
     pub fn to_anthropic(&self, tool_use_id: &str) -> Value {
         let mut block = json!({
             "type": "tool_result",
             "tool_use_id": tool_use_id,
-            "content": self.content,
+            "content": self.provider_content("text"),
         });
         if self.is_error {
             block["is_error"] = Value::Bool(true);
@@ -78,12 +103,13 @@ impl ToolResult {
     }
 
     /// The result as an OpenAI chat completions `tool` message. That format has no error flag:
-    /// the content says so.
+    /// the content says so. A replay's content is an array of two text parts (the recorded
+    /// result, then the note), which the format accepts in place of a string.
     pub fn to_openai(&self, tool_call_id: &str) -> Value {
         json!({
             "role": "tool",
             "tool_call_id": tool_call_id,
-            "content": self.content,
+            "content": self.provider_content("text"),
         })
     }
 }
@@ -141,7 +167,7 @@ fn to_result<O: serde::Serialize + 'static>(out: Result<O, ToolError>) -> Result
                 .downcast::<O>()
                 .expect("the result has the tool's output type");
             serde_json::to_value(*out).map_err(|e| {
-                ToolError::permanent(format!("the tool's result could not be serialized: {e}"))
+                ToolError::permanent(Text::Unserializable.fill(&[("error", &e.to_string())]))
             })
         }
     }
@@ -286,9 +312,23 @@ impl ToolboxBuilder {
             } else {
                 Some(KeyFields::new(fields)?)
             };
+            let mut schema = schema_of::<T::Args>();
+            if let Some(argument) = options.repeat_argument.clone()
+                && !repeat::add_to_schema(&mut schema, &argument)
+            {
+                // Its own property of that name is an ordinary argument: never taken out.
+                tracing::warn!(
+                    target: "toolonce",
+                    tool = name.as_str(),
+                    argument = argument.as_str(),
+                    "the tool's schema already has a property named like the repeat argument \
+                     (or is not an object schema); it keeps its own and gets no repeat argument"
+                );
+                options.repeat_argument = None;
+            }
             Ok(Registered {
                 description: tool.description().to_owned(),
-                schema: schema_of::<T::Args>(),
+                schema,
                 kind: Kind::Write {
                     tool: Arc::new(tool),
                     options,
@@ -391,10 +431,7 @@ impl Toolbox {
     pub async fn call_in(&self, scope: &str, name: &str, args: Value) -> ToolResult {
         let Some(tool) = self.tools.get(name) else {
             let answer = ToolResult::error(
-                format!(
-                    "Unknown tool `{name}`. Nothing was executed. Available tools: {}.",
-                    self.order.join(", ")
-                ),
+                Text::UnknownTool.fill(&[("tool", name), ("tools", &self.order.join(", "))]),
                 Outcome::UnknownTool,
                 None,
             );
@@ -420,6 +457,16 @@ impl Toolbox {
                 key_fields,
                 about: own_about,
             } => {
+                // The ordinal is the toolbox's, never the tool's: taken out before the
+                // arguments are parsed, keyed or fingerprinted.
+                let mut args = args;
+                let repeat = match &options.repeat_argument {
+                    Some(argument) => match repeat::take(&mut args, argument) {
+                        Ok(repeat) => repeat,
+                        Err(refused) => return self.refused(name, &refused.message(name)),
+                    },
+                    None => Repeat::FIRST,
+                };
                 // Validate before anything touches the store: bad input claims nothing.
                 let (prepared, seen) = match tool.clone().prepare(&args) {
                     Ok(p) => p,
@@ -427,7 +474,7 @@ impl Toolbox {
                 };
                 // Keyed on what the tool sees: two calls it cannot tell apart are one operation.
                 let keyed = seen.as_ref().unwrap_or(&args);
-                let op = match key::derive(scope, name, keyed, key_fields.as_ref()) {
+                let op = match key::derive_repeat(scope, name, keyed, key_fields.as_ref(), repeat) {
                     Ok(op) => op,
                     Err(e) => return self.invalid(name, &e.to_string()),
                 };
@@ -458,22 +505,28 @@ impl Toolbox {
                 } else {
                     self.layer.run_call(call, NO_PROBE, prepared).await
                 };
-                match answer.result {
+                let result = match answer.result {
                     Ok(v) => ToolResult::ok(v, answer.outcome, Some(answer.key)),
                     Err(e) => ToolResult::error(e.message, answer.outcome, Some(answer.key)),
-                }
+                };
+                result.with_replay(answer.replay)
             }
         }
     }
 
     fn invalid(&self, name: &str, reason: &str) -> ToolResult {
-        tracing::info!(target: "toolonce", tool = name, outcome = "invalid_arguments", reason, "tool call");
+        self.refused(
+            name,
+            &Text::InvalidArguments.fill(&[("tool", name), ("reason", reason)]),
+        )
+    }
+
+    /// The answer to a call refused before anything touched the store, with `text` for the
+    /// model.
+    fn refused(&self, name: &str, text: &str) -> ToolResult {
+        tracing::info!(target: "toolonce", tool = name, outcome = "invalid_arguments", reason = text, "tool call");
         // Not a kept key: `call_json` gets here before it knows the name is registered.
         crate::layer::count_unlisted_call(name, Outcome::InvalidArguments);
-        ToolResult::error(
-            format!("Invalid arguments for `{name}`: {reason}. Nothing was executed."),
-            Outcome::InvalidArguments,
-            None,
-        )
+        ToolResult::error(text.to_owned(), Outcome::InvalidArguments, None)
     }
 }

@@ -28,7 +28,13 @@ async fn the_quickstart_charges_once_replays_the_duplicate_and_reports_the_decli
     // The duplicate got the first answer under its own tool_use id.
     assert_eq!(replies[0].json["tool_use_id"], "toolu_01");
     assert_eq!(replies[1].json["tool_use_id"], "toolu_02");
-    assert_eq!(replies[0].json["content"], replies[1].json["content"]);
+    // Its recorded result first, as the first answer had it, then the note for the model.
+    assert_eq!(
+        replies[1].json["content"][0]["text"],
+        replies[0].json["content"]
+    );
+    let note = replies[1].json["content"][1]["text"].as_str().unwrap();
+    assert!(note.starts_with("Already done: "), "{note}");
     assert!(replies[0].json.get("is_error").is_none());
     // The payment provider charged once, under the operation key.
     let key = replies[0].key().expect("a write call has a key");
@@ -63,8 +69,12 @@ async fn the_quickstart_resumed_on_its_store_replays_everything_and_charges_noth
             Outcome::ReplayedFailure
         ]
     );
+    // Every answer replays the recorded text, with the note after it.
     for (before, after) in first.iter().zip(&resumed) {
-        assert_eq!(before.json, after.json);
+        assert_eq!(before.result.content, after.result.content);
+        assert_eq!(after.json["content"][0]["text"], after.result.content);
+        let note = after.result.replay.as_ref().expect("a replay has a note");
+        assert_eq!(after.json["content"][1]["text"], note.text);
     }
     assert_eq!(payments.charged_keys().len(), 1);
 }

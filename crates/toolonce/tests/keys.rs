@@ -446,3 +446,78 @@ fn doubles_and_integers_of_rust_key_as_the_shared_number_vectors_say() {
     }
     assert!(checked >= 5, "only {checked} values checked");
 }
+
+/// The repeat ordinal's vectors (`tests/data/key_repeats.json`), which the TypeScript package
+/// runs too: what the tool gets, the ordinal, the key, or the refusal naming the argument.
+#[test]
+fn every_repeat_vector_gives_its_arguments_ordinal_and_key_or_is_refused() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/key_repeats.json");
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(file["max"], json!(toolonce::repeat::MAX));
+    assert_eq!(file["default_name"], toolonce::repeat::DEFAULT_NAME);
+    let vectors = file["vectors"].as_array().expect("vectors");
+    assert!(vectors.len() > 20, "{} vectors", vectors.len());
+    let mut failures = Vec::new();
+    for (i, v) in vectors.iter().enumerate() {
+        let text = |name: &str| v[name].as_str().unwrap_or_else(|| panic!("{name} in {v}"));
+        // Parsed as JSON, not with the argument limits: an integer beyond 64 bits is the
+        // ordinal's to refuse here.
+        let mut args: Value = serde_json::from_str(text("args_json")).unwrap();
+        let taken = toolonce::repeat::take(&mut args, text("repeat_name"));
+        match (taken, v.get("refused")) {
+            (Err(refused), Some(name)) if refused.name == *name => {
+                let message = refused.message(text("tool"));
+                let quoted = format!("`{}`", name.as_str().unwrap());
+                assert!(message.starts_with("Not executed: ") && message.contains(&quoted));
+            }
+            (Ok(repeat), None) => {
+                let derived =
+                    toolonce::key::derive_repeat(text("run_id"), text("tool"), &args, None, repeat)
+                        .unwrap();
+                let got = (
+                    canonicalize(&args).unwrap(),
+                    json!(repeat.get()),
+                    derived.key.to_string(),
+                );
+                let want = (
+                    text("tool_args_json").to_owned(),
+                    v["ordinal"].clone(),
+                    text("key").to_owned(),
+                );
+                if got != want {
+                    failures.push(format!(
+                        "vector {i} ({}): {got:?} != {want:?}",
+                        text("note")
+                    ));
+                }
+            }
+            (got, want) => failures.push(format!(
+                "vector {i} ({}): {got:?}, refused {want:?}",
+                text("note")
+            )),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn a_repeat_follows_a_named_key_and_a_key_fields_projection() {
+    use toolonce::repeat::Repeat;
+    let args = json!({"order": "o-1", "note": "again"});
+    let two = Repeat::new(2).unwrap();
+    let named = toolonce::key::derive_named("s", "t", "step-1", &args).unwrap();
+    let named_two = toolonce::key::derive_named_repeat("s", "t", "step-1", &args, two).unwrap();
+    let by_hand = OperationKey::derive("s", "t", "\0toolonce/key\0step-1\0toolonce/repeat\x002");
+    assert_eq!(named_two.key, by_hand.unwrap());
+    assert_ne!(named_two.key, named.key);
+    assert_eq!(named_two.fingerprint, named.fingerprint);
+    let fields = KeyFields::new(["/order"]).unwrap();
+    let projected = toolonce::key::derive_repeat("s", "t", &args, Some(&fields), two).unwrap();
+    let by_hand = OperationKey::derive("s", "t", "{\"/order\":\"o-1\"}\0toolonce/repeat\x002");
+    assert_eq!(projected.key, by_hand.unwrap());
+    let first = toolonce::key::derive_repeat("s", "t", &args, Some(&fields), Repeat::FIRST);
+    assert_eq!(
+        first.unwrap().key,
+        derive("s", "t", &args, Some(&fields)).unwrap().key
+    );
+}

@@ -95,7 +95,8 @@ async fn an_anthropic_call_tells_executed_then_replayed_under_one_key() {
     assert_eq!(first.json["type"], "tool_result");
     assert_eq!(first.json["tool_use_id"], "toolu_1");
     assert_eq!(again.json["tool_use_id"], "toolu_2");
-    assert_eq!(first.json["content"], again.json["content"]);
+    // The replay's first text block is the first answer's content; the note follows it.
+    assert_eq!(first.json["content"], again.json["content"][0]["text"]);
     assert_eq!(first.json, first.result.to_anthropic("toolu_1"));
     assert_eq!(
         first.result.value.clone().map(Into::into),

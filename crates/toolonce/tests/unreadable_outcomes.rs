@@ -210,3 +210,109 @@ async fn an_entry_that_cannot_be_decoded_is_never_answered_nothing_happened_on_r
         );
     }
 }
+
+/// Five entries settled through a layer on `store` in one scope of its own: their keys.
+async fn five_done(store: &Arc<dyn Store>) -> Vec<toolonce::OperationKey> {
+    let layer = Layer::new(store.clone());
+    let scope = unique("listed");
+    let mut keys = Vec::new();
+    for n in 0..5 {
+        let op = key::derive(&scope, "send", &json!({"n": n}), None).unwrap();
+        let answer = layer
+            .run("send", &op, &WriteOptions::new(), |_ctx| async {
+                Ok(json!("sent"))
+            })
+            .await;
+        assert_eq!(answer.outcome, Outcome::Executed);
+        keys.push(op.key);
+    }
+    keys
+}
+
+/// Every page of a listing of `store` two entries at a time: the keys read, the keys reported
+/// unreadable, and the largest page.
+async fn every_page(store: &Arc<dyn Store>) -> (Vec<String>, Vec<String>, usize) {
+    let (mut read, mut unreadable, mut largest) = (Vec::new(), Vec::new(), 0);
+    let mut query = toolonce::ListQuery::new().limit(2);
+    for _ in 0..100 {
+        let page = store.list(&query).await.unwrap();
+        largest = largest.max(page.entries.len() + page.unreadable.len());
+        read.extend(page.entries.iter().map(|e| e.key.as_str().to_owned()));
+        unreadable.extend(page.unreadable.iter().map(|u| {
+            assert!(!u.reason.is_empty(), "{u:?}");
+            u.key.clone()
+        }));
+        match page.next {
+            Some(next) => query = toolonce::ListQuery::new().limit(2).cursor(next),
+            None => break,
+        }
+    }
+    read.sort();
+    unreadable.sort();
+    (read, unreadable, largest)
+}
+
+#[tokio::test]
+async fn a_listing_reports_entries_it_cannot_decode_and_still_pages_through_every_other_one() {
+    // Stores of their own: the shared Redis holds other tests' garbled entries on purpose.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("listed.db");
+    let redis = shared_redis();
+    let redis_store = RedisStore::builder(redis.url())
+        .prefix(format!("{}:", unique("listed")))
+        .connect()
+        .await
+        .unwrap();
+    let redis_keys = redis_store.clone();
+    let pg_url = tokio::task::spawn_blocking(|| shared_postgres().create_unique_database())
+        .await
+        .unwrap();
+    let database = pg_url.rsplit('/').next().unwrap().to_owned();
+    let stores: Vec<(&str, Arc<dyn Store>)> = vec![
+        ("sqlite", Arc::new(SqliteStore::open(&path).unwrap())),
+        ("redis", Arc::new(redis_store)),
+        (
+            "postgres",
+            Arc::new(PostgresStore::connect(&pg_url).await.unwrap()),
+        ),
+    ];
+    for (name, store) in stores {
+        let keys = five_done(&store).await;
+        // Two of them garbled as another writer (or a bug) could leave them.
+        for k in [&keys[1], &keys[4]] {
+            match name {
+                "sqlite" => {
+                    let db = rusqlite::Connection::open(&path).unwrap();
+                    let sql = "UPDATE toolonce_entries SET payload = '{not json' WHERE key = ?1";
+                    assert_eq!(db.execute(sql, [k.as_str()]).unwrap(), 1);
+                }
+                "redis" => {
+                    let raw = reference_done(&nested(300).to_string());
+                    redis.command(&["SET", &redis_keys.redis_key(k), &raw, "PX", "60000"]);
+                }
+                _ => {
+                    let sql = format!(
+                        "UPDATE toolonce_entries SET result = '{}'::json WHERE key = '{}'",
+                        nested(300),
+                        k.as_str()
+                    );
+                    shared_postgres().psql_in(&database, &sql);
+                }
+            }
+        }
+        let (read, unreadable, largest) = every_page(&store).await;
+        let mut want_read: Vec<String> = [&keys[0], &keys[2], &keys[3]]
+            .iter()
+            .map(|k| k.as_str().to_owned())
+            .collect();
+        want_read.sort();
+        let mut want_unreadable = vec![keys[1].as_str().to_owned(), keys[4].as_str().to_owned()];
+        want_unreadable.sort();
+        assert_eq!(read, want_read, "{name}");
+        assert_eq!(unreadable, want_unreadable, "{name}");
+        assert!(
+            largest <= 2,
+            "{name}: a page of {largest} over its size of 2"
+        );
+    }
+}

@@ -94,9 +94,9 @@ export class MemoryBackend implements Backend {
         };
       case "done":
         // Parsed afresh for every duplicate, so none sees another's changes to its copy.
-        return { state: "done", fingerprint: e.fingerprint, result: readJson(e.resultJson ?? "null") };
+        return { state: "done", fingerprint: e.fingerprint, result: readJson(e.resultJson ?? "null"), settledAt: e.settledAt };
       case "failed":
-        return { state: "failed", fingerprint: e.fingerprint, error: structuredClone(e.error as StoredError) };
+        return { state: "failed", fingerprint: e.fingerprint, error: structuredClone(e.error as StoredError), settledAt: e.settledAt };
     }
   }
 
@@ -156,7 +156,7 @@ export class MemoryBackend implements Backend {
   }
 
   private settle(e: Held, now: number, retentionMs: number): void {
-    e.owner = undefined;
+    // The owner stays: which attempt settled it, what a removal compares (as the SQL stores).
     e.settledAt = now;
     e.expiresAt = now + retentionMs;
   }
@@ -223,7 +223,7 @@ export class MemoryBackend implements Backend {
       firstStartedAt: e.firstStartedAt,
       settledAt: e.settledAt,
       expiresAt: settled ? e.expiresAt : e.leaseUntil,
-      mark: { startedAt: String(e.startedAt), settledAt: e.settledAt === undefined ? undefined : String(e.settledAt) },
+      mark: { startedAt: String(e.startedAt), settledAt: e.settledAt === undefined ? undefined : String(e.settledAt), settledBy: settled ? e.owner : undefined },
     };
   }
 
@@ -244,10 +244,10 @@ export class MemoryBackend implements Backend {
       if (e === undefined) continue;
       const whole = this.whole(key, e, now);
       if (!listed(query, whole)) continue;
-      if (entries.length === query.limit) return { entries, next: entries[entries.length - 1]?.key };
+      if (entries.length === query.limit) return { entries, next: entries[entries.length - 1]?.key, unreadable: [] };
       entries.push(whole);
     }
-    return { entries, next: undefined };
+    return { entries, next: undefined, unreadable: [] };
   }
 
   async remove(key: string, seen: SeenSettled): Promise<Removed> {
@@ -257,7 +257,7 @@ export class MemoryBackend implements Backend {
     // Compared and deleted in one run of the thread.
     const found = this.whole(key, e, now);
     const is = seenSettledOf(found);
-    if (is === undefined || is.state !== seen.state || is.attempts !== seen.attempts || is.startedAt !== seen.startedAt || is.settledAt !== seen.settledAt) {
+    if (is === undefined || is.state !== seen.state || is.attempts !== seen.attempts || is.startedAt !== seen.startedAt || is.settledAt !== seen.settledAt || is.settledBy !== seen.settledBy) {
       return { kind: "changed", found };
     }
     this.entries.delete(key);

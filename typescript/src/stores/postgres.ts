@@ -16,6 +16,7 @@ import {
   type Inspected,
   type ListQuery,
   type Page,
+  readEach,
   type Removed,
   type Resolution,
   type Resolved,
@@ -77,6 +78,13 @@ interface EntryRow {
   /** Read by `get` only (the claim's row is not decoded for them). */
   started_ms?: number | null;
   first_started_ms?: number | null;
+  /** Read by `get`, and by the claim from its Date. */
+  settled_ms?: number | null;
+}
+
+/** When a settled entry settled, in whole ms. */
+function settledOf(ms: number | null | undefined): number | undefined {
+  return ms === null || ms === undefined ? undefined : Math.floor(Number(ms));
 }
 
 function entryOf(key: string, row: EntryRow): Entry {
@@ -100,11 +108,11 @@ function entryOf(key: string, row: EntryRow): Entry {
         firstStartedAt: row.first_started_ms ?? undefined,
       };
     case "done":
-      return { state: "done", fingerprint, result: read(row.result) ?? null };
+      return { state: "done", fingerprint, result: read(row.result) ?? null, settledAt: settledOf(row.settled_ms) };
     case "failed": {
       const error = decodeError(read(row.error));
       if (error === undefined) throw new CorruptEntry(`the entry of ${key} cannot be read: its error is unreadable`);
-      return { state: "failed", fingerprint, error };
+      return { state: "failed", fingerprint, error, settledAt: settledOf(row.settled_ms) };
     }
     default:
       throw new CorruptEntry(`the entry of ${key} cannot be read: unknown state ${JSON.stringify(row.state)}`);
@@ -139,7 +147,7 @@ function inspectedOf(row: WholeRow): Inspected {
     firstStartedAt: time(row.first_started_ms),
     settledAt: time(row.settled_ms),
     expiresAt: time(row.expires_ms),
-    mark: { startedAt: row.started_mark, settledAt: row.settled_mark ?? undefined },
+    mark: { startedAt: row.started_mark, settledAt: row.settled_mark ?? undefined, settledBy: row.state === "done" || row.state === "failed" ? (row.owner ?? undefined) : undefined },
   };
 }
 
@@ -203,9 +211,11 @@ export class PostgresBackend implements Backend {
     const row = rows[0] as unknown as unknown[] | undefined;
     if (row === undefined) throw new StoreError("the claim function returned no row", false);
     // The columns of claim.sql: won, took_over, then entry_columns.sql's order.
-    const [won, tookOver, state, owner, fingerprint, , , , result, error, , , , , attempts] = row;
+    const [won, tookOver, state, owner, fingerprint, , , settled, result, error, , , , , attempts] = row;
     if (won === true) return tookOver === true ? { kind: "took_over" } : { kind: "won" };
-    return { kind: "existing", entry: entryOf(req.key, { state, owner, fingerprint, result, error, attempts } as EntryRow) };
+    // pg reads a timestamptz into a Date: whole ms, as much as a replay's note tells.
+    const settled_ms = settled instanceof Date ? settled.getTime() : null;
+    return { kind: "existing", entry: entryOf(req.key, { state, owner, fingerprint, result, error, attempts, settled_ms } as EntryRow) };
   }
 
   async renew(key: string, owner: string, leaseMs: number): Promise<boolean> {
@@ -258,13 +268,16 @@ export class PostgresBackend implements Backend {
   async list(query: ListQuery): Promise<Page> {
     const values = [query.cursor ?? "", query.state ?? null, query.limit + 1, query.scope ?? null, query.tool ?? null];
     const { rows } = await this.query(this.sql.list, values, "list entries");
-    const entries = (rows as unknown as WholeRow[]).slice(0, query.limit).map(inspectedOf);
-    return { entries, next: rows.length > query.limit ? entries[entries.length - 1]?.key : undefined };
+    const page = (rows as unknown as WholeRow[]).slice(0, query.limit);
+    const { entries, unreadable } = readEach(page, (row) => String(row.key), inspectedOf);
+    // The next page starts after the last row of this one, read or not.
+    const next = rows.length > query.limit ? String(page[page.length - 1]?.key) : undefined;
+    return { entries, next, unreadable };
   }
 
   async remove(key: string, seen: SeenSettled): Promise<Removed> {
     // One statement fenced on the settled entry seen; when it matches nothing, a read says why.
-    const values = [key, seen.state, seen.attempts, seen.startedAt, seen.settledAt ?? null];
+    const values = [key, seen.state, seen.attempts, seen.startedAt, seen.settledAt ?? null, seen.settledBy ?? null];
     if (((await this.query(this.sql.removeSettled, values, "remove an entry")).rowCount ?? 0) > 0) return { kind: "applied" };
     const found = await this.inspect(key);
     return found === undefined ? { kind: "absent" } : { kind: "changed", found };

@@ -79,15 +79,25 @@ export function entryOf(key: string, wire: Wire, pttl: number | undefined, serve
     }
     case "done":
       if (!("result" in wire)) throw corrupt(key, "a done entry without a result");
-      return { state: "done", fingerprint, result: wire.result };
+      return { state: "done", fingerprint, result: wire.result, settledAt: settledOf(wire) };
     case "failed": {
       const error = decodeError(wire.error);
       if (error === undefined) throw corrupt(key, "a failed entry without a readable error");
-      return { state: "failed", fingerprint, error };
+      return { state: "failed", fingerprint, error, settledAt: settledOf(wire) };
     }
     default:
       throw corrupt(key, `unknown status ${JSON.stringify(wire.status)}`);
   }
+}
+
+/** When a settled value settled, as remove.lua reads its time (undefined: its writer kept none). */
+function settledOf(wire: Wire): number | undefined {
+  return ms(wire.settledAt) ?? ms(wire.completedAt) ?? ms(wire.failedAt);
+}
+
+/** Which attempt settled a settled value, as remove.lua reads it: the owner's digest (undefined: its writer kept none). */
+function settledByOf(wire: Wire): string | undefined {
+  return wire.status !== "running" && typeof wire.owner === "string" ? wire.owner : undefined;
 }
 
 /** Decodes `{value, PTTL, now?}` from the claim, read and resolve scripts. */
@@ -121,7 +131,7 @@ export function inspectReply(key: string, reply: unknown): Inspected {
     if (typeof wire.retention === "number") expiresAt = local + (pttl < 0 ? 0 : pttl - wire.retention);
     else if (typeof wire.leaseUntil === "number" && nowText !== undefined) expiresAt = local + (wire.leaseUntil - Number(nowText));
   }
-  const settledAt = ms(wire.settledAt) ?? ms(wire.completedAt) ?? ms(wire.failedAt);
+  const settledAt = settledOf(wire);
   const startedAt = ms(wire.startedAt) ?? settledAt ?? 0;
   const n = wire.attempts;
   const attempts = typeof n === "number" && n >= 0 && Number.isFinite(n) ? Math.floor(Math.min(n, 4294967295)) : 0;
@@ -139,6 +149,6 @@ export function inspectReply(key: string, reply: unknown): Inspected {
     firstStartedAt: ms(wire.firstStartedAt),
     settledAt,
     expiresAt,
-    mark: { startedAt: String(startedAt), settledAt: settledAt === undefined ? undefined : String(settledAt) },
+    mark: { startedAt: String(startedAt), settledAt: settledAt === undefined ? undefined : String(settledAt), settledBy: settledByOf(wire) },
   };
 }

@@ -3,8 +3,8 @@
 // The cursor says where the walk stands: the master (by name, in name order), its SCAN cursor,
 // and the keys already found that the previous page had no room for.
 
-import { ConfigError } from "../errors.js";
-import { type Inspected, type ListQuery, type Page, listed } from "../store.js";
+import { ConfigError, CorruptEntry } from "../errors.js";
+import { type Inspected, type ListQuery, type Page, type Unreadable, listed } from "../store.js";
 
 /** A master to scan: its name (host:port on a cluster) and a sender. */
 export interface Node {
@@ -58,20 +58,32 @@ export async function listPage(nodes: Node[], prefix: string, query: ListQuery, 
   const pattern = `${globEscape(prefix)}idem:*`;
   let count = Math.min(Math.max(size * 2, 16), 1000);
   const entries: Inspected[] = [];
+  // One entry another writer garbled is reported beside the page, not the page failed; it
+  // counts towards the page size, so a page stays bounded.
+  const unreadable: Unreadable[] = [];
+  const readOne = async (key: string): Promise<Inspected | undefined> => {
+    try {
+      return await read(key);
+    } catch (e) {
+      if (!(e instanceof CorruptEntry)) throw e;
+      unreadable.push({ key, reason: e.message });
+      return undefined;
+    }
+  };
   for (let scans = 0; ; ) {
-    while (cursor.pending.length > 0 && entries.length < size) {
-      const chunk = cursor.pending.splice(0, size - entries.length);
-      for (const entry of await Promise.all(chunk.map(read))) {
+    while (cursor.pending.length > 0 && entries.length + unreadable.length < size) {
+      const chunk = cursor.pending.splice(0, size - entries.length - unreadable.length);
+      for (const entry of await Promise.all(chunk.map(readOne))) {
         if (entry !== undefined && listed(query, entry)) entries.push(entry);
       }
     }
-    if (entries.length >= size) {
+    if (entries.length + unreadable.length >= size) {
       const more = cursor.pending.length > 0 || cursor.node < nodes.length;
-      return { entries, next: more ? encode(cursor, nodes) : undefined };
+      return { entries, next: more ? encode(cursor, nodes) : undefined, unreadable };
     }
     const node = nodes[cursor.node];
-    if (node === undefined) return { entries, next: undefined };
-    if (scans === MAX_SCANS_PER_PAGE) return { entries, next: encode(cursor, nodes) };
+    if (node === undefined) return { entries, next: undefined, unreadable };
+    if (scans === MAX_SCANS_PER_PAGE) return { entries, next: encode(cursor, nodes), unreadable };
     const reply = (await node.send(["SCAN", cursor.scan, "MATCH", pattern, "COUNT", String(count)])) as [unknown, unknown[]];
     scans++;
     const keys = (Array.isArray(reply?.[1]) ? reply[1] : []).map(String).flatMap((k) => (k.startsWith(prefix) && KEY.test(k.slice(prefix.length)) ? [k.slice(prefix.length)] : []));

@@ -18,23 +18,26 @@ export interface Held {
   started: string;
   /** The retention in ms, which a renewal keeps after the new lease. */
   retention: number;
-  /** Where `,"fingerprint":` starts: what a settled entry keeps after its times. */
+  /** Where `,"fingerprint":` starts: what a settled entry keeps after its times and owner. */
   rest: number;
+  /** The owner's digest (40 hex), which the settled entry keeps: which attempt settled it. */
+  digest: string;
 }
 
 /** The `Held` of `value`, a running value this package built (see runningValue in redis.ts). */
 export function held(value: string, startedMs: number, retentionMs: number): Held {
-  return { value, started: String(startedMs), retention: retentionMs, rest: value.indexOf(',"fingerprint":"') };
+  const owner = value.indexOf(',"owner":"') + ',"owner":"'.length;
+  return { value, started: String(startedMs), retention: retentionMs, rest: value.indexOf(',"fingerprint":"'), digest: value.slice(owner, owner + 40) };
 }
 
 /**
  * The settled entry of `h`: `head` (`{"status":"done","result":…` or `{"status":"failed","error":…`),
  * the start, the settling time `nowMs` under `atField` (`completedAt` or `failedAt`) and
- * `settledAt`, then the rest: byte for byte what owned.lua's `settled` writes, except that the
+ * `settledAt`, the owner's digest, then the rest: byte for byte what owned.lua's `settled` writes, except that the
  * times are this machine's clock (docs/contract.md: a native `SET` cannot read the server's).
  */
 export function settled(h: Held, head: string, atField: string, nowMs: number): string {
-  return head + ',"startedAt":' + h.started + ',"' + atField + '":' + nowMs + ',"settledAt":' + nowMs + h.value.slice(h.rest);
+  return head + ',"startedAt":' + h.started + ',"' + atField + '":' + nowMs + ',"settledAt":' + nowMs + ',"owner":"' + h.digest + '"' + h.value.slice(h.rest);
 }
 
 /**

@@ -340,7 +340,7 @@ export class RedisBackend implements Backend {
 
   async remove(key: string, seen: SeenSettled): Promise<Removed> {
     // remove.lua compares the settled entry seen and deletes it in one script (the core's).
-    const reply = await this.evalScript(theScripts().remove, key, [seen.state, String(seen.attempts), seen.settledAt ?? "", seen.startedAt]);
+    const reply = await this.evalScript(theScripts().remove, key, [seen.state, String(seen.attempts), seen.settledAt ?? "", seen.startedAt, seen.settledBy ?? ""]);
     if (reply === 1) return { kind: "applied" };
     if (reply === 0) return { kind: "absent" };
     return { kind: "changed", found: inspectReply(key, reply) };

@@ -20,6 +20,7 @@ import {
   type Inspected,
   type ListQuery,
   type Page,
+  readEach,
   type Removed,
   type Resolution,
   type Resolved,
@@ -84,7 +85,7 @@ function inspectedOf(row: Row, entry: Entry): Inspected {
     firstStartedAt: row.first_started_at === null ? undefined : Number(row.first_started_at),
     settledAt,
     expiresAt: Number(row.state === "running" ? (row.lease_until ?? row.kept_until) : row.kept_until),
-    mark: { startedAt: String(row.started_at), settledAt: settledAt === undefined ? undefined : String(settledAt) },
+    mark: { startedAt: String(row.started_at), settledAt: settledAt === undefined ? undefined : String(settledAt), settledBy: row.state === "running" ? undefined : (row.owner ?? undefined) },
   };
 }
 
@@ -203,6 +204,7 @@ export class SqliteBackend implements Backend {
         throw new CorruptEntry(`the entry of ${row.key} cannot be read: its payload is not JSON (${(e as Error).message})`, e);
       }
     };
+    const settledAt = row.settled_at === null || row.settled_at === undefined ? undefined : Number(row.settled_at);
     switch (row.state) {
       case "running":
         return {
@@ -214,11 +216,11 @@ export class SqliteBackend implements Backend {
           firstStartedAt: row.first_started_at ?? undefined,
         };
       case "done":
-        return { state: "done", fingerprint, result: payload() ?? null };
+        return { state: "done", fingerprint, result: payload() ?? null, settledAt };
       case "failed": {
         const error = decodeError(payload());
         if (error === undefined) throw new CorruptEntry(`the entry of ${row.key} cannot be read: its error is unreadable`);
-        return { state: "failed", fingerprint, error };
+        return { state: "failed", fingerprint, error, settledAt };
       }
       default:
         throw new CorruptEntry(`the entry of ${row.key} cannot be read: unknown state ${JSON.stringify(row.state)}`);
@@ -322,9 +324,11 @@ export class SqliteBackend implements Backend {
     } catch (e) {
       throw this.error("list entries", e);
     }
-    const more = rows.length > query.limit;
-    const entries = rows.slice(0, query.limit).map((row) => inspectedOf(row, this.entryOf(row, now)));
-    return { entries, next: more ? entries[entries.length - 1]?.key : undefined };
+    const page = rows.slice(0, query.limit);
+    const { entries, unreadable } = readEach(page, (row) => String(row.key), (row) => inspectedOf(row, this.entryOf(row, now)));
+    // The next page starts after the last row of this one, read or not.
+    const next = rows.length > query.limit ? String(page[page.length - 1]?.key) : undefined;
+    return { entries, next, unreadable };
   }
 
   async remove(key: string, seen: SeenSettled): Promise<Removed> {
@@ -332,7 +336,7 @@ export class SqliteBackend implements Backend {
     // the same lock says why (as the core does).
     return this.write("remove an entry", (now) => {
       const settled = seen.settledAt === undefined ? null : Number(seen.settledAt);
-      const deleted = this.statement(SQL.removeSettled).run(key, now, seen.state, seen.attempts, Number(seen.startedAt), settled).changes;
+      const deleted = this.statement(SQL.removeSettled).run(key, now, seen.state, seen.attempts, Number(seen.startedAt), settled, seen.settledBy ?? null).changes;
       if (Number(deleted) === 1) return { kind: "applied" } as Removed;
       const row = this.live(key, now);
       return (row === undefined ? { kind: "absent" } : { kind: "changed", found: inspectedOf(row, this.entryOf(row, now)) }) as Removed;

@@ -7,7 +7,8 @@ Rust core, run by the native module ``toolonce._native``; this module is the Pyt
 the decorator, the scope and key context variables, and exceptions for the outcomes.
 
 The package's files, by job: ``_store.py`` (stores), ``_context.py`` (scope and key),
-``_answer.py`` (answers and verdicts), ``_errors.py`` (exceptions), ``_tool.py`` (a write
+``_answer.py`` (answers and verdicts), ``_operator.py`` (the operator's get, list, resolve and
+remove), ``_errors.py`` (exceptions), ``_tool.py`` (a write
 function's settings and arguments), ``_names.py`` (its name, and one tool per name on a store),
 ``_protocol.py`` (the one call protocol) and ``_pump.py`` (its sync and async pumps); this file
 is the decorator and the public names.
@@ -30,6 +31,7 @@ from ._context import Context, current_context, current_key, scope
 from ._errors import (
     ConfigError,
     ConflictError,
+    EffectUnknownError,
     InFlightError,
     InvalidArgumentsError,
     PermanentError,
@@ -40,9 +42,10 @@ from ._errors import (
     UnknownOutcomeError,
 )
 from ._names import register
+from ._operator import Entry, EntryPage, OperatorAnswer, StoredError, Unreadable
 from ._pump import run_async, run_sync
 from ._store import Store, open_store
-from ._tool import WriteTool, pointers
+from ._tool import DEFAULT_REPEAT, WriteTool, pointers, repeat_annotation
 
 __all__ = [
     "CANNOT_TELL",
@@ -52,15 +55,21 @@ __all__ = [
     "ConflictError",
     "Context",
     "Done",
+    "EffectUnknownError",
+    "Entry",
+    "EntryPage",
     "InFlightError",
     "InvalidArgumentsError",
+    "OperatorAnswer",
     "PermanentError",
     "ReplayedFailure",
     "Store",
     "StoreUnavailableError",
+    "StoredError",
     "ToolFailed",
     "ToolonceError",
     "UnknownOutcomeError",
+    "Unreadable",
     "Wait",
     "current_key",
     "derive_key",
@@ -77,11 +86,18 @@ atexit.register(_native._shutdown)
 
 
 def derive_key(
-    scope: str, tool: str, args: Any, key_fields: Optional[Sequence[str]] = None
+    scope: str,
+    tool: str,
+    args: Any,
+    key_fields: Optional[Sequence[str]] = None,
+    repeat_argument: Optional[str] = None,
 ) -> str:
     """The operation key of ``tool`` called in ``scope`` with ``args`` (JSON), as every toolonce
-    binding derives it."""
-    return _native.derive_key(scope, tool, args, pointers(key_fields))
+    binding derives it. With ``repeat_argument`` (such as ``"repeat"``), that top-level member
+    of ``args`` is the repeat ordinal, as a write tool shown to a model takes it: left out of
+    the arguments, and 2 to 1000 part of the key (absent, ``None`` or 1 leave the key as it
+    is); anything else raises :class:`InvalidArgumentsError`."""
+    return _native.derive_key(scope, tool, args, pointers(key_fields), repeat_argument)
 
 
 def read(fn: F) -> F:
@@ -99,6 +115,7 @@ def write(
     in_flight: Union[str, Wait] = "reject",
     key_fields: Optional[Sequence[str]] = None,
     on_expired: Union[str, Callable[[Context], Any]] = "hold",
+    repeat_argument: Any = DEFAULT_REPEAT,
 ) -> Callable[[F], F]:
     """Makes a function a write tool that takes effect once per operation.
 
@@ -124,12 +141,35 @@ def write(
     - ``on_expired``: what a duplicate does when an earlier attempt was interrupted:
       ``"hold"`` (raise :class:`UnknownOutcomeError`), ``"rerun"`` (run again with the same
       key), or a verify function ``f(ctx) -> Done(result) | NOT_DONE | CANNOT_TELL``.
+    - ``repeat_argument``: the optional keyword argument (default ``repeat``; ``None`` for
+      none) by which a model says it performs the same action again on purpose: ``repeat=2``,
+      3, … is another operation (its own key, so its own ``Idempotency-Key`` downstream), and a
+      retry of it is replayed. It is in the function's signature (so in the schema a framework
+      shows the model, with the core's description) and never reaches the function; a value
+      that is not a whole number from 1 to 1000 raises :class:`InvalidArgumentsError` with the
+      text for the model, and nothing runs. A function with a parameter of that name keeps its
+      own and gets none (logged); one taking ``**kwargs`` gets it only when it is named here.
+      A replay's :attr:`Answer.note` (``call_detailed``) says what the model should be told.
     """
 
     def decorate(fn: F) -> F:
-        tool = WriteTool(fn, store, name, lease, retention, in_flight, key_fields, on_expired)
+        tool = WriteTool(
+            fn, store, name, lease, retention, in_flight, key_fields, on_expired, repeat_argument
+        )
         register(store, tool.name, fn)
         params = [p for p in tool.signature.parameters.values() if p.name != "ctx"]
+        if tool.repeat is not None:
+            # Keyword-only and optional, before a **kwargs (a signature's order).
+            repeat = inspect.Parameter(
+                tool.repeat,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=None,
+                annotation=repeat_annotation(),
+            )
+            at = len(params)
+            if params and params[-1].kind is inspect.Parameter.VAR_KEYWORD:
+                at -= 1
+            params.insert(at, repeat)
         signature = tool.signature.replace(parameters=params)
 
         if inspect.iscoroutinefunction(fn):
@@ -157,9 +197,13 @@ def write(
         wrapper.__signature__ = signature
         wrapper.toolonce_kind = "write"
         wrapper.tool_name = tool.name
-        wrapper.key_for = lambda scope, **kw: _native.derive_key(
-            scope, tool.name, tool.key_args((), kw), tool.key_fields
-        )
+
+        def key_for(scope: str, **kw: Any) -> str:
+            ordinal = tool.take_repeat(kw)
+            args = tool.with_repeat(tool.key_args((), kw), ordinal)
+            return _native.derive_key(scope, tool.name, args, tool.key_fields, tool.repeat)
+
+        wrapper.key_for = key_for
         return wrapper  # type: ignore[no-any-return]
 
     return decorate

@@ -58,13 +58,17 @@ class Answer:
     and the error (the exception a plain call would raise, not raised). ``notice`` is set when
     the tool ran but its outcome was not simply recorded: it may not survive a failover of the
     store (fewer replicas acknowledged it than asked), it could not be recorded, or the claim
-    was lost while the tool ran; it is written for a person, and logged too."""
+    was lost while the tool ran; it is written for a person, and logged too. ``note`` is set
+    on a replay (``replayed``, ``replayed_failure``): what the model should read beside the
+    recorded result or error, which stay as they were — that the identical call took effect
+    earlier in this scope, when, and how to perform it again on purpose (the core's text)."""
 
     outcome: str
     key: Optional[str]
     value: Any = None
     error: Optional[BaseException] = None
     notice: Optional[str] = None
+    note: Optional[str] = None
 
     @property
     def ok(self) -> bool:

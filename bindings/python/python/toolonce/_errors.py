@@ -86,6 +86,14 @@ class ReplayedFailure(PermanentError, ToolonceError):
         self.key = key
 
 
+class EffectUnknownError(ToolonceError):
+    """An operator's resolve or removal whose answer the store did not give (unreachable, or
+    its reply lost): it may or may not have been applied. Read the entry again with
+    ``store.get(key)``."""
+
+    outcome = "unknown"
+
+
 class ToolFailed(ToolonceError):
     """The layer ended the call with an error that is not the function's own exception (for
     example, a verified result that could not be recorded)."""

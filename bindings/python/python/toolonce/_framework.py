@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable, Dict, Iterable, Optional, Sequence, Tuple, Union
 
+from . import _native
 from ._answer import Answer, Wait
 from ._context import Context, current_scope
 from ._errors import ConfigError, InvalidArgumentsError
 from ._pump import run_async, run_sync
 from ._store import Store
-from ._tool import WriteTool
+from ._tool import DEFAULT_REPEAT, WriteTool, keeps_own, repeat_name
 
 READ_TAG = "toolonce:read"
 """The tag (LangChain ``tags=[...]``) that marks a read tool: it runs untouched."""
@@ -27,6 +28,8 @@ OUTCOME_KEY = "toolonce/outcome"
 """Where an adapter puts the call's outcome word, as ``toolonce mcp`` does in ``_meta``."""
 KEY_KEY = "toolonce/key"
 """Where an adapter puts the call's operation key."""
+NOTE_KEY = "toolonce/note"
+"""Where an adapter puts a replay's note (also in what the model reads)."""
 
 
 class Call:
@@ -55,7 +58,14 @@ class CallTool(WriteTool):
     """A write tool whose function comes with each call (the framework's own execution of the
     tool) and whose key arguments are the call's arguments as the model sent them."""
 
-    def __init__(self, store: Store, name: str, is_async: bool, policies: "Policies") -> None:
+    def __init__(
+        self,
+        store: Store,
+        name: str,
+        is_async: bool,
+        policies: "Policies",
+        repeat: Optional[str] = None,
+    ) -> None:
         fn = _run_async if is_async else _run_sync
         super().__init__(
             fn,
@@ -66,6 +76,7 @@ class CallTool(WriteTool):
             policies.in_flight,
             policies.key_fields,
             policies.on_expired,
+            repeat,
         )
 
     def key_args(self, args: tuple, kwargs: dict) -> Any:
@@ -79,7 +90,7 @@ class Policies:
     """The settings an adapter passes to every write tool it runs, as ``@toolonce.write``
     takes them (checked when the first call builds a tool)."""
 
-    __slots__ = ("lease", "retention", "in_flight", "key_fields", "on_expired")
+    __slots__ = ("lease", "retention", "in_flight", "key_fields", "on_expired", "repeat")
 
     def __init__(
         self,
@@ -88,12 +99,15 @@ class Policies:
         in_flight: Union[str, Wait],
         key_fields: Optional[Sequence[str]],
         on_expired: Union[str, Callable[[Context], Any]],
+        repeat_argument: Any = DEFAULT_REPEAT,
     ) -> None:
         self.lease = lease
         self.retention = retention
         self.in_flight = in_flight
         self.key_fields = key_fields
         self.on_expired = on_expired
+        # The repeat argument's name every write tool gets unless its schema has its own.
+        self.repeat = repeat_name(repeat_argument, "repeat_argument")
 
 
 class Runner:
@@ -105,26 +119,74 @@ class Runner:
             raise ConfigError(f"store must be a toolonce.Store (open_store(url)), not {store!r}")
         self.store = store
         self.policies = policies
-        self.tools: Dict[Tuple[str, bool], CallTool] = {}
+        self.tools: Dict[Tuple[str, bool, Optional[str]], CallTool] = {}
+        # Each tool's repeat argument, decided once from its schema (see `repeat_for`).
+        self.repeats: Dict[str, Optional[str]] = {}
         # Built now, so a bad policy is refused when the adapter is made, not on a first call.
-        CallTool(store, "toolonce.check", False, policies)
+        CallTool(store, "toolonce.check", False, policies, policies.repeat)
 
-    def tool(self, name: str, is_async: bool) -> CallTool:
-        tool = self.tools.get((name, is_async))
+    def tool(self, name: str, is_async: bool, repeat: Optional[str]) -> CallTool:
+        tool = self.tools.get((name, is_async, repeat))
         if tool is None:
-            tool = CallTool(self.store, name, is_async, self.policies)
-            self.tools[(name, is_async)] = tool
+            tool = CallTool(self.store, name, is_async, self.policies, repeat)
+            self.tools[(name, is_async, repeat)] = tool
         return tool
 
-    def call(self, name: str, scope: str, args: Any, run: Callable[[], Any]) -> Answer:
-        """Runs ``run`` once per operation (scope, name, args); the layer's answer."""
-        return run_sync(self.tool(name, False), (), {"scope": scope, "call": Call(args, run)})
+    def repeat_for(self, name: str, schema: Any) -> "tuple[Any, Optional[str]]":
+        """The JSON Schema a model is shown for the write tool ``name`` (its ``schema`` with the
+        repeat argument, by the core's ``repeat::add_to_schema``) and the argument's name; the
+        schema as it is and ``None`` when the tool has none, or has a property of that name
+        (its own, which it keeps: logged once)."""
+        repeat = self.policies.repeat
+        if repeat is None:
+            return schema, None
+        shown = _native.add_repeat_to_schema(schema, repeat) if isinstance(schema, dict) else None
+        if shown is None:
+            if self.repeats.get(name, repeat) is not None:
+                keeps_own(name, repeat)
+            self.repeats[name] = None
+            return schema, None
+        self.repeats[name] = repeat
+        return shown, repeat
+
+    def call(
+        self,
+        name: str,
+        scope: str,
+        args: Any,
+        run: Callable[[], Any],
+        repeat: Optional[str] = None,
+    ) -> Answer:
+        """Runs ``run`` once per operation (scope, name, args); the layer's answer. ``args``
+        are the model's, with the ordinal ``repeat`` (if the tool has one) among them: the core
+        reads it and keys it, and ``run`` must call the tool without it (:func:`without`)."""
+        tool = self.tool(name, False, repeat)
+        return run_sync(tool, (), {"scope": scope, "call": Call(args, run)})
 
     async def acall(
-        self, name: str, scope: str, args: Any, run: Callable[[], Awaitable[Any]]
+        self,
+        name: str,
+        scope: str,
+        args: Any,
+        run: Callable[[], Awaitable[Any]],
+        repeat: Optional[str] = None,
     ) -> Answer:
         """:meth:`call` for an async ``run``."""
-        return await run_async(self.tool(name, True), (), {"scope": scope, "call": Call(args, run)})
+        tool = self.tool(name, True, repeat)
+        return await run_async(tool, (), {"scope": scope, "call": Call(args, run)})
+
+
+def without(args: Any, repeat: Optional[str]) -> Any:
+    """The model's arguments without the ordinal ``repeat``: what the tool is called with."""
+    if repeat is None or not isinstance(args, dict) or repeat not in args:
+        return args
+    return {k: v for k, v in args.items() if k != repeat}
+
+
+def refused_ordinal(exc: BaseException) -> bool:
+    """Whether ``exc`` is the core's refusal of a bad ordinal (its text is for the model)."""
+    detail = getattr(exc, "detail", None)
+    return isinstance(exc, InvalidArgumentsError) and isinstance(detail, dict) and "repeat" in detail
 
 
 def is_read_mark(value: Any) -> bool:

@@ -3,8 +3,8 @@
 answers, and what it remembers to tell the caller in the end.
 
 The layer sends ``("run", key, may_have_run_before)`` when the claim is won, ``("verify",
-key)`` when an unknown operation is to be probed, and ``("done", outcome, key, ok, payload, notice)``
-last. Each ``run`` and ``verify`` is answered with a native ``Reply``, which converts the
+key)`` when an unknown operation is to be probed, and ``("done", outcome, key, ok, payload, notice, note)``
+last (``note``: what a replay tells the model, the core's text). Each ``run`` and ``verify`` is answered with a native ``Reply``, which converts the
 outcome at once (``_native.Reply`` applies the verdict on it: only the tool's own transient
 exception releases the operation). An :class:`Attempt` keeps what the caller must get that the
 layer does not send back: the function's own return value, its own exception (raised as it was,
@@ -142,7 +142,7 @@ class Attempt:
 
     def answer(self, event: tuple) -> Answer:
         """The caller's :class:`Answer` for the ``done`` event."""
-        _, outcome, key, ok, payload, notice = event
+        _, outcome, key, ok, payload, notice, note = event
         if outcome == "executed":
             if self.exc is not None:
                 return Answer(outcome, key, None, self.exc, notice)
@@ -151,9 +151,11 @@ class Attempt:
             message, _class, detail = payload
             return Answer(outcome, key, None, ToolFailed(message, key, detail), notice)
         if ok:
-            return Answer(outcome, key, payload, None, notice)
+            return Answer(outcome, key, payload, None, notice, note)
         error = error_of(outcome, key, payload)
+        if note is not None:
+            error.note = note  # type: ignore[attr-defined]
         if self.verify_error is not None and outcome == "unknown":
             # The probe failed, so the operation was held: say why.
             error.__cause__ = self.verify_error
-        return Answer(outcome, key, None, error, notice)
+        return Answer(outcome, key, None, error, notice, note)

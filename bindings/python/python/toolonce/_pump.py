@@ -24,7 +24,8 @@ def run_sync(tool: WriteTool, args: tuple, kwargs: dict) -> Answer:
     """A sync call: the native layer is driven on this thread and calls the protocol's runner
     and verifier inline."""
     scope = tool.scope_of(kwargs)
-    key_args = tool.key_args(args, kwargs)
+    ordinal = tool.take_repeat(kwargs)
+    key_args = tool.with_repeat(tool.key_args(args, kwargs), ordinal)
     attempt = Attempt(tool, args, kwargs)
     verifier = attempt.verify_sync if tool.verify is not None else None
     try:
@@ -71,7 +72,8 @@ async def run_async(tool: WriteTool, args: tuple, kwargs: dict) -> Answer:
     """An async call: the layer is polled on this event loop's thread (``_native.begin``), or,
     on a loop that cannot watch a descriptor, runs on the runtime and hands its events over."""
     scope = tool.scope_of(kwargs)
-    key_args = tool.key_args(args, kwargs)
+    ordinal = tool.take_repeat(kwargs)
+    key_args = tool.with_repeat(tool.key_args(args, kwargs), ordinal)
     attempt = Attempt(tool, args, kwargs)
     loop = asyncio.get_running_loop()
     pump = _pump_of(loop)

@@ -5,6 +5,7 @@ scope become the operation's."""
 from __future__ import annotations
 
 import inspect
+import logging
 from typing import Any, Callable, Optional, Sequence, Union
 
 from . import _native
@@ -13,6 +14,62 @@ from ._context import Context, current_scope
 from ._errors import ConfigError, InvalidArgumentsError, ToolonceError
 from ._names import default_name
 from ._store import Store
+
+log = logging.getLogger("toolonce")
+
+DEFAULT_REPEAT = object()
+"""``repeat_argument`` not given: the core's default name (``repeat``), unless the function has
+a parameter of that name."""
+_MISSING = object()
+
+
+def repeat_name(value: Any, where: str) -> Optional[str]:
+    """The repeat argument a ``repeat_argument=`` option names: the core's default name for
+    :data:`DEFAULT_REPEAT`, ``None`` for ``None`` or ``False`` (none), else the name given."""
+    if value is DEFAULT_REPEAT:
+        return str(_native.REPEAT_DEFAULT_NAME)
+    if value is None or value is False:
+        return None
+    if not isinstance(value, str) or value == "" or "\0" in value:
+        raise ConfigError(
+            f"{where}: repeat_argument must be a non-empty argument name without NUL, or None "
+            f"for none, not {value!r}"
+        )
+    return value
+
+
+def keeps_own(tool: str, name: str) -> None:
+    """Logs that ``tool`` has an argument of its own named like the repeat argument, which it
+    keeps (so it gets none)."""
+    log.warning(
+        "the tool %s has its own argument %r: it keeps it, and gets no repeat argument (set "
+        "repeat_argument to another name to give it one)",
+        tool,
+        name,
+    )
+
+
+def repeat_annotation() -> Any:
+    """The annotation of the repeat argument in a write function's signature, which agent
+    frameworks turn into its schema: optional, shown as the core's schema property (an integer
+    from 1 to the largest ordinal, with the core's description) or null, and not validated by
+    the framework (pydantic's ``SkipValidation``), so that the value the model sent reaches the
+    core as it is — which reads it and, for anything but an ordinal, answers with the refusal
+    the model reads (a framework's validator would coerce ``"2"`` or ``True`` to a number, or
+    refuse in words of its own). Plain ``Optional[int]`` without pydantic."""
+    try:
+        from typing import Annotated
+
+        from pydantic import SkipValidation, WithJsonSchema
+    except ImportError:  # pragma: no cover - every framework that reads signatures has pydantic
+        return Optional[int]
+    shown = _native.add_repeat_to_schema({"type": "object"}, "repeat")
+    assert shown is not None
+    prop = shown["properties"]["repeat"]
+    schema = {"anyOf": [prop, {"type": "null"}], "default": None}
+    if "description" in prop:
+        schema["description"] = prop["description"]
+    return Annotated[Optional[int], SkipValidation, WithJsonSchema(schema)]
 
 
 def pointers(key_fields: Optional[Sequence[str]]) -> Optional[list]:
@@ -43,6 +100,7 @@ class WriteTool:
         in_flight: Union[str, Wait],
         key_fields: Optional[Sequence[str]],
         on_expired: Union[str, Callable[[Context], Any]],
+        repeat_argument: Any = DEFAULT_REPEAT,
     ) -> None:
         if not isinstance(store, Store):
             raise ConfigError(f"store must be a toolonce.Store (open_store(url)), not {store!r}")
@@ -67,9 +125,6 @@ class WriteTool:
         self.store = store
         self.name = name or default_name(fn)
         self.key_fields = pointers(key_fields)
-        self.native = _native.Tool(
-            self.name, float(lease), float(retention), wait, policy, self.key_fields
-        )
         self.signature = inspect.signature(fn)
         params = self.signature.parameters
         if "scope" in params:
@@ -77,6 +132,10 @@ class WriteTool:
                 f"{self.name} has a parameter named 'scope', which toolonce's scope= takes; "
                 "rename it"
             )
+        self.repeat = self.repeat_of(repeat_argument, params)
+        self.native = _native.Tool(
+            self.name, float(lease), float(retention), wait, policy, self.key_fields, self.repeat
+        )
         self.takes_ctx = "ctx" in params
         self.params = dict(params)
         # The parameters a keyword argument binds to by its name, and their defaults.
@@ -87,6 +146,37 @@ class WriteTool:
         ]
         self.keywords = frozenset(p.name for p in by_keyword)
         self.defaults = {p.name: p.default for p in by_keyword if p.default is not p.empty}
+
+    def repeat_of(self, option: Any, params: Any) -> Optional[str]:
+        """The tool's repeat argument: the option's name, unless the function has a parameter
+        of that name, which it keeps (logged). A function taking ``**kwargs`` gets it only when
+        the option names it, as such a function may take an argument of that name itself."""
+        name = repeat_name(option, self.name)
+        if name is None:
+            return None
+        if name in params:
+            keeps_own(self.name, name)
+            return None
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        if takes_any and option is DEFAULT_REPEAT:
+            return None
+        return name
+
+    def take_repeat(self, kwargs: dict) -> Any:
+        """Takes the repeat ordinal out of a call's keyword arguments (the function never gets
+        it); ``_MISSING`` when the call has none."""
+        if self.repeat is None:
+            return _MISSING
+        return kwargs.pop(self.repeat, _MISSING)
+
+    def with_repeat(self, key_args: Any, ordinal: Any) -> Any:
+        """The key arguments with the ordinal back under its name, for the core to read (and
+        refuse) and key: ``toolonce::repeat::take`` is the one rule."""
+        if ordinal is _MISSING:
+            return key_args
+        if hasattr(key_args, "model_dump"):
+            key_args = key_args.model_dump(mode="json")
+        return dict(key_args, **{self.repeat: ordinal})  # type: ignore[dict-item]
 
     def key_args(self, args: tuple, kwargs: dict) -> Any:
         """The arguments that make the key: what the function receives, bound to its signature

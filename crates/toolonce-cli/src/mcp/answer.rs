@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use toolonce::key::Derived;
+use toolonce::texts::Text;
 use toolonce::{OnExpired, Outcome, ToolError, WriteAnswer};
 
 use super::config::{OnError, Policy};
@@ -108,6 +109,10 @@ pub(super) fn replay(id: &Value, answer: WriteAnswer, modern: bool) -> Vec<u8> {
         (_, Err(e)) => jsonrpc::tool_error(&e.message),
     };
     let result = with_outcome(result, outcome, answer.key.as_str());
+    let result = match &answer.replay {
+        Some(note) => super::note::with_note(result, note),
+        None => result,
+    };
     jsonrpc::result_line(id, &completed(result, modern))
 }
 
@@ -179,31 +184,30 @@ pub(super) fn give_up_answer(
     let lease = policy.options.lease;
     let key = &derived.key;
     let after_lease = match policy.options.expired_policy() {
-        OnExpired::Rerun => "after that an identical call runs it again with the same \
-                             idempotency key."
-            .to_owned(),
-        _ => format!(
-            "after that it stays unknown: an identical call is not run but answered that a \
-             person must check whether it took effect and settle it (toolonce resolve {key})."
-        ),
+        OnExpired::Rerun => Text::McpAfterLeaseRerun.fill(&[]),
+        _ => Text::McpAfterLeaseHold.fill(&[("key", key.as_str())]),
     };
+    let lease = format!("{lease:?}");
     match reason {
         GiveUp::Cancelled => None,
         GiveUp::TimedOut(after) => error_line(
-            &format!(
-                "Timed out: the MCP server did not answer this call of `{tool}` within \
-                 {after:?}, so whether it took effect is unknown. Do not retry it: the \
-                 operation ({key}) stays locked for up to {lease:?}; {after_lease}"
-            ),
+            &Text::McpTimedOut.fill(&[
+                ("tool", tool),
+                ("after", &format!("{after:?}")),
+                ("key", key.as_str()),
+                ("lease", &lease),
+                ("after_lease", &after_lease),
+            ]),
             "timed_out",
             Some(key.as_str()),
         ),
         GiveUp::ServerGone => error_line(
-            &format!(
-                "The MCP server exited (or the connection to it broke) before answering this \
-                 call of `{tool}`, so whether it took effect is unknown. Do not retry it: the \
-                 operation ({key}) stays locked for up to {lease:?}; {after_lease}"
-            ),
+            &Text::McpServerGone.fill(&[
+                ("tool", tool),
+                ("key", key.as_str()),
+                ("lease", &lease),
+                ("after_lease", &after_lease),
+            ]),
             "server_gone",
             Some(key.as_str()),
         ),
@@ -219,26 +223,20 @@ pub(super) fn given_up_duplicate(
     why: Why,
 ) -> String {
     let what = match why {
-        Why::ServerGone => {
-            "the MCP server exited (or the connection to it broke) before answering it"
-        }
-        Why::TimedOut => "the MCP server did not answer it in time",
+        Why::ServerGone => Text::McpGivenUpGone,
+        Why::TimedOut => Text::McpGivenUpTimedOut,
     };
     let after_lease = match policy.options.expired_policy() {
-        OnExpired::Rerun => "after that an identical call runs it again with the same idempotency \
-                             key."
-            .to_owned(),
-        _ => format!(
-            "after that it stays unknown until a person checks whether it took effect and \
-             settles it (toolonce resolve {key})."
-        ),
+        OnExpired::Rerun => Text::McpAfterLeaseRerun.fill(&[]),
+        _ => Text::McpGivenUpHold.fill(&[("key", key.as_str())]),
     };
-    format!(
-        "Unknown: an identical call of `{tool}` (operation {key}) was sent earlier, and {what}, \
-         so it may or may not have taken effect. This call was not executed. Do not retry it: \
-         the operation stays locked for up to {:?} from then; {after_lease}",
-        policy.options.lease
-    )
+    Text::McpGivenUp.fill(&[
+        ("tool", tool),
+        ("key", key.as_str()),
+        ("what", &what.fill(&[])),
+        ("lease", &format!("{:?}", policy.options.lease)),
+        ("after_lease", &after_lease),
+    ])
 }
 
 /// An `isError` result the proxy writes itself, with its outcome (and the key, once there is
@@ -309,28 +307,23 @@ pub(super) fn interpret(line: &[u8], tool: &str, policy: &Policy) -> Result<Valu
             Some(code) if refused_before_running(code) => OnError::Release,
             _ => policy.on_error,
         };
-        return Err(failure(
-            on_error,
-            format!("The MCP server answered with an error: {text}"),
-        )
-        .with_detail(json!({ JSONRPC_ERROR: error })));
+        return Err(
+            failure(on_error, Text::McpServerError.fill(&[("text", text)]))
+                .with_detail(json!({ JSONRPC_ERROR: error })),
+        );
     }
     let result = message.remove("result").unwrap_or(Value::Null);
     // Protocol 2026-07-28: the server needs the user's input before it does anything. Never
     // recorded: the claim is released, the answer passes on, and the client's continuation
     // claims the operation again.
     if result.get("resultType").and_then(Value::as_str) == Some(INPUT_REQUIRED) {
-        return Err(ToolError::transient(
-            "The MCP server asked for more input (resultType input_required); nothing has \
-             taken effect yet.",
-        ));
+        return Err(ToolError::transient(Text::McpInputRequired.fill(&[])));
     }
     if result.get("isError") == Some(&Value::Bool(true)) {
         let text = result
             .pointer("/content/0/text")
             .and_then(Value::as_str)
-            .unwrap_or("The tool reported an error.")
-            .to_owned();
+            .map_or_else(|| Text::McpToolError.fill(&[]), str::to_owned);
         // The server refused the call before its tool ran: nothing began, so it is released
         // (and the client still gets the server's own answer).
         if refused_by_sdk(&result, tool) {
@@ -385,13 +378,7 @@ pub(super) fn unreadable_call(message: &Lenient) -> Vec<u8> {
     jsonrpc::error_line(
         message.id.as_ref(),
         INVALID_PARAMS,
-        &format!(
-            "toolonce: this call of the write tool `{tool}` is not exactly readable JSON \
-                 (invalid UTF-8, a lone surrogate escape such as \\ud800, a number beyond double \
-                 precision, or nesting deeper than 127 levels), so no operation key can be \
-                 derived for it and it was not sent to the server: nothing ran. Send the \
-                 arguments as valid JSON (whole characters, representable numbers)."
-        ),
+        &Text::McpUnreadableCall.fill(&[("tool", tool)]),
     )
 }
 

@@ -16,6 +16,7 @@
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
+use toolonce::texts::Text;
 
 use serde_json::Value;
 
@@ -92,10 +93,7 @@ impl Plan {
     /// nothing to answer).
     pub(super) fn refusal(&self, why: &str) -> Option<Vec<u8>> {
         tracing::warn!(target: "toolonce::mcp", "refused a batch that {why}");
-        let text = format!(
-            "toolonce: this batch {why}, so answers could not be told apart; nothing in it \
-             was sent. Send it with ids of its own."
-        );
+        let text = Text::McpBatchRefused.fill(&[("why", why)]);
         let answers: Vec<Value> = self
             .members
             .iter()
@@ -154,8 +152,7 @@ pub(super) fn unreadable_refusal(
                 jsonrpc::error_line(
                     m.id.as_ref(),
                     INVALID_REQUEST,
-                    "toolonce: not sent, because a write call in the same batch cannot be \
-                     read exactly; send the other requests again on their own.",
+                    &Text::McpBatchUnreadable.fill(&[]),
                 )
             };
             serde_json::from_slice(&line).expect("an answer the proxy made is JSON")

@@ -45,6 +45,8 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
 use toolonce::key::{self, Derived};
+use toolonce::repeat::{InvalidRepeat, Repeat};
+use toolonce::texts::Text;
 use toolonce::{About, Layer, Outcome, ToolError};
 
 use super::answer::{
@@ -56,6 +58,7 @@ use super::config::{Config, Policy};
 use super::given_up::{GivenUp, Why};
 use super::jsonrpc::{self, IdKey};
 use super::protocol::{INVALID_PARAMS, META_KEY, META_PROTOCOL_VERSION};
+use super::repeat;
 use super::route::{NotSent, Router, UnsentCall};
 use super::stdio::ClientOut;
 use super::tools::Tools;
@@ -74,6 +77,14 @@ pub(super) struct Call {
     pub(super) modern: bool,
     /// The request as the client sent it.
     pub(super) request: Vec<u8>,
+    /// The ordinal the model gave (see [`repeat`](super::repeat)), already out of
+    /// `arguments`, or why its value is not one.
+    pub(super) repeat: Result<Repeat, InvalidRepeat>,
+    /// The request without the repeat argument, when it had one: what is forwarded.
+    pub(super) forwarded: Option<Vec<u8>>,
+    /// The tool's repeat argument, if it has one: its policy's, unless the tool has a property
+    /// of that name of its own.
+    pub(super) repeat_argument: Option<String>,
 }
 
 impl Call {
@@ -90,12 +101,16 @@ impl Call {
             return None;
         }
         // MCP makes `arguments` optional: no arguments and `{}` are the same operation.
-        let arguments = match params.get("arguments") {
+        let mut arguments = match params.get("arguments") {
             None | Some(Value::Null) => Value::Object(serde_json::Map::new()),
             Some(args) => args.clone(),
         };
+        let taken = repeat::take(tools, tool, &mut arguments, &message);
         let meta = params.get("_meta");
         Some(Call {
+            repeat: taken.repeat,
+            forwarded: taken.forwarded,
+            repeat_argument: taken.argument,
             id_key: IdKey::of(&id),
             id,
             tool: tool.to_owned(),
@@ -167,6 +182,14 @@ async fn answer(
         let result = completed(proxy_result(text, outcome, key), call.modern);
         Some(jsonrpc::result_line(&call.id, &result))
     };
+    let repeat = match &call.repeat {
+        Ok(repeat) => *repeat,
+        Err(refused) => {
+            tracing::info!(target: "toolonce::mcp", tool = %call.tool, %refused, "refused a call with an invalid repeat ordinal; nothing was claimed or sent");
+            let text = refused.message(&call.tool);
+            return error_line(&text, Outcome::InvalidArguments.as_str(), None);
+        }
+    };
     let tool_part = format!("{}/{}", shared.server_id, call.tool);
     // An integer beyond 64 bits reads as the nearest double, the key of other integers too:
     // refused from the text the client sent, before any key is derived. The whole request is
@@ -179,30 +202,31 @@ async fn answer(
         (Some(integer), _) => Err(toolonce::Error::InvalidArguments(
             toolonce::canonical::inexact_integer_message(integer),
         )),
-        (None, None) => key::derive(
+        (None, None) => key::derive_repeat(
             &shared.scope,
             &tool_part,
             &call.arguments,
             policy.key_fields.as_ref(),
+            repeat,
         ),
         (None, Some(client_key)) => match check_client_key(client_key) {
-            Ok(client_key) => {
-                derive_from_client_key(&shared.scope, &tool_part, client_key, &call.arguments)
-            }
+            Ok(client_key) => key::derive_named_repeat(
+                &shared.scope,
+                &tool_part,
+                client_key,
+                &call.arguments,
+                repeat,
+            ),
             Err(why) => {
                 tracing::warn!(target: "toolonce::mcp", tool = %call.tool, why, "refused a call with a malformed client key");
                 return Some(jsonrpc::error_line(
                     Some(&call.id),
                     INVALID_PARAMS,
-                    &format!(
-                        "toolonce: _meta[\"toolonce/key\"] names the operation, and must be a \
-                         string of 1 to {CLIENT_KEY_MAX} visible ASCII characters (letters, \
-                         digits, punctuation; no spaces or control characters), such as a \
-                         workflow step id; this one {why}. The call of `{}` was not sent: \
-                         nothing ran. Send it with a valid key, or without one to have the \
-                         arguments name the operation.",
-                        call.tool
-                    ),
+                    &Text::McpClientKey.fill(&[
+                        ("max", &CLIENT_KEY_MAX.to_string()),
+                        ("why", &why),
+                        ("tool", &call.tool),
+                    ]),
                 ));
             }
         },
@@ -211,15 +235,18 @@ async fn answer(
         Ok(derived) => derived,
         Err(e) => {
             return error_line(
-                &format!(
-                    "Not executed: no operation key can be derived for this call of `{}` ({e}), \
-                 and running it without one could perform it twice.",
-                    call.tool
-                ),
+                &Text::McpUnkeyable.fill(&[("tool", &call.tool), ("error", &e.to_string())]),
                 "not_executed",
                 None,
             );
         }
+    };
+    // A replay's note offers the repeat argument only to a tool that has it.
+    let options = if call.repeat_argument == policy.options.repeat_argument {
+        std::borrow::Cow::Borrowed(&policy.options)
+    } else {
+        let options = policy.options.clone();
+        std::borrow::Cow::Owned(options.repeat_argument(call.repeat_argument.as_deref()))
     };
     let response = Mutex::new(None);
     let (give_up_tx, give_up_rx) = oneshot::channel();
@@ -243,7 +270,7 @@ async fn answer(
         &call.tool,
         &derived,
         &about,
-        &policy.options,
+        &options,
         |_ctx| Box::pin(forward.run(cancel, give_up_tx)),
     ));
     let answer = tokio::select! {
@@ -287,13 +314,7 @@ async fn answer(
     }
     if answer.outcome == Outcome::Conflict && call.client_key.is_some() {
         return error_line(
-            &format!(
-                "Conflict: an earlier call of `{}` with the same _meta[\"toolonce/key\"] \
-                 (operation {}) had different arguments. This call was not executed. If you \
-                 meant the earlier operation, it has already been done; if you meant a new \
-                 one, send it with a new key.",
-                call.tool, answer.key
-            ),
+            &Text::McpClientKeyConflict.fill(&[("tool", &call.tool), ("key", answer.key.as_str())]),
             Outcome::Conflict.as_str(),
             Some(answer.key.as_str()),
         );
@@ -310,35 +331,23 @@ fn check_client_key(value: &Value) -> Result<&str, String> {
     let key = match value {
         Value::String(key) => key,
         Value::Null => return Err("is null".to_owned()),
-        Value::Bool(_) => return Err("is a boolean".to_owned()),
-        Value::Number(_) => return Err("is a number".to_owned()),
-        Value::Array(_) => return Err("is an array".to_owned()),
-        Value::Object(_) => return Err("is an object".to_owned()),
+        Value::Bool(_) => return Err(Text::McpKeyNotString.fill(&[("kind", "a boolean")])),
+        Value::Number(_) => return Err(Text::McpKeyNotString.fill(&[("kind", "a number")])),
+        Value::Array(_) => return Err(Text::McpKeyNotString.fill(&[("kind", "an array")])),
+        Value::Object(_) => return Err(Text::McpKeyNotString.fill(&[("kind", "an object")])),
     };
     if key.is_empty() {
-        return Err("is empty".to_owned());
+        return Err(Text::McpKeyEmpty.fill(&[]));
     }
     // The key is not quoted back: it may be something the client would rather not see in a
     // log line or a model's context.
     if let Some((at, _)) = key.char_indices().find(|(_, c)| !c.is_ascii_graphic()) {
-        return Err(format!(
-            "has a space, a control character or a character outside ASCII at byte {at}"
-        ));
+        return Err(Text::McpKeyNotVisible.fill(&[("at", &at.to_string())]));
     }
     if key.len() > CLIENT_KEY_MAX {
-        return Err(format!("is {} characters long", key.len()));
+        return Err(Text::McpKeyTooLong.fill(&[("length", &key.len().to_string())]));
     }
     Ok(key)
-}
-
-/// The key and fingerprint of a call named by a client key (see the module's docs).
-fn derive_from_client_key(
-    scope: &str,
-    tool_part: &str,
-    client_key: &str,
-    arguments: &Value,
-) -> toolonce::Result<Derived> {
-    toolonce::key::derive_named(scope, tool_part, client_key, arguments)
 }
 
 /// The part of a call that runs once the claim is won.
@@ -368,7 +377,9 @@ impl Forward<'_> {
             response,
             unsent,
         } = self;
-        let request = with_key(&call.request, derived.key.as_str());
+        // The repeat argument is the proxy's: the server never sees it.
+        let request = call.forwarded.as_deref().unwrap_or(&call.request);
+        let request = with_key(request, derived.key.as_str());
         // Neither the answer nor a cancel can overtake the request (see `Router`).
         let sent = shared
             .router
@@ -377,15 +388,10 @@ impl Forward<'_> {
         let mut rx = match sent {
             Ok(rx) => rx,
             Err(NotSent::Cancelled) => {
-                return Err(ToolError::transient(
-                    "Cancelled by the client before it reached the MCP server; nothing ran.",
-                ));
+                return Err(ToolError::transient(Text::McpCancelled.fill(&[])));
             }
             Err(NotSent::Unreachable) => {
-                return Err(ToolError::transient(
-                    "Not executed: the MCP server cannot be reached (its input is closed, or its \
-                     URL does not answer), so the call was not sent.",
-                ));
+                return Err(ToolError::transient(Text::McpUnreachable.fill(&[])));
             }
         };
         let deadline = tokio::time::sleep(policy.call_timeout);
@@ -470,6 +476,16 @@ fn with_key(request: &[u8], key: &str) -> Vec<u8> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The key and fingerprint of a call named by a client key (see the module's docs).
+    fn derive_from_client_key(
+        scope: &str,
+        tool_part: &str,
+        client_key: &str,
+        arguments: &Value,
+    ) -> toolonce::Result<Derived> {
+        key::derive_named(scope, tool_part, client_key, arguments)
+    }
 
     #[test]
     fn client_keys_of_the_documented_shape_are_accepted() {

@@ -7,6 +7,8 @@
 //! cancel_grace = "5s"       # after a client's cancel, how long to wait for the server's answer
 //!                           # (and one lease more, in which an answer is still recorded)
 //! shutdown_timeout = "5s"   # after the client hangs up, how long the server gets to exit
+//! idempotent_hint = "pass"  # tools marked idempotentHint: "pass" through, or deduplicate
+//!                           # them as "write" tools (see docs/contract.md, mixed restarts)
 //!
 //! [defaults]                # every write tool, unless the tool's own section says otherwise
 //! lease = "60s"
@@ -17,6 +19,8 @@
 //! on_tool_error = "keep"    # an `isError: true` result: "keep" or "release"
 //! failure_retention = "1m"  # how long a kept failure is replayed
 //! on_expired = "hold"       # a call whose earlier run ended unanswered: "hold" or "rerun"
+//! repeat_argument = "repeat" # the argument by which the model repeats a write on purpose
+//!                           # (shown in the listing, taken out before forwarding), or false
 //!
 //! [tools.read_graph]
 //! kind = "read"             # the server did not mark it readOnlyHint
@@ -90,6 +94,21 @@ pub(crate) struct ProxySettings {
     /// After the client closes stdin, how long the server gets to exit before it is sent
     /// SIGTERM, and as long again before SIGKILL.
     pub(crate) shutdown_timeout: Duration,
+    /// What a tool marked `idempotentHint: true` (and not `readOnlyHint`) is: passed through
+    /// (the default), or deduplicated as a write, so that every write tool of a server acting
+    /// on one resource answers a resumed run from the same history.
+    pub(crate) idempotent_hint: IdempotentHint,
+}
+
+/// `[proxy] idempotent_hint`: what the server's `idempotentHint: true` makes of a tool.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum IdempotentHint {
+    /// Passed through: running it again is safe, replaying a stale answer is not.
+    #[default]
+    Pass,
+    /// Deduplicated like any write (and given the repeat argument).
+    Write,
 }
 
 /// The resolved configuration.
@@ -99,6 +118,9 @@ pub(crate) struct Config {
     default_policy: Arc<Policy>,
     kinds: HashMap<String, Kind>,
     policies: HashMap<String, Arc<Policy>>,
+    /// The tools whose section names their own `repeat_argument`, which the command line's
+    /// `--repeat-argument` and `--no-repeat-argument` leave alone.
+    own_repeat_argument: std::collections::HashSet<String>,
 }
 
 impl Default for Config {
@@ -128,6 +150,7 @@ impl Config {
                 .proxy
                 .shutdown_timeout
                 .map_or(Duration::from_secs(5), Dur::forever_capped),
+            idempotent_hint: file.proxy.idempotent_hint.unwrap_or_default(),
         };
         let base = Policy {
             options: WriteOptions::new()
@@ -142,8 +165,12 @@ impl Config {
         let default_policy = file.defaults.apply(&base).context("[defaults]")?;
         let mut kinds = HashMap::new();
         let mut policies = HashMap::new();
+        let mut own_repeat_argument = std::collections::HashSet::new();
         for (name, section) in file.tools {
             let context = || format!("[tools.{name}]");
+            if section.repeat_argument.is_some() {
+                own_repeat_argument.insert(name.clone());
+            }
             if let Some(kind) = section.kind {
                 kinds.insert(name.clone(), kind);
             }
@@ -164,7 +191,36 @@ impl Config {
             default_policy: Arc::new(default_policy),
             kinds,
             policies,
+            own_repeat_argument,
         })
+    }
+
+    /// The configuration with tools marked `idempotentHint` deduplicated as writes (the
+    /// command line's `--dedupe-idempotent`, over `[proxy] idempotent_hint`).
+    pub(crate) fn with_idempotent_as_write(mut self) -> Config {
+        self.proxy.idempotent_hint = IdempotentHint::Write;
+        self
+    }
+
+    /// The configuration with the repeat argument `name` (`None`: none) for every write tool
+    /// whose own section does not name one: the command line's `--repeat-argument NAME` and
+    /// `--no-repeat-argument`, over `[defaults]`.
+    pub(crate) fn with_repeat_argument(mut self, name: Option<&str>) -> anyhow::Result<Config> {
+        if name == Some("") {
+            bail!("--repeat-argument is empty: name the argument, or use --no-repeat-argument");
+        }
+        let set = |policy: &Policy| {
+            let mut policy = policy.clone();
+            policy.options = policy.options.repeat_argument(name);
+            Arc::new(policy)
+        };
+        self.default_policy = set(&self.default_policy);
+        for (tool, policy) in &mut self.policies {
+            if !self.own_repeat_argument.contains(tool) {
+                *policy = set(policy);
+            }
+        }
+        Ok(self)
     }
 
     /// The kind the configuration forces on `tool`, if any.
@@ -197,6 +253,7 @@ struct File {
 struct ProxySection {
     cancel_grace: Option<Dur>,
     shutdown_timeout: Option<Dur>,
+    idempotent_hint: Option<IdempotentHint>,
 }
 
 #[derive(Deserialize, Default)]
@@ -211,6 +268,7 @@ struct PolicySection {
     on_tool_error: Option<OnError>,
     failure_retention: Option<Dur>,
     on_expired: Option<OnExpiredName>,
+    repeat_argument: Option<RepeatArgument>,
 }
 
 // Written out rather than `#[serde(flatten)]`: flatten and `deny_unknown_fields` do not mix,
@@ -229,6 +287,7 @@ struct ToolSection {
     on_tool_error: Option<OnError>,
     failure_retention: Option<Dur>,
     on_expired: Option<OnExpiredName>,
+    repeat_argument: Option<RepeatArgument>,
 }
 
 impl ToolSection {
@@ -243,6 +302,29 @@ impl ToolSection {
             on_tool_error: self.on_tool_error,
             failure_retention: self.failure_retention,
             on_expired: self.on_expired,
+            repeat_argument: self.repeat_argument.clone(),
+        }
+    }
+}
+
+/// `repeat_argument`: the name of the argument by which a model repeats a write on purpose
+/// (`"repeat"` by default), or `false` for none (`true` is the default name).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+enum RepeatArgument {
+    Name(String),
+    On(bool),
+}
+
+impl RepeatArgument {
+    fn name(&self) -> anyhow::Result<Option<&str>> {
+        match self {
+            RepeatArgument::Name(name) if name.is_empty() => {
+                bail!("repeat_argument is empty: name the argument, or write false for none")
+            }
+            RepeatArgument::Name(name) => Ok(Some(name)),
+            RepeatArgument::On(true) => Ok(Some(toolonce::repeat::DEFAULT_NAME)),
+            RepeatArgument::On(false) => Ok(None),
         }
     }
 }
@@ -324,6 +406,9 @@ impl PolicySection {
             }
             None => {}
         }
+        if let Some(argument) = &self.repeat_argument {
+            policy.options = policy.options.repeat_argument(argument.name()?);
+        }
         policy.on_error = self.on_error.unwrap_or(policy.on_error);
         policy.on_tool_error = self.on_tool_error.unwrap_or(policy.on_tool_error);
         if let Some(retention) = self.failure_retention {
@@ -397,176 +482,4 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::strategy::Strategy as _;
-
-    #[test]
-    fn empty_configuration_is_the_proxy_defaults() {
-        let config = Config::from_toml("").unwrap();
-        let policy = config.policy("anything");
-        assert_eq!(policy.options.lease, Duration::from_secs(60));
-        assert_eq!(policy.options.retention, Duration::from_secs(3600));
-        assert_eq!(policy.options.in_flight, InFlight::Reject);
-        assert_eq!(policy.call_timeout, Duration::from_secs(300));
-        assert!(policy.key_fields.is_none());
-        assert_eq!(config.kind("anything"), None);
-        assert_eq!(policy.on_error, OnError::Keep);
-        assert_eq!(policy.on_tool_error, OnError::Keep);
-        assert_eq!(policy.failure_retention, Duration::from_secs(60));
-        assert_eq!(policy.options.expired_policy(), OnExpired::Hold);
-    }
-
-    #[test]
-    fn on_expired_is_set_in_defaults_and_per_tool() {
-        let config = Config::from_toml(
-            "[defaults]\non_expired = \"rerun\"\n[tools.send_email]\non_expired = \"hold\"\n\
-             [tools.charge]\nlease = \"5s\"",
-        )
-        .unwrap();
-        assert_eq!(
-            config.policy("other").options.expired_policy(),
-            OnExpired::Rerun
-        );
-        assert_eq!(
-            config.policy("charge").options.expired_policy(),
-            OnExpired::Rerun
-        );
-        assert_eq!(
-            config.policy("send_email").options.expired_policy(),
-            OnExpired::Hold
-        );
-        let e = format!(
-            "{:#}",
-            Config::from_toml("[tools.x]\non_expired = \"verify\"").unwrap_err()
-        );
-        assert!(e.contains("unknown variant") && e.contains("rerun"), "{e}");
-    }
-
-    #[test]
-    fn tool_sections_override_defaults_which_override_the_layer() {
-        let config = Config::from_toml(
-            r#"
-            [proxy]
-            cancel_grace = "250ms"
-            [defaults]
-            lease = "10s"
-            in_flight = "wait"
-            [tools.charge]
-            key_fields = ["/order"]
-            wait_timeout = 3
-            retention = "2h"
-            [tools.read_graph]
-            kind = "read"
-            "#,
-        )
-        .unwrap();
-        assert_eq!(config.proxy.cancel_grace, Duration::from_millis(250));
-        let charge = config.policy("charge");
-        assert_eq!(charge.options.lease, Duration::from_secs(10));
-        assert_eq!(charge.options.retention, Duration::from_secs(7200));
-        assert_eq!(
-            charge.options.in_flight,
-            InFlight::Wait(Duration::from_secs(3))
-        );
-        assert!(charge.key_fields.is_some());
-        let other = config.policy("other");
-        assert_eq!(other.options.in_flight, InFlight::Wait(DEFAULT_WAIT));
-        assert_eq!(config.kind("read_graph"), Some(Kind::Read));
-        assert_eq!(config.kind("charge"), None);
-    }
-
-    #[test]
-    fn mistakes_are_errors_not_silently_ignored() {
-        for (text, needle) in [
-            ("[tools.x]\nkindd = \"read\"", "unknown field"),
-            ("[tools.x]\nkind = \"reed\"", "unknown variant"),
-            ("[tools.x]\nkey_fields = [\"amount\"]", "invalid key field"),
-            ("[tools.x]\nwait_timeout = \"1s\"", "wait_timeout needs"),
-            ("[defaults]\nlease = \"5 parsecs\"", "invalid duration"),
-            ("[defaults]\nlease = \"1ms\"", "between 30ms and 100 years"),
-            ("[defaults]\nlease = \"0s\"", "lease 0ns is out of range"),
-            ("[tools.x]\nretention = 0", "retention 0ns is out of range"),
-            (
-                "[defaults]\nlease = \"36600d\"",
-                "lease 3162240000s is out of range: it must be between 30ms and 100 years",
-            ),
-            ("[defaults]\non_error = \"retry\"", "unknown variant"),
-            ("[tools.x]\nfailure_retention = 0", "more than 0"),
-            (
-                "[tools.x]\nkind = \"read\"\nkey_fields = [\"/a\"]",
-                "only apply to write",
-            ),
-        ] {
-            let e = format!("{:#}", Config::from_toml(text).unwrap_err());
-            assert!(e.contains(needle), "{text:?}: {e}");
-        }
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn no_duration_in_the_configuration_panics_or_escapes_its_range(
-            field in proptest::sample::select(vec![
-                "lease", "retention", "wait_timeout", "call_timeout", "cancel_grace",
-                "shutdown_timeout",
-            ]),
-            value in proptest::prop_oneof![
-                proptest::num::i64::ANY.prop_map(|n| n.to_string()),
-                (proptest::num::u64::ANY, proptest::sample::select(vec!["ms", "s", "m", "h", "d", "", " s", "x"]))
-                    .prop_map(|(n, unit)| format!("\"{n}{unit}\"")),
-                proptest::num::f64::ANY.prop_map(|x| format!("{x:?}")),
-                proptest::strategy::Just("\"1e19s\"".to_owned()),
-            ],
-        ) {
-            let text = match field {
-                "cancel_grace" | "shutdown_timeout" => format!("[proxy]\n{field} = {value}"),
-                "wait_timeout" => format!("[defaults]\nin_flight = \"wait\"\n{field} = {value}"),
-                _ => format!("[tools.t]\n{field} = {value}"),
-            };
-            if let Ok(config) = Config::from_toml(&text) {
-                let policy = config.policy("t");
-                // Whatever was accepted, the layer runs it.
-                proptest::prop_assert!(policy.options.validate().is_ok(), "{text}");
-                if let InFlight::Wait(wait) = policy.options.in_flight {
-                    proptest::prop_assert!(wait <= MAX_DURATION, "{text}");
-                }
-                for d in [
-                    policy.call_timeout,
-                    config.proxy.cancel_grace,
-                    config.proxy.shutdown_timeout,
-                ] {
-                    proptest::prop_assert!(d <= MAX_DURATION, "{text}");
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn a_wait_or_timeout_of_forever_is_capped_not_refused() {
-        let config = Config::from_toml(
-            "[proxy]\ncancel_grace = \"213503982334601d\"\n\
-             [defaults]\nin_flight = \"wait\"\nwait_timeout = 9223372036854775807\n\
-             call_timeout = \"18446744073709551615ms\"",
-        )
-        .unwrap();
-        let policy = config.policy("t");
-        assert_eq!(policy.options.in_flight, InFlight::Wait(MAX_DURATION));
-        assert_eq!(policy.call_timeout, MAX_DURATION);
-        assert_eq!(config.proxy.cancel_grace, MAX_DURATION);
-    }
-
-    #[test]
-    fn durations_read_their_units() {
-        for (text, ms) in [
-            ("250ms", 250),
-            ("30s", 30_000),
-            ("5m", 300_000),
-            ("2h", 7_200_000),
-        ] {
-            assert_eq!(parse_duration(text).unwrap(), Duration::from_millis(ms));
-        }
-        assert_eq!(parse_duration("1d").unwrap(), Duration::from_secs(86_400));
-        assert!(parse_duration("s").is_err());
-        assert!(parse_duration("-1s").is_err());
-    }
-}
+mod tests;

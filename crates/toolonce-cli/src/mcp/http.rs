@@ -35,6 +35,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use toolonce::texts::Text;
 
 use anyhow::Context;
 use bytes::Bytes;
@@ -307,10 +308,7 @@ pub(crate) fn lost_line(id: &Value, upstream: &str, why: &str) -> Vec<u8> {
         "id": id,
         "error": {
             "code": INTERNAL,
-            "message": format!(
-                "toolonce: the MCP server at {upstream} did not answer this request ({why}); \
-                 whether it took effect is unknown."
-            ),
+            "message": Text::McpLost.fill(&[("upstream", upstream), ("why", why)]),
             "data": {OUTCOME_KEY: "server_gone"},
         },
     }))
@@ -321,10 +319,7 @@ pub(crate) fn unsent_line(id: &Value, upstream: &str) -> Vec<u8> {
     jsonrpc::error_line(
         Some(id),
         INTERNAL,
-        &format!(
-            "toolonce: the MCP server at {upstream} cannot be reached; this request was not \
-             sent. Try again later."
-        ),
+        &Text::McpUnsent.fill(&[("upstream", upstream)]),
     )
 }
 

@@ -63,9 +63,12 @@ use super::protocol::{
     METHOD_HEADER, PROTOCOL_VERSION_HEADER as PROTOCOL_VERSION, SESSION_ID_HEADER as SESSION,
 };
 
+mod admission;
 mod body;
+mod console;
 mod envelope;
 mod limits;
+mod metrics;
 mod request;
 mod routes;
 mod sessions;
@@ -75,14 +78,14 @@ use body::{Cancel, EventBody, Pending};
 pub(crate) use limits::BoundsArgs;
 use limits::{AcceptErrors, Answering, Connections, InProgress};
 use request::{
-    Answer, accepts_events, answer, events, json_answer, metadata, origin_allowed, progress_token,
-    refuse, refused_for_credentials, sessionless,
+    Answer, accepts_events, answer, events, json_answer, metadata, progress_token, refuse,
+    refused_for_credentials, sessionless,
 };
 use routes::{Session, Waiter, lock};
 use sessions::{
     AtLimit, Busy, OverQuota, State, end_idle_sessions, open_session, sessionless_proxy,
 };
-pub(crate) use sessions::{Backend, Gateway};
+pub(crate) use sessions::{Backend, ConsoleToken, Gateway};
 
 /// Serves until SIGTERM or SIGINT, then ends every session (each server's input is closed, as
 /// a stdio client hanging up would) and waits for the servers to exit.
@@ -91,10 +94,14 @@ pub(crate) async fn serve(gateway: Gateway) -> anyhow::Result<std::process::Exit
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", gateway.addr))?;
     let local = listener.local_addr()?;
+    // Before the first call, so that every call is counted.
+    crate::prometheus::install()?;
     // Said even with logging off: with port 0 this is how a person learns the port.
     eprintln!("toolonce mcp: listening on http://{local}/mcp");
     let shutdown_timeout = gateway.config.proxy.shutdown_timeout;
+    let console = console::open(&gateway, local)?;
     let state = Arc::new(State {
+        console,
         gateway,
         sessions: Mutex::new(HashMap::new()),
         sessionless: Mutex::new(Vec::new()),
@@ -199,31 +206,26 @@ pub(crate) async fn serve(gateway: Gateway) -> anyhow::Result<std::process::Exit
 }
 
 async fn handle(state: &Arc<State>, request: Request<Body>) -> Answer {
+    if let Some(console) = console::serving(state.console.as_ref(), request.uri().path()) {
+        // The console checks its own session, CSRF token and Origin (see `crate::console`).
+        return console
+            .handle(request)
+            .await
+            .map(http_body_util::Either::Left);
+    }
     if let Some(document) = state.gateway.auth.metadata(request.uri().path()) {
         return metadata(request.method(), document);
     }
-    if request.uri().path() != "/mcp" {
+    let path = request.uri().path();
+    if path != "/mcp" && path != metrics::PATH {
         return refuse(StatusCode::NOT_FOUND, "not found: the MCP endpoint is /mcp");
     }
-    // Right after the headers, before the body is read: without credentials, a client cannot
-    // make the gateway read (and hold) a body.
-    let principal = match state.gateway.auth.principal(request.headers()).await {
+    let principal = match admission::admit(&state.gateway.auth, &request).await {
         Ok(principal) => principal,
-        Err(refusal) => {
-            let mut response = refuse(refusal.status, &refusal.message);
-            if let Some(challenge) = refusal.challenge {
-                response
-                    .headers_mut()
-                    .insert(header::WWW_AUTHENTICATE, challenge);
-            }
-            return response;
-        }
+        Err(refusal) => return refusal,
     };
-    if !origin_allowed(&request) {
-        return refuse(
-            StatusCode::FORBIDDEN,
-            "requests from this Origin are refused",
-        );
+    if request.uri().path() == metrics::PATH {
+        return metrics::serve(&state.gateway.store, request.method()).await;
     }
     let session = request
         .headers()

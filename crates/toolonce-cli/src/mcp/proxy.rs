@@ -13,6 +13,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use toolonce::Layer;
+use toolonce::texts::Text;
 
 use super::answer;
 use super::batch::{self, Member, Plan};
@@ -21,6 +22,7 @@ use super::config::Config;
 use super::http;
 use super::jsonrpc::{self, IdKey, Lenient, Peek};
 use super::protocol::INVALID_REQUEST;
+use super::repeat;
 use super::route::{Route, Router, Routes};
 use super::server::ServerHandle;
 use super::stdio::ClientOut;
@@ -180,8 +182,7 @@ impl Shared {
             self.to_client.send(jsonrpc::error_line(
                 Some(id),
                 INVALID_REQUEST,
-                "toolonce: this request reuses the id of a write call still in progress, so \
-                 their answers could not be told apart; it was not sent. Send it with a new id.",
+                &Text::McpRequestIdReused.fill(&[]),
             ));
             return false;
         }
@@ -248,11 +249,7 @@ impl Shared {
                     id = ?call.id_key,
                     "the client {why}"
                 );
-                let text = format!(
-                    "Not executed: this call of `{}` {why}, so its answer could not be told \
-                     apart. Nothing ran; send it with a new id.",
-                    call.tool
-                );
+                let text = Text::McpIdTaken.fill(&[("tool", &call.tool), ("why", &why)]);
                 sink.answer(Some(answer::proxy_answer(
                     &call.id,
                     &text,
@@ -299,7 +296,7 @@ impl Shared {
             let mut routes = self.routes();
             if plan.reuses_an_id() {
                 drop(routes);
-                return self.refuse_batch(&plan, "with write calls uses one request id twice");
+                return self.refuse_batch(&plan, &Text::McpBatchIdTwice.fill(&[]));
             }
             let taken = |id: &IdKey| {
                 if plan.has_writes() {
@@ -310,10 +307,7 @@ impl Shared {
             };
             if plan.ids().iter().any(taken) {
                 drop(routes);
-                return self.refuse_batch(
-                    &plan,
-                    "reuses the request id of a request still in progress",
-                );
+                return self.refuse_batch(&plan, &Text::McpIdInProgress.fill(&[]));
             }
             if !plan.has_writes() {
                 for (id, list) in plan.requests() {
@@ -402,7 +396,7 @@ impl Shared {
 
     /// Handles one message from the server; `related` is the request it belongs to, when the
     /// server said so (see [`http::Incoming::Related`]).
-    pub(super) fn on_server_message(self: &Arc<Self>, line: Vec<u8>, related: Option<Value>) {
+    pub(super) fn on_server_message(self: &Arc<Self>, mut line: Vec<u8>, related: Option<Value>) {
         match line.trim_ascii_start().first() {
             Some(b'{') => {
                 let peek = Peek::of(&line);
@@ -432,8 +426,12 @@ impl Shared {
                         }
                         (routes.lists.remove(&id), route, abandoned)
                     };
-                    if listed && let Ok(message) = serde_json::from_slice::<Value>(&line) {
+                    if listed && let Ok(mut message) = serde_json::from_slice::<Value>(&line) {
                         self.learn(&message);
+                        // The client's listing shows write tools the repeat argument.
+                        if repeat::add_to_listing(&self.listing.tools, &mut message) {
+                            line = jsonrpc::line(&message);
+                        }
                     }
                     match route {
                         Some(Route::Call(tx)) => match tx.send(line) {
@@ -470,8 +468,9 @@ impl Shared {
                     let routes = self.routes();
                     !routes.lists.is_empty() || !routes.passing.is_empty()
                 };
-                if watched && let Ok(members) = serde_json::from_slice::<Vec<Value>>(&line) {
-                    for member in members {
+                if watched && let Ok(mut members) = serde_json::from_slice::<Vec<Value>>(&line) {
+                    let mut changed = false;
+                    for member in &mut members {
                         let Some(id) = member.get("id").map(IdKey::of) else {
                             continue;
                         };
@@ -481,8 +480,12 @@ impl Shared {
                             routes.lists.remove(&id)
                         };
                         if listed {
-                            self.learn(&member);
+                            self.learn(member);
+                            changed |= repeat::add_to_listing(&self.listing.tools, member);
                         }
+                    }
+                    if changed {
+                        line = jsonrpc::line(&Value::Array(members));
                     }
                 }
             }

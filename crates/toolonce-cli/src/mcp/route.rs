@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{Notify, oneshot, watch};
+use toolonce::texts::Text;
 
 use super::batch::Batch;
 use super::jsonrpc::IdKey;
@@ -57,12 +58,12 @@ pub(super) struct Routes {
 
 impl Routes {
     /// Why a write call may not use `id` now, if it may not.
-    pub(super) fn id_taken(&self, id: &IdKey) -> Option<&'static str> {
+    pub(super) fn id_taken(&self, id: &IdKey) -> Option<String> {
         if self.calls.contains_key(id) || self.pending.contains_key(id) || self.passing.contains(id)
         {
-            Some("reuses the request id of a request still in progress")
+            Some(Text::McpIdInProgress.fill(&[]))
         } else if self.abandoned.contains(id) {
-            Some("reuses the request id of a call given up, whose answer may still come")
+            Some(Text::McpIdGivenUp.fill(&[]))
         } else {
             None
         }

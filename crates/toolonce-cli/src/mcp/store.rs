@@ -14,8 +14,8 @@ use serde_json::Value;
 use tokio::sync::OnceCell;
 use toolonce::key::OperationKey;
 use toolonce::{
-    Claim, ClaimRequest, Entry, Error, Fenced, ListQuery, OwnerToken, Page, Removed, Resolution,
-    Resolved, Seen, SeenSettled, Store, ToolError,
+    Census, Claim, ClaimRequest, Entry, Error, Fenced, ListQuery, OwnerToken, Page, Removed,
+    Resolution, Resolved, Seen, SeenSettled, Store, ToolError,
 };
 
 /// How long after a failed open the next call fails at once instead of trying again, so a
@@ -186,5 +186,9 @@ impl Store for LazyStore {
 
     async fn purge_expired(&self) -> toolonce::Result<u64> {
         self.inner().await?.purge_expired().await
+    }
+
+    async fn census(&self) -> toolonce::Result<Option<Census>> {
+        self.inner().await?.census().await
     }
 }

@@ -20,7 +20,7 @@
 //! first, no more often than once per [`MIN_FRESH`] (a `ttlMs` of 0 would otherwise double the
 //! cost of every call).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::sync::watch;
 
-use super::config::{Config, Kind};
+use super::config::{Config, IdempotentHint, Kind};
 use super::jsonrpc::{self, IdKey};
 use super::route::Router;
 
@@ -41,6 +41,9 @@ pub(crate) struct Tools {
     read_only: Mutex<HashMap<String, bool>>,
     /// The protocol version (2026-07-28 or later) the proxy last listed for.
     modern: Mutex<Option<Modern>>,
+    /// The tools whose listed `inputSchema` has a property of their repeat argument's name:
+    /// they keep their own, get none, and the argument is never taken out of their calls.
+    own_repeat: Mutex<HashSet<String>>,
 }
 
 /// The shortest time a 2026-07-28 listing is taken as fresh, whatever its `ttlMs`.
@@ -66,6 +69,7 @@ impl Tools {
             config,
             read_only: Mutex::new(HashMap::new()),
             modern: Mutex::new(None),
+            own_repeat: Mutex::new(HashSet::new()),
         }
     }
 
@@ -126,6 +130,41 @@ impl Tools {
         }
     }
 
+    /// The repeat argument of a call of `name` (see [`repeat`](super::repeat)): the one its
+    /// policy names, unless it is not a write or its schema has a property of that name.
+    pub(crate) fn repeat_argument(&self, name: &str) -> Option<String> {
+        if !self.is_write(name) {
+            return None;
+        }
+        let argument = self.config.policy(name).options.repeat_argument.clone()?;
+        let own = self.own_repeat.lock().unwrap_or_else(|p| p.into_inner());
+        (!own.contains(name)).then_some(argument)
+    }
+
+    /// Notes whether `tool`'s listed schema has a property named like its repeat argument,
+    /// warning (once) when it has.
+    fn learn_own_repeat(&self, name: &str, tool: &Value) {
+        let Some(argument) = self.config.policy(name).options.repeat_argument.clone() else {
+            return;
+        };
+        let has_own = tool
+            .pointer("/inputSchema/properties")
+            .and_then(Value::as_object)
+            .is_some_and(|properties| properties.contains_key(&argument));
+        let mut own = self.own_repeat.lock().unwrap_or_else(|p| p.into_inner());
+        if !has_own {
+            own.remove(name);
+        } else if own.insert(name.to_owned()) {
+            tracing::warn!(
+                target: "toolonce::mcp",
+                tool = name,
+                argument = argument.as_str(),
+                "the tool's inputSchema already has a property named like the repeat argument; \
+                 it keeps its own and gets no repeat argument"
+            );
+        }
+    }
+
     /// Learns from the `result` of a `tools/list` response (one page of it: pages add up).
     pub(crate) fn learn(&self, result: &Value) {
         let Some(tools) = result.get("tools").and_then(Value::as_array) else {
@@ -141,17 +180,21 @@ impl Tools {
                     .and_then(Value::as_bool)
                     .unwrap_or(false)
             };
+            // `idempotent_hint = "write"` deduplicates what the hint alone would pass through.
+            let idempotent_passes = self.config.proxy.idempotent_hint == IdempotentHint::Pass;
             let (reads, idempotent) = (hint("readOnlyHint"), hint("idempotentHint"));
             let kind = match self.config.kind(name) {
                 Some(Kind::Read) => "read (configured)",
                 Some(Kind::Write) => "write (configured)",
                 None if reads => "read (readOnlyHint)",
-                None if idempotent => "passes through (idempotentHint)",
+                None if idempotent && idempotent_passes => "passes through (idempotentHint)",
+                None if idempotent => "write (idempotentHint, idempotent_hint = \"write\")",
                 None => "write",
             };
-            let hint = reads || idempotent;
+            let hint = reads || (idempotent && idempotent_passes);
             tracing::debug!(target: "toolonce::mcp", tool = name, kind, "tool listed");
             read_only.insert(name.to_owned(), hint);
+            self.learn_own_repeat(name, tool);
         }
     }
 }
@@ -289,6 +332,19 @@ mod tests {
         for name in ["plain", "odd", "never_listed"] {
             assert!(t.is_write(name), "{name}");
         }
+    }
+
+    #[test]
+    fn idempotent_hints_are_writes_when_configured_so_and_reads_still_pass() {
+        let t = tools("[proxy]\nidempotent_hint = \"write\"");
+        t.learn(&json!({"tools": [
+            {"name": "get", "annotations": {"readOnlyHint": true, "idempotentHint": true}},
+            {"name": "write_file", "annotations": {"idempotentHint": true}},
+        ]}));
+        assert!(!t.is_write("get"));
+        assert!(t.is_write("write_file"));
+        assert_eq!(t.repeat_argument("write_file").as_deref(), Some("repeat"));
+        assert!(t.repeat_argument("get").is_none());
     }
 
     #[test]

@@ -22,6 +22,7 @@ mod bounds;
 mod fairness;
 mod http_upstream;
 mod key_refresh;
+mod metrics;
 mod modern;
 mod oauth;
 mod principals;

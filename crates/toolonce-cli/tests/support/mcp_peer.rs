@@ -485,15 +485,29 @@ pub fn without_id(message: &Value) -> Value {
 }
 
 /// `message` without its `id` and without what the proxy adds to a replay
-/// (`_meta["toolonce/outcome"]` and `_meta["toolonce/key"]`, and the `_meta` itself if that
-/// leaves it empty), to compare a first answer with a replay of it.
+/// (`_meta["toolonce/outcome"]`, `_meta["toolonce/key"]` and `_meta["toolonce/recorded_at"]`,
+/// and the `_meta` itself if that leaves it empty; the replay's note, the last text content
+/// item), to compare a first answer with a replay of it.
 pub fn without_outcome(message: &Value) -> Value {
     let mut message = without_id(message);
     if let Some(result) = message.get_mut("result").and_then(Value::as_object_mut)
         && let Some(meta) = result.get_mut("_meta").and_then(Value::as_object_mut)
     {
-        meta.remove("toolonce/outcome");
+        let outcome = meta.remove("toolonce/outcome");
         meta.remove("toolonce/key");
+        meta.remove("toolonce/recorded_at");
+        if matches!(
+            outcome.as_ref().and_then(Value::as_str),
+            Some("replayed" | "replayed_failure")
+        ) && let Some(content) = result.get_mut("content").and_then(Value::as_array_mut)
+        {
+            let note = content.pop().expect("a replay has its note");
+            let text = note["text"].as_str().unwrap_or_default();
+            assert!(text.starts_with("Already "), "not a replay's note: {note}");
+        }
+        let Some(meta) = result.get_mut("_meta").and_then(Value::as_object_mut) else {
+            unreachable!("the _meta was there")
+        };
         if meta.is_empty() {
             result.remove("_meta");
         }

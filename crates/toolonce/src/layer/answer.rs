@@ -10,7 +10,8 @@ use crate::key::{Derived, OperationKey};
 use crate::store::{Fenced, Recorded};
 use crate::tool::ToolError;
 
-use super::texts::Text;
+use super::replay::ReplayNote;
+use crate::texts::Text;
 
 /// How a write call ended. Every answer carries one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -91,6 +92,12 @@ pub struct WriteAnswer<R = Value> {
     /// Written for a person (the surfaces pass it on: `_meta["toolonce/notice"]` over MCP, a
     /// line on stderr from `toolonce exec`, `Answer.notice` in Python); `None` otherwise.
     pub notice: Option<String>,
+    /// For a replay ([`Outcome::Replayed`], [`Outcome::ReplayedFailure`]): what the model is
+    /// told beside the recorded result, which stays as it was (when the earlier call's outcome
+    /// was recorded, the key, and how to repeat the action on purpose). The surfaces render
+    /// it: the toolbox as a second text block after the result, the MCP proxy as a text content
+    /// item and `_meta` members. `None` for every other outcome.
+    pub replay: Option<ReplayNote>,
 }
 
 impl WriteAnswer<Recorded> {
@@ -101,6 +108,7 @@ impl WriteAnswer<Recorded> {
             key: self.key,
             result: self.result.map(Recorded::into_value),
             notice: self.notice,
+            replay: self.replay,
         }
     }
 }
@@ -134,6 +142,7 @@ pub(crate) fn misconfigured<R>(tool: &str, op: &Derived, e: &crate::Error) -> Wr
         outcome: Outcome::InvalidArguments,
         key: op.key.clone(),
         notice: None,
+        replay: None,
         result: Err(ToolError::permanent(
             Text::Misconfigured.fill(&[("tool", tool), ("error", &e.to_string())]),
         )),

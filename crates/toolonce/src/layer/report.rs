@@ -1,10 +1,11 @@
 //! What the layer tells the operator about each write call: one log event in operator wording
-//! (never the model's text) and the `toolonce_calls_total` / `toolonce_takeovers_total`
-//! counters. Kept apart from the protocol so that reporting can change without touching what a
+//! (never the model's text), the `toolonce_calls_total` / `toolonce_takeovers_total`
+//! counters and the `toolonce_call_duration_seconds` histogram. Kept apart from the protocol so that reporting can change without touching what a
 //! call does.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+use std::time::Duration;
 
 use metrics::{Key, Label, Level, Metadata, SharedString};
 
@@ -79,6 +80,10 @@ pub(crate) fn log_write_call<R>(tool: &str, about: &About, answer: &WriteAnswer<
 
 /// The counter of write calls, by tool and outcome.
 pub const CALLS_METRIC: &str = "toolonce_calls_total";
+/// The histogram of write calls' durations in seconds (from the call to its answer: the
+/// claim, the tool's run and the record; a replay's is the store's round trips), by tool and
+/// outcome.
+pub const DURATION_METRIC: &str = "toolonce_call_duration_seconds";
 /// The counter of takeovers of `unknown` operations, by tool.
 pub const TAKEOVERS_METRIC: &str = "toolonce_takeovers_total";
 
@@ -100,10 +105,10 @@ const OUTCOMES: [Outcome; 9] = [
 /// choose (an MCP gateway) must not grow this without bound; past it, keys are built per call.
 const KEPT_TOOLS: usize = 1024;
 
-/// The counter keys of one tool, one per outcome, built once: building a key allocates the
-/// tool's name and the label list, on every call (0.67k instructions of a replay under
-/// callgrind; 0.33k with the kept keys, the lock and the look-up included).
-type CallKeys = Box<[Key]>;
+/// The counter and histogram keys of one tool, one pair per outcome, built once: building a
+/// key allocates the tool's name and the label list, on every call (0.67k instructions of a
+/// replay under callgrind; 0.33k with the kept keys, the lock and the look-up included).
+type CallKeys = Box<[(Key, Key)]>;
 
 static CALL_KEYS: OnceLock<RwLock<HashMap<Box<str>, CallKeys>>> = OnceLock::new();
 
@@ -111,9 +116,9 @@ static CALL_KEYS: OnceLock<RwLock<HashMap<Box<str>, CallKeys>>> = OnceLock::new(
 static METADATA: Metadata<'static> =
     Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
 
-fn call_key(tool: SharedString, outcome: Outcome) -> Key {
+fn call_key(name: &'static str, tool: SharedString, outcome: Outcome) -> Key {
     Key::from_parts(
-        CALLS_METRIC,
+        name,
         vec![
             Label::new("tool", tool),
             Label::from_static_parts("outcome", outcome.as_str()),
@@ -122,47 +127,67 @@ fn call_key(tool: SharedString, outcome: Outcome) -> Key {
 }
 
 fn keys_of(tool: &str) -> CallKeys {
-    // One copy of the name, shared by the tool's nine keys.
+    // One copy of the name, shared by the tool's eighteen keys.
     let name = SharedString::from_shared(Arc::from(tool));
     OUTCOMES
         .iter()
-        .map(|&outcome| call_key(name.clone(), outcome))
+        .map(|&outcome| {
+            (
+                call_key(CALLS_METRIC, name.clone(), outcome),
+                call_key(DURATION_METRIC, name.clone(), outcome),
+            )
+        })
         .collect()
 }
 
-fn increment(key: &Key) {
-    metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA).increment(1));
+/// Counts the call and records its duration (`None`: a call refused before it began, whose
+/// duration says nothing, is only counted).
+fn record(keys: &(Key, Key), took: Option<Duration>) {
+    metrics::with_recorder(|recorder| {
+        recorder.register_counter(&keys.0, &METADATA).increment(1);
+        if let Some(took) = took {
+            recorder
+                .register_histogram(&keys.1, &METADATA)
+                .record(took.as_secs_f64());
+        }
+    });
 }
 
-/// Counts a call by tool and outcome, with the tool's keys kept for its next calls (at most
-/// [`KEPT_TOOLS`] names: past them, as [`count_unlisted_call`]).
-pub(crate) fn count_call(tool: &str, outcome: Outcome) {
+/// Counts a call by tool and outcome and records how long it took, with the tool's keys kept
+/// for its next calls (at most [`KEPT_TOOLS`] names: past them, keys built for this call).
+pub(crate) fn count_call(tool: &str, outcome: Outcome, took: Duration) {
     let Some(slot) = OUTCOMES.iter().position(|&o| o == outcome) else {
-        return count_unlisted_call(tool, outcome);
+        return record(&keys_for_once(tool, outcome), Some(took));
     };
     let cache = CALL_KEYS.get_or_init(RwLock::default);
     {
         let kept = cache.read().unwrap_or_else(PoisonError::into_inner);
         if let Some(keys) = kept.get(tool) {
-            return increment(&keys[slot]);
+            return record(&keys[slot], Some(took));
         }
     }
     let mut kept = cache.write().unwrap_or_else(PoisonError::into_inner);
     if kept.len() >= KEPT_TOOLS && !kept.contains_key(tool) {
         drop(kept);
-        return count_unlisted_call(tool, outcome);
+        return record(&keys_for_once(tool, outcome), Some(took));
     }
     let keys = kept.entry(Box::from(tool)).or_insert_with(|| keys_of(tool));
-    increment(&keys[slot]);
+    record(&keys[slot], Some(took));
 }
 
-/// Counts a call with its key built for this call alone: for a name that may be nobody's tool
-/// (a client's choice), which must take no room among the kept keys.
+fn keys_for_once(tool: &str, outcome: Outcome) -> (Key, Key) {
+    let name = SharedString::from_owned(tool.to_owned());
+    (
+        call_key(CALLS_METRIC, name.clone(), outcome),
+        call_key(DURATION_METRIC, name, outcome),
+    )
+}
+
+/// Counts a call refused before it began (no duration) with its key built for this call
+/// alone: for a name that may be nobody's tool (a client's choice), which must take no room
+/// among the kept keys.
 pub(crate) fn count_unlisted_call(tool: &str, outcome: Outcome) {
-    increment(&call_key(
-        SharedString::from_owned(tool.to_owned()),
-        outcome,
-    ));
+    record(&keys_for_once(tool, outcome), None);
 }
 
 pub(crate) fn count_takeover(tool: &str) {
@@ -176,14 +201,22 @@ mod tests {
     #[test]
     fn the_kept_counter_keys_stop_growing_at_their_bound() {
         for n in 0..KEPT_TOOLS + 50 {
-            count_call(&format!("report_bound_{n}"), Outcome::Executed);
+            count_call(
+                &format!("report_bound_{n}"),
+                Outcome::Executed,
+                Duration::ZERO,
+            );
         }
         let kept = CALL_KEYS.get().unwrap().read().unwrap();
         assert_eq!(kept.len(), KEPT_TOOLS);
         // A kept name counts through its own keys: one per outcome, each naming it.
         let keys = kept.get("report_bound_0").unwrap();
         assert_eq!(keys.len(), OUTCOMES.len());
-        for (key, outcome) in keys.iter().zip(OUTCOMES) {
+        for ((key, histogram), outcome) in keys.iter().zip(OUTCOMES) {
+            assert_eq!(
+                histogram.labels().collect::<Vec<_>>(),
+                key.labels().collect::<Vec<_>>()
+            );
             let labels: Vec<_> = key.labels().map(|l| (l.key(), l.value())).collect();
             assert_eq!(
                 labels,

@@ -96,7 +96,8 @@ impl Layer {
         refusal: &crate::Error,
         options: &WriteOptions,
     ) -> Option<Fenced> {
-        let why = format!("the store refused it ({})", refusal.report());
+        let why =
+            crate::texts::Text::StoreRefused.fill(&[("report", &refusal.report().to_string())]);
         let instead = unstorable(tool, &why);
         // The tool ran: the record stands for its result, and is kept as long as one.
         let retention = Some(options.retention);

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use crate::store::MAX_STORED_DEPTH;
 use crate::store::json::nesting_depth;
+use crate::texts::Text;
 use crate::tool::ToolError;
 
 /// The key of [`ToolError::detail`] under which a recorded failure says why the tool's own
@@ -27,13 +28,9 @@ pub(super) fn storable<'a>(
             if depth <= MAX_STORED_DEPTH {
                 return Cow::Borrowed(result);
             }
-            Cow::Owned(Err(unstorable(
-                tool,
-                &format!(
-                    "it is nested {depth} levels deep, more than the {MAX_STORED_DEPTH} levels \
-                     a stored result may have"
-                ),
-            )))
+            let (depth, max) = (depth.to_string(), MAX_STORED_DEPTH.to_string());
+            let why = Text::ResultTooDeep.fill(&[("depth", &depth), ("max", &max)]);
+            Cow::Owned(Err(unstorable(tool, &why)))
         }
         Err(error) if error.is_transient() => Cow::Borrowed(result),
         Err(error) => {
@@ -44,11 +41,12 @@ pub(super) fn storable<'a>(
             if depth <= MAX_STORED_DEPTH {
                 return Cow::Borrowed(result);
             }
-            let mut stored = ToolError::permanent(format!(
-                "{} (its detail was not stored: it is nested {depth} levels deep, more than the \
-                 {MAX_STORED_DEPTH} levels a stored error may have)",
-                error.message
-            ));
+            let (shown, max) = (depth.to_string(), MAX_STORED_DEPTH.to_string());
+            let mut stored = ToolError::permanent(Text::DetailTooDeep.fill(&[
+                ("message", &error.message),
+                ("depth", &shown),
+                ("max", &max),
+            ]));
             stored.detail = Some(json!({ UNSTORABLE: "detail too deep", "depth": depth }));
             Cow::Owned(Err(stored))
         }
@@ -59,7 +57,7 @@ pub(super) fn storable<'a>(
 /// what is wrong with it. Permanent: the tool ran, so a duplicate must not run it again; it
 /// gets this text instead of the result.
 pub(super) fn unstorable(tool: &str, why: &str) -> ToolError {
-    ToolError::permanent(super::texts::Text::Unstorable.fill(&[("tool", tool), ("why", why)]))
+    ToolError::permanent(Text::Unstorable.fill(&[("tool", tool), ("why", why)]))
         .with_detail(json!({ UNSTORABLE: why }))
 }
 

@@ -13,9 +13,12 @@ use crate::Result;
 use crate::key::{Fingerprint, OperationKey};
 // Re-exported: the backends read it with the rest of the contract.
 pub use crate::store::about::About;
+pub(crate) use crate::store::census::Census;
 pub use crate::store::entry::{Entry, EntryState, State};
 use crate::store::owner::OwnerToken;
 pub use crate::store::removal::{Removed, SeenSettled};
+pub use crate::store::settled_by::owner_digest;
+pub use crate::store::unreadable::Unreadable;
 use crate::tool::ToolError;
 
 /// What [`Store::claim`] decided.
@@ -24,6 +27,7 @@ use crate::tool::ToolError;
 // A return value that is matched at once and never stored: boxing the entry would only add an
 // allocation to every duplicate.
 #[allow(clippy::large_enum_variant)]
+#[non_exhaustive]
 pub enum Claim {
     /// The key was absent or expired, or its live entry is `running` with the caller's own
     /// token (an earlier attempt of this claim applied): the entry is now `running` with the
@@ -43,6 +47,7 @@ pub enum Claim {
 /// The answer of the fenced writes [`Store::complete`] and [`Store::fail`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[must_use]
+#[non_exhaustive]
 pub enum Fenced {
     /// The caller still owned the running (or unknown) entry and the write took effect.
     Applied,
@@ -287,15 +292,6 @@ impl fmt::Debug for Seen {
     }
 }
 
-/// 12 hex digits of the SHA-256 of an owner as a store reports it: what a person is shown.
-pub fn owner_digest(owner: &str) -> String {
-    use sha2::{Digest, Sha256};
-    let digest: [u8; 32] = Sha256::digest(owner.as_bytes()).into();
-    let mut text = [0u8; 12];
-    crate::key::hex_into(&digest[..6], &mut text);
-    String::from_utf8_lossy(&text).into_owned()
-}
-
 /// The answer of [`Store::resolve`]. Only [`Applied`](Resolved::Applied) wrote anything.
 #[derive(Clone, Debug, PartialEq)]
 #[must_use]
@@ -399,12 +395,26 @@ pub struct Page {
     pub entries: Vec<Entry>,
     /// The cursor of the next page, `None` on the last page.
     pub next: Option<String>,
+    /// The entries of this page's stretch of the store that cannot be decoded, reported rather
+    /// than failing the page, unless the store could tell from what it reads apart (SQL
+    /// columns) that the filters exclude them. They count towards the page size.
+    pub unreadable: Vec<Unreadable>,
 }
 
 impl Page {
-    /// Builds a page.
+    /// Builds a page with no unreadable entries.
     pub fn new(entries: Vec<Entry>, next: Option<String>) -> Self {
-        Page { entries, next }
+        Page {
+            entries,
+            next,
+            unreadable: Vec::new(),
+        }
+    }
+
+    /// The page, reporting `unreadable` entries beside its own.
+    pub fn with_unreadable(mut self, unreadable: Vec<Unreadable>) -> Self {
+        self.unreadable = unreadable;
+        self
     }
 }
 
@@ -542,6 +552,14 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Deletes expired entries and returns how many. Expired entries already count as absent;
     /// this only reclaims their space. Stores with native expiry return 0.
     async fn purge_expired(&self) -> Result<u64>;
+
+    /// How many live entries are in each state, and the oldest `unknown` one's wait, counted
+    /// by the store in one aggregate query (no entry is read out: a metrics scrape must stay
+    /// cheap at millions of entries). `None` from a store that cannot count without reading
+    /// every entry (Redis keeps no index by state): the default.
+    async fn census(&self) -> Result<Option<Census>> {
+        Ok(None)
+    }
 }
 
 /// Converts a duration to whole milliseconds, saturating, as stores keep them.

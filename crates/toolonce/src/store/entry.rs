@@ -9,6 +9,7 @@ use crate::Result;
 use crate::key::{Fingerprint, OperationKey};
 use crate::store::about::About;
 use crate::store::recorded::Recorded;
+use crate::store::settled_by::SettledBy;
 use crate::tool::ToolError;
 
 /// The state of an entry, for filtering listings.
@@ -125,6 +126,9 @@ pub struct Entry {
     pub attempts: u32,
     /// When it settled (`done` or `failed`), if it did and the store recorded it.
     pub settled_at: Option<SystemTime>,
+    /// Which attempt settled it, if it did and the store recorded it (older writers and other
+    /// implementations may not).
+    pub settled_by: Option<SettledBy>,
 }
 
 impl Entry {
@@ -148,6 +152,7 @@ impl Entry {
             first_started_at: None,
             attempts: 0,
             settled_at: None,
+            settled_by: None,
         }
     }
 
@@ -172,6 +177,12 @@ impl Entry {
     /// Sets when it settled.
     pub fn with_settled_at(mut self, at: Option<SystemTime>) -> Self {
         self.settled_at = at;
+        self
+    }
+
+    /// Sets which attempt settled it.
+    pub fn with_settled_by(mut self, by: Option<SettledBy>) -> Self {
+        self.settled_by = by;
         self
     }
 

@@ -12,10 +12,11 @@ use serde_json::Value;
 use crate::Result;
 use crate::key::OperationKey;
 use crate::store::contract::{
-    Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, Page, Removed, Resolution, Resolved,
-    Seen, SeenSettled, Store,
+    Census, Claim, ClaimRequest, Entry, EntryState, Fenced, ListQuery, Page, Removed, Resolution,
+    Resolved, Seen, SeenSettled, Store,
 };
 use crate::store::owner::OwnerToken;
+use crate::store::settled_by::SettledBy;
 use crate::tool::ToolError;
 
 /// A source of the current time for [`MemoryStore`].
@@ -141,6 +142,10 @@ impl Slot {
 
     /// Settles the entry as `state` for `retention` from `now`.
     fn settle(&mut self, now: SystemTime, state: EntryState, retention: Duration) {
+        // Which attempt settled it, as the SQL stores keep it: a removal compares it.
+        if let EntryState::Running { owner } = &self.entry.state {
+            self.entry.settled_by = owner.clone().map(SettledBy::new);
+        }
         self.entry.state = state;
         self.entry.settled_at = Some(now);
         self.gone_at = expiry(now, retention);
@@ -361,6 +366,29 @@ impl Store for MemoryStore {
             None
         };
         Ok(Page::new(entries, next))
+    }
+
+    /// One pass over the map under its lock, reading each slot in place (no entry copied).
+    async fn census(&self) -> Result<Option<Census>> {
+        let now = self.clock.now();
+        let map = self.lock();
+        let mut census = Census::default();
+        let mut oldest: Option<SystemTime> = None;
+        for slot in map.values().filter(|slot| slot.live(now)) {
+            match &slot.entry.state {
+                EntryState::Running { .. } if now >= slot.lease_until => {
+                    census.unknown += 1;
+                    oldest = Some(oldest.map_or(slot.lease_until, |o| o.min(slot.lease_until)));
+                }
+                EntryState::Running { .. } => census.running += 1,
+                EntryState::Done { .. } => census.done += 1,
+                EntryState::Failed { .. } => census.failed += 1,
+                // The map stores running entries; `view` makes them unknown.
+                EntryState::Unknown { .. } => census.unknown += 1,
+            }
+        }
+        let waited = oldest.map(|at| now.duration_since(at).unwrap_or_default());
+        Ok(Some(census.oldest_unknown(waited)))
     }
 
     async fn resolve(

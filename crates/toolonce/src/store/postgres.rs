@@ -17,8 +17,8 @@ use serde_json::Value;
 
 use crate::key::OperationKey;
 use crate::store::contract::{
-    Claim, ClaimRequest, Entry, Fenced, ListQuery, Page, Removed, Resolution, Resolved, Seen,
-    SeenSettled, State, Store,
+    Census, Claim, ClaimRequest, Entry, Fenced, ListQuery, Page, Removed, Resolution, Resolved,
+    Seen, SeenSettled, State, Store, Unreadable,
 };
 use crate::store::owner::OwnerToken;
 use crate::tool::ToolError;
@@ -34,20 +34,19 @@ mod schema;
 mod sql;
 mod tls;
 
-#[cfg(test)]
-pub(crate) use constants::MAX_TABLE_NAME;
 pub use constants::{DEFAULT_TABLE, SCHEMA_VERSION};
+#[cfg(test)]
+pub(crate) use constants::{MAX_TABLE_NAME, VERSION_TABLE};
 pub use pool::{PostgresStore, PostgresStoreBuilder, connect_client};
 #[cfg(test)]
 pub(crate) use tls::describe;
 
 use constants::ATTEMPTS;
-pub(crate) use constants::VERSION_TABLE;
 use error::discard_if_broken;
 use pool::prepare_all;
 use row::{decode, fenced};
-use schema::{migrate_on, version_of};
-use sql::{Ascii, PURGE_BATCH, millis};
+use schema::{migrate_on, version_of, versioned};
+use sql::{Ascii, PURGE_BATCH, millis, schema_text};
 
 impl PostgresStore {
     /// Connects with the default options ([`DEFAULT_TABLE`], migration on connect); see
@@ -79,7 +78,7 @@ impl PostgresStore {
     /// [`Error::Unavailable`] or [`Error::Store`] when the query fails.
     pub async fn schema_version(&self) -> Result<u32> {
         let client = self.checkout().await?;
-        let query = format!("SELECT version FROM {VERSION_TABLE} WHERE table_name = $1");
+        let query = versioned(schema_text::SCHEMA_VERSION);
         match client.query_opt(&query, &[&self.table]).await {
             Ok(row) => row.map_or(Ok(0), |r| version_of(&r)),
             Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => Ok(0),
@@ -93,7 +92,7 @@ impl PostgresStore {
     /// [`Error::Unavailable`] (`25006`), which fails closed.
     pub(crate) async fn refuse_standby(&self) -> Result<()> {
         let client = self.checkout().await?;
-        match client.query_one("SELECT pg_is_in_recovery()", &[]).await {
+        match client.query_one(schema_text::IN_RECOVERY, &[]).await {
             Ok(row) if row.get::<_, bool>(0) => Err(Error::Config(
                 "the PostgreSQL server of the store URL is a hot standby, which is read-only \
                  (pg_is_in_recovery() is true): toolonce writes every claim and result, so \
@@ -247,22 +246,47 @@ impl Store for PostgresStore {
             )
             .await?;
         let more = rows.len() > size;
-        let mut entries = Vec::with_capacity(rows.len().min(size));
+        let (mut entries, mut unreadable) = (Vec::with_capacity(rows.len().min(size)), Vec::new());
+        // The next page starts after the last row of this one, read or not (a key that is not
+        // an operation key cannot be a cursor: the one before it is).
+        let mut last = None;
         for row in rows.iter().take(size) {
-            let key: String = row
-                .try_get(0)
-                .map_err(|e| Error::corrupt("(listed row)", format!("key: {e}")))?;
-            let key = key
-                .parse::<OperationKey>()
-                .map_err(|e| Error::corrupt(&key, e))?;
-            entries.push(decode(key, row, 1)?);
+            let key: Option<String> = row.try_get(0).ok();
+            let parsed = key.as_deref().map(str::parse::<OperationKey>);
+            let read = match parsed {
+                Some(Ok(key)) => {
+                    last = Some(key.as_str().to_owned());
+                    decode(key, row, 1)
+                }
+                Some(Err(e)) => Err(Error::corrupt(key.as_deref().unwrap_or_default(), e)),
+                None => Err(Error::corrupt("(a key that is not text)", "key")),
+            };
+            // One entry another writer garbled is reported, not the page failed.
+            match read {
+                Ok(entry) => entries.push(entry),
+                Err(e) => unreadable.push(Unreadable::from_error(e)?),
+            }
         }
-        let next = if more {
-            entries.last().map(|e| e.key.as_str().to_owned())
-        } else {
-            None
+        let next = if more { last } else { None };
+        Ok(Page::new(entries, next).with_unreadable(unreadable))
+    }
+
+    /// One aggregate statement: counts on the database's clock, no row read out.
+    async fn census(&self) -> Result<Option<Census>> {
+        let rows = self.rows(&self.sql.census, &[]).await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| Error::store("the census statement returned no row"))?;
+        let corrupt = |e: &dyn std::fmt::Display| Error::store(format!("census: {e}"));
+        let count = |at: usize| -> Result<u64> {
+            let n: i64 = row.try_get(at).map_err(|e| corrupt(&e))?;
+            Ok(n.max(0).unsigned_abs())
         };
-        Ok(Page::new(entries, next))
+        let waited: Option<i64> = row.try_get(4).map_err(|e| corrupt(&e))?;
+        Ok(Some(
+            Census::new(count(0)?, count(1)?, count(2)?, count(3)?)
+                .oldest_unknown(waited.map(|ms| Duration::from_millis(ms.max(0).unsigned_abs()))),
+        ))
     }
 
     async fn resolve(
@@ -322,12 +346,14 @@ impl Store for PostgresStore {
     /// what is there instead (absent, or another entry: refused either way, never guessed).
     async fn remove(&self, key: &OperationKey, seen: &SeenSettled) -> Result<Removed> {
         let attempts = i32::try_from(seen.attempts()).unwrap_or(i32::MAX);
-        let params: [&(dyn ToSql + Sync); 5] = [
+        let by = seen.settled_by().map(|b| b.as_str());
+        let params: [&(dyn ToSql + Sync); 6] = [
             &key.as_str(),
             &seen.state().as_str(),
             &attempts,
             &seen.started_at(),
             &seen.settled_at(),
+            &by,
         ];
         if self.count(&self.sql.remove_settled, &params).await? > 0 {
             return Ok(Removed::Applied);

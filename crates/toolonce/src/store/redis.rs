@@ -19,7 +19,7 @@ use serde_json::Value as Json;
 use crate::key::OperationKey;
 use crate::store::contract::{
     Claim, ClaimRequest, Entry, Fenced, ListQuery, Page, Removed, Resolution, Resolved, Seen,
-    SeenSettled, Store, millis,
+    SeenSettled, Store, Unreadable, millis,
 };
 use crate::store::owner::OwnerToken;
 use crate::store::removal::epoch_millis;
@@ -282,32 +282,38 @@ impl Store for RedisStore {
         let pattern = format!("{}idem:*", glob_escape(&self.prefix));
         let mut count = (size * 2).clamp(16, 1_000);
         let mut entries = Vec::with_capacity(size.min(256));
+        let mut unreadable = Vec::new();
         let mut scans = 0;
         loop {
             // Read the pending candidates, a page's worth at a time (concurrently: the
             // multiplexed connection pipelines them), keeping the live ones in the state asked.
-            while !cursor.pending.is_empty() && entries.len() < size {
-                let take = (size - entries.len()).min(cursor.pending.len());
+            // One entry another writer garbled is reported beside the page, not the page
+            // failed; it counts towards the page size, so a page stays bounded.
+            while !cursor.pending.is_empty() && entries.len() + unreadable.len() < size {
+                let take = (size - entries.len() - unreadable.len()).min(cursor.pending.len());
                 let chunk: Vec<OperationKey> = cursor.pending.drain(..take).collect();
                 let read = futures_util::future::join_all(chunk.iter().map(|k| self.read(k)));
                 for entry in read.await {
-                    if let Some(entry) = entry?
-                        && query.admits(&entry)
-                    {
-                        entries.push(entry);
+                    match entry {
+                        Ok(Some(entry)) if query.admits(&entry) => entries.push(entry),
+                        Ok(_) => {}
+                        Err(e) => unreadable.push(Unreadable::from_error(e)?),
                     }
                 }
             }
-            if entries.len() >= size {
+            if entries.len() + unreadable.len() >= size {
                 let more = !cursor.pending.is_empty() || cursor.node < nodes.len();
-                return Ok(Page::new(entries, more.then(|| cursor.encode(&nodes))));
+                return Ok(Page::new(entries, more.then(|| cursor.encode(&nodes)))
+                    .with_unreadable(unreadable));
             }
             if cursor.node >= nodes.len() {
-                return Ok(Page::new(entries, None));
+                return Ok(Page::new(entries, None).with_unreadable(unreadable));
             }
             if scans == MAX_SCANS_PER_PAGE {
                 // A sparse keyspace: hand back a short page rather than walk it all in one call.
-                return Ok(Page::new(entries, Some(cursor.encode(&nodes))));
+                return Ok(
+                    Page::new(entries, Some(cursor.encode(&nodes))).with_unreadable(unreadable)
+                );
             }
             let (next, keys) = self
                 .scan(&nodes[cursor.node], cursor.scan, &pattern, count)
@@ -373,7 +379,7 @@ impl Store for RedisStore {
     /// One script (`remove.lua`) compares the entry with the settled entry seen and deletes
     /// it only if they are the same; a refused entry comes back as the read script gives it.
     async fn remove(&self, key: &OperationKey, seen: &SeenSettled) -> Result<Removed> {
-        let mut remove = evalsha(&SCRIPTS.remove, &self.redis_key(key), 4, 64);
+        let mut remove = evalsha(&SCRIPTS.remove, &self.redis_key(key), 5, 64);
         remove
             .arg(seen.state().as_str())
             .arg(seen.attempts())
@@ -381,7 +387,8 @@ impl Store for RedisStore {
                 seen.settled_at()
                     .map_or(String::new(), |t| epoch_millis(t).to_string()),
             )
-            .arg(epoch_millis(seen.started_at()));
+            .arg(epoch_millis(seen.started_at()))
+            .arg(seen.settled_by().map_or("", |b| b.as_str()));
         let (reply, acks) = self.write(&remove, Some(&SCRIPTS.remove)).await?;
         match reply {
             Value::Int(1) => {

@@ -7,12 +7,14 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::store::entry::{Entry, State};
+use crate::store::settled_by::SettledBy;
 
 /// The settled entry (`done` or `failed`) the caller of [`Store::remove`](crate::Store::remove)
-/// read, and the only one it deletes: the store compares its state, attempt count, start and
-/// settling time with the entry's in the same atomic step as the delete. An entry deleted and
-/// claimed again since the read is running (or `unknown`), or settled anew at another time, so
-/// it is never this one. Each is compared as the store reported it, a member its writer did
+/// read, and the only one it deletes: the store compares its state, attempt count, start,
+/// settling time and settling attempt ([`SettledBy`]) with the entry's in the same atomic step
+/// as the delete. An entry deleted and claimed again since the read is running (or `unknown`),
+/// or settled anew by another attempt (even within the same millisecond), so it is never this
+/// one. Each is compared as the store reported it, a member its writer did
 /// not record as absent (0 attempts, no settling time).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -21,6 +23,7 @@ pub struct SeenSettled {
     attempts: u32,
     started_at: SystemTime,
     settled_at: Option<SystemTime>,
+    settled_by: Option<SettledBy>,
 }
 
 impl SeenSettled {
@@ -33,6 +36,7 @@ impl SeenSettled {
                 attempts: entry.attempts,
                 started_at: entry.started_at,
                 settled_at: entry.settled_at,
+                settled_by: entry.settled_by.clone(),
             }),
             _ => None,
         }
@@ -58,8 +62,13 @@ impl SeenSettled {
         self.settled_at
     }
 
-    /// Whether `entry` is the settled entry seen: the same state, attempts, start and settling
-    /// time.
+    /// Which attempt settled it; `None` when its writer did not record it.
+    pub fn settled_by(&self) -> Option<&SettledBy> {
+        self.settled_by.as_ref()
+    }
+
+    /// Whether `entry` is the settled entry seen: the same state, attempts, start, settling
+    /// time and settling attempt.
     pub fn is(&self, entry: &Entry) -> bool {
         SeenSettled::of(entry).as_ref() == Some(self)
     }

@@ -19,8 +19,8 @@ use serde_json::Value;
 
 use crate::key::OperationKey;
 use crate::store::contract::{
-    Claim, ClaimRequest, Entry, Fenced, ListQuery, Page, Removed, Resolution, Resolved, Seen,
-    SeenSettled, State, Store,
+    Census, Claim, ClaimRequest, Entry, Fenced, ListQuery, Page, Removed, Resolution, Resolved,
+    Seen, SeenSettled, State, Store, Unreadable,
 };
 use crate::store::owner::OwnerToken;
 use crate::store::removal::epoch_millis;
@@ -41,6 +41,7 @@ pub use schema::SCHEMA_VERSION;
 pub use worker::SqliteStore;
 
 use claim::{ClaimArgs, Claimed, OwnedClaim, answers_claim, claim_inline, claim_locked, fenced};
+use error::Fault;
 use row::{after, entry_from, now_ms, read_live};
 use transaction::Transaction;
 
@@ -317,26 +318,66 @@ impl Store for SqliteStore {
         let size = query.page_size();
         // One more than a page, to know whether another page follows.
         let fetch = i64::try_from(size).unwrap_or(i64::MAX).saturating_add(1);
-        let entries = self
+        let mut rows = self
             .on_thread("list entries", move |conn| {
                 let mut stmt = conn.prepare_cached(sql::LIST)?;
                 let now = now_ms();
                 let mut rows = stmt.query(params![after_key, now, state, fetch, scope, tool])?;
-                let mut entries = Vec::new();
+                let mut listed = Vec::new();
                 while let Some(row) = rows.next()? {
-                    entries.push(entry_from(row, None, now)?);
+                    let key = row.get_ref(0)?.as_str().ok().map(str::to_owned);
+                    let entry = match entry_from(row, None, now) {
+                        Ok(entry) => Ok(entry),
+                        // One entry another writer garbled is reported, not the page failed.
+                        Err(Fault::Corrupt(e)) => {
+                            Err(Unreadable::from_error(e).map_err(Fault::Corrupt)?)
+                        }
+                        Err(other) => return Err(other),
+                    };
+                    listed.push((key, entry));
                 }
-                Ok(entries)
+                Ok(listed)
             })
             .await?;
-        let mut entries = entries;
-        let next = if entries.len() > size {
-            entries.truncate(size);
-            entries.last().map(|e| e.key.as_str().to_owned())
+        let next = if rows.len() > size {
+            rows.truncate(size);
+            // The next page starts after the last row of this one, read or not (a key that is
+            // not an operation key cannot be a cursor: the one before it is).
+            rows.iter()
+                .rev()
+                .find_map(|(key, _)| key.as_deref().filter(|k| k.parse::<OperationKey>().is_ok()))
+                .map(str::to_owned)
         } else {
             None
         };
-        Ok(Page::new(entries, next))
+        let (mut entries, mut unreadable) = (Vec::new(), Vec::new());
+        for (_, row) in rows {
+            match row {
+                Ok(entry) => entries.push(entry),
+                Err(u) => unreadable.push(u),
+            }
+        }
+        Ok(Page::new(entries, next).with_unreadable(unreadable))
+    }
+
+    /// One aggregate statement on the connection thread (as `list`): counts, no entry decoded.
+    async fn census(&self) -> Result<Option<Census>> {
+        let census = self
+            .on_thread("count entries", |conn| {
+                let mut stmt = conn.prepare_cached(sql::CENSUS)?;
+                let row = stmt.query_row(params![now_ms()], |row| {
+                    let count = |at: usize| row.get::<_, i64>(at).map(|n| n.max(0).unsigned_abs());
+                    let waited: Option<i64> = row.get(4)?;
+                    Ok(
+                        Census::new(count(0)?, count(1)?, count(2)?, count(3)?).oldest_unknown(
+                            waited.map(|ms| Duration::from_millis(ms.max(0).unsigned_abs())),
+                        ),
+                    )
+                })?;
+                Ok(row)
+            })
+            .await?;
+        Ok(Some(census))
     }
 
     /// One transaction under the write lock: the delete matches only the settled row seen
@@ -348,6 +389,7 @@ impl Store for SqliteStore {
         let attempts = seen.attempts();
         let started = epoch_millis(seen.started_at());
         let settled = seen.settled_at().map(epoch_millis);
+        let by = seen.settled_by().map(|b| b.as_str().to_owned());
         self.write("remove an entry", move |conn| {
             let tx = Transaction::immediate(conn)?;
             let now = now_ms();
@@ -357,7 +399,8 @@ impl Store for SqliteStore {
                 state,
                 attempts,
                 started,
-                settled
+                settled,
+                by
             ])?;
             let removed = if deleted == 1 {
                 Removed::Applied

@@ -6,6 +6,8 @@
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::texts::Text;
+
 /// Arguments read into the tool's type.
 pub(super) struct Parsed<A> {
     /// The tool's arguments.
@@ -40,7 +42,7 @@ pub(super) fn parse_typed<A: DeserializeOwned>(args: &Value) -> Result<Parsed<A>
 /// Why the arguments do not fit `A`, with the path of the offending field.
 fn explain<A: DeserializeOwned>(args: &Value) -> String {
     match serde_path_to_error::deserialize::<_, A>(args) {
-        Ok(_) => "the arguments do not fit the tool's type".to_owned(),
+        Ok(_) => Text::MisfitType.fill(&[]),
         Err(e) => {
             let path = e.path().to_string();
             if path == "." {

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use super::{ToolResult, Toolbox};
 use crate::key::OperationKey;
 use crate::layer::Outcome;
+use crate::texts::Text;
 
 impl Toolbox {
     /// The tool definitions for the Anthropic Messages API (`tools`: name, description,
@@ -97,7 +98,7 @@ impl Toolbox {
     pub async fn call_anthropic_with_outcome(&self, tool_use: &Value) -> Reply {
         let id = tool_use["id"].as_str().unwrap_or_default();
         let result = match tool_use["name"].as_str() {
-            None => self.invalid("?", "the tool_use block has no name"),
+            None => self.invalid("?", &Text::NoToolUseName.fill(&[])),
             Some(name) => {
                 let input = tool_use.get("input").cloned().unwrap_or_else(|| json!({}));
                 self.call(name, input).await
@@ -124,7 +125,7 @@ impl Toolbox {
         let id = tool_call["id"].as_str().unwrap_or_default();
         let function = &tool_call["function"];
         let result = match function["name"].as_str() {
-            None => self.invalid("?", "the tool call has no function name"),
+            None => self.invalid("?", &Text::NoFunctionName.fill(&[])),
             Some(name) => match &function["arguments"] {
                 Value::String(text) => self.call_json(name, text).await,
                 Value::Null => self.call(name, json!({})).await,

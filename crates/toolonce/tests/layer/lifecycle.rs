@@ -242,7 +242,9 @@ async fn anthropic_and_openai_tool_calls_are_answered_in_their_own_format() {
         .await;
     assert_eq!(again["role"], "tool");
     assert_eq!(again["tool_call_id"], "call_9");
-    assert_eq!(again["content"], first["content"]);
+    // The recorded result, then the replay's note, as two text parts.
+    assert_eq!(again["content"][0]["text"], first["content"]);
+    assert_eq!(again["content"][1]["type"], "text");
     assert_eq!(tool.charges.load(Ordering::SeqCst), 1);
     let bad = tb
         .call_anthropic(&json!({"type": "tool_use", "id": "toolu_2", "name": "nope", "input": {}}))

@@ -6,6 +6,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
+use toolonce::texts::Text;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -241,9 +242,9 @@ impl Exchange {
             return self.lost(&format!("HTTP {status}: {said}"));
         }
         let session = if session_ended {
-            " Its session has ended, and a new one could not be opened."
+            Text::McpHttpSessionEnded.fill(&[])
         } else {
-            ""
+            String::new()
         };
         if let [id] = &self.requests[..]
             && let Some(error) = refusal.and_then(|r| own_refusal(r, id, status))
@@ -258,10 +259,12 @@ impl Exchange {
             return;
         }
         for id in &self.requests {
-            let text = format!(
-                "toolonce: the MCP server at {shown} refused this request with HTTP {status} \
-                 ({said}); it was not processed.{session}"
-            );
+            let text = Text::McpHttpRefused.fill(&[
+                ("upstream", shown),
+                ("status", &status.to_string()),
+                ("said", &said.to_string()),
+                ("session", &session),
+            ]);
             // The status (and an authentication challenge) go along, so that a gateway can
             // answer its own client with them (see `listen`).
             let mut data = serde_json::json!({HTTP_STATUS_KEY: status.as_u16()});

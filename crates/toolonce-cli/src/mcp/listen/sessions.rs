@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+use toolonce::texts::Text;
 
 use hyper::header::HeaderValue;
 use tokio::sync::mpsc;
@@ -50,6 +51,15 @@ pub(crate) struct Gateway {
     pub(crate) max_sessions_per_principal: Option<usize>,
     /// What bounds the HTTP server (timeouts, body size, connections).
     pub(crate) bounds: super::limits::Bounds,
+    /// The operator console under /console (`--console`), with its token.
+    pub(crate) console: Option<ConsoleToken>,
+}
+
+/// The token of the console the gateway serves: the gateway's own (`--require-token`), or a
+/// random one printed at start.
+pub(crate) enum ConsoleToken {
+    Given(String),
+    Printed(String),
 }
 
 /// The server behind the gateway.
@@ -71,6 +81,8 @@ pub(crate) enum Backend {
 
 pub(super) struct State {
     pub(super) gateway: Gateway,
+    /// The operator console, when `--console` serves it.
+    pub(super) console: Option<Arc<crate::console::Console>>,
     pub(super) sessions: Mutex<HashMap<String, Arc<Session>>>,
     /// Proxies for requests without a session (protocol 2026-07-28 has none), each shared by
     /// many clients (see [`shared`](super::shared)). A request goes to the first with fewer
@@ -421,7 +433,7 @@ pub(super) fn start_session(
                     let _ = tx.send(event(&jsonrpc::error_line(
                         Some(&id),
                         INTERNAL_ERROR,
-                        "toolonce: the server exited before answering this request",
+                        &Text::McpServerExited.fill(&[]),
                     )));
                 }
             }

@@ -9,6 +9,7 @@ use deadpool_postgres::tokio_postgres::Row;
 use crate::store::contract::{About, Entry, EntryState, Fenced};
 use crate::store::json::read_stored;
 use crate::store::recorded::Recorded;
+use crate::store::settled_by::SettledBy;
 
 use crate::key::{Fingerprint, OperationKey};
 use crate::{Error, Result};
@@ -33,6 +34,13 @@ pub(super) fn decode(key: OperationKey, row: &Row, at: usize) -> Result<Entry> {
         .map(|f| f.parse::<Fingerprint>())
         .transpose()
         .map_err(|e| corrupt("fingerprint", &e))?;
+    // A settled row keeps the owner of the attempt that settled it (older versions cleared it).
+    let mut owner = owner;
+    let settled_by = if matches!(state, "done" | "failed") {
+        owner.take().map(SettledBy::new)
+    } else {
+        None
+    };
     let state = match state {
         "running" => EntryState::Running { owner },
         "unknown" => EntryState::Unknown { owner },
@@ -71,7 +79,8 @@ pub(super) fn decode(key: OperationKey, row: &Row, at: usize) -> Result<Entry> {
         .with_about(about)
         .with_first_started_at(first_started_at)
         .with_attempts(attempts)
-        .with_settled_at(settled_at))
+        .with_settled_at(settled_at)
+        .with_settled_by(settled_by))
 }
 
 pub(super) fn fenced(rows: u64) -> Fenced {

@@ -44,7 +44,7 @@ pub(super) async fn migrate_on(
 }
 
 /// A statement of the version table (`statements/*.sql`) with its name filled in.
-fn versioned(text: &str) -> String {
+pub(super) fn versioned(text: &str) -> String {
     text.replace("{{version_table}}", VERSION_TABLE)
 }
 

@@ -61,6 +61,7 @@ pub(super) struct Sql {
     pub(super) resolve_failed: String,
     pub(super) resolve_release: String,
     pub(super) remove_settled: String,
+    pub(super) census: String,
 }
 
 /// How many expired rows one purge statement deletes: batches keep each transaction short.
@@ -83,6 +84,7 @@ mod text {
     pub(super) const RESOLVE_FAILED: &str = include_str!("statements/resolve_failed.sql");
     pub(super) const RESOLVE_RELEASE: &str = include_str!("statements/resolve_release.sql");
     pub(super) const REMOVE_SETTLED: &str = include_str!("statements/remove_settled.sql");
+    pub(super) const CENSUS: &str = include_str!("statements/census.sql");
     /// The columns `row::decode` reads, by position.
     pub(super) const ENTRY_COLUMNS: &str = include_str!("statements/entry_columns.sql");
 }
@@ -94,6 +96,10 @@ pub(super) mod schema_text {
         include_str!("statements/create_version_table.sql");
     pub(crate) const READ_VERSION: &str = include_str!("statements/read_version.sql");
     pub(crate) const WRITE_VERSION: &str = include_str!("statements/write_version.sql");
+    /// The version unlocked, for a caller that only reads it.
+    pub(crate) const SCHEMA_VERSION: &str = include_str!("statements/schema_version.sql");
+    /// Whether the server is a hot standby (no placeholder).
+    pub(crate) const IN_RECOVERY: &str = include_str!("statements/in_recovery.sql");
 }
 
 /// A fragment of a statement (a column list) without its comment lines, to put in place of a
@@ -132,6 +138,7 @@ impl Sql {
             resolve_failed: r(text::RESOLVE_FAILED),
             resolve_release: r(text::RESOLVE_RELEASE),
             remove_settled: r(text::REMOVE_SETTLED),
+            census: r(text::CENSUS),
         }
     }
 
@@ -150,6 +157,7 @@ impl Sql {
             &self.resolve_failed,
             &self.resolve_release,
             &self.remove_settled,
+            &self.census,
         ]
         .into_iter()
         .map(String::as_str)

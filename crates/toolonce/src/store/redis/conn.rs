@@ -24,8 +24,8 @@ use super::replicas::Replication;
 ///
 /// ```text
 /// {"status":"running","startedAt":…,"owner":"<SHA-1 of the token>","retention":…,"fingerprint":"3a…","firstStartedAt":…,"attempts":1,"scope":"run-1","tool":"charge"}
-/// {"status":"done","result":{…},"startedAt":…,"completedAt":…,"settledAt":…,"fingerprint":"3a…","firstStartedAt":…,"attempts":1,"scope":…,"tool":…}
-/// {"status":"failed","error":{"message":…,"class":"permanent"},"startedAt":…,"failedAt":…,"settledAt":…,"fingerprint":"3a…",…}
+/// {"status":"done","result":{…},"startedAt":…,"completedAt":…,"settledAt":…,"owner":"<40 hex>","fingerprint":"3a…","firstStartedAt":…,"attempts":1,"scope":…,"tool":…}
+/// {"status":"failed","error":{"message":…,"class":"permanent"},"startedAt":…,"failedAt":…,"settledAt":…,"owner":"<40 hex>","fingerprint":"3a…",…}
 /// ```
 ///
 /// with Redis's own expiry (`PX`). A running entry's key lives for the lease **plus** the

@@ -77,11 +77,13 @@ end
 
 -- A settled entry: `head` (`{"status":"done","result":…` or `{"status":"failed","error":…`,
 -- built by the client), then what it keeps of its running entry `e`, the settling time under
--- `at_field` (`completedAt` or `failedAt`, which today's readers know) and `settledAt`.
+-- `at_field` (`completedAt` or `failedAt`, which today's readers know), `settledAt` and the
+-- owner's digest (`owner`: which attempt settled it, what a removal compares).
 local function settled_value(head, e, at_field, now)
   return head .. ',"startedAt":' .. e.started .. ',"' .. at_field .. '":' .. fmt(now)
-    .. ',"settledAt":' .. fmt(now) .. ',"fingerprint":"' .. e.fingerprint .. '","firstStartedAt":'
-    .. e.first .. ',"attempts":' .. fmt(e.attempts) .. e.about
+    .. ',"settledAt":' .. fmt(now) .. ',"owner":"' .. e.owner .. '","fingerprint":"'
+    .. e.fingerprint .. '","firstStartedAt":' .. e.first .. ',"attempts":' .. fmt(e.attempts)
+    .. e.about
 end
 
 -- What the read, claim and resolve scripts answer for an existing entry: the value and its

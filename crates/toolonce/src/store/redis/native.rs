@@ -34,6 +34,8 @@ pub(super) struct Held<'a> {
     pub(super) value: &'a str,
     /// `startedAt`'s digits.
     started: &'a str,
+    /// The owner's digest (40 hex), which the settled entry keeps.
+    digest: &'a str,
     /// The retention in ms, which a renewal keeps after the new lease.
     pub(super) retention: u64,
     /// From `,"fingerprint":` to the end: what a settled entry keeps after its times.
@@ -62,6 +64,7 @@ impl<'a> Held<'a> {
         Some(Held {
             value,
             started,
+            digest,
             retention: retention.parse().ok()?,
             rest,
         })
@@ -69,12 +72,12 @@ impl<'a> Held<'a> {
 
     /// The settled entry of this running one: `head` (`{"status":"done","result":…` or
     /// `{"status":"failed","error":…`), the start, the settling time `now_ms` under `at_field`
-    /// (`completedAt` or `failedAt`) and `settledAt`, then the rest: what owned.lua's `settled`
-    /// writes.
+    /// (`completedAt` or `failedAt`) and `settledAt`, the owner's digest, then the rest: what
+    /// owned.lua's `settled` writes.
     pub(super) fn settled(&self, head: &str, at_field: &str, now_ms: u64) -> String {
         let mut at = itoa::Buffer::new();
         let at = at.format(now_ms);
-        let mut out = String::with_capacity(head.len() + self.rest.len() + 96);
+        let mut out = String::with_capacity(head.len() + self.rest.len() + 144);
         out.push_str(head);
         out.push_str(r#","startedAt":"#);
         out.push_str(self.started);
@@ -84,6 +87,9 @@ impl<'a> Held<'a> {
         out.push_str(at);
         out.push_str(r#","settledAt":"#);
         out.push_str(at);
+        out.push_str(r#","owner":""#);
+        out.push_str(self.digest);
+        out.push('"');
         out.push_str(self.rest);
         out
     }
@@ -183,7 +189,7 @@ mod tests {
         assert_eq!(held.retention, 86_400_000);
         assert_eq!(
             held.settled(r#"{"status":"done","result":7"#, "completedAt", 5),
-            r#"{"status":"done","result":7,"startedAt":1764400000123,"completedAt":5,"settledAt":5,"fingerprint":"ab","firstStartedAt":1764400000123,"attempts":1,"scope":"run \"1\""}"#
+            r#"{"status":"done","result":7,"startedAt":1764400000123,"completedAt":5,"settledAt":5,"owner":"b1775a785f09a6ebaf2dc33d6eaeb98974d9cdb8","fingerprint":"ab","firstStartedAt":1764400000123,"attempts":1,"scope":"run \"1\""}"#
         );
     }
 

@@ -34,6 +34,7 @@ local function owned(key, token)
   end
   return {
     started = string.sub(value, 33, started_end - 1),
+    owner = string.sub(owner, 11, 50),
     retention = tonumber(string.sub(value, retention_start, retention_end - 1)),
     rest = string.sub(value, retention_end),
   }
@@ -41,9 +42,10 @@ end
 
 -- The settled entry of `e` (from `owned`): `head` (`{"status":"done","result":…` or
 -- `{"status":"failed","error":…`, built by the client), its start, the settling time under
--- `at_field` (`completedAt` or `failedAt`) and `settledAt`, then the rest of the running entry.
+-- `at_field` (`completedAt` or `failedAt`) and `settledAt`, the digest of the owner that
+-- settled it (`owner`, which a removal compares), then the rest of the running entry.
 local function settled(head, e, at_field, now)
   local at = string.format('%d', now)
   return head .. ',"startedAt":' .. e.started .. ',"' .. at_field .. '":' .. at
-    .. ',"settledAt":' .. at .. e.rest
+    .. ',"settledAt":' .. at .. ',"owner":"' .. e.owner .. '"' .. e.rest
 end

@@ -11,6 +11,7 @@ use serde_json::Value as Json;
 use crate::key::{Fingerprint, OperationKey};
 use crate::store::contract::{About, Entry, EntryState};
 use crate::store::json::read_lenient;
+use crate::store::settled_by::SettledBy;
 use crate::tool::ToolError;
 use crate::{Error, Result};
 
@@ -124,7 +125,7 @@ fn parse_wire<'a>(
 /// The entry of a decoded value: see [`decode_entry`].
 pub(super) fn entry_of(
     key: &OperationKey,
-    wire: Wire<'_>,
+    mut wire: Wire<'_>,
     pttl: Option<i64>,
     server_now: Option<i64>,
     local_now: SystemTime,
@@ -141,6 +142,12 @@ pub(super) fn entry_of(
         .map(|ms| shifted(local_now, ms as f64));
     let completed_at = wire.completed_at.map(epoch_ms);
     let failed_at = wire.failed_at.map(epoch_ms);
+    // A settled entry keeps the digest of the owner whose attempt settled it (older writers
+    // and the reference design do not).
+    let settled_by = match &*wire.status {
+        "done" | "failed" => wire.owner.take().map(SettledBy::new),
+        _ => None,
+    };
     let (state, expires_at) = match &*wire.status {
         "running" => match (wire.retention, wire.lease_until) {
             (Some(retention), _) => {
@@ -214,7 +221,8 @@ pub(super) fn entry_of(
             )
             .with_first_started_at(wire.first_started_at.map(epoch_ms))
             .with_attempts(attempts)
-            .with_settled_at(settled_at),
+            .with_settled_at(settled_at)
+            .with_settled_by(settled_by),
     )
 }
 

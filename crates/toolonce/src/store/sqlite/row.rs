@@ -10,6 +10,7 @@ use crate::key::{Fingerprint, OperationKey};
 use crate::store::contract::{About, Entry, EntryState, millis};
 use crate::store::json::read_stored;
 use crate::store::recorded::Recorded;
+use crate::store::settled_by::SettledBy;
 use crate::tool::ToolError;
 
 use super::error::{Fault, JobResult};
@@ -114,11 +115,17 @@ pub(super) fn entry_from(
     let attempts = millis(13)?.unwrap_or(0);
     let attempts = u32::try_from(attempts).map_err(|_| corrupt(format!("{attempts} attempts")))?;
     let first_started_at = time(12, "first_started_at")?;
+    // A settled row keeps the owner of the attempt that settled it (older versions cleared it).
+    let settled_by = match state {
+        EntryState::Done { .. } | EntryState::Failed { .. } => text(2)?.map(SettledBy::new),
+        _ => None,
+    };
     Ok(Entry::new(key, fingerprint, started_at, expires_at, state)
         .with_about(about)
         .with_first_started_at(first_started_at)
         .with_attempts(attempts)
-        .with_settled_at(settled_at))
+        .with_settled_at(settled_at)
+        .with_settled_by(settled_by))
 }
 
 /// The live entry of `key`, read in one statement (so from one consistent snapshot).

@@ -51,6 +51,11 @@ pub(super) const DELETE: &str = include_str!("statements/delete.sql");
 pub(super) const PURGE: &str = include_str!("statements/purge.sql");
 /// A page of live entries.
 pub(super) const LIST: &str = include_str!("statements/list.sql");
+/// How many live entries are in each state, and the oldest unknown one's wait.
+pub(super) const CENSUS: &str = include_str!("statements/census.sql");
+
+/// Moves the WAL's committed pages into the database file, waiting for no reader.
+pub(super) const WAL_CHECKPOINT: &str = include_str!("statements/wal_checkpoint.sql");
 
 /// The file's application id.
 pub(super) const APPLICATION_ID: &str = include_str!("statements/application_id.sql");

@@ -232,11 +232,7 @@ impl SqliteStore {
                             drop(guard);
                             let n = commits.fetch_add(1, Ordering::Relaxed);
                             if n % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1 {
-                                let _ = conn.query_row(
-                                    "PRAGMA wal_checkpoint(PASSIVE)",
-                                    [],
-                                    |_| Ok(()),
-                                );
+                                let _ = conn.query_row(sql::WAL_CHECKPOINT, [], |_| Ok(()));
                             }
                             return Ok(value);
                         }
@@ -302,7 +298,7 @@ impl SqliteStore {
         let n = self.inline_commits.fetch_add(1, Ordering::Relaxed);
         if n % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1 {
             let _ = self.jobs.send(Box::new(|conn| {
-                let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+                let _ = conn.query_row(sql::WAL_CHECKPOINT, [], |_| Ok(()));
             }));
         }
     }

@@ -1,28 +1,23 @@
 //! The store conformance suite: the contract of `Store`, written once and run against every
-//! backend by `store_conformance!`. Each test gets a fresh, isolated store from the backend's
-//! factory, and uses only real time (short leases and sleeps), so backends whose clock is a
-//! server's run it unchanged.
+//! backend by `store_conformance!`: the store cases as data (`store_cases`, the file the
+//! TypeScript package runs too), the layer scenarios, and the few cases that stay code. Each
+//! case gets a fresh, isolated store from the backend's factory, and uses only real time
+//! (short leases and sleeps), so backends whose clock is a server's run it unchanged.
 
 #![allow(dead_code, unreachable_pub)]
 
-mod claims;
-mod entries;
+mod census;
 pub mod multiprocess;
-mod records;
-mod remove;
-mod resolve;
-mod resolve_fenced;
+mod racing_operators;
+mod replayed_text;
 mod scenarios;
-mod unknown;
+mod store_cases;
 
-pub use claims::*;
-pub use entries::*;
-pub use records::*;
-pub use remove::*;
-pub use resolve::*;
-pub use resolve_fenced::*;
+pub use census::*;
+pub use racing_operators::*;
+pub use replayed_text::*;
 pub use scenarios::layer_scenarios;
-pub use unknown::*;
+pub use store_cases::store_cases;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,8 +25,8 @@ use std::time::Duration;
 use serde_json::json;
 use toolonce::key::{self, Fingerprint, OperationKey};
 use toolonce::{
-    About, Claim, ClaimRequest, EntryState, Fenced, ListQuery, OwnerToken, Resolution, Resolved,
-    Seen, State, Store, ToolError,
+    Claim, ClaimRequest, EntryState, Fenced, OwnerToken, Resolution, Resolved, Seen, State, Store,
+    ToolError,
 };
 
 /// Waits until the entry at `key` is `unknown` (its lease ran out unsettled, on the store's
@@ -49,6 +44,34 @@ pub async fn until_unknown(store: &dyn Store, key: &OperationKey) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A key whose first attempt's lease has expired unsettled: its entry is `unknown`.
+pub async fn unknown_entry(
+    store: &dyn Store,
+    name: &str,
+) -> (OperationKey, Fingerprint, OwnerToken) {
+    let (key, fp) = op(name);
+    let owner = won(store.claim_fresh(&key, &fp, SHORT).await.unwrap());
+    tokio::time::sleep(PAST_SHORT).await;
+    (key, fp, owner)
+}
+
+/// What an operator sees of `key` before it resolves it: the live entry's attempt, which must
+/// be unsettled.
+pub async fn seen(store: &dyn Store, key: &OperationKey) -> Seen {
+    let entry = store
+        .get(key)
+        .await
+        .unwrap()
+        .expect("a live entry to look at");
+    Seen::of(&entry).unwrap_or_else(|| panic!("expected an unsettled entry, got {entry:?}"))
+}
+
+/// What an operator saw of a settled entry, as it would have seen it while it ran: an
+/// attempt that no longer exists as such.
+pub async fn seen_while_running(store: &dyn Store, key: &OperationKey) -> Seen {
+    seen(store, key).await.even_if_live()
 }
 
 /// A lease long enough never to expire during a test unless it means to wait for it.
@@ -87,14 +110,6 @@ pub trait ClaimFresh {
         fp: &Fingerprint,
         lease: Duration,
     ) -> toolonce::Result<Fresh>;
-
-    /// The same with `takeover` set: an `unknown` entry is taken over.
-    async fn take_over_fresh(
-        &self,
-        key: &OperationKey,
-        fp: &Fingerprint,
-        lease: Duration,
-    ) -> toolonce::Result<Fresh>;
 }
 
 #[async_trait::async_trait]
@@ -114,22 +129,9 @@ impl<S: Store + ?Sized> ClaimFresh for S {
                 Claim::Won => Fresh::Won(owner),
                 Claim::TookOver => panic!("a claim without takeover took over"),
                 Claim::Existing(entry) => Fresh::Existing(entry),
+                other => panic!("a claim this suite does not know: {other:?}"),
             },
         )
-    }
-
-    async fn take_over_fresh(
-        &self,
-        key: &OperationKey,
-        fp: &Fingerprint,
-        lease: Duration,
-    ) -> toolonce::Result<Fresh> {
-        let owner = OwnerToken::generate();
-        let request = ClaimRequest::new(key, fp, &owner, lease).takeover(true);
-        Ok(match self.claim(&request).await? {
-            Claim::Won | Claim::TookOver => Fresh::Won(owner),
-            Claim::Existing(entry) => Fresh::Existing(entry),
-        })
     }
 }
 
@@ -159,69 +161,40 @@ pub async fn replayed_result<S: Store + ?Sized>(
     }
 }
 
-/// Asserts that an entry shows `owner` as its holder: the token itself, or, where duplicates
-/// read the entry's value (Redis), the token's SHA-1 in hex, which names the holder without
-/// letting the reader settle the entry.
-pub fn assert_shows_owner(shown: &str, owner: &OwnerToken) {
-    let digest = sha1_smol::Sha1::from(owner.as_str()).digest().to_string();
-    assert!(
-        shown == owner.as_str() || shown == digest,
-        "the entry shows {shown:?}, neither the owner's token nor its digest"
-    );
-}
-
-/// Runs the whole suite against a backend. `$make` is an async expression that gives a fresh,
+/// Runs the whole suite against a backend: the store cases, the layer scenarios and the cases
+/// that stay code. `$make` is an async expression that gives a fresh,
 /// isolated `Arc<dyn Store>` each time it is evaluated.
 #[macro_export]
 macro_rules! store_conformance {
     ($make:expr) => {
+        $crate::store_conformance!($make, census: true);
+    };
+    // `census: false`: a store whose census is `None` (it cannot count without reading every
+    // entry), which must say so rather than guess.
+    ($make:expr, census: $counts:expr) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn a_census_counts_live_entries_by_state_and_the_oldest_unknown_wait() {
+            let store: ::std::sync::Arc<dyn ::toolonce::Store> = $make.await;
+            conformance::a_census_counts_live_entries_by_state_and_the_oldest_unknown_wait(
+                store, $counts,
+            )
+            .await;
+        }
         $crate::store_conformance!(@tests $make;
-            first_claim_wins_and_the_second_sees_it_running,
-            sixty_four_concurrent_claims_have_exactly_one_winner,
-            a_claim_retried_with_its_own_token_wins_and_with_another_does_not,
-            a_completed_entry_replays_its_result_exactly,
             a_replayed_result_reads_exactly_as_the_first_call_showed_it,
-            a_sticky_failure_is_replayed,
-            a_transient_failure_deletes_the_entry,
-            renew_keeps_a_running_entry_alive_past_its_first_lease,
-            an_expired_lease_lets_a_caller_that_asks_take_over,
-            a_stale_owner_can_neither_complete_renew_nor_fail_after_a_takeover,
-            a_late_owner_still_records_its_outcome_when_nobody_took_over,
-            a_stranger_token_is_fenced_out,
-            a_settled_entry_cannot_be_settled_again,
-            retention_expiry_makes_a_done_entry_absent,
-            list_pages_through_entries_and_filters_by_state,
-            delete_removes_an_entry_whatever_its_state,
-            purge_removes_expired_entries_and_keeps_live_ones,
-            get_of_an_unknown_key_is_none,
-            a_running_entry_reports_a_lease_expiry_in_the_future,
-            an_expired_lease_leaves_the_entry_unknown,
-            a_claim_without_takeover_sees_an_unknown_entry,
-            a_takeover_wins_an_unknown_entry_counts_the_attempt_and_keeps_the_first_start,
-            a_takeover_never_applies_to_a_live_or_settled_entry,
-            a_takeover_with_other_arguments_is_refused,
-            its_own_token_reclaims_an_unknown_entry,
-            an_unknown_entry_is_kept_for_its_retention_after_the_lease_then_absent,
-            resolve_done_settles_an_unknown_entry_for_duplicates,
-            a_forced_resolve_failed_settles_the_stuck_running_claim_it_saw,
-            resolve_release_forgets_the_entry_so_the_next_call_runs,
-            resolve_leaves_an_entry_that_settled_meanwhile_alone,
-            resolve_of_an_absent_key_is_absent,
-            resolve_of_a_live_running_claim_is_refused_and_says_when_its_lease_ends,
-            an_unknown_entry_renewed_by_its_owner_after_it_was_seen_is_refused_as_live,
-            resolve_with_a_stale_seen_is_refused_after_a_takeover,
-            a_second_operator_never_releases_the_claim_made_after_the_first_released,
             operators_racing_to_settle_one_unknown_entry_apply_once_and_spare_the_new_claim,
-            an_entry_records_what_it_is_how_often_it_started_and_when_it_settled,
-            list_filters_by_state_scope_and_tool,
-            concurrent_takeovers_of_an_unknown_entry_have_exactly_one_winner,
-            a_zero_lease_renewal_gives_an_entry_back_unknown_with_its_record,
-            remove_deletes_the_settled_entry_read_so_the_next_call_runs,
-            remove_after_the_entry_was_deleted_and_claimed_again_spares_the_live_claim,
-            remove_after_the_entry_was_claimed_and_settled_again_is_refused_as_changed,
-            remove_of_an_absent_key_is_absent,
             layer_scenarios,
         );
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn store_cases() {
+            conformance::store_cases(&|| {
+                ::std::boxed::Box::pin(async {
+                    let store: ::std::sync::Arc<dyn ::toolonce::Store> = $make.await;
+                    store
+                })
+            })
+            .await;
+        }
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
         $(

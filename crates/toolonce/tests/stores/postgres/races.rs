@@ -17,8 +17,8 @@ async fn claim_takeover(
         .unwrap()
     {
         Claim::TookOver => Fresh::Won(owner),
-        Claim::Won => panic!("won an existing entry without taking it over"),
         Claim::Existing(entry) => Fresh::Existing(entry),
+        other => panic!("won an existing entry without taking it over: {other:?}"),
     }
 }
 

@@ -26,7 +26,7 @@ fn cluster_url() -> String {
     )
 }
 
-store_conformance!(async { Arc::new(RedisStore::connect(&cluster_url()).await.unwrap()) });
+store_conformance!(async { Arc::new(RedisStore::connect(&cluster_url()).await.unwrap()) }, census: false);
 
 #[tokio::test]
 async fn every_master_of_the_cluster_is_asked_and_the_native_claim_is_on_for_redis_7() {

@@ -248,7 +248,7 @@ async fn entries_written_by_the_previous_version_still_decode_replay_and_expire_
     let req = ClaimRequest::new(&op.key, &op.fingerprint, &owner, conformance::LONG).takeover(true);
     match store.claim(&req).await.unwrap() {
         Claim::Existing(e) => assert_eq!(e.state(), State::Running),
-        Claim::Won | Claim::TookOver => panic!("took over a live entry of the previous version"),
+        other => panic!("took over a live entry of the previous version: {other:?}"),
     }
     // Its key expires with its lease: then it is absent, as the previous version meant.
     let start = Instant::now();
@@ -395,6 +395,7 @@ async fn our_done_and_failed_entries_keep_the_result_and_error_byte_for_byte() {
             .unwrap(),
     );
     let result = json!({"id": 18446744073709551615u64, "ratio": 0.30000000000000004, "tiny": 5e-324, "s": "\u{2028}/\"é"});
+    let token = owner.as_str().to_owned();
     assert_eq!(
         store
             .complete(&op.key, owner, &result, Duration::from_secs(3600))
@@ -415,7 +416,19 @@ async fn our_done_and_failed_entries_keep_the_result_and_error_byte_for_byte() {
     );
     assert!(value["startedAt"].as_u64().unwrap() <= value["completedAt"].as_u64().unwrap());
     assert_eq!(value["fingerprint"], op.fingerprint.as_str());
-    assert!(value.get("owner").is_none(), "a settled entry has no owner");
+    // Which attempt settled it, as the running entry kept it: the owner's digest, never the
+    // token (a removal compares it; it fences nothing).
+    let settled_by = value["owner"]
+        .as_str()
+        .expect("the settling attempt's digest");
+    assert!(
+        settled_by.len() == 40 && settled_by.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{settled_by}"
+    );
+    assert!(
+        !raw.contains(&token),
+        "the owner token is never stored: {raw}"
+    );
     let pttl: i64 = redis
         .command(&["PTTL", &raw_key(&store, &op.key)])
         .parse()

@@ -40,7 +40,8 @@ async fn store_on(url: &str) -> RedisStore {
         .unwrap()
 }
 
-store_conformance!(async { Arc::new(store_on(&shared_redis().url()).await) });
+// Redis keeps no index by state: counting would read every entry, so its census is `None`.
+store_conformance!(async { Arc::new(store_on(&shared_redis().url()).await) }, census: false);
 
 /// The raw Redis key of an operation key in `store`.
 fn raw_key(store: &RedisStore, key: &toolonce::OperationKey) -> String {

@@ -80,9 +80,13 @@ macro_rules! on_server {
 
             #[tokio::test]
             async fn every_claim_is_the_claim_script_and_a_replay_one_call_of_it() {
-                let store = super::store_on(server()).await;
+                // A server of its own: the counts are the server's, and the other tests of
+                // this version share `server()` in parallel (a store connecting there showed
+                // up here as `client=2`).
+                let own = super::start($version);
+                let store = super::store_on(&own).await;
                 let (write, replay) = super::redis_round_trips::commands_of_a_write_and_its_replay(
-                    server(),
+                    &own,
                     store,
                     "old-server",
                 )
@@ -94,7 +98,7 @@ macro_rules! on_server {
                 assert_eq!(replay, ["evalsha=1", "get=1", "pttl=1"]);
             }
 
-            crate::store_conformance!(async { Arc::new(super::store_on(server()).await) });
+            crate::store_conformance!(async { Arc::new(super::store_on(server()).await) }, census: false);
         }
     };
 }

@@ -311,14 +311,15 @@ async fn after_a_failover_to_a_server_without_ifeq_the_owner_still_settles_throu
     assert_eq!(valkey.command(&["GET", &redis_key]), running);
 }
 
-crate::store_conformance!(async { Arc::new(store().await) });
+crate::store_conformance!(async { Arc::new(store().await) }, census: false);
 
 mod script_fence {
     //! The conformance suite on Valkey with the native fence off: the settling scripts with
     //! the whole-value comparison first (what Redis 7 runs).
     use super::*;
 
-    crate::store_conformance!(async {
-        Arc::new(builder().native_fence(false).connect().await.unwrap())
-    });
+    crate::store_conformance!(
+        async { Arc::new(builder().native_fence(false).connect().await.unwrap()) },
+        census: false
+    );
 }

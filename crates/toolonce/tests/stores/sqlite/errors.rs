@@ -318,7 +318,6 @@ async fn an_entry_whose_result_is_not_json_is_reported_corrupt() {
             .claim_fresh(&key, &fp, conformance::LONG)
             .await
             .unwrap_err(),
-        store.list(&ListQuery::new()).await.unwrap_err(),
     ] {
         match err {
             Error::Corrupt { key: k, reason } => {
@@ -328,6 +327,16 @@ async fn an_entry_whose_result_is_not_json_is_reported_corrupt() {
             other => panic!("expected a corrupt entry, got {other:?}"),
         }
     }
+    // A listing reports it beside the page rather than failing.
+    let page = store.list(&ListQuery::new()).await.unwrap();
+    assert!(page.entries.is_empty(), "{:?}", page.entries);
+    assert_eq!(page.unreadable.len(), 1, "{:?}", page.unreadable);
+    assert_eq!(page.unreadable[0].key, key.as_str());
+    assert!(
+        page.unreadable[0].reason.contains("not JSON"),
+        "{:?}",
+        page.unreadable
+    );
 }
 
 #[tokio::test]

@@ -132,7 +132,7 @@ async fn concurrent_takeovers_of_one_unknown_entry_have_one_winner() {
                     match store.claim(&req).await.unwrap() {
                         Claim::TookOver => true,
                         Claim::Existing(_) => false,
-                        Claim::Won => panic!("a takeover of another's entry answered Won"),
+                        other => panic!("a takeover of another's entry answered {other:?}"),
                     }
                 })
             })
