@@ -16,6 +16,7 @@ use tracing_subscriber::util::SubscriberInitExt as _;
 
 mod args;
 mod bench;
+mod connections;
 mod console;
 mod demo;
 mod exec;

@@ -1,9 +1,9 @@
 //! The console's HTTP server (hyper, as the gateway): at most [`MAX_CONNECTIONS`] connections
-//! at once (a new one waits for room), a request head within [`HEADER_TIMEOUT`], a body of at
-//! most [`MAX_BODY`] bytes within [`BODY_TIMEOUT`]. Each request is authenticated before its
-//! body is read.
+//! at once (at the cap the oldest one without a whole request head, else the oldest idle one,
+//! is closed for a new one, as [`crate::connections`] says), a request head within
+//! [`HEADER_TIMEOUT`], a body of at most [`MAX_BODY`] bytes within [`BODY_TIMEOUT`]. Each
+//! request is authenticated before its body is read.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,13 +13,14 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use hyper::header;
 use hyper::{Request, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioTimer;
 use toolonce::Store;
 
 use super::reply::{self, Answer};
 use super::routes::{self, Route};
 use super::session::Sessions;
 use super::stats::Stats;
+use crate::connections::Connections;
 
 pub(crate) const MAX_CONNECTIONS: usize = 64;
 pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -171,16 +172,18 @@ pub(super) async fn serve(
     listener: tokio::net::TcpListener,
     console: Arc<Console>,
 ) -> anyhow::Result<()> {
-    let room = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let connections = Connections::new(MAX_CONNECTIONS);
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     loop {
-        let permit = tokio::select! {
-            permit = room.clone().acquire_owned() => permit?,
-            _ = terminate.recv() => return Ok(()),
-            _ = tokio::signal::ctrl_c() => return Ok(()),
-        };
         let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
+            accepted = async {
+                let accepted = listener.accept().await;
+                // After the accept, so that a connection is only closed for one that came.
+                if accepted.is_ok() {
+                    connections.room().await;
+                }
+                accepted
+            } => match accepted {
                 Ok((stream, _)) => stream,
                 Err(e) => {
                     tracing::debug!(target: "toolonce::console", error = %e, "cannot accept");
@@ -193,20 +196,23 @@ pub(super) async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let console = console.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            let service = hyper::service::service_fn(move |request| {
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(TokioTimer::new())
+            .header_read_timeout(HEADER_TIMEOUT)
+            .max_buf_size(64 * 1024);
+        connections.serve(
+            stream,
+            http,
+            move |request| {
                 let console = console.clone();
-                async move { Ok::<_, Infallible>(console.handle(request).await) }
-            });
-            let served = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .max_buf_size(64 * 1024)
-                .serve_connection(TokioIo::new(stream), service);
-            if let Err(e) = served.await {
-                tracing::debug!(target: "toolonce::console", error = %e, "connection ended");
-            }
-        });
+                async move { console.handle(request).await }
+            },
+            || {
+                reply::error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the connection was closed to make room",
+                )
+            },
+        );
     }
 }

@@ -45,14 +45,13 @@
 //! the gateway's own credentials is a 502.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hyper::body::Incoming as Body;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioTimer;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
@@ -74,9 +73,10 @@ mod routes;
 mod sessions;
 mod shared;
 
+use crate::connections::Connections;
 use body::{Cancel, EventBody, Pending};
+use limits::AcceptErrors;
 pub(crate) use limits::BoundsArgs;
-use limits::{AcceptErrors, Answering, Connections, InProgress};
 use request::{
     Answer, accepts_events, answer, events, json_answer, metadata, progress_token, refuse,
     refused_for_credentials, sessionless,
@@ -140,45 +140,22 @@ pub(crate) async fn serve(gateway: Gateway) -> anyhow::Result<std::process::Exit
                 // about 40 ms per call.
                 let _ = stream.set_nodelay(true);
                 let state = state.clone();
-                let slot = connections.take();
-                let id = slot.id();
-                let header_timeout = bounds.header_timeout;
-                let task = tokio::spawn(async move {
-                    let headed = slot.headed.clone();
-                    let requests = slot.requests.clone();
-                    let _slot = slot;
-                    let service = hyper::service::service_fn(move |request| {
-                        // A whole request head came: this connection is no socket held open
-                        // with half a header, and while the request is in progress (until its
-                        // answer's body is dropped) it is not closed to make room.
-                        headed.store(true, std::sync::atomic::Ordering::Release);
-                        let in_progress = InProgress::begin(&requests);
+                let mut http = hyper::server::conn::http1::Builder::new();
+                http.timer(TokioTimer::new()).header_read_timeout(bounds.header_timeout);
+                connections.serve(
+                    stream,
+                    http,
+                    move |request| {
                         let state = state.clone();
-                        async move {
-                            let answer = match &in_progress {
-                                Some(_) => handle(&state, request).await,
-                                // Closed to make room just now: the abort is on its way.
-                                None => refuse(
-                                    StatusCode::SERVICE_UNAVAILABLE,
-                                    "the connection was closed to make room",
-                                ),
-                            };
-                            Ok::<_, Infallible>(answer.map(|body| Answering {
-                                body,
-                                _request: in_progress,
-                            }))
-                        }
-                    });
-                    if let Err(e) = hyper::server::conn::http1::Builder::new()
-                        .timer(TokioTimer::new())
-                        .header_read_timeout(header_timeout)
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await
-                    {
-                        tracing::debug!(target: "toolonce::mcp", error = %e, "connection ended");
-                    }
-                });
-                connections.closes_with(id, task.abort_handle());
+                        async move { handle(&state, request).await }
+                    },
+                    || {
+                        refuse(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "the connection was closed to make room",
+                        )
+                    },
+                );
             }
             _ = terminate.recv() => break,
             _ = tokio::signal::ctrl_c() => break,

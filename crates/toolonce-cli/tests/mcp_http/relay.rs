@@ -190,7 +190,11 @@ fn the_sdk_client_over_stdio_reaches_the_sdk_http_server_through_the_proxy() {
             got["second"]["_meta"]["toolonce/outcome"], "replayed",
             "{got}"
         );
-        assert_eq!(got["second"]["content"], got["first"]["content"]);
+        // The replay is the recorded result, then the note that says it is one.
+        assert_eq!(got["second"]["content"][0], got["first"]["content"][0]);
+        let note = got["second"]["content"][1]["text"].as_str().unwrap_or("");
+        assert!(note.starts_with("Already done:"), "{mode}: {got}");
+        assert_eq!(got["second"]["content"].as_array().map(Vec::len), Some(2));
         assert_eq!(got["read"]["content"][0]["text"], "1");
         assert_eq!(server.executions().len(), 1, "{mode}");
     }
