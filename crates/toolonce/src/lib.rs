@@ -33,8 +33,8 @@
 //! operation promises, what the layer does with a write call, and the Redis wire format shared
 //! with TypeScript workers — are written out in `docs/contract.md` at the root of the
 //! repository, linked from its README. The [`Store`] trait restates the store operations in Rust
-//! terms, and the README's Quickstart (`examples/agent_loop.rs` of this crate) shows a whole
-//! agent loop.
+//! terms, and `examples/agent_loop.rs` of this crate (the quickstart of `docs/rust.md`) shows a
+//! whole agent loop.
 //!
 //! # Layout
 //!

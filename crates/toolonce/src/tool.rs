@@ -198,7 +198,7 @@ pub enum ErrorClass {
 /// `?` converts [`std::io::Error`] and a [`tokio::time::timeout`]'s `Elapsed` (both transient).
 /// For your own error types, write a `From` impl that says which of their cases may succeed on
 /// another try ([`transient`](Self::transient)) and which never will
-/// ([`permanent`](Self::permanent)): the README's Quickstart shows one.
+/// ([`permanent`](Self::permanent)): `examples/agent_loop.rs` shows one.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ToolError {

@@ -1,5 +1,6 @@
-//! The README's Quickstart: `examples/agent_loop.rs` runs here, its outcomes are checked, and
-//! the README's copy of it is checked against the file so the two cannot drift apart.
+//! The Rust quickstart (docs/rust.md): `examples/agent_loop.rs` runs here, its outcomes are
+//! checked, and the document's copy of it is checked against the file so the two cannot drift
+//! apart.
 
 #[path = "../examples/agent_loop.rs"]
 #[allow(dead_code, unreachable_pub)]
@@ -81,12 +82,12 @@ async fn the_quickstart_resumed_on_its_store_replays_everything_and_charges_noth
 
 const EXAMPLE: &str = include_str!("../examples/agent_loop.rs");
 
-/// The body of the first fenced block of `lang` in the README's Quickstart section.
+/// The body of the first fenced block of `lang` in docs/rust.md's Quickstart section.
 fn quickstart_block(lang: &str) -> &'static str {
-    let readme = include_str!("../../../README.md");
+    let readme = include_str!("../../../docs/rust.md");
     let section = readme
         .split_once("\n## Quickstart (library)\n")
-        .expect("the README has a \"## Quickstart (library)\" section")
+        .expect("docs/rust.md has a \"## Quickstart (library)\" section")
         .1;
     let section = section.split("\n## ").next().unwrap_or(section);
     section
@@ -99,7 +100,7 @@ fn quickstart_block(lang: &str) -> &'static str {
 }
 
 #[test]
-fn the_readme_quickstart_is_the_example_file_verbatim() {
+fn the_rust_quickstart_is_the_example_file_verbatim() {
     let example = EXAMPLE;
     let quoted = quickstart_block("rust");
     if quoted.trim_end() != example.trim_end() {
@@ -109,14 +110,14 @@ fn the_readme_quickstart_is_the_example_file_verbatim() {
             .position(|(a, b)| a != b)
             .map_or_else(|| "at the end".to_owned(), |i| format!("at line {}", i + 1));
         panic!(
-            "the README's Quickstart differs from crates/toolonce/examples/agent_loop.rs {line}: \
-             paste the file into the README's ```rust block"
+            "docs/rust.md's Quickstart differs from crates/toolonce/examples/agent_loop.rs {line}: \
+             paste the file into its ```rust block"
         );
     }
 }
 
 #[test]
-fn the_readme_lists_every_crate_the_example_uses() {
+fn the_rust_quickstart_lists_every_crate_the_example_uses() {
     let dependencies = quickstart_block("toml");
     let listed: Vec<String> = dependencies
         .lines()
@@ -124,7 +125,7 @@ fn the_readme_lists_every_crate_the_example_uses() {
         .map(|(name, _)| name.trim().replace('-', "_"))
         .collect();
     // The roots of the paths the example names (`serde_json::json`, `tokio::main`): every one
-    // but `std` and the example's own types must be a dependency the README lists.
+    // but `std` and the example's own types must be a dependency docs/rust.md lists.
     let mut missing = Vec::new();
     for (i, _) in EXAMPLE.match_indices("::") {
         let before = &EXAMPLE[..i];
@@ -144,6 +145,6 @@ fn the_readme_lists_every_crate_the_example_uses() {
     }
     assert!(
         missing.is_empty(),
-        "the example uses {missing:?}, which the README's [dependencies] do not list"
+        "the example uses {missing:?}, which docs/rust.md's [dependencies] do not list"
     );
 }
