@@ -173,8 +173,11 @@ test("idempotentTool refuses a bad configuration with a message naming it", asyn
   const store = await openStore("memory://");
   try {
     const t = await invoiceTool({ sent: 0 });
+    // @ts-expect-error: no scope, which the AI SDK adapter needs
     assert.throws(() => idempotentTool("send_invoice", t, { store }), /scope must be a non-empty string or a function/);
+    // @ts-expect-error: a misspelt option
     assert.throws(() => idempotentTool("send_invoice", t, { store, scope: "r", scop: 1 }), /unknown option "scop"/);
+    // @ts-expect-error: a client-side tool, without execute
     assert.throws(() => idempotentTool("send_invoice", { description: "client side" }, { store, scope: "r" }), /has no execute function/);
     assert.throws(() => idempotentTool("", t, { store, scope: "r" }), /tool.name must be a non-empty string/);
     assert.throws(() => idempotentTool("send_invoice", t, { store, scope: "r", options: { retention: -1 } }), /retention must be/);

@@ -34,7 +34,7 @@ test("calls sent together each get their own answer, and each operation runs onc
     const N = 300;
     // Every operation twice in the same turn: one runs it, the other finds it running.
     const first = await Promise.all(
-      Array.from({ length: 2 * N }, (_, i) => tool.run({ n: i % N }, { runId }).then((r) => ({ r }), (e) => ({ e }))),
+      Array.from({ length: 2 * N }, (_, i) => tool.run({ n: i % N }, { runId }).then((r) => ({ r, e: undefined }), (e) => ({ r: undefined, e }))),
     );
     for (let i = 0; i < 2 * N; i++) {
       const { r, e } = first[i];

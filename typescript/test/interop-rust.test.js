@@ -14,7 +14,7 @@ const fs = require("node:fs");
 const path = require("node:path");
 const { spawn } = require("node:child_process");
 const { openStore, idempotent, idemKey, PermanentError, OperationInFlight, OutcomeUnknown } = require("..");
-const { storeUrls, uniqueRunId, tempDir, runProgram, sleep, crashAfterClaim, CRASH_ARGS } = require("./support.js");
+const { storeUrls, uniqueRunId, tempDir, runProgram, sleep, crashAfterClaim, CRASH_ARGS, errorOf } = require("./support.js");
 const { backendOf } = require("../dist/open.js");
 
 const BIN = process.env.TOOLONCE_BIN;
@@ -49,6 +49,7 @@ function tool(name, body) {
   const runs = [];
   return {
     runs,
+    /** @type {import("../dist/index.js").WriteTool} */
     def: {
       kind: "write",
       name,
@@ -175,8 +176,8 @@ for (const name of ["sqlite", "redis", "valkey", "redis cluster", "postgres"]) {
       assert.equal(answer.error.replayed, true);
       assert.equal(answer.error.message, "the command exited with code 3");
       // exec's record of the run is the failure's detail.
-      assert.equal(answer.error.detail.exit_code, 3);
-      assert.equal(answer.error.detail.stderr, "declined\n");
+      assert.equal(errorOf(answer).detail.exit_code, 3);
+      assert.equal(errorOf(answer).detail.stderr, "declined\n");
       await assert.rejects(idempotent(charge.def, store).run(args, { runId: scope }), (e) => e instanceof PermanentError && e.replayed === true);
       assert.deepEqual(charge.runs, []);
     });
@@ -184,6 +185,7 @@ for (const name of ["sqlite", "redis", "valkey", "redis cluster", "postgres"]) {
     test("running: each side answers in flight while the other runs the operation", async () => {
       const scope = uniqueRunId("interop-running");
       const args = { n: 1 };
+      /** @type {((value: unknown) => void) | undefined} */
       let release;
       const slow = tool("deploy", () => new Promise((r) => (release = r)));
       const wrapped = idempotent(slow.def, store);
@@ -321,7 +323,7 @@ test.describe("stores the toolonce command created", { skip }, () => {
 // with the script, and the bytes must agree (a reference-design worker reads them too).
 for (const name of ["redis", "valkey"]) {
   test(`on ${name}, a done entry settled here is byte for byte the one the toolonce command writes, but for its times and owner, and each side replays the other's`, { skip }, async () => {
-    const Redis = require("ioredis");
+    const { Redis } = require("ioredis");
     const base = urls[name];
     const scope = uniqueRunId("interop-bytes");
     const args = { to: "ada@example.com", note: "é\u2028\"" };

@@ -12,7 +12,7 @@ const path = require("node:path");
 const { openStore, idempotent, idemKey, InvalidArguments, PermanentError } = require("..");
 const { canonicalize } = require("../dist/canonical.js");
 const { LIMITS, TEXTS } = require("../dist/artifacts.generated.js");
-const { repo, storeUrls, uniqueRunId } = require("./support.js");
+const { repo, storeUrls, uniqueRunId, errorOf } = require("./support.js");
 
 // A tool without a schema this package reads gets the ordinal only when asked for it.
 const ASKED = { repeatArgument: "repeat" };
@@ -75,13 +75,14 @@ test("the call option repeat keys as the argument does, and a bad one or one dis
     assert.equal((await pay.runDetailed(args, { runId: second.run_id }, { repeat: 2 })).key, second.key);
     assert.equal(idemKey(second.run_id, "pay", args, { repeat: 2 }), second.key);
     for (const bad of [0, 1001, 2.5, "2"]) {
+      // @ts-expect-error: "2" is no number (the others are numbers out of range)
       const answer = await pay.runDetailed(args, { runId: uniqueRunId() }, { repeat: bad });
       assert.equal(answer.outcome, "invalid_arguments", String(bad));
-      assert.match(answer.error.message, /`repeat` must be a whole number from 1 to 1000/);
+      assert.match(errorOf(answer).message, /`repeat` must be a whole number from 1 to 1000/);
     }
     const clash = await pay.runDetailed({ ...args, repeat: 3 }, { runId: uniqueRunId() }, { repeat: 2 });
     assert.equal(clash.outcome, "invalid_arguments");
-    assert.match(clash.error.message, /disagree/);
+    assert.match(errorOf(clash).message, /disagree/);
     assert.equal(runs, 1);
   } finally {
     await store.close();
@@ -95,7 +96,7 @@ test("the refusal quotes the value given as compact JSON cut at 40 characters", 
     const long = { note: "x".repeat(60) };
     const answer = await pay.runDetailed({ to: "bob", repeat: long }, { runId: uniqueRunId() });
     const got = JSON.stringify(long).slice(0, 40) + "…";
-    assert.equal(answer.error.message, TEXTS.repeat_invalid.replace("{repeat}", "repeat").replace("{max}", "1000").replace("{got}", got).replace("{tool}", "pay"));
+    assert.equal(errorOf(answer).message, TEXTS.repeat_invalid.replace("{repeat}", "repeat").replace("{max}", "1000").replace("{got}", got).replace("{tool}", "pay"));
   } finally {
     await store.close();
   }
@@ -160,8 +161,8 @@ test("a replayed failure's note says it failed, and a tool without the argument 
     await decline.runDetailed({ cents: 1 }, { runId });
     const again = await decline.runDetailed({ cents: 1 }, { runId });
     assert.equal(again.outcome, "replayed_failure");
-    assert.equal(again.error.message, "card declined", "the recorded error, unchanged");
-    assert.equal(again.error.note, again.note);
+    assert.equal(errorOf(again).message, "card declined", "the recorded error, unchanged");
+    assert.equal(errorOf(again).note, again.note);
     assert.match(again.note, /^Already tried: an identical call of `charge` in this scope failed at \S+Z \(operation idem:[0-9a-f]{32}\)\./);
     assert.ok(again.note.endsWith(" " + TEXTS.repeat_off), again.note);
   } finally {

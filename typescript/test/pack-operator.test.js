@@ -14,6 +14,7 @@ const { openStore } = require("..");
 const { pkg, tempDir, uniqueRunId, crashAfterClaim, sleep } = require("./support.js");
 
 function run(program, args, cwd, extraEnv = {}) {
+  /** @type {NodeJS.ProcessEnv} */
   const env = { ...process.env, npm_config_audit: "false", npm_config_fund: "false", ...extraEnv };
   delete env.TOOLONCE_BINARY;
   return spawnSync(program, args, { cwd, encoding: "utf8", env });

@@ -10,7 +10,7 @@
 const test = require("node:test");
 const assert = require("node:assert/strict");
 const { DatabaseSync } = require("node:sqlite");
-const Redis = require("ioredis");
+const { Redis } = require("ioredis");
 const { Client } = require("pg");
 const { openStore, idempotent, idemKey } = require("..");
 const { storeUrls, uniqueRunId } = require("./support.js");

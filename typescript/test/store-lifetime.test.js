@@ -12,7 +12,7 @@ const { storeUrls, uniqueRunId, sleep } = require("./support.js");
 
 const RETENTION_MS = 300;
 
-/** A write tool that counts its runs. */
+/** A write tool that counts its runs. @returns {import("../dist/index.js").WriteTool} */
 function countingTool(runs, name = "send_email") {
   return { kind: "write", name, run: async (_args, ctx) => (runs.push(ctx.idem), { sent: runs.length }) };
 }

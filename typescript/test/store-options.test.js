@@ -10,7 +10,10 @@ const { openStore, idempotent, OperationInFlight } = require("..");
 const { backendOf } = require("../dist/open.js");
 const { storeUrls, uniqueRunId, sleep, crashAfterClaim, CRASH_ARGS } = require("./support.js");
 
-/** A write tool that counts its runs; each run takes `ms`. */
+/**
+ * A write tool that counts its runs; each run takes `ms`.
+ * @returns {import("../dist/index.js").WriteTool}
+ */
 function slowTool(runs, ms = 0) {
   return {
     kind: "write",

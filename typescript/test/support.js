@@ -120,7 +120,20 @@ async function crashAfterClaim(url, runId, leaseMs, leaseOn = "tool") {
   return key;
 }
 
+/**
+ * The error of a failed `runDetailed` answer. The declarations type it `unknown`, since a handler
+ * may throw anything; this fails the test unless it is an Error, and gives its fields (detail,
+ * note, cause) untyped, as the test reads them.
+ * @param {{ error?: unknown }} answer
+ * @returns {{ message: string, name: string, [field: string]: any }}
+ */
+function errorOf(answer) {
+  if (!(answer.error instanceof Error)) throw new Error(`the answer holds no Error: ${require("node:util").inspect(answer)}`);
+  return answer.error;
+}
+
 module.exports = {
+  errorOf,
   crashAfterClaim,
   CRASH_ARGS,
   pkg,
