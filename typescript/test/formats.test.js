@@ -3,7 +3,8 @@
 // `require` the CommonJS build, and they are one module instance, so a Store opened through one is
 // a Store to the other and their entries are shared. Its declarations type-check a consumer under
 // every moduleResolution a TypeScript project may use: node16 and nodenext for an ES module (.mts)
-// and a CommonJS one (.cts), bundler, and node10, which knows no `exports` (typesVersions).
+// and a CommonJS one (.cts), bundler, and node10, which knows no `exports` (typesVersions); and
+// arethetypeswrong finds no problem in it.
 
 "use strict";
 
@@ -70,7 +71,7 @@ await store.close();
 process.stdout.write(JSON.stringify(out));
 `;
 
-/** Packs the package and installs the tarball into a fresh project; the project's directory. */
+/** Packs the package and installs the tarball into a fresh project: the project's directory and the tarball. */
 function installed(label) {
   const dir = fs.mkdtempSync(path.join(tempDir(), `${label}-`));
   const packed = JSON.parse(run("npm", ["pack", "--json", "--pack-destination", dir], pkg))[0];
@@ -85,13 +86,14 @@ function installed(label) {
   run("npm", ["install", "--offline", path.join(dir, packed.filename)], project);
   fs.writeFileSync(path.join(project, "cjs-side.cjs"), CJS_SIDE);
   fs.writeFileSync(path.join(project, "esm-side.mjs"), ESM_SIDE);
-  return project;
+  return { project, tarball: path.join(dir, packed.filename) };
 }
 
-let project;
+/** @type {{ project: string, tarball: string } | undefined} */
+let installation;
 function app() {
-  project ??= installed("formats");
-  return project;
+  installation ??= installed("formats");
+  return installation.project;
 }
 
 function checkBothSides(node) {
@@ -185,4 +187,18 @@ test("a consumer type-checks under moduleResolution bundler with the ESM declara
   // node10 ignores `exports`: the root is `types`, the subpaths typesVersions.
   const node10 = typeCheck(["consumer.ts"], ["--module", "commonjs", "--moduleResolution", "node10"]);
   assert.deepEqual(node10.filter((f) => DECLARATIONS.includes(f.replace(/\.d\.m?ts$/, ""))), DECLARATIONS.map((n) => `${n}.d.ts`));
+});
+
+test("arethetypeswrong finds no problem in the packed tarball, and every subpath is ESM from ESM and CommonJS from CommonJS", () => {
+  app();
+  const attw = path.join(pkg, "node_modules", "@arethetypeswrong", "cli", "dist", "index.js");
+  const tarball = /** @type {{ tarball: string }} */ (installation).tarball;
+  // Its text report, not --format json: with a problem, attw exits before a pipe takes all the JSON.
+  const out = spawnSync(process.execPath, [attw, "--profile", "strict", "--format", "ascii", "--no-color", "--no-emoji", tarball], { encoding: "utf8" });
+  assert.equal(out.status, 0, out.stdout + out.stderr);
+  assert.match(out.stdout, /No problems found/);
+  for (const sub of SUBPATHS) {
+    const resolutions = "node10: OK \nnode16 (from CJS): OK (CJS)\nnode16 (from ESM): OK (ESM)\nbundler: OK \n";
+    assert.ok(out.stdout.includes(`"${sub}"\n\n${resolutions}`), `${sub}:\n${out.stdout}`);
+  }
 });
