@@ -138,7 +138,7 @@ test("a scope that is not a non-empty string refuses the call before anything ru
   const store = await openStore("memory://");
   try {
     const counts = { sent: 0 };
-    const wrapped = idempotentTool("send_invoice", await invoiceTool(counts), { store, scope: () => undefined });
+    const wrapped = idempotentTool("send_invoice", await invoiceTool(counts), { store, scope: /** @type {any} */ (() => undefined) });
     await assert.rejects(wrapped.execute(INPUT, { toolCallId: "a", messages: [] }), InvalidArguments);
     assert.equal(counts.sent, 0);
   } finally {

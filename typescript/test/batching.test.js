@@ -8,12 +8,12 @@
 const test = require("node:test");
 const assert = require("node:assert/strict");
 const { openStore, idempotent, OperationInFlight } = require("..");
-const { uniqueRunId, sleep } = require("./support.js");
+const { uniqueRunId, sleep, defined } = require("./support.js");
 
 const REDIS = process.env.TOOLONCE_TEST_REDIS;
 
 test("calls sent together each get their own answer, and each operation runs once", { skip: REDIS === undefined && "needs npm test's Redis" }, async () => {
-  const store = await openStore(REDIS);
+  const store = await openStore(defined(REDIS));
   const runs = new Map();
   const tool = idempotent(
     {

@@ -28,7 +28,7 @@ async function startBlocked(url, runId, countFile, runtime = process.execPath) {
   await new Promise((resolve, reject) => {
     child.stdout.on("data", (d) => {
       stdout += d;
-      if (stdout.includes("running ")) resolve();
+      if (stdout.includes("running ")) resolve(undefined);
     });
     exited.then(({ code }) => reject(new Error(`the blocked caller exited (${code}) before its handler ran: ${stdout}`)));
   });

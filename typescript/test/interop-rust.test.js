@@ -14,7 +14,7 @@ const fs = require("node:fs");
 const path = require("node:path");
 const { spawn } = require("node:child_process");
 const { openStore, idempotent, idemKey, PermanentError, OperationInFlight, OutcomeUnknown } = require("..");
-const { storeUrls, uniqueRunId, tempDir, runProgram, sleep, crashAfterClaim, CRASH_ARGS, errorOf } = require("./support.js");
+const { storeUrls, uniqueRunId, tempDir, runProgram, sleep, crashAfterClaim, CRASH_ARGS, errorOf, defined } = require("./support.js");
 const { backendOf } = require("../dist/open.js");
 
 const BIN = process.env.TOOLONCE_BIN;
@@ -63,7 +63,7 @@ function tool(name, body) {
 
 /** Starts `toolonce exec` running `sleep` in its own process group; resolves once its entry is running. */
 async function startExec(url, scope, name, args, extra) {
-  const child = spawn(BIN, ["exec", "--scope", scope, "--name", name, "--args", JSON.stringify(args), ...extra, "--", "sleep", "30"], {
+  const child = spawn(defined(BIN), ["exec", "--scope", scope, "--name", name, "--args", JSON.stringify(args), ...extra, "--", "sleep", "30"], {
     env: { ...process.env, TOOLONCE_STORE: url },
     stdio: "ignore",
     detached: true,
@@ -76,7 +76,7 @@ async function startExec(url, scope, name, args, extra) {
     if (i > 200) throw new Error(`toolonce exec did not claim ${key}: ${out.stderr}`);
     await sleep(25);
   }
-  return { key, exited, kill: (signal) => process.kill(-child.pid, signal) };
+  return { key, exited, kill: (signal) => process.kill(-defined(child.pid), signal) };
 }
 
 const urls = storeUrls();
@@ -335,7 +335,7 @@ for (const name of ["redis", "valkey"]) {
     const redis = new Redis(base);
     const store = await openStore(ours);
     try {
-      const theirs = await redis.get(`rs:${key}`);
+      const theirs = defined(await redis.get(`rs:${key}`));
       // The same claim as exec's (its about members include the command line as the detail),
       // settled with exec's result text, through this package's store.
       const wire = JSON.parse(theirs);
@@ -344,9 +344,9 @@ for (const name of ["redis", "valkey"]) {
       const about = { scope: wire.scope, tool: wire.tool, detail: wire.detail };
       const claim = await backend.claim({ key, fingerprint: wire.fingerprint, owner, leaseMs: 30_000, retentionMs: 86_400_000, takeover: false, about });
       assert.deepEqual(claim, { kind: "won" });
-      const result = /^\{"status":"done","result":(.*),"startedAt":/.exec(theirs)[1];
+      const result = defined(/^\{"status":"done","result":(.*),"startedAt":/.exec(theirs))[1];
       assert.equal(await backend.complete(key, owner, result, 86_400_000), true);
-      const mine = await redis.get(`ts:${key}`);
+      const mine = defined(await redis.get(`ts:${key}`));
       // And for the owner's digest: each side's attempt had an owner of its own.
       const times = (v) => v.replace(/"(startedAt|completedAt|settledAt|firstStartedAt)":\d+/g, '"$1":T').replace(/"owner":"[0-9a-f]{40}"/, '"owner":D');
       assert.equal(times(mine), times(theirs));

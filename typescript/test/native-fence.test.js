@@ -14,7 +14,7 @@ const { Redis } = require("ioredis");
 const { openStore, idempotent, idemKey, PermanentError } = require("..");
 const { backendOf } = require("../dist/open.js");
 const { seenOf } = require("../dist/store.js");
-const { uniqueRunId, startRedis, startValkey, sleep, errorOf } = require("./support.js");
+const { uniqueRunId, startRedis, startValkey, sleep, errorOf, defined } = require("./support.js");
 
 const token = () => crypto.randomBytes(16).toString("hex");
 const digest = (owner) => crypto.createHash("sha1").update(owner).digest("hex");
@@ -219,7 +219,7 @@ test("a failover from Valkey to a server without SET … IFEQ makes the native c
     await new Promise((r) => valkey.child.once("exit", r));
     const server = await startRedis([], { port: valkey.port });
     redis = { server, client: new Redis(server.url) };
-    await redis.client.set(key, value, "PX", pttl);
+    await redis.client.set(key, defined(value), "PX", pttl);
     await redis.client.config("RESETSTAT");
     release({ charged: true });
     const answer = await running;
@@ -228,7 +228,7 @@ test("a failover from Valkey to a server without SET … IFEQ makes the native c
     // The refused SET … IFEQ (ERR syntax error), then the script, loaded again on the new server.
     assert.deepEqual(await commands(redis.client), { set: 2, evalsha: 1, eval: 1, get: 1 });
     assert.match(await redis.client.info("commandstats"), /^cmdstat_set:.*failed_calls=1\r?$/m);
-    const done = JSON.parse(await redis.client.get(key));
+    const done = JSON.parse(defined(await redis.client.get(key)));
     assert.equal(done.status, "done");
     assert.deepEqual(done.result, { charged: true });
   } finally {

@@ -132,8 +132,22 @@ function errorOf(answer) {
   return answer.error;
 }
 
+/**
+ * `value`, which the test knows is there (an entry it wrote, a regular expression's match), though
+ * its type allows none: fails the test, naming `what`, when it is missing.
+ * @template T
+ * @param {T | undefined | null} value
+ * @param {string} [what]
+ * @returns {T}
+ */
+function defined(value, what = "the value") {
+  if (value === undefined || value === null) throw new Error(`${what} is missing (${value})`);
+  return value;
+}
+
 module.exports = {
   errorOf,
+  defined,
   crashAfterClaim,
   CRASH_ARGS,
   pkg,

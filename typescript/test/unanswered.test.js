@@ -16,7 +16,7 @@ defineCases("ioredis");
 function pending() {
   const command = {
     isResolved: false,
-    rejections: [],
+    rejections: /** @type {unknown[]} */ ([]),
     promise: Promise.resolve(),
     reply() {
       command.isResolved = true;

@@ -13,7 +13,7 @@ const assert = require("node:assert/strict");
 const path = require("node:path");
 const { DatabaseSync } = require("node:sqlite");
 const { openStore, idempotent, idemKey, InvalidArguments } = require("..");
-const { tempDir, uniqueRunId, errorOf } = require("./support.js");
+const { tempDir, uniqueRunId, errorOf, defined } = require("./support.js");
 
 class Point {
   constructor(x, y) {
@@ -101,7 +101,7 @@ test("a refused call never runs the tool and stores nothing, through run and run
   }
   const db = new DatabaseSync(file);
   try {
-    assert.equal(db.prepare("SELECT count(*) AS n FROM toolonce_entries").get().n, 0);
+    assert.equal(defined(db.prepare("SELECT count(*) AS n FROM toolonce_entries").get()).n, 0);
   } finally {
     db.close();
   }
