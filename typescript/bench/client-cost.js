@@ -13,7 +13,7 @@
 "use strict";
 
 const path = require("node:path");
-const Redis = require("ioredis");
+const { Redis } = require("ioredis");
 const { compileReferenceWorker } = require("../test/support.js");
 const { option, redisUrl } = require("./options.js");
 

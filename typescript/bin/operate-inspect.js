@@ -77,6 +77,7 @@ async function ls(io, options) {
   const limit = parseLimit(options.limit);
   const store = await io.open(options);
   const keep = [];
+  /** @type {{ kept: import("../dist/index.js").UnreadableEntry[], count: number }} */
   const unreadable = { kept: [], count: 0 };
   let matched = 0;
   let cursor;

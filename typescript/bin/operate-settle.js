@@ -71,7 +71,7 @@ function doneValue(io, text) {
   const source = text === "-" ? io.stdin() : text;
   try {
     return JSON.parse(source);
-  } catch (e) {
+  } catch (/** @type {any} */ e) {
     const startsLikeJson = /^\s*[{["]/.test(source);
     const hint = !startsLikeJson && text !== "-" ? `; --done takes JSON: to record a text, give it as a JSON string: --done '${JSON.stringify(text).replace(/'/g, "'\\''")}'` : "";
     throw new UsageError(`invalid --done: ${e.message}${hint}`);
@@ -90,6 +90,7 @@ async function resolve(io, options, key) {
   const given = ["done", "failed", "release"].filter((o) => options[o] !== undefined);
   if (given.length === 0) throw new UsageError("the following required arguments were not provided:\n  <--done <JSON>|--failed <MESSAGE>|--release>");
   if (given.length > 1) throw new UsageError(`the argument '--${given[0]}' cannot be used with '--${given[1]}'`);
+  /** @type {import("../dist/index.js").OperatorResolution} */
   let resolution = "release";
   if (options.done !== undefined) resolution = { done: doneValue(io, options.done) };
   if (options.failed !== undefined) {

@@ -83,7 +83,7 @@ function makeIo() {
         const store = await api.openStore(url);
         stores.push(store);
         return store;
-      } catch (e) {
+      } catch (/** @type {any} */ e) {
         const code = e instanceof api.InvalidArguments ? USAGE : UNAVAILABLE;
         throw Object.assign(new Error(`cannot open the store ${redactUrl(url)}: ${e.message}`), { exitCode: code });
       }
@@ -112,14 +112,14 @@ async function main(verb, argv) {
   let parsed;
   try {
     parsed = parse(argv, spec, positional);
-  } catch (e) {
+  } catch (/** @type {any} */ e) {
     process.stderr.write(`error: ${e.message}\n\nFor more information, try '--help'.\n`);
     return USAGE;
   }
   let io;
   try {
     io = makeIo();
-  } catch (e) {
+  } catch (/** @type {any} */ e) {
     process.stderr.write(`toolonce: this package is not built (${e.message}): run npm run build\n`);
     return INTERNAL;
   }

@@ -79,7 +79,7 @@ test("a process killed inside a LangChain tool leaves it unknown: the retried ru
     const send = tool(async () => String(++runs), { name: "send_invoice", description: "Send.", schema: z.object({ customerId: z.string(), amountCents: z.number() }) });
     const model = fakeModel().respondWithTools([{ name: "send_invoice", args: INPUT, id: "retry" }]);
     const agent = createAgent({ model, tools: [send], middleware: [idempotentMiddleware({ store })] });
-    await assert.rejects(agent.invoke({ messages: [{ role: "user", content: "retry" }] }, { configurable: { thread_id: thread } }), (e) => e.cause instanceof OutcomeUnknown);
+    await assert.rejects(agent.invoke({ messages: [{ role: "user", content: "retry" }] }, { configurable: { thread_id: thread } }), (/** @type {any} */ e) => e.cause instanceof OutcomeUnknown);
     assert.equal(runs, 0);
   } finally {
     await store.close();

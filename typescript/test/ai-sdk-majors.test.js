@@ -121,7 +121,7 @@ test("a scope function that throws is refused with a message naming where each A
   const service = await downstream();
   try {
     const seen = [];
-    const broken = idempotentTool("send_invoice", await invoiceTool("ai", service, seen), { store, scope: (o) => o.experimental_context.runId });
+    const broken = idempotentTool("send_invoice", await invoiceTool("ai", service, seen), { store, scope: (/** @type {any} */ o) => o.experimental_context.runId });
     const parts = await run("ai", { send_invoice: broken }, [["a"]], { runId: uniqueRunId() });
     assert.equal(parts[0].type, "tool-error");
     assert.equal(parts[0].error.outcome, "invalid_arguments");

@@ -138,7 +138,7 @@ test("a scope that is not a non-empty string refuses the call before anything ru
   const store = await openStore("memory://");
   try {
     const counts = { sent: 0 };
-    const wrapped = idempotentTool("send_invoice", await invoiceTool(counts), { store, scope: () => undefined });
+    const wrapped = idempotentTool("send_invoice", await invoiceTool(counts), { store, scope: /** @type {any} */ (() => undefined) });
     await assert.rejects(wrapped.execute(INPUT, { toolCallId: "a", messages: [] }), InvalidArguments);
     assert.equal(counts.sent, 0);
   } finally {
@@ -173,8 +173,11 @@ test("idempotentTool refuses a bad configuration with a message naming it", asyn
   const store = await openStore("memory://");
   try {
     const t = await invoiceTool({ sent: 0 });
+    // @ts-expect-error: no scope, which the AI SDK adapter needs
     assert.throws(() => idempotentTool("send_invoice", t, { store }), /scope must be a non-empty string or a function/);
+    // @ts-expect-error: a misspelt option
     assert.throws(() => idempotentTool("send_invoice", t, { store, scope: "r", scop: 1 }), /unknown option "scop"/);
+    // @ts-expect-error: a client-side tool, without execute
     assert.throws(() => idempotentTool("send_invoice", { description: "client side" }, { store, scope: "r" }), /has no execute function/);
     assert.throws(() => idempotentTool("", t, { store, scope: "r" }), /tool.name must be a non-empty string/);
     assert.throws(() => idempotentTool("send_invoice", t, { store, scope: "r", options: { retention: -1 } }), /retention must be/);

@@ -8,12 +8,12 @@
 const test = require("node:test");
 const assert = require("node:assert/strict");
 const { openStore, idempotent, OperationInFlight } = require("..");
-const { uniqueRunId, sleep } = require("./support.js");
+const { uniqueRunId, sleep, defined } = require("./support.js");
 
 const REDIS = process.env.TOOLONCE_TEST_REDIS;
 
 test("calls sent together each get their own answer, and each operation runs once", { skip: REDIS === undefined && "needs npm test's Redis" }, async () => {
-  const store = await openStore(REDIS);
+  const store = await openStore(defined(REDIS));
   const runs = new Map();
   const tool = idempotent(
     {
@@ -34,7 +34,7 @@ test("calls sent together each get their own answer, and each operation runs onc
     const N = 300;
     // Every operation twice in the same turn: one runs it, the other finds it running.
     const first = await Promise.all(
-      Array.from({ length: 2 * N }, (_, i) => tool.run({ n: i % N }, { runId }).then((r) => ({ r }), (e) => ({ e }))),
+      Array.from({ length: 2 * N }, (_, i) => tool.run({ n: i % N }, { runId }).then((r) => ({ r, e: undefined }), (e) => ({ r: undefined, e }))),
     );
     for (let i = 0; i < 2 * N; i++) {
       const { r, e } = first[i];

@@ -14,7 +14,7 @@ const {
   InvalidArguments,
   OperationInFlight,
 } = require("..");
-const { uniqueRunId } = require("./support.js");
+const { uniqueRunId, errorOf } = require("./support.js");
 
 let store;
 test.before(async () => {
@@ -110,7 +110,7 @@ test("the schema is applied before the claim: invalid arguments never claim, val
   const bad = await tool.runDetailed({ amount: -1 }, ctx);
   assert.equal(bad.outcome, "invalid_arguments");
   assert.ok(bad.error instanceof InvalidArguments);
-  assert.equal(bad.error.cause.name, "ZodError");
+  assert.equal(errorOf(bad).cause.name, "ZodError");
   // Coerced by the schema, so "5" and 5 are one operation.
   assert.equal(await tool.run({ amount: "5" }, ctx), 5);
   assert.equal((await tool.runDetailed({ amount: 5 }, ctx)).outcome, "replayed");
@@ -140,6 +140,7 @@ test("a duplicate with inFlight wait gets the running call's result", async () =
 });
 
 test("a duplicate under inFlight reject is refused with OperationInFlight while the first runs", async () => {
+  /** @type {((value: unknown) => void) | undefined} */
   let release;
   const tool = idempotent(
     { kind: "write", name: "slow", run: () => new Promise((r) => (release = r)) },
@@ -154,6 +155,7 @@ test("a duplicate under inFlight reject is refused with OperationInFlight while 
 });
 
 test("the handler gets the caller's context with the key and the header added", async () => {
+  /** @type {any} */
   let seen;
   const tool = idempotent(
     {
@@ -191,6 +193,7 @@ test("a result that is not JSON is a permanent failure: the handler ran, so it i
 });
 
 test("a read tool is returned untouched", () => {
+  /** @type {import("../dist/index.js").ReadTool} */
   const read = { kind: "read", name: "balance", run: async () => 1 };
   assert.equal(idempotent(read, store), read);
 });
@@ -198,33 +201,41 @@ test("a read tool is returned untouched", () => {
 test("a call without ctx.runId is refused without running", async () => {
   let runs = 0;
   const tool = idempotent({ kind: "write", name: "t", run: async () => ++runs }, store);
+  // @ts-expect-error: a context without runId, as JavaScript may pass
   await assert.rejects(tool.run({}, {}), InvalidArguments);
+  // @ts-expect-error: no context at all
   await assert.rejects(tool.run({}), InvalidArguments);
   assert.equal(runs, 0);
 });
 
 test("invalid options are refused when the tool is wrapped, naming the option", async () => {
+  /** @type {import("../dist/index.js").WriteTool} */
   const tool = { kind: "write", name: "t", run: async () => 1 };
   assert.throws(() => idempotent(tool, store, { lease: 5 }), /lease/);
   assert.throws(() => idempotent(tool, store, { retention: -1 }), /retention/);
+  // @ts-expect-error: not an inFlight policy
   assert.throws(() => idempotent(tool, store, { inFlight: "wait" }), /inFlight/);
+  // @ts-expect-error: not an onExpired policy
   assert.throws(() => idempotent(tool, store, { onExpired: "retry" }), /onExpired/);
   assert.throws(() => idempotent(tool, store, { keyFields: ["no-slash"] }), /key field/);
+  // @ts-expect-error: a misspelt option
   assert.throws(() => idempotent(tool, store, { leese: 1000 }), /unknown option "leese"/);
+  // @ts-expect-error: neither a write nor a read tool
   assert.throws(() => idempotent({ ...tool, kind: "other" }, store), /kind/);
+  // @ts-expect-error: not a store from openStore
   assert.throws(() => idempotent(tool, {}), /openStore/);
   await assert.rejects(openStore("mysql://x"), /unknown store scheme/);
 });
 
 test("a store URL option that nothing reads is refused, naming it, the options and a near miss", async () => {
-  for (const [url, words] of [
+  for (const [url, words] of /** @type {[string, RegExp][]} */ ([
     ["redis://127.0.0.1:1/?allow_evicton=true", /`allow_evicton` that nothing reads \(did you mean `allow_eviction`\?\).*`replica_timeout_ms`/],
     ["redis://:s3cret@127.0.0.1:1/?colour=red", /`colour` that nothing reads: the options are/],
     ["redis://127.0.0.1:1/?replicas=1", /replicas \(writes that wait for replicas\) is read by the Rust core/],
     ["redis+sentinel://127.0.0.1:26379/mymaster", /redis\+sentinel:\/\/ is read by the Rust core, not yet by this package/],
     ["memory://?x=1", /memory store reads no options/],
     ["sqlite://t.db?busy_timeout=5", /SQLite store reads no options/],
-  ]) {
+  ])) {
     await assert.rejects(openStore(url), (e) => {
       assert.ok(e instanceof InvalidArguments, `${url}: ${e}`);
       assert.match(e.message, words, url);

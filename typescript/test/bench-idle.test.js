@@ -5,11 +5,12 @@
 
 const test = require("node:test");
 const assert = require("node:assert/strict");
+const { defined } = require("./support.js");
 const fs = require("node:fs");
 const { haltingNote, idleNote, IDLE_DRIVER, HALT_POLL_NS } = require("../bench/idle.js");
 
 test("the note is given for haltpoll with no polling, as sysfs writes them, and for nothing else", () => {
-  const note = haltingNote("haltpoll\n", "0\n");
+  const note = defined(haltingNote("haltpoll\n", "0\n"), "the note");
   assert.match(note, /halts an idle CPU at once/);
   assert.match(note, /echo 200000 > \/sys\/module\/haltpoll\/parameters\/guest_halt_poll_ns/);
   assert.equal(haltingNote("haltpoll\n", "200000\n"), null);

@@ -8,7 +8,7 @@
 
 const test = require("node:test");
 const assert = require("node:assert/strict");
-const Redis = require("ioredis");
+const { Redis } = require("ioredis");
 const { createClient, createCluster } = require("redis");
 const pg = require("pg");
 const { openStore, idempotent, idemKey, InvalidArguments } = require("..");
@@ -62,6 +62,7 @@ test.describe("on Redis 7", () => {
 
   test("the running entry has the shape the core's scripts fence on, with the owner's digest and not its token", async () => {
     const store = await openStore(`${server.url}?prefix=app:`);
+    /** @type {((value: unknown) => void) | undefined} */
     let release;
     const tool = idempotent({ kind: "write", name: "charge", run: () => new Promise((r) => (release = r)) }, store, { lease: 5000, retention: 60_000 });
     const runId = uniqueRunId();

@@ -8,7 +8,7 @@
 const test = require("node:test");
 const assert = require("node:assert/strict");
 const { openStore, idempotent, OutcomeUnknown, OperationInFlight } = require("..");
-const { storeUrls, uniqueRunId, sleep, crashAfterClaim: crashAfter, CRASH_ARGS } = require("./support.js");
+const { storeUrls, uniqueRunId, sleep, crashAfterClaim: crashAfter, CRASH_ARGS, errorOf } = require("./support.js");
 
 const LEASE_MS = 600;
 const ARGS = CRASH_ARGS;
@@ -16,6 +16,7 @@ const ARGS = CRASH_ARGS;
 /** The child claims and is SIGKILLed in its handler; resolves with the key. */
 const crashAfterClaim = (url, runId) => crashAfter(url, runId, LEASE_MS);
 
+/** @returns {import("../dist/index.js").WriteTool} */
 function chargeTool(runs) {
   return {
     kind: "write",
@@ -104,6 +105,7 @@ test.describe("verify on sqlite", () => {
   test("a probe that finds a result too deep to store answers it, and records the failure that says so", async () => {
     const runId = uniqueRunId("crash-verify-deep");
     await crashAfterClaim(url, runId);
+    /** @type {unknown} */
     let deep = { found: true };
     for (let i = 0; i < 150; i++) deep = [deep];
     const runs = [];
@@ -112,7 +114,7 @@ test.describe("verify on sqlite", () => {
     assert.deepEqual(await charge.run(ARGS, { runId }), deep);
     const again = await charge.runDetailed(ARGS, { runId });
     assert.equal(again.outcome, "replayed_failure");
-    assert.match(again.error.message, /cannot be stored: it is nested 151 levels deep/);
+    assert.match(errorOf(again).message, /cannot be stored: it is nested 151 levels deep/);
     assert.deepEqual(runs, []);
   });
 

@@ -11,6 +11,7 @@ const path = require("node:path");
 const { pkg } = require("./support.js");
 const { AI_SDKS } = require("./frameworks.js");
 
+/** @type {Record<string, string>} */
 const peers = require("../package.json").peerDependencies;
 const examples = require("../examples/package.json").dependencies;
 
@@ -27,7 +28,7 @@ function installed(name) {
   return JSON.parse(fs.readFileSync(file, "utf8")).version;
 }
 
-for (const [framework, installs] of [["ai", AI_SDKS], ["langchain", ["langchain"]], ["@langchain/core", ["@langchain/core"]], ["@mastra/core", ["@mastra/core"]]]) {
+for (const [framework, installs] of /** @type {[string, string[]][]} */ ([["ai", AI_SDKS], ["langchain", ["langchain"]], ["@langchain/core", ["@langchain/core"]], ["@mastra/core", ["@mastra/core"]]])) {
   test(`the ${framework} peer range is bounded and every tested install of it is inside`, () => {
     const [low, high] = bounds(peers[framework]);
     const majors = installs.map((name) => Number(installed(name).split(".")[0]));

@@ -52,12 +52,12 @@ async function downstream() {
       res.end(JSON.stringify({ id: `rcpt_${requests.length}` }));
     });
   });
-  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const url = `http://127.0.0.1:${server.address().port}/`;
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", () => resolve(undefined)));
+  const url = `http://127.0.0.1:${/** @type {import("node:net").AddressInfo} */ (server.address()).port}/`;
   /** POSTs with `key` as Idempotency-Key; resolves with the service's receipt id. */
   const send = async (key) => {
     const res = await fetch(url, { method: "POST", headers: { "Idempotency-Key": key }, body: "{}" });
-    return (await res.json()).id;
+    return /** @type {{ id: string }} */ (await res.json()).id;
   };
   return { url, requests, send, close: () => new Promise((resolve) => {
     server.close(resolve);

@@ -28,7 +28,7 @@ async function startBlocked(url, runId, countFile, runtime = process.execPath) {
   await new Promise((resolve, reject) => {
     child.stdout.on("data", (d) => {
       stdout += d;
-      if (stdout.includes("running ")) resolve();
+      if (stdout.includes("running ")) resolve(undefined);
     });
     exited.then(({ code }) => reject(new Error(`the blocked caller exited (${code}) before its handler ran: ${stdout}`)));
   });
@@ -46,7 +46,7 @@ async function blockedAndRerun(name, url, runtime) {
   try {
     const tool = idempotent(blockingTool(countFile, 0), store, { lease: LEASE_MS, onExpired: "rerun", inFlight: { wait: BLOCK_MS + 5000 } });
     const answer = await tool.runDetailed({ order: 1 }, { runId });
-    assert.equal(answer.outcome, "replayed", `the second caller ${answer.outcome}: ${answer.error?.message ?? ""}`);
+    assert.equal(answer.outcome, "replayed", `the second caller ${answer.outcome}: ${answer.error ?? ""}`);
     const { code, stdout } = await exited;
     assert.equal(code, 0);
     assert.match(stdout, /^executed$/m);
@@ -143,7 +143,7 @@ test("a beat that comes more than a third of the lease late is reported (a SQLit
       { lease: LEASE_MS },
     );
     const answer = await tool.runDetailed({}, { runId: uniqueRunId("late") });
-    assert.equal(answer.outcome, "executed", answer.error?.message);
+    assert.equal(answer.outcome, "executed", String(answer.error));
     await sleep(50); // The worker's report crosses to this thread.
     assert.ok(
       warnings.some((w) => /heartbeat of late_beat \(idem:[0-9a-f]{32}\) renewed its lease \d+ ms after it was due \(lease 500 ms\)/.test(w)),

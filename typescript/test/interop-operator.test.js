@@ -11,7 +11,7 @@ const test = require("node:test");
 const assert = require("node:assert/strict");
 const { spawn } = require("node:child_process");
 const { openStore, idempotent, idemKey } = require("..");
-const { storeUrls, uniqueRunId, runProgram, sleep, crashAfterClaim, CRASH_ARGS } = require("./support.js");
+const { storeUrls, uniqueRunId, runProgram, sleep, crashAfterClaim, CRASH_ARGS, defined } = require("./support.js");
 
 const BIN = process.env.TOOLONCE_BIN;
 
@@ -32,7 +32,7 @@ async function until(store, key, state) {
 
 /** `toolonce exec` of a command that hangs, SIGKILLed once it has claimed: its entry is left to become unknown. */
 async function rustLeftRunning(url, scope) {
-  const child = spawn(BIN, ["exec", "--store", url, "--scope", scope, "--name", "deploy", "--lease", "1", "--", "sleep", "30"], { stdio: "ignore" });
+  const child = spawn(defined(BIN), ["exec", "--store", url, "--scope", scope, "--name", "deploy", "--lease", "1", "--", "sleep", "30"], { stdio: "ignore" });
   const store = await openStore(url);
   try {
     await until(store, idemKey(scope, "deploy", {}), "running");
@@ -40,7 +40,7 @@ async function rustLeftRunning(url, scope) {
     child.kill("SIGKILL");
     await store.close();
   }
-  await new Promise((resolve) => (child.exitCode !== null || child.signalCode !== null ? resolve() : child.once("exit", resolve)));
+  await new Promise((resolve) => (child.exitCode !== null || child.signalCode !== null ? resolve(undefined) : child.once("exit", resolve)));
 }
 
 for (const [name, url] of Object.entries(storeUrls()).filter(([n]) => n !== "memory")) {
@@ -71,7 +71,7 @@ for (const [name, url] of Object.entries(storeUrls()).filter(([n]) => n !== "mem
       await until(store, key, "unknown");
       const out = await toolonce(url, ["resolve", key, "--done", '{"charged":"by hand"}']);
       assert.equal(out.code, 0, out.stderr);
-      const entry = await store.get(key);
+      const entry = defined(await store.get(key));
       assert.equal(entry.state, "done");
       assert.deepEqual(entry.result, { charged: "by hand" });
       let runs = 0;
@@ -85,7 +85,7 @@ for (const [name, url] of Object.entries(storeUrls()).filter(([n]) => n !== "mem
       const ran = await toolonce(url, ["exec", "--scope", scope, "--name", "greet", "--", "echo", "hi"]);
       assert.equal(ran.code, 0, ran.stderr);
       const rustKey = idemKey(scope, "greet", {});
-      assert.deepEqual(await store.remove(rustKey, await store.get(rustKey)), { kind: "applied" });
+      assert.deepEqual(await store.remove(rustKey, defined(await store.get(rustKey))), { kind: "applied" });
       assert.equal(await store.get(rustKey), undefined);
 
       const runId = uniqueRunId("ts-done");

@@ -14,7 +14,7 @@ const fs = require("node:fs");
 const path = require("node:path");
 const { spawn } = require("node:child_process");
 const { openStore, idempotent, idemKey, PermanentError, OperationInFlight, OutcomeUnknown } = require("..");
-const { storeUrls, uniqueRunId, tempDir, runProgram, sleep, crashAfterClaim, CRASH_ARGS } = require("./support.js");
+const { storeUrls, uniqueRunId, tempDir, runProgram, sleep, crashAfterClaim, CRASH_ARGS, errorOf, defined } = require("./support.js");
 const { backendOf } = require("../dist/open.js");
 
 const BIN = process.env.TOOLONCE_BIN;
@@ -49,6 +49,7 @@ function tool(name, body) {
   const runs = [];
   return {
     runs,
+    /** @type {import("../dist/index.js").WriteTool} */
     def: {
       kind: "write",
       name,
@@ -62,7 +63,7 @@ function tool(name, body) {
 
 /** Starts `toolonce exec` running `sleep` in its own process group; resolves once its entry is running. */
 async function startExec(url, scope, name, args, extra) {
-  const child = spawn(BIN, ["exec", "--scope", scope, "--name", name, "--args", JSON.stringify(args), ...extra, "--", "sleep", "30"], {
+  const child = spawn(defined(BIN), ["exec", "--scope", scope, "--name", name, "--args", JSON.stringify(args), ...extra, "--", "sleep", "30"], {
     env: { ...process.env, TOOLONCE_STORE: url },
     stdio: "ignore",
     detached: true,
@@ -75,7 +76,7 @@ async function startExec(url, scope, name, args, extra) {
     if (i > 200) throw new Error(`toolonce exec did not claim ${key}: ${out.stderr}`);
     await sleep(25);
   }
-  return { key, exited, kill: (signal) => process.kill(-child.pid, signal) };
+  return { key, exited, kill: (signal) => process.kill(-defined(child.pid), signal) };
 }
 
 const urls = storeUrls();
@@ -175,8 +176,8 @@ for (const name of ["sqlite", "redis", "valkey", "redis cluster", "postgres"]) {
       assert.equal(answer.error.replayed, true);
       assert.equal(answer.error.message, "the command exited with code 3");
       // exec's record of the run is the failure's detail.
-      assert.equal(answer.error.detail.exit_code, 3);
-      assert.equal(answer.error.detail.stderr, "declined\n");
+      assert.equal(errorOf(answer).detail.exit_code, 3);
+      assert.equal(errorOf(answer).detail.stderr, "declined\n");
       await assert.rejects(idempotent(charge.def, store).run(args, { runId: scope }), (e) => e instanceof PermanentError && e.replayed === true);
       assert.deepEqual(charge.runs, []);
     });
@@ -184,6 +185,7 @@ for (const name of ["sqlite", "redis", "valkey", "redis cluster", "postgres"]) {
     test("running: each side answers in flight while the other runs the operation", async () => {
       const scope = uniqueRunId("interop-running");
       const args = { n: 1 };
+      /** @type {((value: unknown) => void) | undefined} */
       let release;
       const slow = tool("deploy", () => new Promise((r) => (release = r)));
       const wrapped = idempotent(slow.def, store);
@@ -321,7 +323,7 @@ test.describe("stores the toolonce command created", { skip }, () => {
 // with the script, and the bytes must agree (a reference-design worker reads them too).
 for (const name of ["redis", "valkey"]) {
   test(`on ${name}, a done entry settled here is byte for byte the one the toolonce command writes, but for its times and owner, and each side replays the other's`, { skip }, async () => {
-    const Redis = require("ioredis");
+    const { Redis } = require("ioredis");
     const base = urls[name];
     const scope = uniqueRunId("interop-bytes");
     const args = { to: "ada@example.com", note: "é\u2028\"" };
@@ -333,7 +335,7 @@ for (const name of ["redis", "valkey"]) {
     const redis = new Redis(base);
     const store = await openStore(ours);
     try {
-      const theirs = await redis.get(`rs:${key}`);
+      const theirs = defined(await redis.get(`rs:${key}`));
       // The same claim as exec's (its about members include the command line as the detail),
       // settled with exec's result text, through this package's store.
       const wire = JSON.parse(theirs);
@@ -342,9 +344,9 @@ for (const name of ["redis", "valkey"]) {
       const about = { scope: wire.scope, tool: wire.tool, detail: wire.detail };
       const claim = await backend.claim({ key, fingerprint: wire.fingerprint, owner, leaseMs: 30_000, retentionMs: 86_400_000, takeover: false, about });
       assert.deepEqual(claim, { kind: "won" });
-      const result = /^\{"status":"done","result":(.*),"startedAt":/.exec(theirs)[1];
+      const result = defined(/^\{"status":"done","result":(.*),"startedAt":/.exec(theirs))[1];
       assert.equal(await backend.complete(key, owner, result, 86_400_000), true);
-      const mine = await redis.get(`ts:${key}`);
+      const mine = defined(await redis.get(`ts:${key}`));
       // And for the owner's digest: each side's attempt had an owner of its own.
       const times = (v) => v.replace(/"(startedAt|completedAt|settledAt|firstStartedAt)":\d+/g, '"$1":T').replace(/"owner":"[0-9a-f]{40}"/, '"owner":D');
       assert.equal(times(mine), times(theirs));

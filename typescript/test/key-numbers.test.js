@@ -36,7 +36,7 @@ test("integer texts keep their exact digits up to 64 bits, as in every implement
   for (const v of vectors.exact) {
     const args = parseCall(v.args_json);
     if (v.javascript === "refused") {
-      assert.throws(() => idemKey(runId, tool, args), (e) => refused(e) && /beyond ±\(2\^53 − 1\)/.test(e.message), v.args_json);
+      assert.throws(() => idemKey(runId, tool, args), (/** @type {any} */ e) => refused(e) && /beyond ±\(2\^53 − 1\)/.test(e.message), v.args_json);
       continue;
     }
     assert.equal(idemKey(runId, tool, args), v.key, v.args_json);
@@ -47,7 +47,7 @@ test("integer texts beyond 64 bits are refused naming the number", () => {
   for (const v of vectors.refused) {
     assert.throws(
       () => idemKey(runId, tool, parseCall(v.args_json)),
-      (e) => refused(e) && e.message.includes(v.names) && e.message.includes("64 bits"),
+      (/** @type {any} */ e) => refused(e) && e.message.includes(v.names) && e.message.includes("64 bits"),
       v.args_json,
     );
   }

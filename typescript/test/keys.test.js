@@ -9,7 +9,7 @@ const assert = require("node:assert/strict");
 const fs = require("node:fs");
 const path = require("node:path");
 const { openStore, idempotent, idemKey, InvalidArguments } = require("..");
-const { repo, uniqueRunId } = require("./support.js");
+const { repo, uniqueRunId, errorOf } = require("./support.js");
 
 const vectors = JSON.parse(
   fs.readFileSync(path.join(repo, "crates", "toolonce", "tests", "data", "keys.json"), "utf8"),
@@ -93,7 +93,7 @@ test("keyFields key a call on the named fields only, and a differing rest is a c
   assert.equal(first.key, idemKey(ctx.runId, "send_email", { to: "a@x", subject: "Hi", body: "one" }, { keyFields: ["/to", "/subject"] }));
   const second = await tool.runDetailed({ to: "a@x", subject: "Hi", body: "two" }, ctx);
   assert.equal(second.outcome, "conflict");
-  assert.equal(second.error.name, "OperationConflict");
+  assert.equal(errorOf(second).name, "OperationConflict");
   assert.equal(runs, 1);
   await store.close();
 });

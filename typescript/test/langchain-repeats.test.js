@@ -15,7 +15,10 @@ const { idempotentMiddleware, operation } = require("../dist/langchain.js");
 const { framework, downstream } = require("./frameworks.js");
 const { uniqueRunId } = require("./support.js");
 
-/** An agent with a pay tool POSTing to `service` and a read tool; `steps` script the model, one tool call each. */
+/**
+ * An agent with a pay tool POSTing to `service` and a read tool; `steps` script the model, one tool call each.
+ * @param {{ middleware: any, steps: any[], service: any, ran: any[], schema?: any }} options
+ */
 async function agentWith({ middleware, steps, service, ran, schema }) {
   const { createAgent, tool } = await framework("langchain");
   const { AIMessage } = await framework("@langchain/core/messages");

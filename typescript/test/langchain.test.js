@@ -14,7 +14,10 @@ const { storeUrls, uniqueRunId } = require("./support.js");
 
 const ARGS = { customerId: "cus_7", amountCents: 1200 };
 
-/** An agent with a counted write tool and a counted read tool; `calls` scripts the model. */
+/**
+ * An agent with a counted write tool and a counted read tool; `calls` scripts the model.
+ * @param {{ middleware?: any, calls: any[], runs?: number, readMarked?: object }} options
+ */
 async function agentWith({ middleware, calls, runs = 1, readMarked = { metadata: { toolonce: "read" } } }) {
   const { createAgent, tool } = await framework("langchain");
   const { AIMessage } = await framework("@langchain/core/messages");
@@ -193,7 +196,7 @@ test("a write call without a thread id is refused by the LangChain middleware an
   const store = await openStore("memory://");
   try {
     const { agent, counts } = await agentWith({ middleware: idempotentMiddleware({ store }), calls: [sendCall("a")] });
-    await assert.rejects(agent.invoke({ messages: [{ role: "user", content: "invoice" }] }), (e) => {
+    await assert.rejects(agent.invoke({ messages: [{ role: "user", content: "invoice" }] }), (/** @type {any} */ e) => {
       // LangChain wraps what a middleware throws in its MiddlewareError, the error as the cause.
       assert.ok(e.cause instanceof InvalidArguments, `got ${e}`);
       assert.match(e.cause.message, /thread id/);
@@ -210,7 +213,7 @@ test("tool call arguments JSON cannot represent (a NaN in the program's own mess
   try {
     const call = { name: "send_invoice", args: { customerId: "cus_7", amountCents: NaN }, id: "a" };
     const { agent, counts } = await agentWith({ middleware: idempotentMiddleware({ store }), calls: [call] });
-    await assert.rejects(ask(agent, uniqueRunId("thread")), (e) => {
+    await assert.rejects(ask(agent, uniqueRunId("thread")), (/** @type {any} */ e) => {
       // LangChain wraps what a middleware throws in its MiddlewareError, the error as the cause.
       assert.ok(e.cause instanceof InvalidArguments, `got ${e}`);
       assert.match(e.cause.message, /args\.amountCents: NaN is not a JSON number/);
@@ -266,8 +269,11 @@ test("a tool name the agent does not have is passed on: LangChain answers it, an
 test("idempotentMiddleware refuses a bad configuration with a message naming it", async () => {
   const store = await openStore("memory://");
   try {
+    // @ts-expect-error: a misspelt option
     assert.throws(() => idempotentMiddleware({ store, writs: ["x"] }), /unknown option "writs"/);
+    // @ts-expect-error: one name, not an array
     assert.throws(() => idempotentMiddleware({ store, reads: "get_customer" }), /reads must be an array of tool names/);
+    // @ts-expect-error: not a store from openStore
     assert.throws(() => idempotentMiddleware({ store: {} }), /store must come from openStore/);
     assert.throws(() => idempotentMiddleware({ store, options: { lease: 1 } }), /lease must be a number of milliseconds/);
   } finally {
@@ -294,7 +300,7 @@ test("two identical calls in one model message run once: the twin is refused in 
     const twins = () => fakeModel().respondWithTools([sendCall("a"), sendCall("b")]).respond(new AIMessage("done"));
     // LangChain runs the calls of one message concurrently: by default the twin is refused.
     const rejecting = createAgent({ model: twins(), tools: [send], middleware: [idempotentMiddleware({ store })] });
-    await assert.rejects(ask(rejecting, uniqueRunId("thread")), (e) => e.cause instanceof OperationInFlight);
+    await assert.rejects(ask(rejecting, uniqueRunId("thread")), (/** @type {any} */ e) => e.cause instanceof OperationInFlight);
     assert.equal(sent, 1);
     sent = 0;
     const middleware = idempotentMiddleware({ store, options: { inFlight: { wait: 5000 } } });

@@ -229,9 +229,11 @@ test("the Mastra idempotentTool refuses a bad configuration with a message namin
   const store = await openStore("memory://");
   try {
     const t = await ticketTool({ tickets: 0 });
+    // @ts-expect-error: a misspelt option
     assert.throws(() => idempotentTool(t, { store, scop: "x" }), /unknown option "scop"/);
     assert.throws(() => idempotentTool(t, { store, scope: "" }), /scope must be a non-empty string or a function/);
     assert.throws(() => idempotentTool({ id: "x" }, { store }), /has no execute function/);
+    // @ts-expect-error: not a store from openStore
     assert.throws(() => idempotentTool(t, { store: {} }), /store must come from openStore/);
   } finally {
     await store.close();

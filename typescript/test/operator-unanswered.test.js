@@ -11,7 +11,7 @@ const crypto = require("node:crypto");
 const { openStore, idempotent, idemKey, EffectUnknown, Store } = require("..");
 const { backendOf } = require("../dist/open.js");
 const { main } = require("../bin/operate.js");
-const { startRedis, uniqueRunId, sleep } = require("./support.js");
+const { startRedis, uniqueRunId, sleep, defined } = require("./support.js");
 
 /** A settled entry of a fresh operation on `store`; resolves with its key. */
 async function settled(store) {
@@ -51,7 +51,7 @@ test("a removal whose reply was lost throws EffectUnknown, and it did apply", { 
   t.after(() => store.close());
   const key = await settled(store);
   const seen = await stoppingAfterRead(redis, async () => {
-    const seen = await store.get(key);
+    const seen = defined(await store.get(key));
     const lost = await store.remove(key, seen).then(
       () => undefined,
       (e) => e,
@@ -81,7 +81,7 @@ test("`toolonce rm` and `toolonce resolve` whose reply was lost exit 73, saying 
     const owner = crypto.randomBytes(16).toString("hex");
     const fingerprint = crypto.createHash("sha256").update(unknownKey).digest("hex");
     await backendOf(store).claim({ key: unknownKey, fingerprint, owner, leaseMs: 100, retentionMs: 60_000, takeover: false, about: {} });
-    while ((await store.get(unknownKey)).state !== "unknown") await sleep(20);
+    while (defined(await store.get(unknownKey)).state !== "unknown") await sleep(20);
     codes = [
       await stoppingAfterRead(redis, () => main("rm", ["--store", redis.url, key])),
       await stoppingAfterRead(redis, () => main("resolve", ["--store", redis.url, unknownKey, "--release"])),

@@ -7,7 +7,7 @@ const test = require("node:test");
 const assert = require("node:assert/strict");
 const { spawn } = require("node:child_process");
 const { openStore, idempotent, StoreUnavailable } = require("..");
-const { startRedis, uniqueRunId, sleep, tempDir } = require("./support.js");
+const { startRedis, uniqueRunId, sleep, tempDir, defined } = require("./support.js");
 const servers = require("./servers.js");
 const { OutcomeUnknown } = require("..");
 
@@ -24,7 +24,7 @@ test("a store outage rejects with StoreUnavailable without running the handler",
   const exited = new Promise((resolve) => redis.child.once("exit", resolve));
   redis.child.kill("SIGKILL");
   await exited;
-  const answer = await tool.runDetailed({ n: 2 }, { runId: uniqueRunId() });
+  const answer = defined(await tool.runDetailed({ n: 2 }, { runId: uniqueRunId() }));
   assert.equal(answer.outcome, "store_unavailable");
   assert.ok(answer.error instanceof StoreUnavailable, String(answer.error));
   assert.match(answer.error.message, /store/i);
@@ -42,7 +42,7 @@ test("a store outage rejects with StoreUnavailable without running the handler",
       if (answer2.outcome !== "store_unavailable") break;
       await new Promise((r) => setTimeout(r, 100));
     }
-    assert.equal(answer2.outcome, "executed");
+    assert.equal(defined(answer2).outcome, "executed");
     assert.equal(runs, 3);
   } finally {
     again.kill("SIGKILL");
@@ -93,7 +93,7 @@ test("an outcome that cannot be recorded is never released: the operation turns 
       await sleep(100);
     }
     // Back: the entry is still running (never released), then unknown once its lease is over.
-    assert.equal(answer.outcome, "in_flight");
+    assert.equal(defined(answer).outcome, "in_flight");
     await sleep(1300);
     await assert.rejects(tool.run({ n: 1 }, { runId }), OutcomeUnknown);
     assert.equal(runs, 1);

@@ -11,9 +11,10 @@ const fs = require("node:fs");
 const path = require("node:path");
 const { spawnSync } = require("node:child_process");
 const { openStore } = require("..");
-const { pkg, tempDir, uniqueRunId, crashAfterClaim, sleep } = require("./support.js");
+const { pkg, tempDir, uniqueRunId, crashAfterClaim, sleep, defined } = require("./support.js");
 
 function run(program, args, cwd, extraEnv = {}) {
+  /** @type {NodeJS.ProcessEnv} */
   const env = { ...process.env, npm_config_audit: "false", npm_config_fund: "false", ...extraEnv };
   delete env.TOOLONCE_BINARY;
   return spawnSync(program, args, { cwd, encoding: "utf8", env });
@@ -45,7 +46,7 @@ test("npx toolonce resolve from the packed tarball settles an unknown entry, wit
     const resolved = npx("resolve", key, "--store", url, "--done", '{"charged":true}');
     assert.equal(resolved.status, 0, resolved.stderr);
     assert.match(resolved.stdout, new RegExp(`^${key} \\(unknown, attempt 1, owner #[0-9a-f]{12}\\) recorded as done: duplicates replay it\\n$`));
-    assert.deepEqual((await store.get(key)).result, { charged: true });
+    assert.deepEqual(defined(await store.get(key)).result, { charged: true });
     // Done now: a second resolve is refused with the Rust command's code for it.
     assert.equal(npx("resolve", key, "--store", url, "--release").status, 67);
     assert.equal(npx("show", "idem:00000000000000000000000000000000", "--store", url).status, 66);

@@ -11,7 +11,7 @@
 const test = require("node:test");
 const assert = require("node:assert/strict");
 const path = require("node:path");
-const Redis = require("ioredis");
+const { Redis } = require("ioredis");
 const { startRedis, runProgram, storeUrls } = require("./support.js");
 
 const FIXTURES = path.join(__dirname, "fixtures");

@@ -9,6 +9,7 @@ const { z } = require("zod");
 const { openStore, idempotent, OperationInFlight } = require("..");
 const { storeUrls, uniqueRunId } = require("./support.js");
 
+/** @returns {import("../dist/index.js").WriteTool} */
 function chargeTool(calls, delayMs = 0) {
   return {
     kind: "write",

@@ -10,10 +10,10 @@
 const test = require("node:test");
 const assert = require("node:assert/strict");
 const { DatabaseSync } = require("node:sqlite");
-const Redis = require("ioredis");
+const { Redis } = require("ioredis");
 const { Client } = require("pg");
 const { openStore, idempotent, idemKey } = require("..");
-const { storeUrls, uniqueRunId } = require("./support.js");
+const { storeUrls, uniqueRunId, defined } = require("./support.js");
 
 const urls = storeUrls();
 const PREFIX = `fence-${process.pid}-`;
@@ -66,7 +66,7 @@ const raw = {
       withRedis(urls.redis, async (r) => {
         // The first value whole, with the second attempt's owner digest: all the second differs in.
         const second = await r.get(`${PREFIX}${key}`);
-        const owner = (v) => /"owner":"([0-9a-f]{40})"/.exec(v)[1];
+        const owner = (v) => defined(/"owner":"([0-9a-f]{40})"/.exec(v))[1];
         assert.notEqual(owner(first), owner(second));
         await r.set(`${PREFIX}${key}`, first.replace(owner(first), owner(second)), "PX", 600_000);
       }),
@@ -90,13 +90,13 @@ for (const [name, { url, times, forge }] of Object.entries(raw)) {
       const send = idempotent({ kind: "write", name: "send", run: async () => "sent" }, store);
       const key = idemKey(runId, "send", { to: "bob" });
       await send.run({ to: "bob" }, { runId });
-      const read = await store.get(key);
+      const read = defined(await store.get(key));
       const first = await times(url, key);
       // Another operator removes it, and the agent's retry runs and settles it anew.
       assert.equal((await store.remove(key, read)).kind, "applied");
       await send.run({ to: "bob" }, { runId });
       await forge(url, key, first);
-      const now = await store.get(key);
+      const now = defined(await store.get(key));
       assert.deepEqual([now.startedAt, now.settledAt, now.attempts], [read.startedAt, read.settledAt, read.attempts]);
       const stale = await store.remove(key, read);
       assert.equal(stale.kind, "changed", JSON.stringify(stale));

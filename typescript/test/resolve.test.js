@@ -52,7 +52,7 @@ for (const [name, url] of Object.entries(storeUrls())) {
       const claim = request(key, fingerprint, LONG);
       assert.equal((await backend.claim(claim)).kind, "won");
       const live = await seen(backend, key);
-      for (const resolution of ["release", { done: '"operator"' }]) {
+      for (const resolution of /** @type {import("../dist/store.js").Resolution[]} */ (["release", { done: '"operator"' }])) {
         const answer = await backend.resolve(key, live, resolution, LONG);
         assert.equal(answer.kind, "live", JSON.stringify(answer));
       }

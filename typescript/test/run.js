@@ -26,6 +26,7 @@ async function main() {
         .sort()
         .map((f) => path.join(__dirname, f));
   const bin = process.env.TOOLONCE_BIN ?? path.join(repo, "target", "debug", "toolonce");
+  /** @type {NodeJS.ProcessEnv} */
   const env = {
     ...process.env,
     TOOLONCE_QUIET: "1",

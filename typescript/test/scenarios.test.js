@@ -36,6 +36,7 @@ function callerStore(real) {
   const gone = () => {
     if (faults.has("gone")) throw lost("the caller is gone");
   };
+  /** @type {import("../dist/store.js").Backend} */
   const wrapped = {
     url: backend.url,
     async claim(req) {
@@ -65,6 +66,10 @@ function callerStore(real) {
       gone();
       return backend.resolve(...args);
     },
+    // The operator's calls pass through, so that the wrapper is a whole Backend.
+    inspect: (key) => backend.inspect(key),
+    list: (query) => backend.list(query),
+    remove: (key, seen) => backend.remove(key, seen),
     close: async () => {},
   };
   return { store: new Store(wrapped, {}), faults };
@@ -260,7 +265,7 @@ async function runScenario(real, scenario) {
       if (run === undefined) throw new Error(`unknown step ${step.do}`);
       try {
         await run(step);
-      } catch (e) {
+      } catch (/** @type {any} */ e) {
         throw new Error(`${scenario.id}: step ${i + 1} (${step.do}): ${e.message}`);
       }
     }

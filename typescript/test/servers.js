@@ -18,7 +18,7 @@ function freePort() {
     const server = net.createServer();
     server.once("error", reject);
     server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address();
+      const { port } = /** @type {import("node:net").AddressInfo} */ (server.address());
       server.close(() => resolve(port));
     });
   });
@@ -77,6 +77,9 @@ function start(program, args, options = {}) {
 /**
  * A redis-server of its own on a free port (or `port`; `extra` arguments added); resolves once
  * it answers. `program`: another Redis-compatible server taking the same arguments.
+ * @param {string} dir
+ * @param {string[]} [extra]
+ * @param {{ port?: number, program?: string }} [options]
  */
 async function startRedis(dir, extra = [], { port, program = "redis-server" } = {}) {
   if (program === "redis-server" && !found("redis-server")) throw new Error("redis-server is missing: run scripts/install-test-deps");
@@ -93,7 +96,12 @@ function valkeyServer() {
   return path.join(target, "tmp", "valkey", "valkey-server");
 }
 
-/** A valkey-server 8.1 of its own on a free port (or `port`), as `startRedis`; fails loudly when it is not installed. */
+/**
+ * A valkey-server 8.1 of its own on a free port (or `port`), as `startRedis`; fails loudly when it is not installed.
+ * @param {string} dir
+ * @param {string[]} [extra]
+ * @param {{ port?: number }} [options]
+ */
 async function startValkey(dir, extra = [], { port } = {}) {
   const program = valkeyServer();
   if (!fs.existsSync(program)) throw new Error(`${program} is missing: run scripts/install-test-deps (it installs valkey-server 8.1 with scripts/install-valkey)`);
@@ -126,7 +134,7 @@ async function startRedisCluster(dir) {
 function postgresBinaries() {
   if (found("initdb") && found("postgres")) return { initdb: "initdb", postgres: "postgres" };
   const root = "/usr/lib/postgresql";
-  const versions = fs.existsSync(root) ? fs.readdirSync(root).filter((v) => /^\d+$/.test(v)).sort((a, b) => b - a) : [];
+  const versions = fs.existsSync(root) ? fs.readdirSync(root).filter((v) => /^\d+$/.test(v)).sort((a, b) => Number(b) - Number(a)) : [];
   for (const v of versions) {
     const bin = path.join(root, v, "bin");
     if (fs.existsSync(path.join(bin, "initdb")) && fs.existsSync(path.join(bin, "postgres"))) {

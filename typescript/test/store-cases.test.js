@@ -10,7 +10,7 @@ const test = require("node:test");
 const assert = require("node:assert/strict");
 const fs = require("node:fs");
 const path = require("node:path");
-const Redis = require("ioredis");
+const { Redis } = require("ioredis");
 const { createClient } = require("redis");
 const { openStore } = require("..");
 const { backendOf } = require("../dist/open.js");
@@ -23,11 +23,13 @@ const RUNNER = "typescript";
 const FILE = path.join(repo, "crates", "toolonce", "tests", "data", "store_cases", "store_cases.json");
 const text = fs.readFileSync(FILE, "utf8");
 const file = JSON.parse(text);
+// JSON.rawJSON (Node 21+) is in no lib this package compiles against.
+const rawJSON = /** @type {{ rawJSON?: (text: string) => unknown }} */ (/** @type {unknown} */ (JSON)).rawJSON;
 // The same file with integers beyond 2^53 kept as their digits: what a step writes is the exact
 // text (JSON.stringify of a raw JSON value), as the Rust runner writes it.
 // The file says what this leaves unchecked ("exact integers in a result read").
-if (typeof JSON.rawJSON !== "function") throw new Error(`store-cases.test.js writes the file's exact integers with JSON.rawJSON, which Node ${process.version} lacks: run it under Node 22 (scripts/test-typescript does)`);
-const exact = JSON.parse(text, (_k, v, ctx) => (typeof v === "number" && Number.isInteger(v) && !Number.isSafeInteger(v) ? JSON.rawJSON(ctx.source) : v));
+if (typeof rawJSON !== "function") throw new Error(`store-cases.test.js writes the file's exact integers with JSON.rawJSON, which Node ${process.version} lacks: run it under Node 22 (scripts/test-typescript does)`);
+const exact = JSON.parse(text, (_k, v, ctx) => (typeof v === "number" && Number.isInteger(v) && !Number.isSafeInteger(v) ? rawJSON(ctx.source) : v));
 const PATIENCE_MS = 30_000;
 const MAX_PAGES = 50;
 
@@ -189,7 +191,7 @@ async function runCase(backend, c, exactCase) {
       try {
         if (act === undefined) throw new Error(`unknown step ${step.do}`);
         await act(backend, step, run, exactCase.steps[i]);
-      } catch (e) {
+      } catch (/** @type {any} */ e) {
         throw new Error(`${c.id}: round ${round}, step ${i + 1} (${step.do}): ${e.message}`);
       }
     }
@@ -337,6 +339,7 @@ function stores() {
   const urls = storeUrls();
   urls.redis = inDatabase(urls.redis, CASES_DB);
   urls.valkey = inDatabase(urls.valkey, CASES_DB);
+  /** @type {[string, () => Promise<{ store: import("../dist/index.js").Store, close: () => Promise<unknown> }>][]} */
   const opened = Object.entries(urls).map(([name, url]) => [name, async () => ({ store: await openStore(url), close: async () => {} })]);
   opened.push([
     "redis (an ioredis client)",

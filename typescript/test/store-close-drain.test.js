@@ -15,6 +15,7 @@ const { storeUrls, uniqueRunId, sleep } = require("./support.js");
 function slowTool(ms, runs) {
   let begun;
   const started = new Promise((resolve) => (begun = resolve));
+  /** @type {import("../dist/index.js").WriteTool} */
   const tool = {
     kind: "write",
     name: "slow_send",
@@ -94,6 +95,7 @@ for (const [name, url] of Object.entries(storeUrls())) {
 test("close() with a drain that is not a number of milliseconds is refused, naming it, and the store stays open", async () => {
   const store = await openStore("memory://");
   await assert.rejects(store.close({ drain: -1 }), { name: "TypeError", message: /drain must be a number of milliseconds/ });
+  // @ts-expect-error: a duration as text, not milliseconds
   await assert.rejects(store.close({ drain: "5s" }), TypeError);
   const runs = [];
   const answer = await idempotent(slowTool(0, runs).tool, store).runDetailed({ n: 1 }, { runId: uniqueRunId("still-open") });

@@ -8,11 +8,11 @@ const test = require("node:test");
 const assert = require("node:assert/strict");
 const { openStore, idempotent, idemKey, StoreUnavailable } = require("..");
 const { backendOf } = require("../dist/open.js");
-const { storeUrls, uniqueRunId, sleep } = require("./support.js");
+const { storeUrls, uniqueRunId, sleep, defined } = require("./support.js");
 
 const RETENTION_MS = 300;
 
-/** A write tool that counts its runs. */
+/** A write tool that counts its runs. @returns {import("../dist/index.js").WriteTool} */
 function countingTool(runs, name = "send_email") {
   return { kind: "write", name, run: async (_args, ctx) => (runs.push(ctx.idem), { sent: runs.length }) };
 }
@@ -36,7 +36,7 @@ for (const [name, url] of Object.entries(storeUrls())) {
         assert.equal(before.outcome, "replayed", `${Date.now() - started} ms after the first call started`);
         assert.deepEqual(before.result, { sent: 1 });
         await sleep(settled + RETENTION_MS + 200 - Date.now());
-        assert.equal(await backendOf(store).get(first.key), undefined, "the entry is still there after its retention");
+        assert.equal(await backendOf(store).get(defined(first.key)), undefined, "the entry is still there after its retention");
         const after = await send.runDetailed({ to: "a@x" }, ctx);
         assert.equal(after.outcome, "executed");
         assert.deepEqual(after.result, { sent: 2 });

@@ -8,9 +8,12 @@ const test = require("node:test");
 const assert = require("node:assert/strict");
 const { openStore, idempotent, OperationInFlight } = require("..");
 const { backendOf } = require("../dist/open.js");
-const { storeUrls, uniqueRunId, sleep, crashAfterClaim, CRASH_ARGS } = require("./support.js");
+const { storeUrls, uniqueRunId, sleep, crashAfterClaim, CRASH_ARGS, defined } = require("./support.js");
 
-/** A write tool that counts its runs; each run takes `ms`. */
+/**
+ * A write tool that counts its runs; each run takes `ms`.
+ * @returns {import("../dist/index.js").WriteTool}
+ */
 function slowTool(runs, ms = 0) {
   return {
     kind: "write",
@@ -63,7 +66,7 @@ for (const name of ["memory", "redis"]) {
         await sleep(RETENTION_MS / 2 - (Date.now() - started));
         assert.equal((await tool.runDetailed({ n: 1 }, ctx)).outcome, "replayed", `${Date.now() - started} ms after the first call`);
         await sleep(started + RETENTION_MS + 300 - Date.now());
-        assert.equal(await backendOf(store).get(first.key), undefined);
+        assert.equal(await backendOf(store).get(defined(first.key)), undefined);
         assert.equal((await tool.runDetailed({ n: 1 }, ctx)).outcome, "executed");
         assert.equal(runs.length, 2);
 

@@ -56,7 +56,7 @@ const secrets = (v) => (v.secret === undefined ? [] : Array.isArray(v.secret) ? 
 function refusal(url) {
   try {
     describe(url);
-  } catch (e) {
+  } catch (/** @type {any} */ e) {
     return e;
   }
   return undefined;
@@ -96,7 +96,7 @@ test("every shared store URL vector gives its result, its refusal or the refusal
     try {
       await check(v);
       read += 1;
-    } catch (e) {
+    } catch (/** @type {any} */ e) {
       failed.push(e.message);
     }
   }

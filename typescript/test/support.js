@@ -120,7 +120,34 @@ async function crashAfterClaim(url, runId, leaseMs, leaseOn = "tool") {
   return key;
 }
 
+/**
+ * The error of a failed `runDetailed` answer. The declarations type it `unknown`, since a handler
+ * may throw anything; this fails the test unless it is an Error, and gives its fields (detail,
+ * note, cause) untyped, as the test reads them.
+ * @param {{ error?: unknown }} answer
+ * @returns {{ message: string, name: string, [field: string]: any }}
+ */
+function errorOf(answer) {
+  if (!(answer.error instanceof Error)) throw new Error(`the answer holds no Error: ${require("node:util").inspect(answer)}`);
+  return answer.error;
+}
+
+/**
+ * `value`, which the test knows is there (an entry it wrote, a regular expression's match), though
+ * its type allows none: fails the test, naming `what`, when it is missing.
+ * @template T
+ * @param {T | undefined | null} value
+ * @param {string} [what]
+ * @returns {T}
+ */
+function defined(value, what = "the value") {
+  if (value === undefined || value === null) throw new Error(`${what} is missing (${value})`);
+  return value;
+}
+
 module.exports = {
+  errorOf,
+  defined,
   crashAfterClaim,
   CRASH_ARGS,
   pkg,

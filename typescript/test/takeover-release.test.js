@@ -14,7 +14,7 @@ const crypto = require("node:crypto");
 const { openStore, idempotent } = require("..");
 const { Store, backendOf } = require("../dist/open.js");
 const { StoreError } = require("../dist/errors.js");
-const { storeUrls, uniqueRunId, sleep } = require("./support.js");
+const { storeUrls, uniqueRunId, sleep, errorOf } = require("./support.js");
 
 /** How long the first attempt's lease is: it dies before recording, and is unknown after it. */
 const LEASE_MS = 30;
@@ -29,6 +29,7 @@ function faulty(store) {
   const backend = backendOf(store);
   const faults = new Set();
   const lost = (what) => new StoreError(`injected: ${what}`, true);
+  /** @type {import("../dist/store.js").Backend} */
   const wrapped = {
     url: backend.url,
     async claim(req) {
@@ -47,12 +48,19 @@ function faulty(store) {
     renew: (...args) => backend.renew(...args),
     fail: (...args) => backend.fail(...args),
     resolve: (...args) => backend.resolve(...args),
+    // The operator's calls pass through, so that the wrapper is a whole Backend.
+    inspect: (key) => backend.inspect(key),
+    list: (query) => backend.list(query),
+    remove: (key, seen) => backend.remove(key, seen),
     close: () => backend.close(),
   };
   return { store: new Store(wrapped, {}), faults };
 }
 
-/** A charge tool counting its effects; `behave(n)` may throw on the n-th run. */
+/**
+ * A charge tool counting its effects; `behave(n)` may throw on the n-th run.
+ * @param {(n: number) => void} [behave]
+ */
 function chargeTool(store, onExpired, effects, behave = () => {}) {
   return idempotent(
     {
@@ -186,7 +194,7 @@ for (const [name, url] of Object.entries(storeUrls())) {
       });
       const taken = await flaky.runDetailed(ARGS, { runId });
       assert.equal(taken.outcome, "executed");
-      assert.match(String(taken.error?.message), /timed out/);
+      assert.match(errorOf(taken).message, /timed out/);
       assert.equal(taken.notice, undefined);
       assert.equal(it.effects.n, 2);
       await assertGivenBack(it, name, runId, key, 2);

@@ -5,14 +5,14 @@
 
 "use strict";
 
-const Module = require("node:module");
+// Module._resolveFilename is Node's internal resolver, which its declarations do not name.
+const Module = /** @type {any} */ (require("node:module"));
 
 const resolve = Module._resolveFilename;
 Module._resolveFilename = function (request, ...rest) {
   if (request === "ioredis" || request.startsWith("ioredis/")) {
     const e = new Error(`Cannot find module '${request}' (hidden by unanswered-node-redis.test.js)`);
-    e.code = "MODULE_NOT_FOUND";
-    throw e;
+    throw Object.assign(e, { code: "MODULE_NOT_FOUND" });
   }
   return resolve.call(this, request, ...rest);
 };

@@ -13,7 +13,7 @@ const assert = require("node:assert/strict");
 const path = require("node:path");
 const { DatabaseSync } = require("node:sqlite");
 const { openStore, idempotent, idemKey, InvalidArguments } = require("..");
-const { tempDir, uniqueRunId } = require("./support.js");
+const { tempDir, uniqueRunId, errorOf, defined } = require("./support.js");
 
 class Point {
   constructor(x, y) {
@@ -24,11 +24,13 @@ class Point {
 
 const cyclic = { name: "a" };
 cyclic.self = cyclic;
+/** @type {unknown[]} */
 const cyclicList = [1];
 cyclicList.push({ back: cyclicList });
 const sparse = [1, , 3]; // eslint-disable-line no-sparse-arrays
 
 /** [arguments, the refusal's text after "idemKey: "]. */
+/** @type {[unknown, string][]} */
 const REFUSED = [
   [{ amount: NaN }, "args.amount: NaN is not a JSON number (JSON.stringify writes null); pass a number or null"],
   [{ amount: Infinity }, "args.amount: Infinity is not a JSON number (JSON.stringify writes null); pass a number or null"],
@@ -66,7 +68,7 @@ test("every value JSON cannot represent exactly is refused, naming the problem a
 });
 
 test("a BigInt is never keyed as what a toJSON the program gave BigInt returns", () => {
-  BigInt.prototype.toJSON = function () {
+  /** @type {any} */ (BigInt.prototype).toJSON = function () {
     return this.toString();
   };
   try {
@@ -75,7 +77,7 @@ test("a BigInt is never keyed as what a toJSON the program gave BigInt returns",
     assert.equal(key, idemKey("run", "t", { n: 10 }));
     assert.notEqual(key, idemKey("run", "t", { n: "10" }));
   } finally {
-    delete BigInt.prototype.toJSON;
+    delete /** @type {any} */ (BigInt.prototype).toJSON;
   }
 });
 
@@ -99,7 +101,7 @@ test("a refused call never runs the tool and stores nothing, through run and run
   }
   const db = new DatabaseSync(file);
   try {
-    assert.equal(db.prepare("SELECT count(*) AS n FROM toolonce_entries").get().n, 0);
+    assert.equal(defined(db.prepare("SELECT count(*) AS n FROM toolonce_entries").get()).n, 0);
   } finally {
     db.close();
   }
@@ -112,7 +114,7 @@ test("arguments that a schema turns into a Set are refused before the claim, the
   const tool = idempotent({ kind: "write", name: "book", schema, run: async () => ++runs }, store);
   const answer = await tool.runDetailed({ when: "2025-01-01T00:00:00Z" }, { runId: uniqueRunId("unkeyable") });
   assert.equal(answer.outcome, "invalid_arguments");
-  assert.match(answer.error.message, /args\.when: a Set cannot be keyed exactly/);
+  assert.match(errorOf(answer).message, /args\.when: a Set cannot be keyed exactly/);
   assert.equal(runs, 0);
   await store.close();
 });
