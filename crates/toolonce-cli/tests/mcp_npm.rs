@@ -9,6 +9,7 @@ mod mcp_peer;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 
 use mcp_peer::{Spawn, is_error, without_outcome};
 use serde_json::{Value, json};
@@ -35,6 +36,10 @@ fn npm_server(package: &str) -> PathBuf {
     let folder = format!("npm-{}-{version}", name.rsplit('/').next().unwrap());
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(folder);
     let entry = dir.join("node_modules").join(name).join("dist/index.js");
+    // Two tests of one server run in parallel: two `npm install`s into one folder trip over
+    // each other's files (ENOTEMPTY, then a half-installed tree), so one installs at a time.
+    static INSTALLING: Mutex<()> = Mutex::new(());
+    let _one = INSTALLING.lock().unwrap_or_else(|p| p.into_inner());
     if !entry.exists() {
         let status = Command::new("npm")
             .args(["install", "--no-audit", "--no-fund", "--prefix"])
