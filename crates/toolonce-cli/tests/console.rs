@@ -118,27 +118,7 @@ impl Console {
 
     /// Opens a session as the page does: the cookie and the CSRF token.
     fn login(&self) -> (String, String) {
-        let bearer = format!("Bearer {}", self.token);
-        let origin = self.origin();
-        let r = self.send(
-            "POST",
-            "/console/api/session",
-            &[("Authorization", &bearer), ("Origin", &origin)],
-            b"",
-        );
-        assert_eq!(r.status, 200, "{}", r.head);
-        let cookie = r
-            .head
-            .lines()
-            .find_map(|l| l.strip_prefix("set-cookie: "))
-            .unwrap()
-            .to_owned();
-        assert!(
-            cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
-            "{cookie}"
-        );
-        let cookie = cookie.split(';').next().unwrap().to_owned();
-        (cookie, r.body["csrf"].as_str().unwrap().to_owned())
+        console_process::session(self.port, &self.token)
     }
 
     fn get(&self, path: &str, cookie: &str) -> Reply {

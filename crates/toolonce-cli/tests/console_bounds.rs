@@ -87,6 +87,23 @@ fn read_answer(s: &mut TcpStream) -> String {
     }
 }
 
+/// With `open` (the oldest first) filling the cap: the token holder's request is answered at
+/// once, not when the 10 s header timeout ends one, and the oldest `what` (only it) was closed
+/// for it.
+fn assert_room_made_for_the_holder(console: &Process, open: &mut [TcpStream], what: &str) {
+    // Every one is accepted before the holder's comes (the server takes them in order).
+    std::thread::sleep(Duration::from_millis(300));
+    let (status, took) = metrics(console);
+    assert_eq!(status, 200);
+    assert!(took < Duration::from_secs(5), "answered after {took:?}");
+    assert!(closed(&mut open[0]), "the oldest {what} is closed for it");
+    // The others are still open: one was closed for one new connection.
+    open[1]
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    assert!(!closed(&mut open[1]), "only the oldest {what} is closed");
+}
+
 #[test]
 fn at_the_cap_sockets_holding_half_a_head_make_room_for_the_tokens_holder_oldest_first() {
     let (console, _dir) = console();
@@ -98,21 +115,7 @@ fn at_the_cap_sockets_holding_half_a_head_make_room_for_the_tokens_holder_oldest
             s
         })
         .collect();
-    // Every held socket is accepted before the holder's comes (the server takes them in order).
-    std::thread::sleep(Duration::from_millis(300));
-    let (status, took) = metrics(&console);
-    assert_eq!(status, 200);
-    // Room was made at once, not when the held sockets' 10 s header timeout ran out.
-    assert!(took < Duration::from_secs(5), "answered after {took:?}");
-    assert!(
-        closed(&mut held[0]),
-        "the oldest held socket is closed for it"
-    );
-    // The others are still open: one was closed for one new connection.
-    held[1]
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    assert!(!closed(&mut held[1]), "only the oldest is closed");
+    assert_room_made_for_the_holder(&console, &mut held, "held socket");
 }
 
 #[test]
@@ -128,16 +131,5 @@ fn at_the_cap_connections_kept_alive_idle_after_their_answers_make_room_oldest_f
             s
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
-    let (status, took) = metrics(&console);
-    assert_eq!(status, 200);
-    assert!(took < Duration::from_secs(5), "answered after {took:?}");
-    assert!(
-        closed(&mut idle[0]),
-        "the oldest idle connection is closed for it"
-    );
-    idle[1]
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    assert!(!closed(&mut idle[1]), "only the oldest idle one is closed");
+    assert_room_made_for_the_holder(&console, &mut idle, "idle connection");
 }

@@ -105,6 +105,12 @@ pub fn send(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body:
 
 /// Opens a session as the page does: the cookie (`name=value`).
 pub fn login(port: u16, token: &str) -> String {
+    session(port, token).0
+}
+
+/// Opens a session as the page does: the cookie (`name=value`, HttpOnly and SameSite=Strict)
+/// and the CSRF token.
+pub fn session(port: u16, token: &str) -> (String, String) {
     let bearer = format!("Bearer {token}");
     let origin = format!("http://127.0.0.1:{port}");
     let r = send(
@@ -120,5 +126,10 @@ pub fn login(port: u16, token: &str) -> String {
         .lines()
         .find_map(|l| l.strip_prefix("set-cookie: "))
         .unwrap();
-    cookie.split(';').next().unwrap().to_owned()
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let csrf = r.json()["csrf"].as_str().unwrap().to_owned();
+    (cookie.split(';').next().unwrap().to_owned(), csrf)
 }
