@@ -27,8 +27,11 @@ use crate::store::removal::epoch_millis;
 use crate::tool::ToolError;
 use crate::{Error, Result};
 
+mod checkpoint;
 mod claim;
 mod error;
+mod group_commit;
+mod inline_writer;
 mod options;
 mod row;
 mod schema;

@@ -22,6 +22,12 @@ pub(super) const BEGIN_DEFERRED: &str = include_str!("statements/begin_deferred.
 pub(super) const COMMIT: &str = include_str!("statements/commit.sql");
 /// Undoes a transaction that did not commit.
 pub(super) const ROLLBACK: &str = include_str!("statements/rollback.sql");
+/// Opens one write of a batch that commits together (see `group_commit`).
+pub(super) const SAVEPOINT: &str = include_str!("statements/savepoint.sql");
+/// Keeps it, for the batch's commit.
+pub(super) const RELEASE_SAVEPOINT: &str = include_str!("statements/release_savepoint.sql");
+/// Undoes it alone, the batch's transaction left open.
+pub(super) const ROLLBACK_SAVEPOINT: &str = include_str!("statements/rollback_savepoint.sql");
 
 /// The live entry of a key.
 pub(super) const SELECT_LIVE: &str = include_str!("statements/select_live.sql");

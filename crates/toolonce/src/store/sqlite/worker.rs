@@ -4,10 +4,8 @@
 //! between the caller's task and that thread.
 
 use std::fmt;
-use std::panic::AssertUnwindSafe;
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, TryLockError, mpsc};
+use std::sync::{Arc, Mutex, TryLockError, mpsc};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
@@ -16,16 +14,11 @@ use tokio::sync::oneshot;
 use crate::{Error, Result};
 
 use super::error::{Fault, JobResult, is_busy, is_transient, sql_error};
+use super::group_commit::{Job, Pending, serve};
+use super::inline_writer::InlineWriter;
 use super::options::SqliteOptions;
 use super::schema;
-use super::sql;
-
-pub(super) type Job = Box<dyn FnOnce(&mut Connection) + Send>;
-
-/// How many commits on the inline writer between two checkpoints asked of the connection
-/// thread. A commit appends a few pages to the log, so this is near SQLite's automatic
-/// checkpoint threshold of 1000 pages.
-pub(super) const CHECKPOINT_EVERY: u32 = 256;
+use super::transaction::in_autocommit;
 
 /// Whether `path` names a database that lives in memory, which each connection would see as a
 /// different, empty database (so it gets no reader connections).
@@ -69,6 +62,10 @@ pub(super) fn is_memory(path: &str) -> bool {
 ///   future, so a dropped future cannot leave it half done. The inline connection never runs
 ///   an automatic checkpoint (that would flush the disk on the executor): every few hundred
 ///   inline commits it asks the connection thread for a passive checkpoint instead.
+/// - **Group commit.** A write that finds the inline writer taken is queued for it rather than
+///   sent to the thread: whoever holds the connection runs the queued writes after its own, as
+///   savepoints of one transaction with one commit (see the `inline_writer` and
+///   `group_commit` modules). Callers writing at once share commits, most of a write's cost.
 /// - **WAL, `synchronous=NORMAL`.** Readers and the writer do not block each other, and a
 ///   commit appends to the log without a flush (see [`SqliteOptions::full_sync`] for what that
 ///   trades).
@@ -95,11 +92,9 @@ pub struct SqliteStore {
     pub(super) path: Arc<str>,
     pub(super) jobs: mpsc::Sender<Job>,
     pub(super) readers: Box<[Mutex<Connection>]>,
-    /// The inline writer connection, if [`SqliteOptions::inline_writes`] is on (and the
-    /// database is a file and has readers).
-    pub(super) writer: Option<Arc<Mutex<Connection>>>,
-    /// Commits on the inline writer, to schedule checkpoints on the connection thread.
-    pub(super) inline_commits: Arc<AtomicU32>,
+    /// The inline writer connection and its queue, if [`SqliteOptions::inline_writes`] is on
+    /// (and the database is a file and has readers).
+    pub(super) writer: Option<InlineWriter>,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -195,95 +190,50 @@ impl SqliteStore {
             path: path_text,
             jobs,
             readers: readers.into_iter().map(Mutex::new).collect(),
-            writer: inline_writer.map(|c| Arc::new(Mutex::new(c))),
-            inline_commits: Arc::new(AtomicU32::new(0)),
+            writer: inline_writer.map(InlineWriter::new),
         })
     }
 
-    /// Runs a write transaction on the inline writer if it can run at once, on the connection
-    /// thread otherwise (see [`SqliteStore`]). `write` must be one or more complete
-    /// transactions that either commit or leave nothing behind when they fail, since after a
-    /// busy answer it runs again on the thread.
+    /// Runs a write transaction on the inline writer, in a batch with the writes that queue
+    /// for it meanwhile, on the caller's task or on that of the write holding the connection;
+    /// on the connection thread when there is no inline writer or another process holds the
+    /// write lock (see [`SqliteStore`]). `write` must be one or more complete transactions
+    /// that either commit or leave nothing behind when they fail, since after a busy answer it
+    /// runs again on the thread; inside a batch its transactions are savepoints of the batch's.
     pub(super) async fn write<T, F>(&self, doing: &'static str, write: F) -> Result<T>
     where
         T: Send + 'static,
         F: Fn(&Connection) -> JobResult<T> + Send + 'static,
     {
-        if let Some(done) = self.write_inline(doing, &write) {
-            return done;
+        let (tx, rx) = oneshot::channel();
+        let pending = Box::new(Pending::new(write, tx));
+        match &self.writer {
+            Some(writer) => writer.submit(pending, &self.jobs),
+            None => self
+                .jobs
+                .send(Job::Write(pending))
+                .map_err(|_| self.stopped())?,
         }
-        let Some(inline) = self.writer.clone() else {
-            return self.on_thread(doing, move |conn| write(conn)).await;
-        };
-        let commits = Arc::clone(&self.inline_commits);
-        self.on_thread(doing, move |conn| {
-            // Most often the lock was held by this store's inline writer, for the microseconds
-            // of one transaction: wait for its mutex, which wakes the thread when released,
-            // rather than for SQLite's lock, whose handler sleeps 1, 2, 5, 10 … ms between
-            // attempts and lost the race to inline writers again and again (eight callers
-            // writing at once: p99 of 16-23 ms). Another process holding the lock answers
-            // busy on this connection at once; the thread's own connection then waits for it.
-            {
-                let guard = inline.lock().unwrap_or_else(PoisonError::into_inner);
-                if in_autocommit(&guard) {
-                    match write(&guard) {
-                        Err(Fault::Sql(e)) if is_busy(&e) && in_autocommit(&guard) => {}
-                        Ok(value) => {
-                            drop(guard);
-                            let n = commits.fetch_add(1, Ordering::Relaxed);
-                            if n % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1 {
-                                let _ = conn.query_row(sql::WAL_CHECKPOINT, [], |_| Ok(()));
-                            }
-                            return Ok(value);
-                        }
-                        Err(fault) => return Err(fault),
-                    }
-                }
-            }
-            write(conn)
-        })
-        .await
+        self.answer(doing, rx).await
     }
 
-    /// Runs `write` on the inline writer, on the caller's task. `None` when it cannot run at
-    /// once (no inline writer, the connection in use, or the lock held elsewhere): then nothing
-    /// was committed and the connection holds no transaction, so the caller may run it on the
-    /// connection thread.
-    pub(super) fn write_inline<T>(
-        &self,
-        doing: &'static str,
-        write: impl FnOnce(&Connection) -> JobResult<T>,
-    ) -> Option<Result<T>> {
-        let done = self.on_inline_writer(doing, write)?;
-        if done.is_ok() {
-            self.note_inline_commit();
-        }
-        Some(done)
-    }
-
-    /// [`write_inline`](Self::write_inline) without counting a commit: for work that may
-    /// only read.
+    /// Runs `write` on the inline writer, on the caller's task, if it is free at once (and
+    /// then the writes queued for it meanwhile). `None` when it cannot run at once (no inline
+    /// writer, the connection in use, or the lock held elsewhere): then nothing was committed
+    /// and the connection holds no transaction, so the caller may write elsewhere.
     pub(super) fn on_inline_writer<T>(
         &self,
         doing: &'static str,
         write: impl FnOnce(&Connection) -> JobResult<T>,
     ) -> Option<Result<T>> {
-        let conn = match self.writer.as_ref()?.try_lock() {
-            Ok(guard) => guard,
-            // A panic inside a write unwound through `Transaction`, which rolled back;
-            // `in_autocommit` below checks it.
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => return None,
-        };
-        if !in_autocommit(&conn) {
-            return None;
-        }
-        let result = write(&conn);
-        // `Transaction` rolls back a transaction that did not commit (a busy `COMMIT` included);
-        // if that rollback failed, the connection may still hold the write lock, and the
-        // thread would only wait for it: report the error instead of falling back.
-        let settled = in_autocommit(&conn);
-        drop(conn);
+        let (result, settled) = self.writer.as_ref()?.try_with(&self.jobs, |conn| {
+            let result = write(conn);
+            // `Transaction` rolls back a transaction that did not commit (a busy `COMMIT`
+            // included); if that rollback failed, the connection may still hold the write
+            // lock, and the thread would only wait for it: report the error instead of
+            // falling back.
+            (result, in_autocommit(conn))
+        })?;
         match result {
             Ok(value) => Some(Ok(value)),
             Err(Fault::Sql(e)) if is_busy(&e) && settled => None,
@@ -291,15 +241,10 @@ impl SqliteStore {
         }
     }
 
-    /// Counts a commit of the inline writer, and every [`CHECKPOINT_EVERY`] asks the connection
-    /// thread for a passive checkpoint (which never waits for a lock), since the inline writer
-    /// runs none itself.
+    /// Counts a commit of the inline writer made outside [`write`](Self::write) (a claim's).
     pub(super) fn note_inline_commit(&self) {
-        let n = self.inline_commits.fetch_add(1, Ordering::Relaxed);
-        if n % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1 {
-            let _ = self.jobs.send(Box::new(|conn| {
-                let _ = conn.query_row(sql::WAL_CHECKPOINT, [], |_| Ok(()));
-            }));
+        if let Some(writer) = &self.writer {
+            writer.note_commit(&self.jobs);
         }
     }
 
@@ -312,11 +257,21 @@ impl SqliteStore {
     {
         let (tx, rx) = oneshot::channel();
         self.jobs
-            .send(Box::new(move |conn| {
+            .send(Job::Run(Box::new(move |conn| {
                 let _ = tx.send(job(conn));
-            }))
+            })))
             .map_err(|_| self.stopped())?;
-        match rx.await {
+        self.answer(doing, rx).await
+    }
+
+    /// The connection thread's answer to a job, or the error of a thread that stopped (or of
+    /// a job that panicked, which drops its sender).
+    async fn answer<T>(
+        &self,
+        doing: &'static str,
+        answer: oneshot::Receiver<JobResult<T>>,
+    ) -> Result<T> {
+        match answer.await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(fault)) => Err(self.fault(doing, fault)),
             Err(_) => Err(self.stopped()),
@@ -429,23 +384,6 @@ pub(super) fn open_inline_writer(path: &Path, full_sync: bool) -> rusqlite::Resu
     configure(&conn, Duration::ZERO, full_sync)?;
     conn.pragma_update(None, "wal_autocheckpoint", 0)?;
     Ok(conn)
-}
-
-/// Whether `conn` holds no open transaction, rolling back one that a failed rollback left open.
-pub(super) fn in_autocommit(conn: &Connection) -> bool {
-    if !conn.is_autocommit() {
-        let _ = conn.execute_batch(sql::ROLLBACK);
-    }
-    conn.is_autocommit()
-}
-
-/// The connection thread: runs jobs in order until the store (the only sender) is dropped.
-pub(super) fn serve(mut conn: Connection, jobs: mpsc::Receiver<Job>) {
-    for job in jobs {
-        // A panicking job drops its oneshot, so its caller gets an error; the thread carries on
-        // for the others. `Transaction` has rolled back any open transaction while unwinding.
-        let _ = std::panic::catch_unwind(AssertUnwindSafe(|| job(&mut conn)));
-    }
 }
 
 #[cfg(test)]
