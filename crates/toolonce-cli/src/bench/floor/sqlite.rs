@@ -1,8 +1,10 @@
 //! SQLite: the store on a file of the bench's own beside the given one (same directory, so
 //! same disk), and the raw floor on connections of its own to that file, set up as the store
 //! sets up its own: WAL, `synchronous=NORMAL`, writes inline on one connection that never runs
-//! an automatic checkpoint (a thread of the floor's runs a passive one every
-//! [`CHECKPOINT_EVERY`] commits, as the store's connection thread does), and reads inline on
+//! an automatic checkpoint (a thread of the floor's runs one every [`CHECKPOINT_EVERY`]
+//! commits, as the store's connection thread does: a passive one, then a restart of the log
+//! with the writer held, without which a log written without pause never restarts and grows
+//! by every write), and reads inline on
 //! the first idle connection of a pool as large as the store's. A floor set up otherwise
 //! measured slower than toolonce (its writes paid SQLite's automatic checkpoints inline, its
 //! replays queued for one connection), which is not a floor.
@@ -31,7 +33,7 @@ pub(crate) struct Raw {
 }
 
 struct Conns {
-    writer: Mutex<rusqlite::Connection>,
+    writer: Arc<Mutex<rusqlite::Connection>>,
     readers: Box<[Mutex<rusqlite::Connection>]>,
     commits: AtomicU32,
     /// Asks the checkpoint thread for a passive checkpoint; the thread ends when this drops.
@@ -105,12 +107,17 @@ pub(super) fn open(rest: &str, run_id: &str) -> anyhow::Result<(Arc<dyn Store>, 
         })
         .collect::<anyhow::Result<Box<[_]>>>()?;
     let checkpointer = connect(&path)?;
+    let writer = Arc::new(Mutex::new(writer));
+    let held = Arc::clone(&writer);
     let (checkpoint, asked) = mpsc::channel::<()>();
     std::thread::Builder::new()
         .name("bench-floor-checkpoint".into())
         .spawn(move || {
             for () in asked {
                 let _ = checkpointer.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+                let _writer = held.lock().unwrap_or_else(PoisonError::into_inner);
+                let _ = checkpointer.busy_timeout(std::time::Duration::from_millis(20));
+                let _ = checkpointer.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()));
             }
         })
         .context("cannot start the floor's checkpoint thread")?;
@@ -119,7 +126,7 @@ pub(super) fn open(rest: &str, run_id: &str) -> anyhow::Result<(Arc<dyn Store>, 
         Raw {
             path,
             conns: Arc::new(Conns {
-                writer: Mutex::new(writer),
+                writer,
                 readers,
                 commits: AtomicU32::new(0),
                 checkpoint,

@@ -14,7 +14,8 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::AtomicU32;
-use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError, mpsc};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError, mpsc};
+use std::time::Duration;
 
 use rusqlite::Connection;
 
@@ -29,6 +30,8 @@ pub(super) struct InlineWriter {
     queue: Mutex<Vec<Box<dyn Write>>>,
     /// Commits on the inline writer, to schedule checkpoints on the connection thread.
     commits: AtomicU32,
+    /// The busy timeout of the thread's connection, which the checkpoint shortens for a moment.
+    busy_timeout: Duration,
 }
 
 /// What became of a batch on the inline writer.
@@ -40,18 +43,19 @@ enum Ran {
 }
 
 impl InlineWriter {
-    pub(super) fn new(conn: Connection) -> Self {
+    pub(super) fn new(conn: Connection, busy_timeout: Duration) -> Self {
         InlineWriter {
             conn: Mutex::new(conn),
             queue: Mutex::new(Vec::new()),
             commits: AtomicU32::new(0),
+            busy_timeout,
         }
     }
 
     /// Runs `work` on the connection if it is free at once and in autocommit, on the caller's
     /// task; `None` otherwise. Then runs the writes queued meanwhile.
     pub(super) fn try_with<T>(
-        &self,
+        self: &Arc<Self>,
         thread: &mpsc::Sender<Job>,
         work: impl FnOnce(&Connection) -> T,
     ) -> Option<T> {
@@ -64,18 +68,33 @@ impl InlineWriter {
 
     /// Queues `write` and runs the queue if the connection is free; otherwise its holder will.
     /// The write's caller hears of it through the write itself.
-    pub(super) fn submit(&self, write: Box<dyn Write>, thread: &mpsc::Sender<Job>) {
+    pub(super) fn submit(self: &Arc<Self>, write: Box<dyn Write>, thread: &mpsc::Sender<Job>) {
         self.lock_queue().push(write);
         self.run_queued(thread);
     }
 
     /// Counts a commit and, every [`checkpoint::CHECKPOINT_EVERY`], asks the connection thread
-    /// for a passive checkpoint (which never waits for a lock), since the inline writer runs
-    /// none itself.
-    pub(super) fn note_commit(&self, thread: &mpsc::Sender<Job>) {
+    /// for a checkpoint (see the `checkpoint` module), since the inline writer runs none
+    /// itself: a passive one while writes go on, then the rest with this connection held.
+    pub(super) fn note_commit(self: &Arc<Self>, thread: &mpsc::Sender<Job>) {
         if checkpoint::due(&self.commits) {
-            let _ = thread.send(Job::Run(Box::new(|conn| checkpoint::run_passive(conn))));
+            let (writer, to_thread) = (Arc::clone(self), thread.clone());
+            let _ = thread.send(Job::Run(Box::new(move |conn| {
+                checkpoint::run_passive(conn);
+                writer.hold(&to_thread, || {
+                    checkpoint::restart(conn, writer.busy_timeout)
+                });
+            })));
         }
+    }
+
+    /// Runs `work` with the connection held (waiting for it), so that no write of this store
+    /// is under way meanwhile, then the writes that queued for it.
+    fn hold(self: &Arc<Self>, thread: &mpsc::Sender<Job>, work: impl FnOnce()) {
+        let conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        work();
+        drop(conn);
+        self.run_queued(thread);
     }
 
     fn try_lock(&self) -> Option<MutexGuard<'_, Connection>> {
@@ -94,7 +113,7 @@ impl InlineWriter {
 
     /// Runs the queued writes, a batch at a time, for as long as there are some and the
     /// connection is free. Each batch is answered after the connection is released.
-    fn run_queued(&self, thread: &mpsc::Sender<Job>) {
+    fn run_queued(self: &Arc<Self>, thread: &mpsc::Sender<Job>) {
         while !self.lock_queue().is_empty() {
             let Some(conn) = self.try_lock() else {
                 return;
@@ -171,10 +190,10 @@ mod tests {
         (dir, path)
     }
 
-    fn writer(path: &std::path::Path) -> InlineWriter {
+    fn writer(path: &std::path::Path) -> Arc<InlineWriter> {
         let conn = Connection::open(path).unwrap();
-        conn.busy_timeout(std::time::Duration::ZERO).unwrap();
-        InlineWriter::new(conn)
+        conn.busy_timeout(Duration::ZERO).unwrap();
+        Arc::new(InlineWriter::new(conn, Duration::from_secs(5)))
     }
 
     /// A write of its own transaction inserting `k`; a `k` already there fails it.

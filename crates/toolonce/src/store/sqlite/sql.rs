@@ -62,6 +62,9 @@ pub(super) const CENSUS: &str = include_str!("statements/census.sql");
 
 /// Moves the WAL's committed pages into the database file, waiting for no reader.
 pub(super) const WAL_CHECKPOINT: &str = include_str!("statements/wal_checkpoint.sql");
+/// The same for the whole WAL, waiting for readers, so that the next write restarts the log.
+pub(super) const WAL_CHECKPOINT_RESTART: &str =
+    include_str!("statements/wal_checkpoint_restart.sql");
 
 /// The file's application id.
 pub(super) const APPLICATION_ID: &str = include_str!("statements/application_id.sql");

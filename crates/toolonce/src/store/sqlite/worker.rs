@@ -94,7 +94,7 @@ pub struct SqliteStore {
     pub(super) readers: Box<[Mutex<Connection>]>,
     /// The inline writer connection and its queue, if [`SqliteOptions::inline_writes`] is on
     /// (and the database is a file and has readers).
-    pub(super) writer: Option<InlineWriter>,
+    pub(super) writer: Option<Arc<InlineWriter>>,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -190,7 +190,12 @@ impl SqliteStore {
             path: path_text,
             jobs,
             readers: readers.into_iter().map(Mutex::new).collect(),
-            writer: inline_writer.map(InlineWriter::new),
+            writer: inline_writer.map(|conn| {
+                Arc::new(InlineWriter::new(
+                    conn,
+                    options.busy_timeout.min(MAX_BUSY_TIMEOUT),
+                ))
+            }),
         })
     }
 

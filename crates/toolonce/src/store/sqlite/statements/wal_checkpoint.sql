@@ -1,3 +1,3 @@
 -- Moves committed pages from the WAL into the database file, without waiting for a reader
--- (the Rust store runs it every few hundred commits, worker.rs, so the WAL stays short).
+-- (the Rust store runs it every few hundred commits, checkpoint.rs, while writes go on).
 PRAGMA wal_checkpoint(PASSIVE)
