@@ -82,7 +82,12 @@ async fn measure_all(bench: &mut Bench, args: &BenchArgs) -> anyhow::Result<Vec<
         let have = live + bench.entries_written();
         let start = Instant::now();
         let more = size.saturating_sub(have);
-        fill::fill(&bench.toolbox, TOOL, fill::FIRST + live..fill::FIRST + live + more).await?;
+        fill::fill(
+            &bench.toolbox,
+            TOOL,
+            fill::FIRST + live..fill::FIRST + live + more,
+        )
+        .await?;
         let brief = size / 10;
         let numbers = fill::FIRST + expired..fill::FIRST + expired + brief;
         fill::fill(&expiring, EXPIRING_TOOL, numbers).await?;

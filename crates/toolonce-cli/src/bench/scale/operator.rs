@@ -44,7 +44,10 @@ pub(super) async fn time(
     let start = Instant::now();
     let page = store.list(&ListQuery::new().scope(scope)).await?;
     let list_page = start.elapsed();
-    ensure!(!page.entries.is_empty(), "a page of the filled store came back empty");
+    ensure!(
+        !page.entries.is_empty(),
+        "a page of the filled store came back empty"
+    );
     let filters = Filters {
         scope: Some(scope.to_owned()),
         ..Filters::default()
@@ -83,11 +86,17 @@ async fn time_resolve(store: &Arc<dyn Store>, scope: &str, n: u64) -> anyhow::Re
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     while store.get(&key).await?.map(|e| e.state()) != Some(State::Unknown) {
-        ensure!(Instant::now() < deadline, "the entry for resolve never became unknown");
+        ensure!(
+            Instant::now() < deadline,
+            "the entry for resolve never became unknown"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let start = Instant::now();
-    let entry = store.get(&key).await?.context("the unknown entry vanished")?;
+    let entry = store
+        .get(&key)
+        .await?
+        .context("the unknown entry vanished")?;
     let seen = Seen::of(&entry).context("the unknown entry was settled")?;
     let resolved = store
         .resolve(&key, &seen, &Resolution::Release, RETENTION)

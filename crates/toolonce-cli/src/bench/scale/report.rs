@@ -29,7 +29,13 @@ fn ratios(sizes: &[Size]) -> Vec<(&'static str, u64, f64)> {
         .rows
         .iter()
         .zip(&large.rows)
-        .map(|(s, l)| (s.workload.as_str(), s.concurrency, l.ours_ops_s / s.ours_ops_s))
+        .map(|(s, l)| {
+            (
+                s.workload.as_str(),
+                s.concurrency,
+                l.ours_ops_s / s.ours_ops_s,
+            )
+        })
         .collect()
 }
 
@@ -112,7 +118,11 @@ pub(super) fn print_table(
         .first()
         .map(|s| s.rows.iter().map(column).collect())
         .unwrap_or_default();
-    write!(out, "{:>9} {:>8} {:>9} {:>8}", "entries", "fill s", "fill op/s", "B/entry")?;
+    write!(
+        out,
+        "{:>9} {:>8} {:>9} {:>8}",
+        "entries", "fill s", "fill op/s", "B/entry"
+    )?;
     for c in &columns {
         write!(out, " {c:>16}")?;
     }

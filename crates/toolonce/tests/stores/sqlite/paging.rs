@@ -75,7 +75,10 @@ async fn a_purge_of_several_batches_removes_every_expired_row_and_the_listing_pa
     assert_eq!(listed, expected);
     assert!(pages >= 13, "{pages} pages");
 
-    assert_eq!(store.purge_expired().await.unwrap(), 25_000 + BATCH as u64 + 7);
+    assert_eq!(
+        store.purge_expired().await.unwrap(),
+        25_000 + BATCH as u64 + 7
+    );
     let left: i64 = raw(&path)
         .query_row("SELECT count(*) FROM toolonce_entries", [], |r| r.get(0))
         .unwrap();
