@@ -27,6 +27,8 @@ pub(super) struct Bench {
     /// Every key the toolbox recorded, for the clean-up.
     written: Vec<OperationKey>,
     replay_ops: Vec<u64>,
+    /// Replayed operations are numbered down from `u64::MAX` less this.
+    replay_base: u64,
     /// First-time operations are numbered from 0 to this (exclusive).
     next_op: u64,
     /// The most callers of a replay round: replayed keys are numbered below it.
@@ -51,6 +53,7 @@ impl Bench {
             scope,
             written: Vec::new(),
             replay_ops: Vec::new(),
+            replay_base: 0,
             next_op: 0,
             most_callers: 0,
         })
@@ -122,6 +125,14 @@ impl Bench {
         })
     }
 
+    /// Makes the next [`measure`] replay operations of its own, executed afresh: `--scale`
+    /// measures for longer than an entry's retention, and the first size's would be gone by
+    /// the last. (Numbered below the earlier ones: a round has at most 1,024 callers.)
+    pub(super) fn fresh_replays(&mut self) {
+        self.replay_base += self.replay_ops.len().max(1024) as u64;
+        self.replay_ops.clear();
+    }
+
     /// How many entries toolonce's rounds have written so far: each first-time operation and
     /// replayed one (the floor's rows are not entries).
     pub(super) fn entries_written(&self) -> u64 {
@@ -165,10 +176,11 @@ pub(super) async fn measure(bench: &mut Bench, args: &BenchArgs) -> anyhow::Resu
         let per_task = args.ops().div_ceil(concurrency);
         // The replayed operations: one per caller, executed once before its first round.
         let executed = bench.replay_ops.len() as u64;
+        let base = u64::MAX - bench.replay_base;
         bench.replay_ops = (0..concurrency.max(executed))
-            .map(|i| u64::MAX - i)
+            .map(|i| base - i)
             .collect();
-        for n in (executed..concurrency).map(|i| u64::MAX - i) {
+        for n in (executed..concurrency).map(|i| base - i) {
             bench.ours_first(n).await?;
         }
         bench.most_callers = bench.most_callers.max(concurrency);

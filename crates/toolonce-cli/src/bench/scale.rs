@@ -99,6 +99,7 @@ async fn measure_all(bench: &mut Bench, args: &BenchArgs) -> anyhow::Result<Vec<
         let bytes_per_entry = base
             .zip(bytes)
             .map(|(before, now)| now.saturating_sub(before) as f64 / (entries + brief) as f64);
+        bench.fresh_replays();
         let rows = runner::measure(bench, args).await?;
         let timings = operator::time(&bench.store, &bench.scope, purge_after, size).await?;
         out.push(Size {
