@@ -177,9 +177,7 @@ pub(super) async fn measure(bench: &mut Bench, args: &BenchArgs) -> anyhow::Resu
         // The replayed operations: one per caller, executed once before its first round.
         let executed = bench.replay_ops.len() as u64;
         let base = u64::MAX - bench.replay_base;
-        bench.replay_ops = (0..concurrency.max(executed))
-            .map(|i| base - i)
-            .collect();
+        bench.replay_ops = (0..concurrency.max(executed)).map(|i| base - i).collect();
         for n in (executed..concurrency).map(|i| base - i) {
             bench.ours_first(n).await?;
         }
