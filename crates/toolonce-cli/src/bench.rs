@@ -12,8 +12,8 @@
 //! the lease and retention of what it writes, `workload` the write tool and the two workloads,
 //! `runner` the rounds, `floor` the raw floor of each store (one file per store), `stats` the
 //! figures of a row, `report` the table and the JSON document, `storm` the storm of duplicates
-//! (`--storm N`), `env` the runtime the run reports, what the machine does with an idle CPU,
-//! and the run's random id.
+//! (`--storm N`), `scale` the cost as the store grows (`--scale`), `env` the runtime the run
+//! reports, what the machine does with an idle CPU, and the run's random id.
 
 use anyhow::Context;
 use serde_json::{Value, json};
@@ -26,6 +26,7 @@ mod env;
 mod floor;
 mod report;
 mod runner;
+mod scale;
 mod stats;
 mod storm;
 mod workload;
@@ -36,6 +37,9 @@ use env::{idle_note, rand_u64, runtime};
 pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<std::process::ExitCode> {
     if let Some(callers) = args.storm {
         return storm::run(&args.store, callers, args.json).await;
+    }
+    if args.scale {
+        return scale::run(&args).await;
     }
     let run_id = format!("{:016x}", rand_u64());
     let mut bench = runner::Bench::open(&args.store, &run_id).await?;

@@ -2,17 +2,19 @@
 //! delete one entry, `resolve` and `rm`, live in settle.rs). Human tables by default, one JSON
 //! document with `--json`.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
-use toolonce::{Entry, EntryState, ListQuery, OperationKey, State, Unreadable, owner_digest};
+use toolonce::{Entry, EntryState, OperationKey, State, owner_digest};
 
 use crate::args::StoreArg;
 use crate::exit;
 use crate::output::{self, Align, Table, out, outln};
+
+mod listing;
+
+pub(crate) use listing::{Filters, Listing, newest};
 
 #[derive(clap::Args)]
 pub(crate) struct LsArgs {
@@ -57,64 +59,18 @@ pub(crate) struct PurgeArgs {
 }
 
 pub(crate) async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
-    let state: Option<State> = a.state.as_deref().map(str::parse).transpose()?;
+    let filters = Filters {
+        state: a.state.as_deref().map(str::parse).transpose()?,
+        scope: a.scope,
+        tool: a.tool,
+    };
     let store = a.store.open_existing().await?;
-    // Stores list in key order: every matching entry is read, and the newest `limit` kept, so
-    // memory stays bounded by the limit whatever the size of the store.
-    let mut newest: BinaryHeap<Reverse<Newest>> = BinaryHeap::new();
-    let mut matched = 0usize;
-    let mut unreadable = Unreadables::default();
-    let mut cursor = None;
-    loop {
-        let mut query = ListQuery::new().limit(500);
-        if let Some(state) = state {
-            query = query.state(state);
-        }
-        if let Some(scope) = &a.scope {
-            query = query.scope(scope.clone());
-        }
-        if let Some(tool) = &a.tool {
-            query = query.tool(tool.clone());
-        }
-        if let Some(c) = cursor.take() {
-            query = query.cursor(c);
-        }
-        let page = store.list(&query).await?;
-        unreadable.count += page.unreadable.len();
-        unreadable.kept.extend(page.unreadable);
-        unreadable.kept.truncate(a.limit.max(1));
-        for entry in page.entries {
-            // The store filters; checked again here so that a store of another implementation
-            // (or an older version) that ignores a filter cannot show an operator the wrong
-            // entries.
-            if state.is_some_and(|s| entry.state() != s)
-                || a.scope
-                    .as_ref()
-                    .is_some_and(|s| entry.about.scope.as_ref() != Some(s))
-                || a.tool
-                    .as_ref()
-                    .is_some_and(|t| entry.about.tool.as_ref() != Some(t))
-            {
-                continue;
-            }
-            matched += 1;
-            newest.push(Reverse(Newest(entry)));
-            if newest.len() > a.limit {
-                newest.pop();
-            }
-        }
-        match page.next {
-            Some(next) => cursor = Some(next),
-            None => break,
-        }
-    }
+    let Listing {
+        entries,
+        matched,
+        unreadable,
+    } = newest(store.as_ref(), &filters, a.limit).await?;
     let more = matched > a.limit;
-    // Newest first.
-    let entries: Vec<Entry> = newest
-        .into_sorted_vec()
-        .into_iter()
-        .map(|Reverse(Newest(e))| e)
-        .collect();
     let now = SystemTime::now();
     if a.json {
         let list: Vec<Value> = entries.iter().map(|e| summary(e, now)).collect();
@@ -171,92 +127,6 @@ pub(crate) async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
     }
     unreadable.print()?;
     Ok(unreadable.exit_code())
-}
-
-/// The entries a listing could not decode: the first `--limit` kept, all counted. Shown
-/// unless the store could tell the filters exclude them.
-#[derive(Default)]
-struct Unreadables {
-    kept: Vec<Unreadable>,
-    count: usize,
-}
-
-impl Unreadables {
-    fn json(&self) -> Value {
-        let kept: Vec<Value> = self
-            .kept
-            .iter()
-            .map(|u| json!({"key": u.key, "reason": u.reason}))
-            .collect();
-        json!({"entries": kept, "count": self.count})
-    }
-
-    fn print(&self) -> anyhow::Result<()> {
-        if self.count == 0 {
-            return Ok(());
-        }
-        outln!(
-            "\n{} {} cannot be read (stored in a form this version does not decode). A call of \
-             such an operation is answered that its outcome cannot be read, never run again, \
-             until the entry's retention ends:",
-            self.count,
-            if self.count == 1 { "entry" } else { "entries" }
-        );
-        for u in &self.kept {
-            outln!("  {}  {}", u.key, u.reason);
-        }
-        if self.count > self.kept.len() {
-            outln!(
-                "  ({} more: raise --limit to see them)",
-                self.count - self.kept.len()
-            );
-        }
-        Ok(())
-    }
-
-    /// Success when every entry was read; otherwise the code of an entry toolonce cannot read
-    /// (70), after the whole listing, with the first on stderr for a script's log.
-    fn exit_code(&self) -> ExitCode {
-        let Some(first) = self.kept.first() else {
-            return ExitCode::SUCCESS;
-        };
-        eprintln!(
-            "toolonce: {} listed {} cannot be read; the first: {}",
-            self.count,
-            if self.count == 1 { "entry" } else { "entries" },
-            toolonce::Error::corrupt(&first.key, &first.reason)
-        );
-        ExitCode::from(exit::INTERNAL)
-    }
-}
-
-/// An entry ordered by the start of its latest attempt (then by key, so the order is total).
-struct Newest(Entry);
-
-impl Newest {
-    fn rank(&self) -> (SystemTime, &str) {
-        (self.0.started_at, self.0.key.as_str())
-    }
-}
-
-impl PartialEq for Newest {
-    fn eq(&self, other: &Self) -> bool {
-        self.rank() == other.rank()
-    }
-}
-
-impl Eq for Newest {}
-
-impl PartialOrd for Newest {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Newest {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.rank().cmp(&other.rank())
-    }
 }
 
 /// The owner as a person is shown it: a digest (see `owner_digest`), `-` when none.

@@ -153,4 +153,54 @@ impl Kind {
             Kind::Postgres(raw) => raw.clean_up().await,
         }
     }
+
+    /// The bytes the store's data takes, where the bench can read them (`--scale`): SQLite's
+    /// pages in use, PostgreSQL's table with its indexes, a single Redis server's memory (the
+    /// whole server's: the run's share is the difference it makes).
+    pub(super) async fn bytes_used(&self) -> anyhow::Result<Option<u64>> {
+        match self {
+            Kind::Memory => Ok(None),
+            #[cfg(feature = "sqlite")]
+            Kind::Sqlite(raw) => raw.bytes_used().map(Some),
+            #[cfg(feature = "redis")]
+            Kind::Redis(raw) => raw.used_memory().await,
+            #[cfg(feature = "postgres")]
+            Kind::Postgres(raw) => raw.bytes_used().await.map(Some),
+        }
+    }
+
+    /// Where what the run wrote is, for the message of a run that could not remove it.
+    pub(super) fn whereabouts(&self) -> String {
+        match self {
+            Kind::Memory => "this process's memory, gone with it".into(),
+            #[cfg(feature = "sqlite")]
+            Kind::Sqlite(raw) => raw.whereabouts(),
+            #[cfg(feature = "redis")]
+            Kind::Redis(raw) => raw.whereabouts(),
+            #[cfg(feature = "postgres")]
+            Kind::Postgres(raw) => raw.whereabouts(),
+        }
+    }
+
+    /// Refuses `--scale` where its clean-up cannot find every key it wrote: on Redis Cluster
+    /// (its keys are deleted by walking the run's prefix, on one server).
+    pub(super) fn check_scalable(&self) -> anyhow::Result<()> {
+        #[cfg(feature = "redis")]
+        if let Kind::Redis(raw) = self
+            && raw.cluster
+        {
+            bail!("bench --scale does not support Redis Cluster: measure one server");
+        }
+        Ok(())
+    }
+
+    /// Removes every entry of the run, however many (`--scale`, which keeps no list of them):
+    /// on Redis by walking the run's prefix; elsewhere they go with the run's file or table.
+    pub(super) async fn delete_run_entries(&self) -> anyhow::Result<()> {
+        match self {
+            #[cfg(feature = "redis")]
+            Kind::Redis(raw) => raw.delete_run_keys().await.map(|_| ()),
+            _ => Ok(()),
+        }
+    }
 }

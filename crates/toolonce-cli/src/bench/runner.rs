@@ -16,12 +16,19 @@ use super::workload::{Charge, TOOL, Workload, ours_task};
 use crate::exit;
 
 pub(super) struct Bench {
-    toolbox: Arc<Toolbox>,
-    store: Arc<dyn Store>,
+    pub(super) toolbox: Arc<Toolbox>,
+    pub(super) store: Arc<dyn Store>,
     pub(super) kind: Kind,
+    /// The scope of every entry the run's toolbox writes.
+    pub(super) scope: String,
+    /// Whether rounds of the raw floor run beside toolonce's (`--scale` runs toolonce's only:
+    /// the floor's rows would share the store whose size is being measured).
+    pub(super) with_raw: bool,
     /// Every key the toolbox recorded, for the clean-up.
     written: Vec<OperationKey>,
     replay_ops: Vec<u64>,
+    /// Replayed operations are numbered down from `u64::MAX` less this.
+    replay_base: u64,
     /// First-time operations are numbered from 0 to this (exclusive).
     next_op: u64,
     /// The most callers of a replay round: replayed keys are numbered below it.
@@ -32,17 +39,21 @@ impl Bench {
     pub(super) async fn open(url: &str, run_id: &str) -> anyhow::Result<Bench> {
         let (store, kind) = floor::open(url, run_id).await?;
         let options = WriteOptions::new().lease(LEASE).retention(RETENTION);
+        let scope = format!("toolonce-bench-{run_id}");
         let toolbox = Toolbox::builder(Arc::clone(&store))
-            .scope(format!("toolonce-bench-{run_id}"))
-            .write_with(Charge, options)
+            .scope(scope.clone())
+            .write_with(Charge(TOOL), options)
             .build()
             .map_err(exit::internal)?;
         Ok(Bench {
             toolbox: Arc::new(toolbox),
             store,
+            with_raw: kind.has_raw(),
             kind,
+            scope,
             written: Vec::new(),
             replay_ops: Vec::new(),
+            replay_base: 0,
             next_op: 0,
             most_callers: 0,
         })
@@ -114,6 +125,20 @@ impl Bench {
         })
     }
 
+    /// Makes the next [`measure`] replay operations of its own, executed afresh: `--scale`
+    /// measures for longer than an entry's retention, and the first size's would be gone by
+    /// the last. (Numbered below the earlier ones: a round has at most 1,024 callers.)
+    pub(super) fn fresh_replays(&mut self) {
+        self.replay_base += self.replay_ops.len().max(1024) as u64;
+        self.replay_ops.clear();
+    }
+
+    /// How many entries toolonce's rounds have written so far: each first-time operation and
+    /// replayed one (the floor's rows are not entries).
+    pub(super) fn entries_written(&self) -> u64 {
+        self.written.len() as u64
+    }
+
     /// Removes everything the run wrote: the toolbox's entries, then the raw floor's data.
     pub(super) async fn clean_up(&mut self) -> anyhow::Result<()> {
         let keys = std::mem::take(&mut self.written);
@@ -142,25 +167,28 @@ async fn delete_all(store: &Arc<dyn Store>, keys: Vec<OperationKey>) -> anyhow::
 }
 
 /// Every row: each concurrency, first-time then replay, `args.rounds` rounds of each side.
+/// First-time operations are numbered on from those of an earlier call (`--scale` calls it
+/// once per size).
 pub(super) async fn measure(bench: &mut Bench, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
     let mut rows = Vec::new();
-    let mut next = 0u64;
+    let mut next = bench.next_op;
     for &concurrency in &args.concurrency {
-        let per_task = args.ops.div_ceil(concurrency);
+        let per_task = args.ops().div_ceil(concurrency);
         // The replayed operations: one per caller, executed once before its first round.
         let executed = bench.replay_ops.len() as u64;
-        bench.replay_ops = (0..concurrency.max(executed))
-            .map(|i| u64::MAX - i)
-            .collect();
-        for n in (executed..concurrency).map(|i| u64::MAX - i) {
+        let base = u64::MAX - bench.replay_base;
+        bench.replay_ops = (0..concurrency.max(executed)).map(|i| base - i).collect();
+        for n in (executed..concurrency).map(|i| base - i) {
             bench.ours_first(n).await?;
         }
         bench.most_callers = bench.most_callers.max(concurrency);
-        bench.kind.prepare_replays(concurrency).await?;
+        if bench.with_raw {
+            bench.kind.prepare_replays(concurrency).await?;
+        }
         for workload in [Workload::FirstTime, Workload::Replay] {
             let mut ours = Vec::new();
             let mut raw = Vec::new();
-            for round in 0..args.rounds {
+            for round in 0..args.rounds() {
                 let first = next;
                 next += per_task * concurrency;
                 bench.next_op = next;
@@ -177,7 +205,7 @@ pub(super) async fn measure(bench: &mut Bench, args: &BenchArgs) -> anyhow::Resu
                                 .round(true, workload, concurrency, per_task, first)
                                 .await?,
                         );
-                    } else if bench.kind.has_raw() {
+                    } else if bench.with_raw {
                         raw.push(
                             bench
                                 .round(false, workload, concurrency, per_task, first)

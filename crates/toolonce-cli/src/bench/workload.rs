@@ -10,6 +10,8 @@ use serde_json::{Value, json};
 use toolonce::{OperationKey, Outcome, ToolError, Toolbox, WriteContext};
 
 pub(super) const TOOL: &str = "bench_charge";
+/// The tool of the entries `--scale` writes with a short retention, for `purge` to remove.
+pub(super) const EXPIRING_TOOL: &str = "bench_charge_expiring";
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]
 pub(super) struct ChargeArgs {
@@ -19,14 +21,15 @@ pub(super) struct ChargeArgs {
     cents: u64,
 }
 
-/// The write tool: returns at once a result of the size a payment tool returns.
-pub(super) struct Charge;
+/// The write tool, named: returns at once a result of the size a payment tool returns.
+/// (`--scale` registers a second one, [`EXPIRING_TOOL`], whose entries it purges.)
+pub(super) struct Charge(pub(super) &'static str);
 
 impl toolonce::WriteTool for Charge {
     type Args = ChargeArgs;
     type Output = Value;
     fn name(&self) -> &str {
-        TOOL
+        self.0
     }
     fn description(&self) -> &str {
         "Charges nothing: the bench's write tool."

@@ -435,19 +435,29 @@ impl Store for SqliteStore {
         .await
     }
 
-    /// One statement under the write lock, using the index on `kept_until`. Only rows that
-    /// already count as absent are deleted, so no live entry can be lost to a race, and an
-    /// `unknown` entry is kept for its retention.
+    /// Batches of [`sql::PURGE_BATCH`] rows, each one statement in a transaction of its own
+    /// under the write lock, using the index on `kept_until`, until a batch finds fewer: the
+    /// lock is released between batches, and memory and the WAL hold one batch at a time.
+    /// Only rows that already count as absent are deleted, so no live entry can be lost to a
+    /// race, and an `unknown` entry is kept for its retention.
     async fn purge_expired(&self) -> Result<u64> {
-        self.on_thread("purge expired entries", move |conn| {
-            let tx = Transaction::immediate(conn)?;
-            let purged = conn
-                .prepare_cached(sql::PURGE)?
-                .execute(params![now_ms()])?;
-            tx.commit()?;
-            Ok(purged as u64)
-        })
-        .await
+        let mut total = 0;
+        loop {
+            let purged = self
+                .on_thread("purge expired entries", move |conn| {
+                    let tx = Transaction::immediate(conn)?;
+                    let purged = conn
+                        .prepare_cached(sql::PURGE)?
+                        .execute(params![now_ms(), sql::PURGE_BATCH])?;
+                    tx.commit()?;
+                    Ok(purged as u64)
+                })
+                .await?;
+            total += purged;
+            if purged < sql::PURGE_BATCH as u64 {
+                return Ok(total);
+            }
+        }
     }
 }
 

@@ -191,4 +191,23 @@ impl Raw {
         }
         Ok(())
     }
+
+    /// Where the run's tables are, for a message that a run could not remove them.
+    pub(super) fn whereabouts(&self) -> String {
+        format!("the tables {} and {}", self.table, self.raw_table)
+    }
+
+    /// The store's table on disk with its indexes and TOAST (`pg_total_relation_size`), in
+    /// bytes: dead rows a purge left count until a vacuum reclaims them.
+    pub(super) async fn bytes_used(&self) -> anyhow::Result<u64> {
+        let client = self.clients(1).await?;
+        let bytes: i64 = client[0]
+            .query_one(
+                "SELECT pg_total_relation_size(quote_ident($1)::regclass)",
+                &[&self.table],
+            )
+            .await?
+            .get(0);
+        Ok(bytes.max(0).unsigned_abs())
+    }
 }

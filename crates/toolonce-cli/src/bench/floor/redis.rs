@@ -15,8 +15,10 @@ use crate::bench::workload::{RawTask, Workload, raw_done, raw_running};
 /// The Redis floor: its connection and the key prefix of its keys.
 pub(crate) struct Raw {
     conn: Conn,
+    /// The run's own prefix: the store's keys and the floor's are all under it.
+    run_prefix: String,
     prefix: String,
-    cluster: bool,
+    pub(super) cluster: bool,
 }
 
 pub(super) async fn open(url: &str, run_id: &str) -> anyhow::Result<(Arc<dyn Store>, Raw)> {
@@ -32,6 +34,7 @@ pub(super) async fn open(url: &str, run_id: &str) -> anyhow::Result<(Arc<dyn Sto
         Raw {
             conn,
             prefix: format!("{prefix}raw:"),
+            run_prefix: prefix,
             cluster,
         },
     ))
@@ -141,5 +144,64 @@ impl Raw {
             r.context("deleting a raw floor key")?;
         }
         Ok(())
+    }
+
+    /// Where the run's keys are, for a message that a run could not remove them.
+    pub(super) fn whereabouts(&self) -> String {
+        format!(
+            "keys {}* on the server (they expire within {} s)",
+            self.run_prefix,
+            crate::bench::args::RETENTION.as_secs()
+        )
+    }
+
+    /// The server's memory in use (`INFO memory`, `used_memory`), in bytes; a single server
+    /// only (a cluster's is spread over its masters).
+    pub(super) async fn used_memory(&self) -> anyhow::Result<Option<u64>> {
+        if self.cluster {
+            return Ok(None);
+        }
+        let mut conn = self.conn.clone();
+        let info: String = redis::cmd("INFO")
+            .arg("memory")
+            .query_async(&mut conn)
+            .await?;
+        Ok(info.lines().find_map(|l| {
+            l.strip_prefix("used_memory:")
+                .and_then(|v| v.trim().parse().ok())
+        }))
+    }
+
+    /// Deletes every key under the run's prefix (the store's entries and the floor's keys),
+    /// walking the keyspace with `SCAN` and unlinking each batch found: `--scale` writes too
+    /// many keys to keep their names. A single server only.
+    pub(super) async fn delete_run_keys(&self) -> anyhow::Result<u64> {
+        anyhow::ensure!(!self.cluster, "the bench cannot walk a cluster's keys");
+        let mut conn = self.conn.clone();
+        let pattern = format!("{}*", self.run_prefix.replace('*', "\\*"));
+        let (mut cursor, mut deleted) = (0u64, 0u64);
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await
+                .context("walking the run's keys")?;
+            if !keys.is_empty() {
+                let n: u64 = redis::cmd("UNLINK")
+                    .arg(&keys)
+                    .query_async(&mut conn)
+                    .await
+                    .context("deleting the run's keys")?;
+                deleted += n;
+            }
+            if next == 0 {
+                return Ok(deleted);
+            }
+            cursor = next;
+        }
     }
 }

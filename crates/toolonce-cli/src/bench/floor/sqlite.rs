@@ -217,4 +217,21 @@ impl Raw {
         }
         Ok(())
     }
+
+    /// Where the run's file is, for a message that a run could not remove it.
+    pub(super) fn whereabouts(&self) -> String {
+        format!("the file {} (and its -wal and -shm)", self.path.display())
+    }
+
+    /// The bytes of the database's pages in use (`page_count` less `freelist_count`, times
+    /// `page_size`), as a reader sees them: committed pages still in the WAL included, free
+    /// pages a purge left for reuse not.
+    pub(super) fn bytes_used(&self) -> anyhow::Result<u64> {
+        let conn = self.conns.reader();
+        let pragma = |name: &str| -> anyhow::Result<u64> {
+            let n: i64 = conn.query_row(&format!("PRAGMA {name}"), [], |r| r.get(0))?;
+            Ok(n.max(0).unsigned_abs())
+        };
+        Ok((pragma("page_count")? - pragma("freelist_count")?) * pragma("page_size")?)
+    }
 }

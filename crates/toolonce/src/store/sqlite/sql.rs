@@ -53,8 +53,12 @@ pub(super) const RESOLVE_RELEASE: &str = include_str!("statements/resolve_releas
 pub(super) const REMOVE_SETTLED: &str = include_str!("statements/remove_settled.sql");
 /// Deletes a key whatever its state, saying whether its row was live.
 pub(super) const DELETE: &str = include_str!("statements/delete.sql");
-/// Deletes rows no longer kept (never an `unknown` one within its retention).
+/// Deletes a batch of rows no longer kept (never an `unknown` one within its retention).
 pub(super) const PURGE: &str = include_str!("statements/purge.sql");
+/// How many expired rows one purge transaction deletes (as PostgreSQL's; a few more where rows
+/// share the batch's last millisecond): the write lock is free between batches, so writers of
+/// every process get it while a large purge runs.
+pub(super) const PURGE_BATCH: i64 = 10_000;
 /// A page of live entries.
 pub(super) const LIST: &str = include_str!("statements/list.sql");
 /// How many live entries are in each state, and the oldest unknown one's wait.

@@ -1,8 +1,8 @@
 //! The SQLite store: the conformance suite (on a file with inline reads and writes, on a file
 //! without inline writes, on one without either, and in memory), several OS processes sharing
 //! one file, a real crash between claim and complete met by a duplicate under each policy for
-//! `unknown` entries, the schema versioning and the migration of version-1 files, and the
-//! mapping of SQLite's errors.
+//! `unknown` entries, the schema versioning and the migration of version-1 files, the
+//! mapping of SQLite's errors, and a store many pages and purge batches large.
 
 use crate::blocking;
 use crate::conformance::{self, ClaimFresh, Fresh};
@@ -70,5 +70,6 @@ mod crash;
 mod errors;
 mod files;
 mod migration;
+mod paging;
 mod processes;
 mod unknown;
