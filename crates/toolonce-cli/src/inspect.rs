@@ -59,6 +59,40 @@ pub(crate) struct PurgeArgs {
 pub(crate) async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
     let state: Option<State> = a.state.as_deref().map(str::parse).transpose()?;
     let store = a.store.open_existing().await?;
+    let (entries, matched, unreadable) = newest(&a, state, store.as_ref()).await?;
+    let more = matched > a.limit;
+    let now = SystemTime::now();
+    if a.json {
+        let list: Vec<Value> = entries.iter().map(|e| summary(e, now)).collect();
+        outln!(
+            "{}",
+            json!({"entries": list, "more": more, "unreadable": unreadable.json()})
+        );
+        return Ok(unreadable.exit_code());
+    }
+    if entries.is_empty() {
+        outln!("no entries");
+        unreadable.print()?;
+        return Ok(unreadable.exit_code());
+    }
+    out!("{}", ls_table(&entries, now).render());
+    if more {
+        outln!(
+            "({} more matching entries: raise --limit to see them)",
+            matched - entries.len()
+        );
+    }
+    unreadable.print()?;
+    Ok(unreadable.exit_code())
+}
+
+/// The newest `--limit` entries that match the filters, newest first; how many matched; and
+/// the entries that could not be read.
+async fn newest(
+    a: &LsArgs,
+    state: Option<State>,
+    store: &dyn toolonce::Store,
+) -> anyhow::Result<(Vec<Entry>, usize, Unreadables)> {
     // Stores list in key order: every matching entry is read, and the newest `limit` kept, so
     // memory stays bounded by the limit whatever the size of the store.
     let mut newest: BinaryHeap<Reverse<Newest>> = BinaryHeap::new();
@@ -83,20 +117,7 @@ pub(crate) async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
         unreadable.count += page.unreadable.len();
         unreadable.kept.extend(page.unreadable);
         unreadable.kept.truncate(a.limit.max(1));
-        for entry in page.entries {
-            // The store filters; checked again here so that a store of another implementation
-            // (or an older version) that ignores a filter cannot show an operator the wrong
-            // entries.
-            if state.is_some_and(|s| entry.state() != s)
-                || a.scope
-                    .as_ref()
-                    .is_some_and(|s| entry.about.scope.as_ref() != Some(s))
-                || a.tool
-                    .as_ref()
-                    .is_some_and(|t| entry.about.tool.as_ref() != Some(t))
-            {
-                continue;
-            }
+        for entry in page.entries.into_iter().filter(|e| listed(a, state, e)) {
             matched += 1;
             newest.push(Reverse(Newest(entry)));
             if newest.len() > a.limit {
@@ -108,27 +129,30 @@ pub(crate) async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
             None => break,
         }
     }
-    let more = matched > a.limit;
     // Newest first.
-    let entries: Vec<Entry> = newest
+    let entries = newest
         .into_sorted_vec()
         .into_iter()
         .map(|Reverse(Newest(e))| e)
         .collect();
-    let now = SystemTime::now();
-    if a.json {
-        let list: Vec<Value> = entries.iter().map(|e| summary(e, now)).collect();
-        outln!(
-            "{}",
-            json!({"entries": list, "more": more, "unreadable": unreadable.json()})
-        );
-        return Ok(unreadable.exit_code());
-    }
-    if entries.is_empty() {
-        outln!("no entries");
-        unreadable.print()?;
-        return Ok(unreadable.exit_code());
-    }
+    Ok((entries, matched, unreadable))
+}
+
+/// Whether an entry the store listed matches the filters. The store filters; checked again
+/// here so that a store of another implementation (or an older version) that ignores a filter
+/// cannot show an operator the wrong entries.
+fn listed(a: &LsArgs, state: Option<State>, entry: &Entry) -> bool {
+    !(state.is_some_and(|s| entry.state() != s)
+        || a.scope
+            .as_ref()
+            .is_some_and(|s| entry.about.scope.as_ref() != Some(s))
+        || a.tool
+            .as_ref()
+            .is_some_and(|t| entry.about.tool.as_ref() != Some(t)))
+}
+
+/// The listing as a table, one entry a row.
+fn ls_table(entries: &[Entry], now: SystemTime) -> Table {
     let mut table = Table::new(
         &[
             ("KEY", Align::Left),
@@ -142,7 +166,7 @@ pub(crate) async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
         ],
         "  ",
     );
-    for e in &entries {
+    for e in entries {
         table.row(vec![
             e.key.to_string(),
             e.state().to_string(),
@@ -162,15 +186,7 @@ pub(crate) async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
             payload(e).map_or("-".into(), |p| format!("{} B", p.to_string().len())),
         ]);
     }
-    out!("{}", table.render());
-    if more {
-        outln!(
-            "({} more matching entries: raise --limit to see them)",
-            matched - entries.len()
-        );
-    }
-    unreadable.print()?;
-    Ok(unreadable.exit_code())
+    table
 }
 
 /// The entries a listing could not decode: the first `--limit` kept, all counted. Shown
@@ -278,7 +294,19 @@ pub(crate) async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
         return absent(&key, a.json);
     };
     let now = SystemTime::now();
-    let mut doc = summary(&entry, now);
+    let doc = show_json(&entry, now)?;
+    if a.json {
+        outln!("{doc}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    print_fields(&entry, now)?;
+    print_outcome(&entry)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `show --json`: the summary, with the owner's digest, the result or the error.
+fn show_json(entry: &Entry, now: SystemTime) -> anyhow::Result<Value> {
+    let mut doc = summary(entry, now);
     match &entry.state {
         // The owner token is its holder's secret (anyone with it could settle the entry): a
         // digest tells owners apart without giving it away.
@@ -291,10 +319,11 @@ pub(crate) async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
         }
         _ => {}
     }
-    if a.json {
-        outln!("{doc}");
-        return Ok(ExitCode::SUCCESS);
-    }
+    Ok(doc)
+}
+
+/// What `show` says of every entry: its names, attempts and times.
+fn print_fields(entry: &Entry, now: SystemTime) -> anyhow::Result<()> {
     let at = |t: SystemTime| {
         if t <= now {
             format!(
@@ -336,6 +365,11 @@ pub(crate) async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
     if let Some(t) = entry.settled_at {
         outln!("settled        {}", at(t));
     }
+    Ok(())
+}
+
+/// What `show` says of the entry's state: its owner, result, error, or how to settle it.
+fn print_outcome(entry: &Entry) -> anyhow::Result<()> {
     match &entry.state {
         EntryState::Running { owner } => {
             outln!("owner          {}", owner_cell(owner.as_deref()));
@@ -381,7 +415,7 @@ pub(crate) async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
         }
         _ => {}
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 pub(crate) async fn purge(a: PurgeArgs) -> anyhow::Result<ExitCode> {
