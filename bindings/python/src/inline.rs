@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use toolonce::{About, ToolError, Verified};
+use serde_json::Value;
+use toolonce::{About, ToolError, Verified, WriteContext};
 
 use crate::call::{SIGNAL_CHECK, take};
 use crate::event::Event;
@@ -61,20 +62,7 @@ pub(crate) fn run_inline(
                 &derived,
                 &about,
                 &tool.options,
-                |ctx| async move {
-                    let Some(verifier) = &verifier else {
-                        return Verified::CannotTell;
-                    };
-                    Python::attach(|py| {
-                        let answer = verifier
-                            .call1(py, (ctx.key().as_str(),))
-                            .and_then(|v| v.bind(py).cast::<Reply>()?.get().take_verified());
-                        answer.unwrap_or_else(|e| {
-                            keep(pending, e);
-                            Verified::CannotTell
-                        })
-                    })
-                },
+                |ctx| async move { verify(verifier.as_ref(), ctx.key().as_str(), pending) },
                 // The function is called when the future is first polled, which the layer
                 // does after it started the heartbeat.
                 |ctx| async move {
@@ -83,23 +71,7 @@ pub(crate) fn run_inline(
                             "the caller was interrupted before the tool ran",
                         )))
                     } else {
-                        Python::attach(|py| {
-                            let reply = runner
-                                .call1(py, (ctx.key().as_str(), ctx.may_have_run_before()))
-                                .and_then(|reply| {
-                                    let reply = reply.bind(py);
-                                    if reply.is_none() {
-                                        return Ok(None);
-                                    }
-                                    reply.cast::<Reply>()?.get().take_ran().map(Some)
-                                });
-                            // The runner itself failed (a bug in the Python layer) after the
-                            // function may have run: record nothing, as for an interruption.
-                            reply.unwrap_or_else(|e| {
-                                keep(pending, e);
-                                None
-                            })
-                        })
+                        run(runner, &ctx, pending)
                     };
                     match reply {
                         Some(result) => result,
@@ -112,26 +84,7 @@ pub(crate) fn run_inline(
                     }
                 },
             );
-            tokio::pin!(call);
-            // A sleep, not an `interval`: an interval's first tick is due at once but still
-            // waits for the timer wheel (about 1 ms), which was most of a call's time.
-            let check = tokio::time::sleep(SIGNAL_CHECK);
-            tokio::pin!(check);
-            loop {
-                tokio::select! {
-                    answer = &mut call => break Some(answer),
-                    () = abandoned.notified() => break None,
-                    () = &mut check => {
-                        check.as_mut().reset(tokio::time::Instant::now() + SIGNAL_CHECK);
-                        // Ctrl-C while claiming or waiting: finish the call, but if the claim
-                        // is won, release it rather than run the function.
-                        if let Err(e) = Python::attach(|py| py.check_signals()) {
-                            interrupted.store(true, Ordering::SeqCst);
-                            keep(pending, e);
-                        }
-                    }
-                }
-            }
+            pump(call, abandoned, interrupted, pending).await
         })
     });
     if let Some(e) = take(pending) {
@@ -142,5 +95,77 @@ pub(crate) fn run_inline(
         None => Err(PyRuntimeError::new_err(
             "the toolonce call was abandoned without an error",
         )),
+    }
+}
+
+/// What the verifier says of the interrupted attempt of `key`; it cannot tell when there is
+/// none, or when it failed (the error is raised afterwards).
+fn verify(verifier: Option<&Py<PyAny>>, key: &str, pending: &Mutex<Option<PyErr>>) -> Verified {
+    let Some(verifier) = verifier else {
+        return Verified::CannotTell;
+    };
+    Python::attach(|py| {
+        let answer = verifier
+            .call1(py, (key,))
+            .and_then(|v| v.bind(py).cast::<Reply>()?.get().take_verified());
+        answer.unwrap_or_else(|e| {
+            keep(pending, e);
+            Verified::CannotTell
+        })
+    })
+}
+
+/// Calls the runner: the function's result, or `None` when it was interrupted.
+fn run(
+    runner: &Py<PyAny>,
+    ctx: &WriteContext,
+    pending: &Mutex<Option<PyErr>>,
+) -> Option<Result<Value, ToolError>> {
+    Python::attach(|py| {
+        let reply = runner
+            .call1(py, (ctx.key().as_str(), ctx.may_have_run_before()))
+            .and_then(|reply| {
+                let reply = reply.bind(py);
+                if reply.is_none() {
+                    return Ok(None);
+                }
+                reply.cast::<Reply>()?.get().take_ran().map(Some)
+            });
+        // The runner itself failed (a bug in the Python layer) after the function may have
+        // run: record nothing, as for an interruption.
+        reply.unwrap_or_else(|e| {
+            keep(pending, e);
+            None
+        })
+    })
+}
+
+/// Drives the layer's future `call` to its answer, checking for signals meanwhile; `None` when
+/// the function was interrupted mid-run.
+async fn pump<F: Future>(
+    call: F,
+    abandoned: &tokio::sync::Notify,
+    interrupted: &AtomicBool,
+    pending: &Mutex<Option<PyErr>>,
+) -> Option<F::Output> {
+    tokio::pin!(call);
+    // A sleep, not an `interval`: an interval's first tick is due at once but still
+    // waits for the timer wheel (about 1 ms), which was most of a call's time.
+    let check = tokio::time::sleep(SIGNAL_CHECK);
+    tokio::pin!(check);
+    loop {
+        tokio::select! {
+            answer = &mut call => break Some(answer),
+            () = abandoned.notified() => break None,
+            () = &mut check => {
+                check.as_mut().reset(tokio::time::Instant::now() + SIGNAL_CHECK);
+                // Ctrl-C while claiming or waiting: finish the call, but if the claim
+                // is won, release it rather than run the function.
+                if let Err(e) = Python::attach(|py| py.check_signals()) {
+                    interrupted.store(true, Ordering::SeqCst);
+                    keep(pending, e);
+                }
+            }
+        }
     }
 }

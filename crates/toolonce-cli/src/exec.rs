@@ -11,12 +11,16 @@
 
 use std::ffi::OsString;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use rustix::process::Signal;
-use toolonce::{About, InFlight, Layer, OnExpired, Outcome, ToolError, WriteOptions, key};
+use toolonce::key::{self, Derived};
+use toolonce::{
+    About, InFlight, Layer, OnExpired, Outcome, Store, ToolError, WriteAnswer, WriteOptions,
+};
 
 use crate::args::{self, StoreArg};
 use crate::exit;
@@ -174,65 +178,19 @@ pub(crate) async fn run(a: ExecArgs) -> anyhow::Result<ExitCode> {
     let mut signals = child::listen()
         .context("cannot handle signals")
         .map_err(exit::internal)?;
-    let started = AtomicBool::new(false);
-
-    let opened = until_signal(toolonce::store::open(&a.store.url), &mut signals, None).await;
-    let store = match opened {
-        Err(sig) => return Ok(not_started(&child::stopped_before_start(sig))),
-        Ok(Ok(store)) => store,
-        Ok(Err(e)) => {
-            return Err(e).with_context(|| {
-                format!(
-                    "cannot open the store {}; the command was not run",
-                    toolonce::store::redact_url(&a.store.url)
-                )
-            });
-        }
+    let store = match open_store(&a.store.url, &mut signals).await? {
+        Ok(store) => store,
+        Err(stopped) => return Ok(stopped),
     };
-    let options = WriteOptions::new()
-        .lease(a.lease)
-        .retention(a.retention)
-        .in_flight(a.wait.map_or(InFlight::Reject, InFlight::Wait))
-        .on_expired(a.on_expired.into());
     let this_command_line = record::command_line(&a.command);
-    let about = About::new(a.scope.clone(), a.name.clone()).detail(this_command_line.clone());
-
     // Set only if the command ran here (its output has then been streamed already).
     let mut ran: Option<Result<Record, NotStarted>> = None;
-    let answer = {
-        let (ran, started, transient) = (&mut ran, &started, a.transient_exit);
-        let (command, key, max_output, grace) = (&a.command, &op.key, a.max_output, a.grace);
-        let command_signals = signals.clone();
-        let layer = Layer::new(store.clone());
-        let call = layer.run_with_about(&a.name, &op, &about, &options, |ctx| async move {
-            let run = child::Run {
-                command,
-                key,
-                max_output,
-                grace,
-                may_have_run_before: ctx.may_have_run_before(),
-            };
-            started.store(true, Ordering::SeqCst);
-            let outcome = child::run(run, command_signals).await;
-            let result = match &outcome {
-                Ok(record) if record.exit_code == 0 => Ok(record.to_json()),
-                Ok(record) => {
-                    let message = format!("the command exited with code {}", record.exit_code);
-                    let error = if transient {
-                        ToolError::transient(message)
-                    } else {
-                        ToolError::permanent(message)
-                    };
-                    Err(error.with_detail(record.to_json()))
-                }
-                Err(not_started) => Err(ToolError::transient(not_started.message.clone())),
-            };
-            *ran = Some(outcome);
-            result
-        });
-        until_signal(call, &mut signals, Some(started)).await
+    let once = Once {
+        a: &a,
+        op: &op,
+        command_line: &this_command_line,
     };
-    let answer = match answer {
+    let answer = match once.run(&store, &mut signals, &mut ran).await {
         Ok(answer) => answer,
         // Waiting for the claim or for a concurrent run: nothing was started here.
         Err(sig) => return Ok(not_started(&child::stopped_before_start(sig))),
@@ -266,6 +224,93 @@ pub(crate) async fn run(a: ExecArgs) -> anyhow::Result<ExitCode> {
             Err(error) => return replay::failed(&error, &about),
         }
     }
+    not_run(&a, &op, answer, &store_option)
+}
+
+/// Opens the store, unless a signal comes first: then the exit code of a call stopped before
+/// its command started.
+async fn open_store(
+    url: &str,
+    signals: &mut Signals,
+) -> anyhow::Result<Result<Arc<dyn Store>, ExitCode>> {
+    match until_signal(toolonce::store::open(url), signals, None).await {
+        Err(sig) => Ok(Err(not_started(&child::stopped_before_start(sig)))),
+        Ok(Ok(store)) => Ok(Ok(store)),
+        Ok(Err(e)) => Err(e).with_context(|| {
+            format!(
+                "cannot open the store {}; the command was not run",
+                toolonce::store::redact_url(url)
+            )
+        }),
+    }
+}
+
+/// One call of the command through the layer.
+struct Once<'a> {
+    a: &'a ExecArgs,
+    op: &'a Derived,
+    command_line: &'a str,
+}
+
+impl Once<'_> {
+    /// Runs the command at most once for the operation; `ran` is set only if it ran here. A
+    /// signal before the command started stops the call.
+    async fn run(
+        &self,
+        store: &Arc<dyn Store>,
+        signals: &mut Signals,
+        ran: &mut Option<Result<Record, NotStarted>>,
+    ) -> Result<WriteAnswer, Signal> {
+        let a = self.a;
+        let options = WriteOptions::new()
+            .lease(a.lease)
+            .retention(a.retention)
+            .in_flight(a.wait.map_or(InFlight::Reject, InFlight::Wait))
+            .on_expired(a.on_expired.into());
+        let about =
+            About::new(a.scope.clone(), a.name.clone()).detail(self.command_line.to_owned());
+        let started = AtomicBool::new(false);
+        let (started_ref, transient) = (&started, a.transient_exit);
+        let (command, key, max_output, grace) = (&a.command, &self.op.key, a.max_output, a.grace);
+        let command_signals = signals.clone();
+        let layer = Layer::new(store.clone());
+        let call = layer.run_with_about(&a.name, self.op, &about, &options, |ctx| async move {
+            let run = child::Run {
+                command,
+                key,
+                max_output,
+                grace,
+                may_have_run_before: ctx.may_have_run_before(),
+            };
+            started_ref.store(true, Ordering::SeqCst);
+            let outcome = child::run(run, command_signals).await;
+            let result = match &outcome {
+                Ok(record) if record.exit_code == 0 => Ok(record.to_json()),
+                Ok(record) => {
+                    let message = format!("the command exited with code {}", record.exit_code);
+                    let error = if transient {
+                        ToolError::transient(message)
+                    } else {
+                        ToolError::permanent(message)
+                    };
+                    Err(error.with_detail(record.to_json()))
+                }
+                Err(not_started) => Err(ToolError::transient(not_started.message.clone())),
+            };
+            *ran = Some(outcome);
+            result
+        });
+        until_signal(call, signals, Some(&started)).await
+    }
+}
+
+/// What a call that did not run the command says, and its exit code.
+fn not_run(
+    a: &ExecArgs,
+    op: &Derived,
+    answer: WriteAnswer,
+    store_option: &str,
+) -> anyhow::Result<ExitCode> {
     match (answer.outcome, answer.result) {
         // The entry is there, but the record of its run cannot be read (damaged, or written
         // by a writer this version cannot follow): begun, perhaps done.
@@ -285,36 +330,11 @@ pub(crate) async fn run(a: ExecArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(exit::UNKNOWN))
         }
         (Outcome::Unknown, _) => {
-            let resolve = format!("toolonce resolve {}{store_option}", op.key);
-            eprintln!(
-                "toolonce: not run: operation {} (scope {:?}, name {:?}) is unknown: an earlier \
-                 run ended without recording an outcome (toolonce was killed, or lost its store, \
-                 before its lease expired), so it may have taken effect, and --on-expired is \
-                 hold. Check whether it took effect, then settle it with one of: `{resolve} \
-                 --done JSON` (it took effect: duplicates replay JSON), `{resolve} --failed \
-                 MESSAGE` (it failed: duplicates replay the failure), `{resolve} --release` (it \
-                 did not: the next call runs the command again with the same TOOLONCE_KEY).",
-                op.key, a.scope, a.name
-            );
+            say_held(a, op, store_option);
             Ok(ExitCode::from(exit::UNKNOWN))
         }
         (Outcome::InFlight, _) => {
-            let advice = match a.wait {
-                // It waited already: waiting again is for the caller to decide, not advice.
-                Some(waited) => format!(
-                    "it was still running after waiting {} (--wait); the command was not \
-                     run. Once the other run ends, a new call replays its outcome.",
-                    crate::output::duration(waited)
-                ),
-                None => "the command was not run. Try again later, or pass --wait SECONDS to \
-                         wait for it and replay its outcome."
-                    .to_owned(),
-            };
-            eprintln!(
-                "toolonce: operation {} (scope {:?}, name {:?}) is already running elsewhere, or \
-                 a run of it was interrupted and its lease has not expired yet; {advice}",
-                op.key, a.scope, a.name
-            );
+            say_in_flight(a, op);
             Ok(ExitCode::from(exit::IN_FLIGHT))
         }
         (Outcome::StoreUnavailable, Err(error)) => {
@@ -339,6 +359,41 @@ pub(crate) async fn run(a: ExecArgs) -> anyhow::Result<ExitCode> {
             "unexpected answer from the layer: {outcome}: {result:?}"
         ))),
     }
+}
+
+/// An `unknown` operation held by `--on-expired hold`: how to settle it.
+fn say_held(a: &ExecArgs, op: &Derived, store_option: &str) {
+    let resolve = format!("toolonce resolve {}{store_option}", op.key);
+    eprintln!(
+        "toolonce: not run: operation {} (scope {:?}, name {:?}) is unknown: an earlier \
+         run ended without recording an outcome (toolonce was killed, or lost its store, \
+         before its lease expired), so it may have taken effect, and --on-expired is \
+         hold. Check whether it took effect, then settle it with one of: `{resolve} \
+         --done JSON` (it took effect: duplicates replay JSON), `{resolve} --failed \
+         MESSAGE` (it failed: duplicates replay the failure), `{resolve} --release` (it \
+         did not: the next call runs the command again with the same TOOLONCE_KEY).",
+        op.key, a.scope, a.name
+    );
+}
+
+/// Another run holds the claim.
+fn say_in_flight(a: &ExecArgs, op: &Derived) {
+    let advice = match a.wait {
+        // It waited already: waiting again is for the caller to decide, not advice.
+        Some(waited) => format!(
+            "it was still running after waiting {} (--wait); the command was not \
+             run. Once the other run ends, a new call replays its outcome.",
+            crate::output::duration(waited)
+        ),
+        None => "the command was not run. Try again later, or pass --wait SECONDS to \
+                 wait for it and replay its outcome."
+            .to_owned(),
+    };
+    eprintln!(
+        "toolonce: operation {} (scope {:?}, name {:?}) is already running elsewhere, or \
+         a run of it was interrupted and its lease has not expired yet; {advice}",
+        op.key, a.scope, a.name
+    );
 }
 
 /// Whether a log event is one that `exec` says itself, in its own line on stderr: the layer's

@@ -85,6 +85,19 @@ pub(crate) async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
         unreadable.print()?;
         return Ok(unreadable.exit_code());
     }
+    out!("{}", ls_table(&entries, now).render());
+    if more {
+        outln!(
+            "({} more matching entries: raise --limit to see them)",
+            matched - entries.len()
+        );
+    }
+    unreadable.print()?;
+    Ok(unreadable.exit_code())
+}
+
+/// The listing as a table, one entry a row.
+fn ls_table(entries: &[Entry], now: SystemTime) -> Table {
     let mut table = Table::new(
         &[
             ("KEY", Align::Left),
@@ -98,7 +111,7 @@ pub(crate) async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
         ],
         "  ",
     );
-    for e in &entries {
+    for e in entries {
         table.row(vec![
             e.key.to_string(),
             e.state().to_string(),
@@ -118,15 +131,7 @@ pub(crate) async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
             payload(e).map_or("-".into(), |p| format!("{} B", p.to_string().len())),
         ]);
     }
-    out!("{}", table.render());
-    if more {
-        outln!(
-            "({} more matching entries: raise --limit to see them)",
-            matched - entries.len()
-        );
-    }
-    unreadable.print()?;
-    Ok(unreadable.exit_code())
+    table
 }
 
 /// The owner as a person is shown it: a digest (see `owner_digest`), `-` when none.
@@ -148,7 +153,19 @@ pub(crate) async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
         return absent(&key, a.json);
     };
     let now = SystemTime::now();
-    let mut doc = summary(&entry, now);
+    let doc = show_json(&entry, now)?;
+    if a.json {
+        outln!("{doc}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    print_fields(&entry, now)?;
+    print_outcome(&entry)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `show --json`: the summary, with the owner's digest, the result or the error.
+fn show_json(entry: &Entry, now: SystemTime) -> anyhow::Result<Value> {
+    let mut doc = summary(entry, now);
     match &entry.state {
         // The owner token is its holder's secret (anyone with it could settle the entry): a
         // digest tells owners apart without giving it away.
@@ -161,10 +178,11 @@ pub(crate) async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
         }
         _ => {}
     }
-    if a.json {
-        outln!("{doc}");
-        return Ok(ExitCode::SUCCESS);
-    }
+    Ok(doc)
+}
+
+/// What `show` says of every entry: its names, attempts and times.
+fn print_fields(entry: &Entry, now: SystemTime) -> anyhow::Result<()> {
     let at = |t: SystemTime| {
         if t <= now {
             format!(
@@ -206,6 +224,11 @@ pub(crate) async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
     if let Some(t) = entry.settled_at {
         outln!("settled        {}", at(t));
     }
+    Ok(())
+}
+
+/// What `show` says of the entry's state: its owner, result, error, or how to settle it.
+fn print_outcome(entry: &Entry) -> anyhow::Result<()> {
     match &entry.state {
         EntryState::Running { owner } => {
             outln!("owner          {}", owner_cell(owner.as_deref()));
@@ -251,7 +274,7 @@ pub(crate) async fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
         }
         _ => {}
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 pub(crate) async fn purge(a: PurgeArgs) -> anyhow::Result<ExitCode> {

@@ -115,6 +115,34 @@ impl Hub {
         state.beats[slot].take()
     }
 
+    /// Registers `beat`, due in `period`: its slot, and whether the hub's task must be
+    /// spawned, or else woken to renew it in time.
+    fn register(&self, beat: Beat, period: Duration) -> (usize, bool, bool) {
+        let due = beat.due;
+        let mut state = self.lock();
+        let slot = match state.free.pop() {
+            Some(slot) => {
+                state.beats[slot] = Some(beat);
+                slot
+            }
+            None => {
+                state.beats.push(Some(beat));
+                state.beats.len() - 1
+            }
+        };
+        state.registered = true;
+        state.idle_period = period;
+        let spawn = !state.running;
+        let wake = !spawn && state.wake_at.is_none_or(|at| at > due);
+        if spawn {
+            state.running = true;
+        }
+        if spawn || wake {
+            state.wake_at = Some(due);
+        }
+        (slot, spawn, wake)
+    }
+
     fn in_use(&self) -> bool {
         let state = self.lock();
         state.running || state.beats.iter().any(Option::is_some)
@@ -122,6 +150,35 @@ impl Hub {
 }
 
 impl Heartbeats {
+    /// The hub of the runtime `id`, made on its first call.
+    fn hub_of(&self, id: tokio::runtime::Id) -> Arc<Hub> {
+        let mut hubs = self.hubs.lock().unwrap_or_else(|p| p.into_inner());
+        // A hub whose task ended with nothing registered belongs to a runtime that shut
+        // down (or will be restarted below): drop it.
+        hubs.retain(|h| h.runtime == id || h.in_use());
+        match hubs.iter().find(|h| h.runtime == id) {
+            Some(hub) => Arc::clone(hub),
+            None => {
+                let hub = Arc::new(Hub {
+                    runtime: id,
+                    state: Mutex::new(State {
+                        beats: Vec::new(),
+                        free: Vec::new(),
+                        running: false,
+                        wake_at: None,
+                        registered: false,
+                        idle_period: Duration::ZERO,
+                        closed: false,
+                    }),
+                    wake: Notify::new(),
+                    renewed: Notify::new(),
+                });
+                hubs.push(Arc::clone(&hub));
+                hub
+            }
+        }
+    }
+
     /// Starts renewing `owner`'s lease of `key` every third of `lease`, on the current runtime.
     /// The caller must yield once before running the tool when `must_yield` says so.
     ///
@@ -138,33 +195,7 @@ impl Heartbeats {
     ) -> Started {
         let runtime = tokio::runtime::Handle::current();
         let id = runtime.id();
-        let hub = {
-            let mut hubs = self.hubs.lock().unwrap_or_else(|p| p.into_inner());
-            // A hub whose task ended with nothing registered belongs to a runtime that shut
-            // down (or will be restarted below): drop it.
-            hubs.retain(|h| h.runtime == id || h.in_use());
-            match hubs.iter().find(|h| h.runtime == id) {
-                Some(hub) => Arc::clone(hub),
-                None => {
-                    let hub = Arc::new(Hub {
-                        runtime: id,
-                        state: Mutex::new(State {
-                            beats: Vec::new(),
-                            free: Vec::new(),
-                            running: false,
-                            wake_at: None,
-                            registered: false,
-                            idle_period: Duration::ZERO,
-                            closed: false,
-                        }),
-                        wake: Notify::new(),
-                        renewed: Notify::new(),
-                    });
-                    hubs.push(Arc::clone(&hub));
-                    hub
-                }
-            }
-        };
+        let hub = self.hub_of(id);
         let period = period_of(lease);
         let due = Instant::now() + period;
         let beat = Beat {
@@ -177,30 +208,7 @@ impl Heartbeats {
             lost: false,
             dropped: false,
         };
-        let (slot, spawn, wake) = {
-            let mut state = hub.lock();
-            let slot = match state.free.pop() {
-                Some(slot) => {
-                    state.beats[slot] = Some(beat);
-                    slot
-                }
-                None => {
-                    state.beats.push(Some(beat));
-                    state.beats.len() - 1
-                }
-            };
-            state.registered = true;
-            state.idle_period = period;
-            let spawn = !state.running;
-            let wake = !spawn && state.wake_at.is_none_or(|at| at > due);
-            if spawn {
-                state.running = true;
-            }
-            if spawn || wake {
-                state.wake_at = Some(due);
-            }
-            (slot, spawn, wake)
-        };
+        let (slot, spawn, wake) = hub.register(beat, period);
         if spawn {
             runtime.spawn(drive(Arc::clone(&hub), Arc::clone(store)));
         } else if wake {

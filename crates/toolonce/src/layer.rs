@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use serde_json::Value;
-use tokio::time::Instant;
 
 mod answer;
 mod call;
+mod claim;
 mod release;
 mod replay;
 mod report;
@@ -33,14 +33,11 @@ pub(crate) use report::{count_call, count_unlisted_call};
 use crate::heartbeat::Heartbeats;
 use crate::key::{Derived, OperationKey};
 pub use crate::policy::{InFlight, MAX_DURATION, MIN_LEASE, OnExpired, WriteOptions};
-use crate::store::{
-    About, Claim, ClaimRequest, EntryState, Fenced, OwnerToken, Recorded, Resolution, Resolved,
-    Seen, Store,
-};
-use crate::tool::{ToolError, Verified, WriteContext};
-use answer::{PANICKED, conflict, held, in_flight, misconfigured, unavailable, unreadable};
+use crate::store::{About, Fenced, OwnerToken, Recorded, Store};
+use crate::tool::{ToolError, WriteContext};
+use answer::{PANICKED, misconfigured, unavailable, unreadable};
 pub(crate) use call::{Claimed, NO_PROBE, WriteCall};
-use report::{count_takeover, log_write_call};
+use report::log_write_call;
 use storable::is_release;
 
 /// Runs write operations at most once per key on a [`Store`].
@@ -226,232 +223,7 @@ impl Layer {
         answer
     }
 
-    async fn run_inner<Fut: ToolFuture, VFut: ProbeFuture>(
-        &self,
-        call: WriteCall<'_>,
-        verify: Option<impl FnOnce(WriteContext) -> VFut>,
-        run: impl FnOnce(WriteContext) -> Fut,
-    ) -> WriteAnswer<Recorded> {
-        let WriteCall {
-            tool,
-            op,
-            about,
-            options,
-        } = call;
-        let key = &op.key;
-        let repeat_argument = options.repeat_argument.as_deref();
-        let answer = |outcome, result| WriteAnswer {
-            outcome,
-            key: key.clone(),
-            notice: None,
-            replay: None,
-            result,
-        };
-        let deadline = match options.in_flight {
-            InFlight::Wait(timeout) => Some(Instant::now() + timeout),
-            InFlight::Reject => None,
-        };
-        let mut run = Some(run);
-        let mut verify = verify;
-        let mut reclaimed = false;
-        // Under `rerun` the first claim already asks to take an `unknown` entry over: one round
-        // trip. Otherwise only a probe that answered "not done" asks for it.
-        let policy = options.expired_policy();
-        let mut takeover = policy == OnExpired::Rerun;
-        // Made before the claim, so a claim whose reply is lost is still ours to retry (the
-        // store answers `Won` to its own token) or to release.
-        let owner = OwnerToken::generate();
-        loop {
-            let request = ClaimRequest::new(key, &op.fingerprint, &owner, options.lease)
-                .retention(options.retention)
-                .takeover(takeover)
-                .about(about);
-            let claim = match self.store.claim(&request).await {
-                Ok(claim) => claim,
-                Err(e) => {
-                    if e.is_retryable() {
-                        // The store may have applied the claim before the reply was lost: give
-                        // it back, never deleting an earlier attempt it may have taken over.
-                        self.give_up_claim(tool, key, &owner, takeover).await;
-                    }
-                    return store_failed(tool, key, &e);
-                }
-            };
-            let entry = match claim {
-                Claim::Won => {
-                    let run = run.take().expect("a won claim runs the tool once");
-                    let ctx = WriteContext::new(key.clone(), reclaimed);
-                    let claimed = Claimed::Fresh(owner);
-                    return self.execute(tool, key, claimed, options, run(ctx)).await;
-                }
-                Claim::TookOver => {
-                    count_takeover(tool);
-                    tracing::warn!(
-                        target: "toolonce",
-                        tool,
-                        scope = about.scope.as_deref(),
-                        key = %key,
-                        policy = policy.as_str(),
-                        "took over an operation whose earlier attempt was interrupted; running it \
-                         again with the same key"
-                    );
-                    let run = run.take().expect("a won claim runs the tool once");
-                    let ctx = WriteContext::new(key.clone(), true);
-                    let claimed = Claimed::TookOver(owner);
-                    return self.execute(tool, key, claimed, options, run(ctx)).await;
-                }
-                Claim::Existing(entry) => entry,
-            };
-            if !entry.matches(&op.fingerprint) {
-                return answer(Outcome::Conflict, Err(conflict(tool, key)));
-            }
-            // The attempt a verify probe looks at: what it finds is recorded on that attempt
-            // only (none for a settled entry, which allocates nothing).
-            let seen = Seen::of(&entry);
-            match entry.state {
-                EntryState::Done {
-                    result,
-                    completed_at,
-                } => {
-                    let note = ReplayNote::new(tool, op, false, completed_at, repeat_argument);
-                    return replayed(answer(Outcome::Replayed, Ok(result)), note);
-                }
-                EntryState::Failed { error, failed_at } => {
-                    let note = ReplayNote::new(tool, op, true, failed_at, repeat_argument);
-                    return replayed(answer(Outcome::ReplayedFailure, Err(error)), note);
-                }
-                EntryState::Unknown { .. } => {
-                    // Under `rerun` the claim asked to take over and the store refused (it
-                    // would have, had it been able to): hold rather than loop.
-                    let probe = match policy {
-                        OnExpired::Verify if !takeover => verify.take(),
-                        _ => None,
-                    };
-                    let Some(probe) = probe else {
-                        return answer(Outcome::Unknown, Err(held(tool, key)));
-                    };
-                    match probe(WriteContext::new(key.clone(), true)).await {
-                        Verified::Done(value) => {
-                            let seen = seen.expect("an unknown entry is unsettled");
-                            return self.record_verified(tool, op, &seen, value, options).await;
-                        }
-                        Verified::NotDone => {
-                            takeover = true;
-                            continue;
-                        }
-                        Verified::CannotTell => {
-                            return answer(Outcome::Unknown, Err(held(tool, key)));
-                        }
-                    }
-                }
-                EntryState::Running { .. } => {}
-            }
-            let Some(deadline) = deadline else {
-                return answer(Outcome::InFlight, Err(in_flight(tool, key)));
-            };
-            // Wait for the running entry to settle, vanish or turn unknown, polling with a
-            // growing pause: stores have no portable change notification, and a poll is one
-            // cheap read.
-            let mut pause = Duration::from_millis(5);
-            loop {
-                let now = Instant::now();
-                if now >= deadline {
-                    return answer(Outcome::InFlight, Err(in_flight(tool, key)));
-                }
-                tokio::time::sleep(pause.min(deadline - now)).await;
-                pause = (pause * 2).min(Duration::from_millis(200));
-                match self.store.get(key).await {
-                    Err(e) => return store_failed(tool, key, &e),
-                    Ok(Some(e)) if matches!(e.state, EntryState::Running { .. }) => continue,
-                    // Settled: the next claim returns the settled entry. Unknown: the next claim
-                    // applies the policy.
-                    Ok(Some(_)) => break,
-                    // Gone: the owner failed transiently (or an operator released it), and the
-                    // next claim runs it.
-                    Ok(None) => {
-                        reclaimed = true;
-                        break;
-                    }
-                }
-            }
-        }
-    }
-
-    /// Records what a verify probe found (the earlier attempt took effect with `value`), fenced
-    /// so it never overwrites an entry that settled meanwhile, and answers as a duplicate.
-    async fn record_verified(
-        &self,
-        tool: &str,
-        op: &Derived,
-        seen: &Seen,
-        value: Value,
-        options: &WriteOptions,
-    ) -> WriteAnswer<Recorded> {
-        let key = &op.key;
-        let note =
-            |failed, at| ReplayNote::new(tool, op, failed, at, options.repeat_argument.as_deref());
-        let answer = |outcome, result| WriteAnswer {
-            outcome,
-            key: key.clone(),
-            notice: None,
-            replay: None,
-            result,
-        };
-        let resolution = Resolution::Done(value.clone());
-        match self
-            .store
-            .resolve(key, seen, &resolution, options.retention)
-            .await
-        {
-            // Settled meanwhile (its late owner recorded it, or an operator did): that record
-            // wins, as it would for any duplicate.
-            Ok(Resolved::Settled(entry)) => match entry.state {
-                EntryState::Failed { error, failed_at } => replayed(
-                    answer(Outcome::ReplayedFailure, Err(error)),
-                    note(true, failed_at),
-                ),
-                EntryState::Done {
-                    result,
-                    completed_at,
-                } => replayed(
-                    answer(Outcome::Replayed, Ok(result)),
-                    note(false, completed_at),
-                ),
-                // Not a settled state: a store that answers so breaks the contract; hold.
-                _ => answer(Outcome::Unknown, Err(held(tool, key))),
-            },
-            Ok(Resolved::Applied) => {
-                tracing::info!(
-                    target: "toolonce",
-                    tool,
-                    key = %key,
-                    "the verify probe found the interrupted attempt took effect; its result is \
-                     recorded"
-                );
-                let at = Some(std::time::SystemTime::now());
-                replayed(answer(Outcome::Replayed, Ok(value.into())), note(false, at))
-            }
-            // Released, expired, taken over or renewed meanwhile (that attempt is not the one
-            // probed, so it is left alone), or the store failed: the downstream system said it
-            // is done, so it is answered as done (nothing runs), just not recorded.
-            other => {
-                if let Err(e) = &other {
-                    tracing::warn!(
-                        target: "toolonce",
-                        tool,
-                        key = %key,
-                        error = %e.report(),
-                        "could not record what the verify probe found; answering with it anyway"
-                    );
-                }
-                replayed(
-                    answer(Outcome::Replayed, Ok(value.into())),
-                    note(false, None),
-                )
-            }
-        }
-    }
-
+    /// Runs the tool under a lease heartbeat and records its outcome.
     async fn execute(
         &self,
         tool: &str,
@@ -461,13 +233,37 @@ impl Layer {
         work: impl ToolFuture,
     ) -> WriteAnswer<Recorded> {
         let (owner, took_over) = claimed.into_parts();
+        let (owner, outcome) = self.beating(tool, key, owner, options.lease, work).await;
+        let Ok(result) = outcome else {
+            return panicked(tool, key);
+        };
+        let settled = self
+            .record(tool, key, &owner, took_over, &result, options)
+            .await;
+        WriteAnswer {
+            outcome: Outcome::Executed,
+            key: key.clone(),
+            notice: answer::settle_notice(settled),
+            replay: None,
+            result: result.map(Recorded::from),
+        }
+    }
+
+    /// Runs `work` while the lease is renewed, catching a panic; the owner token comes back
+    /// once the heartbeat has stopped.
+    async fn beating(
+        &self,
+        tool: &str,
+        key: &OperationKey,
+        owner: OwnerToken,
+        lease: Duration,
+        work: impl ToolFuture,
+    ) -> (OwnerToken, std::thread::Result<Result<Value, ToolError>>) {
         // The layer's heartbeat task renews the lease while the tool runs, so a tool that
         // blocks its thread (a blocking client, `std::thread::sleep`) keeps it. The
         // registration ends when the call does, and when this future is dropped: no lease is
         // renewed for a caller that is gone.
-        let started = self
-            .heartbeats
-            .start(&self.store, tool, key, owner, options.lease);
+        let started = self.heartbeats.start(&self.store, tool, key, owner, lease);
         if started.must_yield {
             // The heartbeat task was just spawned or woken from this worker, into its LIFO
             // slot, which other workers never steal: if the tool blocked this thread before
@@ -477,32 +273,23 @@ impl Layer {
         let outcome = AssertUnwindSafe(work).catch_unwind().await;
         // Stopped before the outcome is recorded (waiting out a renewal in flight): no renew
         // races the complete or fail.
-        let owner = started.beating.stop().await;
-        let result = match outcome {
-            Ok(result) => result,
-            Err(_panic) => {
-                tracing::error!(
-                    target: "toolonce",
-                    tool,
-                    key = %key,
-                    "the tool panicked; its entry stays running until the lease expires, then unknown"
-                );
-                return WriteAnswer {
-                    outcome: Outcome::Executed,
-                    key: key.clone(),
-                    notice: None,
-                    replay: None,
-                    result: Err(ToolError::transient(
-                        crate::texts::Text::Panicked.fill(&[("tool", tool)]),
-                    )
-                    .with_detail(serde_json::json!({ PANICKED: true }))),
-                };
-            }
-        };
+        (started.beating.stop().await, outcome)
+    }
+
+    /// Records what the tool returned (or gives a takeover's entry back), once it has run.
+    async fn record(
+        &self,
+        tool: &str,
+        key: &OperationKey,
+        owner: &OwnerToken,
+        took_over: bool,
+        result: &Result<Value, ToolError>,
+        options: &WriteOptions,
+    ) -> Option<Fenced> {
         // The tool ran: what cannot be stored as it is is stored as what stands for it, never
         // released (see `storable`).
-        let stored = storable::storable(tool, &result);
-        if let (Ok(_), Err(instead)) = (&result, stored.as_ref()) {
+        let stored = storable::storable(tool, result);
+        if let (Ok(_), Err(instead)) = (result, stored.as_ref()) {
             tracing::warn!(
                 target: "toolonce",
                 tool,
@@ -513,16 +300,16 @@ impl Layer {
         }
         // A failure that stands for a result the tool produced is kept as long as a result;
         // the tool's own permanent errors for the (maybe shorter) failure retention.
-        let failure_retention = match (&result, stored.as_ref()) {
+        let failure_retention = match (result, stored.as_ref()) {
             (Ok(_), Err(_)) => options.retention,
             _ => options.sticky_retention(),
         };
         let settled = if took_over && is_release(&stored) {
             // The tool's own transient error says this attempt did not take effect; the
             // earlier one it took over may have. Its record is kept: given back, `unknown`.
-            self.give_back(tool, key, &owner).await
+            self.give_back(tool, key, owner).await
         } else {
-            self.settle(tool, key, &owner, &stored, options, failure_retention)
+            self.settle(tool, key, owner, &stored, options, failure_retention)
                 .await
         };
         if settled == Some(Fenced::NotOwner) {
@@ -533,13 +320,27 @@ impl Layer {
                 "the claim was lost while the tool ran (lease expired); the result was not recorded"
             );
         }
-        WriteAnswer {
-            outcome: Outcome::Executed,
-            key: key.clone(),
-            notice: answer::settle_notice(settled),
-            replay: None,
-            result: result.map(Recorded::from),
-        }
+        settled
+    }
+}
+
+/// The answer when the tool panicked: it may have had its effect, so nothing is recorded.
+fn panicked(tool: &str, key: &OperationKey) -> WriteAnswer<Recorded> {
+    tracing::error!(
+        target: "toolonce",
+        tool,
+        key = %key,
+        "the tool panicked; its entry stays running until the lease expires, then unknown"
+    );
+    WriteAnswer {
+        outcome: Outcome::Executed,
+        key: key.clone(),
+        notice: None,
+        replay: None,
+        result: Err(
+            ToolError::transient(crate::texts::Text::Panicked.fill(&[("tool", tool)]))
+                .with_detail(serde_json::json!({ PANICKED: true })),
+        ),
     }
 }
 

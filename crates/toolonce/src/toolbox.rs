@@ -430,27 +430,10 @@ impl Toolbox {
     /// Calls a tool with keys in another scope (another run, a session, a user and day).
     pub async fn call_in(&self, scope: &str, name: &str, args: Value) -> ToolResult {
         let Some(tool) = self.tools.get(name) else {
-            let answer = ToolResult::error(
-                Text::UnknownTool.fill(&[("tool", name), ("tools", &self.order.join(", "))]),
-                Outcome::UnknownTool,
-                None,
-            );
-            tracing::info!(target: "toolonce", tool = name, outcome = "unknown_tool", "tool call");
-            crate::layer::count_unlisted_call(name, Outcome::UnknownTool);
-            return answer;
+            return self.unknown(name);
         };
         match &tool.kind {
-            Kind::Read(read) => match read.clone().call(&args) {
-                Err(e) => self.invalid(name, &e),
-                Ok(fut) => {
-                    let result = fut.await;
-                    tracing::info!(target: "toolonce", tool = name, outcome = "executed", "read call");
-                    match result {
-                        Ok(v) => ToolResult::ok(v.into(), Outcome::Executed, None),
-                        Err(e) => ToolResult::error(e.message, Outcome::Executed, None),
-                    }
-                }
-            },
+            Kind::Read(read) => self.call_read(name, read, &args).await,
             Kind::Write {
                 tool,
                 options,
@@ -510,6 +493,33 @@ impl Toolbox {
                     Err(e) => ToolResult::error(e.message, answer.outcome, Some(answer.key)),
                 };
                 result.with_replay(answer.replay)
+            }
+        }
+    }
+
+    /// The answer to a call of a tool the toolbox does not have, naming those it has.
+    fn unknown(&self, name: &str) -> ToolResult {
+        let answer = ToolResult::error(
+            Text::UnknownTool.fill(&[("tool", name), ("tools", &self.order.join(", "))]),
+            Outcome::UnknownTool,
+            None,
+        );
+        tracing::info!(target: "toolonce", tool = name, outcome = "unknown_tool", "tool call");
+        crate::layer::count_unlisted_call(name, Outcome::UnknownTool);
+        answer
+    }
+
+    /// A read tool runs as it is: nothing is claimed or recorded.
+    async fn call_read(&self, name: &str, read: &Arc<dyn ErasedRead>, args: &Value) -> ToolResult {
+        match read.clone().call(args) {
+            Err(e) => self.invalid(name, &e),
+            Ok(fut) => {
+                let result = fut.await;
+                tracing::info!(target: "toolonce", tool = name, outcome = "executed", "read call");
+                match result {
+                    Ok(v) => ToolResult::ok(v.into(), Outcome::Executed, None),
+                    Err(e) => ToolResult::error(e.message, Outcome::Executed, None),
+                }
             }
         }
     }

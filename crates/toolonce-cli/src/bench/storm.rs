@@ -279,17 +279,7 @@ async fn storm(
         runs: Arc::clone(&runs),
         release: proxy.map(|_| release_rx),
     };
-    let options = WriteOptions::new()
-        .lease(LEASE)
-        .retention(RETENTION)
-        .in_flight(policy);
-    let toolbox = Arc::new(
-        Toolbox::builder(Arc::clone(&opened.store))
-            .scope(format!("toolonce-bench-storm-{}", super::env::rand_u64()))
-            .write_with(tool, options)
-            .build()
-            .map_err(exit::internal)?,
-    );
+    let toolbox = toolbox_of(opened, tool, policy)?;
     // Stage 1 lets the first half go, stage 2 the rest.
     let (gate_tx, gate_rx) = watch::channel(0u8);
     let answered = Arc::new(AtomicU64::new(0));
@@ -298,25 +288,7 @@ async fn storm(
     } else {
         callers
     };
-    let mut tasks = Vec::with_capacity(callers as usize);
-    for i in 0..callers {
-        let (toolbox, mut gate, answered) =
-            (Arc::clone(&toolbox), gate_rx.clone(), Arc::clone(&answered));
-        let stage = if i < first_half { 1 } else { 2 };
-        tasks.push(tokio::spawn(async move {
-            let _ = gate.wait_for(|s| *s >= stage).await;
-            let start = Instant::now();
-            let answer = toolbox.call(TOOL, json!({"storm": name})).await;
-            answered.fetch_add(1, Ordering::SeqCst);
-            (
-                answer.key,
-                Answered {
-                    outcome: answer.outcome,
-                    start,
-                },
-            )
-        }));
-    }
+    let tasks = spawn_callers(&toolbox, &gate_rx, &answered, callers, first_half, name);
     // Let every task reach its gate before the storm starts.
     tokio::task::yield_now().await;
     let start = Instant::now();
@@ -348,9 +320,84 @@ async fn storm(
         .unwrap_or_else(|e| e.into_inner())
         .clone();
     let ended = *runs.ended.lock().unwrap_or_else(|e| e.into_inner());
+    let (counts, after) = tally(&answers, policy, ended, stopped_at);
+    let after_stop = match (stopped_at, proxy) {
+        (Some(stop), Some(proxy)) => {
+            let late = started.iter().filter(|s| **s > stop).count();
+            proxy.resume();
+            Some((late, after, entry_state(opened).await))
+        }
+        _ => None,
+    };
+    Ok(Report {
+        name,
+        callers,
+        executions: started.len(),
+        answers: counts,
+        wall,
+        after_stop,
+    })
+}
+
+/// The toolbox the callers share: the storm's tool, in a scope of its own.
+fn toolbox_of(opened: &Opened, tool: StormTool, policy: InFlight) -> anyhow::Result<Arc<Toolbox>> {
+    let options = WriteOptions::new()
+        .lease(LEASE)
+        .retention(RETENTION)
+        .in_flight(policy);
+    Ok(Arc::new(
+        Toolbox::builder(Arc::clone(&opened.store))
+            .scope(format!("toolonce-bench-storm-{}", super::env::rand_u64()))
+            .write_with(tool, options)
+            .build()
+            .map_err(exit::internal)?,
+    ))
+}
+
+type Caller = tokio::task::JoinHandle<(Option<OperationKey>, Answered)>;
+
+/// The callers, each waiting at the gate for its stage (the first half 1, the rest 2).
+fn spawn_callers(
+    toolbox: &Arc<Toolbox>,
+    gate_rx: &watch::Receiver<u8>,
+    answered: &Arc<AtomicU64>,
+    callers: u64,
+    first_half: u64,
+    name: &'static str,
+) -> Vec<Caller> {
+    let mut tasks = Vec::with_capacity(callers as usize);
+    for i in 0..callers {
+        let (toolbox, mut gate, answered) =
+            (Arc::clone(toolbox), gate_rx.clone(), Arc::clone(answered));
+        let stage = if i < first_half { 1 } else { 2 };
+        tasks.push(tokio::spawn(async move {
+            let _ = gate.wait_for(|s| *s >= stage).await;
+            let start = Instant::now();
+            let answer = toolbox.call(TOOL, json!({"storm": name})).await;
+            answered.fetch_add(1, Ordering::SeqCst);
+            (
+                answer.key,
+                Answered {
+                    outcome: answer.outcome,
+                    start,
+                },
+            )
+        }));
+    }
+    tasks
+}
+
+/// The callers' answers by outcome, all of them and those of the callers let go after the
+/// stop.
+fn tally(
+    answers: &[Answered],
+    policy: InFlight,
+    ended: Option<Instant>,
+    stopped_at: Option<Instant>,
+) -> (BTreeMap<&'static str, u64>, BTreeMap<&'static str, u64>) {
     let mut counts = BTreeMap::new();
     let mut after = BTreeMap::new();
-    for a in &answers {
+    for a in answers {
         let label = match a.outcome {
             // Only a waiting policy waits: under the default one a duplicate that started
             // before the execution ended and was replayed merely reached the store after it.
@@ -368,30 +415,19 @@ async fn storm(
             *after.entry(label).or_insert(0) += 1;
         }
     }
-    let after_stop = match (stopped_at, proxy) {
-        (Some(stop), Some(proxy)) => {
-            let late = started.iter().filter(|s| **s > stop).count();
-            proxy.resume();
-            let entry = match opened.keys.first() {
-                Some(key) => match back(|| opened.store.get(key)).await {
-                    Ok(Some(entry)) => entry.state().as_str().to_owned(),
-                    Ok(None) => "absent".to_owned(),
-                    Err(e) => format!("unreadable: {e}"),
-                },
-                None => "no key".to_owned(),
-            };
-            Some((late, after, entry))
-        }
-        _ => None,
-    };
-    Ok(Report {
-        name,
-        callers,
-        executions: started.len(),
-        answers: counts,
-        wall,
-        after_stop,
-    })
+    (counts, after)
+}
+
+/// The state of the storm's entry once the store is back.
+async fn entry_state(opened: &Opened) -> String {
+    match opened.keys.first() {
+        Some(key) => match back(|| opened.store.get(key)).await {
+            Ok(Some(entry)) => entry.state().as_str().to_owned(),
+            Ok(None) => "absent".to_owned(),
+            Err(e) => format!("unreadable: {e}"),
+        },
+        None => "no key".to_owned(),
+    }
 }
 
 /// `op`'s answer once the store is back: its connections were dropped by the stop and are

@@ -20,7 +20,7 @@ fn outcomes(figures: &Figures) -> String {
 
 /// What happened: the scenario, then what toolonce did about it.
 fn explain(scenario: Scenario, without: &Figures, with: &Figures) -> (String, String) {
-    let (w, t) = (without.effects, with.effects);
+    let w = without.effects;
     let did = outcomes(with);
     let first_key = with.calls.iter().find_map(|(_, k)| k.as_ref());
     match scenario {
@@ -42,95 +42,118 @@ fn explain(scenario: Scenario, without: &Figures, with: &Figures) -> (String, St
                  ({did}) the second call got the first receipt."
             ),
         ),
-        Scenario::Crash => {
-            let key = first_key.map_or("the same key".into(), |k| format!("the same key {k}"));
-            let mut text = format!("Without toolonce: {w} charges. With it ({did}): ");
-            if with.reclaimed {
-                let resumed = with.resumed_in.map_or_else(String::new, output::duration);
-                text += &format!(
-                    "the resumed run found the dead run's claim still running, waited for its \
-                     {} lease to expire (resumed in {resumed}), found the outcome unknown, and, \
-                     since charge_card declares that its provider honours the key (policy \
-                     rerun), ran charge_card again with {key}; ",
-                    output::duration(CRASH_LEASE)
-                );
-            } else {
-                text += &format!("the resumed run ran charge_card again with {key}; ");
-            }
-            if with.answered_from_key > 0 {
-                text += "the provider returned the original charge instead of charging again: \
-                         saved by the Idempotency-Key handed downstream.";
-            } else {
-                text += &format!("{t} charge(s).");
-            }
-            (
-                "The agent process was killed with SIGKILL right after the charge, before it \
-                 could record anything; a run resumed from its last checkpoint, taken before \
-                 the tool call, and replayed the call."
-                    .into(),
-                text,
-            )
-        }
-        Scenario::EmailCrash => {
-            let setup = "The agent process was killed with SIGKILL right after send_email, whose \
-                         mail server takes no idempotency key; a run resumed from its checkpoint \
-                         and replayed the call."
-                .to_owned();
-            let result = if with.calls.iter().any(|(o, _)| *o == Outcome::Unknown) {
-                let key = first_key.map_or_else(|| "KEY".to_owned(), ToString::to_string);
-                format!(
-                    "Without toolonce: {w} emails. With it ({did}): the resumed run waited for \
-                     the dead run's {} lease to expire and found the outcome unknown; \
-                     send_email keeps the default policy (hold), so it was not sent again \
-                     ({t} email): the model was told the email may have been sent, not to \
-                     retry, and that a person must check, who then settles it with `toolonce \
-                     resolve {key} --done JSON | --failed MESSAGE | --release`.",
-                    output::duration(CRASH_LEASE)
-                )
-            } else {
-                format!("Without toolonce: {w} emails. With it ({did}): {t} email(s).")
-            };
-            (setup, result)
-        }
-        Scenario::Parallel => {
-            let other = match with
-                .calls
-                .iter()
-                .map(|(o, _)| *o)
-                .find(|o| *o != Outcome::Executed)
-            {
-                Some(Outcome::InFlight) => {
-                    "the other was told the charge is already in flight and must not be retried"
-                }
-                Some(Outcome::Replayed) => "the other got the first receipt",
-                _ => "the other did not charge",
-            };
-            (
-                "The model put the same call twice in one reply, and the loop ran both at once."
-                    .into(),
-                format!(
-                    "Without toolonce: {w} charges. With it ({did}) one call charged; {other}."
-                ),
-            )
-        }
-        Scenario::NestedControl => {
-            let keys: Vec<String> = with
-                .calls
-                .iter()
-                .filter_map(|(_, k)| k.as_ref().map(ToString::to_string))
-                .collect();
-            (
-                "Two charges whose arguments differ only in a nested field, payment.card (A, then \
-                 B), are two operations and must both happen."
-                    .into(),
-                format!(
-                    "With toolonce: {t} charges ({did}), under two keys ({}). A key over the \
-                     top-level fields only would merge them and give card B card A's receipt.",
-                    keys.join(" and ")
-                ),
-            )
-        }
+        Scenario::Crash => crash(without, with, first_key, &did),
+        Scenario::EmailCrash => email_crash(without, with, first_key, &did),
+        Scenario::Parallel => parallel(without, with, &did),
+        Scenario::NestedControl => nested_control(with, &did),
     }
+}
+
+/// The agent killed after a charge whose provider honours the key.
+fn crash(
+    without: &Figures,
+    with: &Figures,
+    first_key: Option<&toolonce::OperationKey>,
+    did: &str,
+) -> (String, String) {
+    let (w, t) = (without.effects, with.effects);
+    let key = first_key.map_or("the same key".into(), |k| format!("the same key {k}"));
+    let mut text = format!("Without toolonce: {w} charges. With it ({did}): ");
+    if with.reclaimed {
+        let resumed = with.resumed_in.map_or_else(String::new, output::duration);
+        text += &format!(
+            "the resumed run found the dead run's claim still running, waited for its \
+             {} lease to expire (resumed in {resumed}), found the outcome unknown, and, \
+             since charge_card declares that its provider honours the key (policy \
+             rerun), ran charge_card again with {key}; ",
+            output::duration(CRASH_LEASE)
+        );
+    } else {
+        text += &format!("the resumed run ran charge_card again with {key}; ");
+    }
+    if with.answered_from_key > 0 {
+        text += "the provider returned the original charge instead of charging again: \
+                 saved by the Idempotency-Key handed downstream.";
+    } else {
+        text += &format!("{t} charge(s).");
+    }
+    (
+        "The agent process was killed with SIGKILL right after the charge, before it \
+         could record anything; a run resumed from its last checkpoint, taken before \
+         the tool call, and replayed the call."
+            .into(),
+        text,
+    )
+}
+
+/// The agent killed after an email, which no key protects downstream.
+fn email_crash(
+    without: &Figures,
+    with: &Figures,
+    first_key: Option<&toolonce::OperationKey>,
+    did: &str,
+) -> (String, String) {
+    let (w, t) = (without.effects, with.effects);
+    let setup = "The agent process was killed with SIGKILL right after send_email, whose \
+                 mail server takes no idempotency key; a run resumed from its checkpoint \
+                 and replayed the call."
+        .to_owned();
+    let result = if with.calls.iter().any(|(o, _)| *o == Outcome::Unknown) {
+        let key = first_key.map_or_else(|| "KEY".to_owned(), ToString::to_string);
+        format!(
+            "Without toolonce: {w} emails. With it ({did}): the resumed run waited for \
+             the dead run's {} lease to expire and found the outcome unknown; \
+             send_email keeps the default policy (hold), so it was not sent again \
+             ({t} email): the model was told the email may have been sent, not to \
+             retry, and that a person must check, who then settles it with `toolonce \
+             resolve {key} --done JSON | --failed MESSAGE | --release`.",
+            output::duration(CRASH_LEASE)
+        )
+    } else {
+        format!("Without toolonce: {w} emails. With it ({did}): {t} email(s).")
+    };
+    (setup, result)
+}
+
+/// The same call twice in one reply, run at once.
+fn parallel(without: &Figures, with: &Figures, did: &str) -> (String, String) {
+    let w = without.effects;
+    let other = match with
+        .calls
+        .iter()
+        .map(|(o, _)| *o)
+        .find(|o| *o != Outcome::Executed)
+    {
+        Some(Outcome::InFlight) => {
+            "the other was told the charge is already in flight and must not be retried"
+        }
+        Some(Outcome::Replayed) => "the other got the first receipt",
+        _ => "the other did not charge",
+    };
+    (
+        "The model put the same call twice in one reply, and the loop ran both at once.".into(),
+        format!("Without toolonce: {w} charges. With it ({did}) one call charged; {other}."),
+    )
+}
+
+/// Two calls that differ only in a nested field: two operations.
+fn nested_control(with: &Figures, did: &str) -> (String, String) {
+    let t = with.effects;
+    let keys: Vec<String> = with
+        .calls
+        .iter()
+        .filter_map(|(_, k)| k.as_ref().map(ToString::to_string))
+        .collect();
+    (
+        "Two charges whose arguments differ only in a nested field, payment.card (A, then \
+         B), are two operations and must both happen."
+            .into(),
+        format!(
+            "With toolonce: {t} charges ({did}), under two keys ({}). A key over the \
+             top-level fields only would merge them and give card B card A's receipt.",
+            keys.join(" and ")
+        ),
+    )
 }
 
 /// Prints the table, what happened in each scenario, and the summary; the exit code says
@@ -139,6 +162,21 @@ pub(super) fn print(
     rows: &[(Scenario, Figures, Option<Figures>)],
     started: Instant,
 ) -> anyhow::Result<ExitCode> {
+    print_table(rows)?;
+    outln!();
+    print_explanations(rows)?;
+    outln!();
+    let (summary, wrong) = summary(rows, started);
+    out!("{}", output::wrap("", &summary, WIDTH));
+    Ok(if wrong == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// The effects of each scenario without and with toolonce, beside the expected figure.
+fn print_table(rows: &[(Scenario, Figures, Option<Figures>)]) -> anyhow::Result<()> {
     let mut table = Table::new(
         &[
             ("scenario", Align::Left),
@@ -164,7 +202,11 @@ pub(super) fn print(
         ]);
     }
     out!("{}", table.render());
-    outln!();
+    Ok(())
+}
+
+/// What happened in each scenario, and what toolonce did about it.
+fn print_explanations(rows: &[(Scenario, Figures, Option<Figures>)]) -> anyhow::Result<()> {
     for (scenario, without, with) in rows {
         let (setup, result) = match with {
             Some(with) => explain(*scenario, without, with),
@@ -189,8 +231,11 @@ pub(super) fn print(
             output::wrap(&" ".repeat(number.len()), &result, WIDTH)
         );
     }
-    outln!();
+    Ok(())
+}
 
+/// The summary line, and how many figures with toolonce are wrong.
+fn summary(rows: &[(Scenario, Figures, Option<Figures>)], started: Instant) -> (String, usize) {
     // The rows run with toolonce (a skipped one is not counted either way).
     let ran: Vec<(Scenario, &Figures, &Figures)> = rows
         .iter()
@@ -226,10 +271,5 @@ pub(super) fn print(
             ran.len()
         )
     };
-    out!("{}", output::wrap("", &summary, WIDTH));
-    Ok(if wrong == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    (summary, wrong)
 }

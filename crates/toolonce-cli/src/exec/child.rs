@@ -91,32 +91,8 @@ pub(crate) struct Run<'a> {
 /// Runs the command with the key in its environment, streaming its output through while
 /// keeping a bounded copy, and forwarding the signals toolonce receives.
 pub(crate) async fn run(run: Run<'_>, mut signals: Signals) -> Result<Record, NotStarted> {
-    let cannot = |what: &str, e: std::io::Error| NotStarted {
-        message: format!("cannot {what}: {e}"),
-        exit_code: exit::CANNOT_EXECUTE,
-    };
     let status_file = tempfile::NamedTempFile::new().map_err(|e| cannot("create a file", e))?;
-    let shim_path = std::env::current_exe().map_err(|e| cannot("find toolonce's own path", e))?;
-    let mut command = tokio::process::Command::new(shim_path);
-    command
-        .arg("__exec-shim")
-        .arg("--parent")
-        .arg(std::process::id().to_string())
-        .arg("--status-file")
-        .arg(status_file.path())
-        .arg("--")
-        .args(run.command)
-        .env("TOOLONCE_KEY", run.key.as_str())
-        .env("IDEMPOTENCY_KEY", run.key.as_str())
-        // Never inherited: only this operation's own history may set it.
-        .env_remove(MAY_HAVE_RUN_BEFORE)
-        .stdin(Stdio::inherit())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    if run.may_have_run_before {
-        command.env(MAY_HAVE_RUN_BEFORE, "1");
-    }
+    let mut command = shim_command(&run, status_file.path())?;
     // A signal that came before the command started: it is not started at all.
     if let Some(sig) = *signals.borrow_and_update() {
         return Err(stopped_before_start(sig));
@@ -141,60 +117,8 @@ pub(crate) async fn run(run: Run<'_>, mut signals: Signals) -> Result<Record, No
     ));
     let err = tokio::spawn(capture::tee(stderr, tokio::io::stderr(), limit, stopped));
 
-    let mut listening = true;
-    let mut grace_started = false;
-    let mut kill_at: Option<Instant> = None;
-    let status = loop {
-        tokio::select! {
-            status = child.wait() => break status,
-            changed = signals.changed(), if listening => {
-                if changed.is_err() {
-                    listening = false;
-                    continue;
-                }
-                let Some(sig) = *signals.borrow_and_update() else { continue };
-                tracing::info!(
-                    target: "toolonce::exec",
-                    signal = name(sig),
-                    "forwarding the signal to the command"
-                );
-                if let Some(group) = group {
-                    let _ = kill_process_group(group, sig);
-                }
-                if !grace_started {
-                    grace_started = true;
-                    // A grace too long to add to the clock means: never kill.
-                    kill_at = Instant::now().checked_add(run.grace);
-                }
-            }
-            () = tokio::time::sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
-                kill_at = None;
-                tracing::warn!(
-                    target: "toolonce::exec",
-                    grace = ?run.grace,
-                    "the command did not stop within the grace period; killing its process group"
-                );
-                if let Some(group) = group {
-                    let _ = kill_process_group(group, Signal::KILL);
-                }
-            }
-        }
-    };
-
-    let both = async { (out.await, err.await) };
-    tokio::pin!(both);
-    let (out, err) = match tokio::time::timeout(DRAIN_GRACE, &mut both).await {
-        Ok(both) => both,
-        Err(_) => {
-            tracing::info!(
-                target: "toolonce::exec",
-                "the command exited but something it started still holds its output open; \
-                 no longer reading it"
-            );
-            stop.send_replace(true);
-            both.await
-        }
-    };
+    let status = wait(&mut child, group, &mut signals, run.grace).await;
+    let (out, err) = drain(out, err, stop).await;
     let finish = |capture: Result<Capture, _>| capture.map_or((Vec::new(), 0), Capture::finish);
     let ((stdout, stdout_dropped), (stderr, stderr_dropped)) = (finish(out), finish(err));
 
@@ -221,6 +145,118 @@ pub(crate) async fn run(run: Run<'_>, mut signals: Signals) -> Result<Record, No
             .map(|part| part.to_string_lossy().into_owned())
             .collect(),
     })
+}
+
+fn cannot(what: &str, e: std::io::Error) -> NotStarted {
+    NotStarted {
+        message: format!("cannot {what}: {e}"),
+        exit_code: exit::CANNOT_EXECUTE,
+    }
+}
+
+/// The command line that starts the command through the shim (toolonce itself), with the key
+/// in its environment and its output piped to toolonce.
+fn shim_command(
+    run: &Run<'_>,
+    status_file: &std::path::Path,
+) -> Result<tokio::process::Command, NotStarted> {
+    let shim_path = std::env::current_exe().map_err(|e| cannot("find toolonce's own path", e))?;
+    let mut command = tokio::process::Command::new(shim_path);
+    command
+        .arg("__exec-shim")
+        .arg("--parent")
+        .arg(std::process::id().to_string())
+        .arg("--status-file")
+        .arg(status_file)
+        .arg("--")
+        .args(run.command)
+        .env("TOOLONCE_KEY", run.key.as_str())
+        .env("IDEMPOTENCY_KEY", run.key.as_str())
+        // Never inherited: only this operation's own history may set it.
+        .env_remove(MAY_HAVE_RUN_BEFORE)
+        .stdin(Stdio::inherit())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    if run.may_have_run_before {
+        command.env(MAY_HAVE_RUN_BEFORE, "1");
+    }
+    Ok(command)
+}
+
+/// Waits for the command to exit, forwarding the signals toolonce gets to its process group,
+/// and killing the group once `grace` has passed after the first.
+async fn wait(
+    child: &mut tokio::process::Child,
+    group: Option<Pid>,
+    signals: &mut Signals,
+    grace: Duration,
+) -> std::io::Result<std::process::ExitStatus> {
+    let mut listening = true;
+    let mut grace_started = false;
+    let mut kill_at: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            changed = signals.changed(), if listening => {
+                if changed.is_err() {
+                    listening = false;
+                    continue;
+                }
+                let Some(sig) = *signals.borrow_and_update() else { continue };
+                tracing::info!(
+                    target: "toolonce::exec",
+                    signal = name(sig),
+                    "forwarding the signal to the command"
+                );
+                if let Some(group) = group {
+                    let _ = kill_process_group(group, sig);
+                }
+                if !grace_started {
+                    grace_started = true;
+                    // A grace too long to add to the clock means: never kill.
+                    kill_at = Instant::now().checked_add(grace);
+                }
+            }
+            () = tokio::time::sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
+                kill_at = None;
+                tracing::warn!(
+                    target: "toolonce::exec",
+                    grace = ?grace,
+                    "the command did not stop within the grace period; killing its process group"
+                );
+                if let Some(group) = group {
+                    let _ = kill_process_group(group, Signal::KILL);
+                }
+            }
+        }
+    }
+}
+
+/// The captures of both streams, once the command's pipes close or, when something it
+/// started holds them open, after [`DRAIN_GRACE`].
+async fn drain(
+    out: tokio::task::JoinHandle<Capture>,
+    err: tokio::task::JoinHandle<Capture>,
+    stop: watch::Sender<bool>,
+) -> (
+    Result<Capture, tokio::task::JoinError>,
+    Result<Capture, tokio::task::JoinError>,
+) {
+    let both = async { (out.await, err.await) };
+    tokio::pin!(both);
+    match tokio::time::timeout(DRAIN_GRACE, &mut both).await {
+        Ok(both) => both,
+        Err(_) => {
+            tracing::info!(
+                target: "toolonce::exec",
+                "the command exited but something it started still holds its output open; \
+                 no longer reading it"
+            );
+            stop.send_replace(true);
+            both.await
+        }
+    }
 }
 
 /// The answer when toolonce got a signal before the command started.

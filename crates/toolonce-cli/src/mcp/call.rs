@@ -171,6 +171,8 @@ pub(super) async fn run(
     sink.answer(answer);
 }
 
+/// Keys the call, runs it through the layer, and says what the client gets (`None`: nothing,
+/// it was cancelled).
 async fn answer(
     shared: &Context,
     call: &Call,
@@ -178,68 +180,9 @@ async fn answer(
     unsent: &UnsentCall,
 ) -> Option<Vec<u8>> {
     let policy = shared.config.policy(&call.tool);
-    let error_line = |text: &str, outcome: &str, key: Option<&str>| {
-        let result = completed(proxy_result(text, outcome, key), call.modern);
-        Some(jsonrpc::result_line(&call.id, &result))
-    };
-    let repeat = match &call.repeat {
-        Ok(repeat) => *repeat,
-        Err(refused) => {
-            tracing::info!(target: "toolonce::mcp", tool = %call.tool, %refused, "refused a call with an invalid repeat ordinal; nothing was claimed or sent");
-            let text = refused.message(&call.tool);
-            return error_line(&text, Outcome::InvalidArguments.as_str(), None);
-        }
-    };
-    let tool_part = format!("{}/{}", shared.server_id, call.tool);
-    // An integer beyond 64 bits reads as the nearest double, the key of other integers too:
-    // refused from the text the client sent, before any key is derived. The whole request is
-    // looked at first (a scan for a long run of digits, which almost no request has); only
-    // then are its arguments found, since an id or a token may hold such a number too.
-    let inexact = toolonce::canonical::first_inexact_integer(&call.request)
-        .and_then(|_| jsonrpc::arguments_text(&call.request))
-        .and_then(toolonce::canonical::first_inexact_integer);
-    let derived = match (inexact, &call.client_key) {
-        (Some(integer), _) => Err(toolonce::Error::InvalidArguments(
-            toolonce::canonical::inexact_integer_message(integer),
-        )),
-        (None, None) => key::derive_repeat(
-            &shared.scope,
-            &tool_part,
-            &call.arguments,
-            policy.key_fields.as_ref(),
-            repeat,
-        ),
-        (None, Some(client_key)) => match check_client_key(client_key) {
-            Ok(client_key) => key::derive_named_repeat(
-                &shared.scope,
-                &tool_part,
-                client_key,
-                &call.arguments,
-                repeat,
-            ),
-            Err(why) => {
-                tracing::warn!(target: "toolonce::mcp", tool = %call.tool, why, "refused a call with a malformed client key");
-                return Some(jsonrpc::error_line(
-                    Some(&call.id),
-                    INVALID_PARAMS,
-                    &Text::McpClientKey.fill(&[
-                        ("max", &CLIENT_KEY_MAX.to_string()),
-                        ("why", &why),
-                        ("tool", &call.tool),
-                    ]),
-                ));
-            }
-        },
-    };
-    let derived = match derived {
+    let derived = match derive(shared, call, &policy) {
         Ok(derived) => derived,
-        Err(e) => {
-            return error_line(
-                &Text::McpUnkeyable.fill(&[("tool", &call.tool), ("error", &e.to_string())]),
-                "not_executed",
-                None,
-            );
-        }
+        Err(refused) => return refused,
     };
     // A replay's note offers the repeat argument only to a tool that has it.
     let options = if call.repeat_argument == policy.options.repeat_argument {
@@ -287,9 +230,98 @@ async fn answer(
                 let until = std::time::Instant::now() + policy.options.lease;
                 shared.given_up.note(&derived.key, until, why);
             }
+            let error_line = |text: &str, outcome: &str, key: Option<&str>| {
+                error_line(call, text, outcome, key)
+            };
             return give_up_answer(&call.tool, &policy, &derived, reason, error_line);
         }
     };
+    answered(shared, call, &policy, answer, &response, &cancelled)
+}
+
+/// A `tools/call` answer of the proxy's own: an `isError` result.
+fn error_line(call: &Call, text: &str, outcome: &str, key: Option<&str>) -> Option<Vec<u8>> {
+    let result = completed(proxy_result(text, outcome, key), call.modern);
+    Some(jsonrpc::result_line(&call.id, &result))
+}
+
+/// The call's operation: derived from its arguments (or its client key) and repeat ordinal;
+/// a call that cannot be keyed gets its answer instead, and nothing is claimed or sent.
+fn derive(shared: &Context, call: &Call, policy: &Policy) -> Result<Derived, Option<Vec<u8>>> {
+    let repeat = match &call.repeat {
+        Ok(repeat) => *repeat,
+        Err(refused) => {
+            tracing::info!(target: "toolonce::mcp", tool = %call.tool, %refused, "refused a call with an invalid repeat ordinal; nothing was claimed or sent");
+            let text = refused.message(&call.tool);
+            return Err(error_line(
+                call,
+                &text,
+                Outcome::InvalidArguments.as_str(),
+                None,
+            ));
+        }
+    };
+    let tool_part = format!("{}/{}", shared.server_id, call.tool);
+    // An integer beyond 64 bits reads as the nearest double, the key of other integers too:
+    // refused from the text the client sent, before any key is derived. The whole request is
+    // looked at first (a scan for a long run of digits, which almost no request has); only
+    // then are its arguments found, since an id or a token may hold such a number too.
+    let inexact = toolonce::canonical::first_inexact_integer(&call.request)
+        .and_then(|_| jsonrpc::arguments_text(&call.request))
+        .and_then(toolonce::canonical::first_inexact_integer);
+    let derived = match (inexact, &call.client_key) {
+        (Some(integer), _) => Err(toolonce::Error::InvalidArguments(
+            toolonce::canonical::inexact_integer_message(integer),
+        )),
+        (None, None) => key::derive_repeat(
+            &shared.scope,
+            &tool_part,
+            &call.arguments,
+            policy.key_fields.as_ref(),
+            repeat,
+        ),
+        (None, Some(client_key)) => match check_client_key(client_key) {
+            Ok(client_key) => key::derive_named_repeat(
+                &shared.scope,
+                &tool_part,
+                client_key,
+                &call.arguments,
+                repeat,
+            ),
+            Err(why) => {
+                tracing::warn!(target: "toolonce::mcp", tool = %call.tool, why, "refused a call with a malformed client key");
+                return Err(Some(jsonrpc::error_line(
+                    Some(&call.id),
+                    INVALID_PARAMS,
+                    &Text::McpClientKey.fill(&[
+                        ("max", &CLIENT_KEY_MAX.to_string()),
+                        ("why", &why),
+                        ("tool", &call.tool),
+                    ]),
+                )));
+            }
+        },
+    };
+    derived.map_err(|e| {
+        error_line(
+            call,
+            &Text::McpUnkeyable.fill(&[("tool", &call.tool), ("error", &e.to_string())]),
+            "not_executed",
+            None,
+        )
+    })
+}
+
+/// What the client gets once the layer has answered: the server's own bytes, nothing for a
+/// cancelled call, or the proxy's answer for a duplicate.
+fn answered(
+    shared: &Context,
+    call: &Call,
+    policy: &Policy,
+    answer: toolonce::WriteAnswer,
+    response: &Mutex<Option<Vec<u8>>>,
+    cancelled: &watch::Receiver<bool>,
+) -> Option<Vec<u8>> {
     // Executed and answered by the server: its own bytes, which carry the client's id.
     if let Some(line) = response.lock().unwrap_or_else(|p| p.into_inner()).take() {
         // Unless its outcome was not simply recorded: then the client hears so too.
@@ -307,13 +339,15 @@ async fn answer(
         && let Some(why) = shared.given_up.why(&answer.key)
     {
         return error_line(
-            &given_up_duplicate(&call.tool, &policy, &answer.key, why),
+            call,
+            &given_up_duplicate(&call.tool, policy, &answer.key, why),
             Outcome::Unknown.as_str(),
             Some(answer.key.as_str()),
         );
     }
     if answer.outcome == Outcome::Conflict && call.client_key.is_some() {
         return error_line(
+            call,
             &Text::McpClientKeyConflict.fill(&[("tool", &call.tool), ("key", answer.key.as_str())]),
             Outcome::Conflict.as_str(),
             Some(answer.key.as_str()),

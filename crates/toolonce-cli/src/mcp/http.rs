@@ -56,8 +56,8 @@ mod target;
 use client::{ACCEPT_TIMEOUT, Client, GetError, lock};
 use exchange::Exchange;
 pub(crate) use message::{Incoming, request_ids};
-use target::Target;
 pub(crate) use target::tls_connector;
+use target::{Sender, Target};
 
 /// The JSON-RPC code of the proxy's answer to a request whose answer did not come (the outcome
 /// is unknown), or that could not be sent.
@@ -156,17 +156,8 @@ impl Upstream {
         } else {
             None
         };
-        let mut sender = match self.client.connection().await {
-            Ok(sender) => sender,
-            Err(e) => {
-                tracing::warn!(
-                    target: "toolonce::mcp",
-                    upstream = %self.client.shown(),
-                    error = %e,
-                    "cannot reach the MCP server; the message was not sent"
-                );
-                return false;
-            }
+        let Some(mut sender) = self.connection().await else {
+            return false;
         };
         let response = sender.try_send_request(request);
         let single = match requests.as_slice() {
@@ -214,6 +205,22 @@ impl Upstream {
             }
         }
         true
+    }
+
+    /// A connection to send on, or `None` (said in the log) when the server cannot be reached.
+    async fn connection(&self) -> Option<Sender> {
+        match self.client.connection().await {
+            Ok(sender) => Some(sender),
+            Err(e) => {
+                tracing::warn!(
+                    target: "toolonce::mcp",
+                    upstream = %self.client.shown(),
+                    error = %e,
+                    "cannot reach the MCP server; the message was not sent"
+                );
+                None
+            }
+        }
     }
 
     /// The `Authorization` the gateway's client sent with its latest request (`None`: it sent

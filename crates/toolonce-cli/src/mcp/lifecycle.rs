@@ -76,30 +76,7 @@ pub(crate) async fn run(
         (End::ServerExited(status), _, _) => status,
         (End::ClientHungUp, Some(child), _) => hang_up(&shared, child, shutdown_timeout).await?,
         (End::ClientHungUp, None, Some(upstream)) => {
-            // Calls sent before the hang-up still go out, and the requests in progress may be
-            // answered (write calls' answers are recorded); a request given up, whose answer
-            // may never come, is not waited for.
-            let settled = async {
-                shared.router().unsent_drained().await;
-                while !(calls.is_empty() && shared.routes().answered()) {
-                    tokio::select! {
-                        Some(_) = calls.join_next(), if !calls.is_empty() => {}
-                        () = tokio::time::sleep(Duration::from_millis(20)) => {}
-                    }
-                }
-            };
-            if tokio::time::timeout(shutdown_timeout, settled)
-                .await
-                .is_err()
-            {
-                tracing::warn!(
-                    target: "toolonce::mcp",
-                    ?shutdown_timeout,
-                    "the client hung up; stopping with requests still unanswered"
-                );
-            }
-            shared.router().server().close().await;
-            upstream.close();
+            hang_up_http(&shared, &mut calls, upstream, shutdown_timeout).await;
             // Every answer that came is routed: the reader has nothing left to do.
             drain = Duration::ZERO;
             std::os::unix::process::ExitStatusExt::from_raw(0)
@@ -108,12 +85,58 @@ pub(crate) async fn run(
     };
     tracing::debug!(target: "toolonce::mcp", %status, "the server exited");
 
-    // Read what the server wrote before it exited (a grandchild holding its stdout must not
-    // keep us here), then settle the calls it never answered: dropping their routes tells them.
-    if tokio::time::timeout(drain, &mut reader).await.is_err() {
+    settle_the_rest(&shared, &mut reader, &mut calls, upstream.as_ref(), drain).await;
+    client_out.close();
+    Ok(status)
+}
+
+/// The client hung up on an HTTP server: what was sent before still goes out and may be
+/// answered, within `shutdown_timeout`; then the server's session is closed.
+async fn hang_up_http(
+    shared: &Shared,
+    calls: &mut JoinSet<()>,
+    upstream: &http::Upstream,
+    shutdown_timeout: Duration,
+) {
+    // Calls sent before the hang-up still go out, and the requests in progress may be
+    // answered (write calls' answers are recorded); a request given up, whose answer
+    // may never come, is not waited for.
+    let settled = async {
+        shared.router().unsent_drained().await;
+        while !(calls.is_empty() && shared.routes().answered()) {
+            tokio::select! {
+                Some(_) = calls.join_next(), if !calls.is_empty() => {}
+                () = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+        }
+    };
+    if tokio::time::timeout(shutdown_timeout, settled)
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            target: "toolonce::mcp",
+            ?shutdown_timeout,
+            "the client hung up; stopping with requests still unanswered"
+        );
+    }
+    shared.router().server().close().await;
+    upstream.close();
+}
+
+/// Reads what the server wrote before it exited (a grandchild holding its stdout must not keep
+/// us here), then settles the calls it never answered: dropping their routes tells them.
+async fn settle_the_rest(
+    shared: &Shared,
+    reader: &mut tokio::task::JoinHandle<()>,
+    calls: &mut JoinSet<()>,
+    upstream: Option<&Arc<http::Upstream>>,
+    drain: Duration,
+) {
+    if tokio::time::timeout(drain, &mut *reader).await.is_err() {
         reader.abort();
     }
-    if let Some(upstream) = &upstream {
+    if let Some(upstream) = upstream {
         upstream.end_session().await;
     }
     let unanswered: Vec<Route> = shared.routes().pending.drain().map(|(_, r)| r).collect();
@@ -122,8 +145,6 @@ pub(crate) async fn run(
     if settled.await.is_err() {
         calls.abort_all();
     }
-    client_out.close();
-    Ok(status)
 }
 
 /// Routes what an HTTP server sends, until the upstream is closed and its exchanges are over.

@@ -396,102 +396,124 @@ impl Shared {
 
     /// Handles one message from the server; `related` is the request it belongs to, when the
     /// server said so (see [`http::Incoming::Related`]).
-    pub(super) fn on_server_message(self: &Arc<Self>, mut line: Vec<u8>, related: Option<Value>) {
-        match line.trim_ascii_start().first() {
-            Some(b'{') => {
-                let peek = Peek::of(&line);
-                if let Some(peek) = &peek
-                    && peek.method.as_deref() == Some("notifications/tools/list_changed")
-                    && peek.id.is_none()
-                {
-                    if self.initialized.load(Ordering::Acquire) {
-                        self.list_tools(None);
-                    } else if let Some(meta) = self.listing.tools.modern_meta() {
-                        self.list_tools(Some(meta));
-                    }
-                }
-                if let Some(peek) = peek
-                    && peek.is_response()
-                    && let Some(id) = &peek.id
-                {
-                    let id = IdKey::of(id);
-                    let (listed, route, abandoned) = {
-                        let mut routes = self.routes();
-                        let route = routes.pending.remove(&id);
-                        // The late answer to a call given up frees its id: the next write
-                        // call may take it again.
-                        let abandoned = route.is_none() && routes.forget_abandoned(&id);
-                        if route.is_none() {
-                            routes.passing.remove(&id);
-                        }
-                        (routes.lists.remove(&id), route, abandoned)
-                    };
-                    if listed && let Ok(mut message) = serde_json::from_slice::<Value>(&line) {
-                        self.learn(&message);
-                        // The client's listing shows write tools the repeat argument.
-                        if repeat::add_to_listing(&self.listing.tools, &mut message) {
-                            line = jsonrpc::line(&message);
-                        }
-                    }
-                    match route {
-                        Some(Route::Call(tx)) => match tx.send(line) {
-                            Ok(()) => return,
-                            // The call is gone (the proxy is shutting down): pass it on.
-                            Err(line) => {
-                                self.to_client.send(line);
-                                return;
-                            }
-                        },
-                        Some(Route::Batch(batch, slot)) => {
-                            batch.settle(slot, Some(line));
-                            return;
-                        }
-                        Some(Route::List(tx)) => {
-                            let _ = tx.send(line);
-                            return;
-                        }
-                        None if abandoned => {
-                            tracing::debug!(
-                                target: "toolonce::mcp",
-                                id = ?id,
-                                "dropped a late answer to a call given up"
-                            );
-                            return;
-                        }
-                        None => {}
-                    }
-                }
-            }
-            Some(b'[') => {
-                // A batch answer passes through; it may answer a batched tools/list.
-                let watched = {
-                    let routes = self.routes();
-                    !routes.lists.is_empty() || !routes.passing.is_empty()
-                };
-                if watched && let Ok(mut members) = serde_json::from_slice::<Vec<Value>>(&line) {
-                    let mut changed = false;
-                    for member in &mut members {
-                        let Some(id) = member.get("id").map(IdKey::of) else {
-                            continue;
-                        };
-                        let listed = {
-                            let mut routes = self.routes();
-                            routes.passing.remove(&id);
-                            routes.lists.remove(&id)
-                        };
-                        if listed {
-                            self.learn(member);
-                            changed |= repeat::add_to_listing(&self.listing.tools, member);
-                        }
-                    }
-                    if changed {
-                        line = jsonrpc::line(&Value::Array(members));
-                    }
-                }
-            }
-            _ => {}
-        }
+    pub(super) fn on_server_message(self: &Arc<Self>, line: Vec<u8>, related: Option<Value>) {
+        let line = match line.trim_ascii_start().first() {
+            Some(b'{') => match self.on_server_object(line) {
+                Some(line) => line,
+                None => return,
+            },
+            Some(b'[') => self.on_server_batch(line),
+            _ => line,
+        };
         self.to_client.send_related(line, related);
+    }
+
+    /// One message (not a batch) from the server: a change of its tools is listed again, and
+    /// an answer goes to what waits for it. What is left to pass on to the client, if anything.
+    fn on_server_object(self: &Arc<Self>, mut line: Vec<u8>) -> Option<Vec<u8>> {
+        let peek = Peek::of(&line);
+        if let Some(peek) = &peek
+            && peek.method.as_deref() == Some("notifications/tools/list_changed")
+            && peek.id.is_none()
+        {
+            if self.initialized.load(Ordering::Acquire) {
+                self.list_tools(None);
+            } else if let Some(meta) = self.listing.tools.modern_meta() {
+                self.list_tools(Some(meta));
+            }
+        }
+        let Some(peek) = peek.filter(Peek::is_response) else {
+            return Some(line);
+        };
+        let Some(id) = &peek.id else {
+            return Some(line);
+        };
+        let id = IdKey::of(id);
+        let (listed, route, abandoned) = {
+            let mut routes = self.routes();
+            let route = routes.pending.remove(&id);
+            // The late answer to a call given up frees its id: the next write
+            // call may take it again.
+            let abandoned = route.is_none() && routes.forget_abandoned(&id);
+            if route.is_none() {
+                routes.passing.remove(&id);
+            }
+            (routes.lists.remove(&id), route, abandoned)
+        };
+        if listed && let Ok(mut message) = serde_json::from_slice::<Value>(&line) {
+            self.learn(&message);
+            // The client's listing shows write tools the repeat argument.
+            if repeat::add_to_listing(&self.listing.tools, &mut message) {
+                line = jsonrpc::line(&message);
+            }
+        }
+        self.route_answer(route, abandoned, &id, line)
+    }
+
+    /// An answer to where its request waits: a write call, a batch, the proxy's own listing.
+    /// `Some` when nothing waits for it: it goes on to the client.
+    fn route_answer(
+        &self,
+        route: Option<Route>,
+        abandoned: bool,
+        id: &IdKey,
+        line: Vec<u8>,
+    ) -> Option<Vec<u8>> {
+        match route {
+            Some(Route::Call(tx)) => {
+                // The call is gone (the proxy is shutting down): pass it on.
+                if let Err(line) = tx.send(line) {
+                    self.to_client.send(line);
+                }
+                None
+            }
+            Some(Route::Batch(batch, slot)) => {
+                batch.settle(slot, Some(line));
+                None
+            }
+            Some(Route::List(tx)) => {
+                let _ = tx.send(line);
+                None
+            }
+            None if abandoned => {
+                tracing::debug!(
+                    target: "toolonce::mcp",
+                    id = ?id,
+                    "dropped a late answer to a call given up"
+                );
+                None
+            }
+            None => Some(line),
+        }
+    }
+
+    /// A batch answer passes through; it may answer a batched tools/list.
+    fn on_server_batch(&self, mut line: Vec<u8>) -> Vec<u8> {
+        let watched = {
+            let routes = self.routes();
+            !routes.lists.is_empty() || !routes.passing.is_empty()
+        };
+        if watched && let Ok(mut members) = serde_json::from_slice::<Vec<Value>>(&line) {
+            let mut changed = false;
+            for member in &mut members {
+                let Some(id) = member.get("id").map(IdKey::of) else {
+                    continue;
+                };
+                let listed = {
+                    let mut routes = self.routes();
+                    routes.passing.remove(&id);
+                    routes.lists.remove(&id)
+                };
+                if listed {
+                    self.learn(member);
+                    changed |= repeat::add_to_listing(&self.listing.tools, member);
+                }
+            }
+            if changed {
+                line = jsonrpc::line(&Value::Array(members));
+            }
+        }
+        line
     }
 
     fn learn(&self, response: &Value) {

@@ -32,6 +32,32 @@ const RESUME_ATTEMPTS: usize = 3;
 /// answer that did not come (the outcome is unknown).
 const REFUSED: i64 = INVALID_REQUEST;
 
+/// The answer to a POST; a request the connection closed on before it left is sent once more
+/// on a new one.
+async fn sent(
+    upstream: &Client,
+    sender: Sender,
+    response: impl Future<
+        Output = Result<Response<Body>, hyper::client::conn::TrySendError<Request<Full<Bytes>>>>,
+    >,
+) -> Result<(Sender, Response<Body>), String> {
+    match response.await {
+        Ok(response) => Ok((sender, response)),
+        Err(mut e) => match e.take_message() {
+            // The connection closed before the request left: once more on a new one.
+            Some(request) => {
+                let mut sender = upstream.connect().await?;
+                let response = sender
+                    .send_request(request)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok((sender, response))
+            }
+            None => Err(e.into_error().to_string()),
+        },
+    }
+}
+
 /// One POST and what comes back.
 pub(super) struct Exchange {
     pub(super) client: Arc<Client>,
@@ -48,6 +74,8 @@ pub(super) struct Exchange {
 }
 
 impl Exchange {
+    /// Waits for the answer to the POST (sent once more, on a new connection or in a new
+    /// session, when the first went nowhere), and hands on what it carries.
     pub(super) async fn run(
         mut self,
         sender: Sender,
@@ -59,49 +87,15 @@ impl Exchange {
         >,
     ) {
         let upstream = self.client.clone();
-        let (sender, response) = match response.await {
-            Ok(response) => (sender, response),
-            Err(mut e) => match e.take_message() {
-                // The connection closed before the request left: once more on a new one.
-                Some(request) => {
-                    let retried = async {
-                        let mut sender = upstream.connect().await?;
-                        let response = sender
-                            .send_request(request)
-                            .await
-                            .map_err(|e| e.to_string())?;
-                        Ok::<_, String>((sender, response))
-                    };
-                    match retried.await {
-                        Ok(pair) => pair,
-                        Err(e) => return self.lost(&e),
-                    }
-                }
-                None => return self.lost(&e.into_error().to_string()),
-            },
+        let (sender, response) = match sent(&upstream, sender, response).await {
+            Ok(pair) => pair,
+            Err(e) => return self.lost(&e),
         };
-        let (mut sender, mut response) = (sender, response);
         let in_session = self.session.is_some();
-        if response.status() == StatusCode::NOT_FOUND
-            && let Some(session) = self.session.take()
-            && upstream.renew_session(&session).await
-        {
-            // Not processed in the ended session: once more in the new one.
-            let peek = Peek::of(&self.message);
-            let request = upstream.post(&self.message, peek.as_ref());
-            let resent = async {
-                let mut sender = upstream.connection().await?;
-                let response = sender
-                    .send_request(request)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok::<_, String>((sender, response))
-            };
-            match resent.await {
-                Ok(pair) => (sender, response) = pair,
-                Err(e) => return self.lost(&e),
-            }
-        }
+        let (sender, response) = match self.in_a_live_session(sender, response).await {
+            Ok(pair) => pair,
+            Err(e) => return self.lost(&e),
+        };
         if self.initialize.is_some()
             && let Some(session) = response.headers().get(SESSION_ID)
         {
@@ -120,35 +114,73 @@ impl Exchange {
                 .await;
         }
         if is_event_stream(&response) {
-            let mut events = Events::new(response.into_body());
-            let mut last_event = None;
-            while let Some(event) = events.next().await {
-                if let Some(id) = event.id.and_then(|id| HeaderValue::from_str(&id).ok()) {
-                    last_event = Some(id);
-                }
-                if let Some(data) = event.data {
-                    // What comes on the stream of one request's answer belongs to it.
-                    let related = match self.requests.as_slice() {
-                        [id] => Some(id),
-                        _ => None,
-                    };
-                    upstream.deliver(
-                        &self.incoming,
-                        data,
-                        &mut self.pending,
-                        self.initialize.as_ref(),
-                        related,
-                    );
-                }
-            }
-            if events.complete {
-                upstream.release(sender);
-            }
-            if !self.pending.is_empty() {
-                self.resume(last_event, events.error).await;
-            }
-            return;
+            self.read_stream(sender, response).await;
+        } else {
+            self.read_body(sender, response).await;
         }
+    }
+
+    /// The answer, or, when the server ended the session the POST was sent in, the answer to
+    /// the same message sent in a new one.
+    async fn in_a_live_session(
+        &mut self,
+        sender: Sender,
+        response: Response<Body>,
+    ) -> Result<(Sender, Response<Body>), String> {
+        let upstream = self.client.clone();
+        if response.status() == StatusCode::NOT_FOUND
+            && let Some(session) = self.session.take()
+            && upstream.renew_session(&session).await
+        {
+            // Not processed in the ended session: once more in the new one.
+            let peek = Peek::of(&self.message);
+            let request = upstream.post(&self.message, peek.as_ref());
+            let mut sender = upstream.connection().await?;
+            let response = sender
+                .send_request(request)
+                .await
+                .map_err(|e| e.to_string())?;
+            return Ok((sender, response));
+        }
+        Ok((sender, response))
+    }
+
+    /// An answer as an event stream: each event handed on, the stream resumed when it ends
+    /// before every request is answered.
+    async fn read_stream(mut self, sender: Sender, response: Response<Body>) {
+        let upstream = self.client.clone();
+        let mut events = Events::new(response.into_body());
+        let mut last_event = None;
+        while let Some(event) = events.next().await {
+            if let Some(id) = event.id.and_then(|id| HeaderValue::from_str(&id).ok()) {
+                last_event = Some(id);
+            }
+            if let Some(data) = event.data {
+                // What comes on the stream of one request's answer belongs to it.
+                let related = match self.requests.as_slice() {
+                    [id] => Some(id),
+                    _ => None,
+                };
+                upstream.deliver(
+                    &self.incoming,
+                    data,
+                    &mut self.pending,
+                    self.initialize.as_ref(),
+                    related,
+                );
+            }
+        }
+        if events.complete {
+            upstream.release(sender);
+        }
+        if !self.pending.is_empty() {
+            self.resume(last_event, events.error).await;
+        }
+    }
+
+    /// An answer as a JSON body (or a 202 without one).
+    async fn read_body(mut self, mut sender: Sender, response: Response<Body>) {
+        let upstream = self.client.clone();
         match http_body_util::Limited::new(response.into_body(), BODY_LIMIT)
             .collect()
             .await

@@ -126,72 +126,15 @@ impl Routes {
     /// request the server said it belongs to.
     pub(super) fn deliver(&mut self, line: Vec<u8>, related: Option<Value>) {
         let peek = Peek::of(&line);
-        if let Some(peek) = &peek
-            && peek.is_response()
-            && let Some(id) = &peek.id
-            && let Some(waiter) = self.waiting.remove(&IdKey::of(id))
-        {
-            match waiter {
-                Waiter::Json { tx, id } => {
-                    if let Some(line) = self.for_client(line, &id) {
-                        let _ = tx.send(line);
-                    }
-                }
-                // The stream ends with its answer: the sender is dropped here.
-                Waiter::Events {
-                    tx, progress, id, ..
-                } => {
-                    if let Some(token) = progress {
-                        self.progress.remove(&token);
-                    }
-                    if let Some(line) = self.for_client(line, &id) {
-                        let _ = tx.send(event(&line));
-                    }
-                }
-            }
+        if let Some(peek) = peek.as_ref().filter(|p| p.is_response()) {
+            return self.answer(line, peek.id.as_ref());
+        }
+        let method = peek.as_ref().and_then(|p| p.method.as_deref());
+        if method == Some("notifications/progress") && self.progress_sent(&line) {
             return;
         }
-        if peek.as_ref().is_some_and(Peek::is_response) {
-            // Its request is gone (the client closed its stream): no other request's stream
-            // may carry an answer its client never asked for.
-            tracing::debug!(target: "toolonce::mcp", "dropped an answer nobody waits for");
+        if self.related_sent(&line, related) {
             return;
-        }
-        // Progress goes to the stream of the request that asked for it.
-        if peek.as_ref().and_then(|p| p.method.as_deref()) == Some("notifications/progress")
-            && let Some(token) = shared::progress_of(&line)
-            && let Some((request, client_token)) = self.progress.get(&token)
-            && let Some(Waiter::Events { tx, .. }) = self.waiting.get(request)
-        {
-            let line = if self.shared {
-                shared::progress_for_client(&line, client_token)
-            } else {
-                Some(line.clone())
-            };
-            if let Some(line) = line
-                && tx.send(event(&line)).is_ok()
-            {
-                return;
-            }
-        }
-        // What belongs to one request goes on that request's stream: what an HTTP server sent
-        // on its answer stream, and a notification that names it as its subscription (a
-        // `subscriptions/listen`). In a shared proxy the gateway's id names the request, one
-        // client's, and that client sees its own id of it.
-        let belongs = related
-            .map(|request| IdKey::of(&request))
-            .or_else(|| shared::subscription_of(&line));
-        if let Some(request) = belongs
-            && let Some(Waiter::Events { tx, id, .. }) = self.waiting.get(&request)
-        {
-            let line = if self.shared {
-                shared::related_for_client(&line, id)
-            } else {
-                line.clone()
-            };
-            if tx.send(event(&line)).is_ok() {
-                return;
-            }
         }
         if self.shared {
             tracing::debug!(
@@ -200,11 +143,86 @@ impl Routes {
             );
             return;
         }
+        self.on_newest_stream(line);
+    }
+
+    /// An answer goes to the request waiting for it, and ends its stream.
+    fn answer(&mut self, line: Vec<u8>, id: Option<&Value>) {
+        let Some(waiter) = id.and_then(|id| self.waiting.remove(&IdKey::of(id))) else {
+            // Its request is gone (the client closed its stream): no other request's stream
+            // may carry an answer its client never asked for.
+            tracing::debug!(target: "toolonce::mcp", "dropped an answer nobody waits for");
+            return;
+        };
+        match waiter {
+            Waiter::Json { tx, id } => {
+                if let Some(line) = self.for_client(line, &id) {
+                    let _ = tx.send(line);
+                }
+            }
+            // The stream ends with its answer: the sender is dropped here.
+            Waiter::Events {
+                tx, progress, id, ..
+            } => {
+                if let Some(token) = progress {
+                    self.progress.remove(&token);
+                }
+                if let Some(line) = self.for_client(line, &id) {
+                    let _ = tx.send(event(&line));
+                }
+            }
+        }
+    }
+
+    /// Progress goes to the stream of the request that asked for it; whether it went.
+    fn progress_sent(&self, line: &[u8]) -> bool {
+        if let Some(token) = shared::progress_of(line)
+            && let Some((request, client_token)) = self.progress.get(&token)
+            && let Some(Waiter::Events { tx, .. }) = self.waiting.get(request)
+        {
+            let line = if self.shared {
+                shared::progress_for_client(line, client_token)
+            } else {
+                Some(line.to_vec())
+            };
+            if let Some(line) = line
+                && tx.send(event(&line)).is_ok()
+            {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// What belongs to one request goes on that request's stream: what an HTTP server sent
+    /// on its answer stream, and a notification that names it as its subscription (a
+    /// `subscriptions/listen`). In a shared proxy the gateway's id names the request, one
+    /// client's, and that client sees its own id of it. Whether it went.
+    fn related_sent(&self, line: &[u8], related: Option<Value>) -> bool {
+        let belongs = related
+            .map(|request| IdKey::of(&request))
+            .or_else(|| shared::subscription_of(line));
+        if let Some(request) = belongs
+            && let Some(Waiter::Events { tx, id, .. }) = self.waiting.get(&request)
+        {
+            let line = if self.shared {
+                shared::related_for_client(line, id)
+            } else {
+                line.to_vec()
+            };
+            if tx.send(event(&line)).is_ok() {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Anything else (the server's own requests, log messages) goes on the newest request's
+    /// stream: while a request is in progress, what the server sends most likely belongs to
+    /// it (an elicitation, a sampling request), and the session's one client reads every
+    /// stream alike. Otherwise on the GET stream, or it waits for one.
+    fn on_newest_stream(&mut self, line: Vec<u8>) {
         let frame = event(&line);
-        // Anything else (the server's own requests, log messages) goes on the newest request's
-        // stream: while a request is in progress, what the server sends most likely belongs to
-        // it (an elicitation, a sampling request), and the session's one client reads every
-        // stream alike. Otherwise on the GET stream, or it waits for one.
         let newest = self
             .waiting
             .values()

@@ -368,22 +368,7 @@ pub(super) fn start_session(
     bound: Option<HeaderValue>,
 ) -> anyhow::Result<Arc<Session>> {
     let gateway = &state.gateway;
-    let (server, forward_to) = match &gateway.backend {
-        Backend::Command { program, args } => {
-            let mut command = tokio::process::Command::new(program);
-            command.args(args);
-            (server::Server::Command(command), None)
-        }
-        Backend::Http {
-            url,
-            headers,
-            forward_authorization,
-        } => {
-            let (upstream, incoming) = Upstream::new(url, headers)?;
-            let forward_to = forward_authorization.then(|| upstream.clone());
-            (server::Server::Http(upstream, incoming), forward_to)
-        }
-    };
+    let (server, forward_to) = server_of(&gateway.backend)?;
     let (to_proxy, client_in) = mpsc::unbounded_channel();
     let (client_out, mut out_rx) = ClientOut::channel();
     // A proxy for requests without a session is shared by many clients.
@@ -423,32 +408,8 @@ pub(super) fn start_session(
         .await;
         client_out.close();
         let _ = deliver.await;
-        // Requests the server never answered learn it: a JSON one from its sender being
-        // dropped (502), one on an event stream from an error answer. The GET stream ends.
-        {
-            let mut routes = lock(&delivered);
-            routes.ended = true;
-            for (_, waiter) in routes.waiting.drain() {
-                if let Waiter::Events { tx, id, .. } = waiter {
-                    let _ = tx.send(event(&jsonrpc::error_line(
-                        Some(&id),
-                        INTERNAL_ERROR,
-                        &Text::McpServerExited.fill(&[]),
-                    )));
-                }
-            }
-            routes.progress.clear();
-            routes.stream = None;
-            routes.queued.clear();
-        }
-        match status {
-            Ok(status) => {
-                tracing::info!(target: "toolonce::mcp", %status, "a session's server exited");
-            }
-            Err(e) => {
-                tracing::warn!(target: "toolonce::mcp", error = %e, "a session's proxy failed");
-            }
-        }
+        end_routes(&delivered);
+        log_end(&status);
         if let Some(state) = state_for_end.upgrade()
             && let Some(id) = &session_id
         {
@@ -464,4 +425,56 @@ pub(super) fn start_session(
         touched: Mutex::new(Instant::now()),
         engaged: std::sync::atomic::AtomicBool::new(false),
     }))
+}
+
+/// The server a session's proxy starts: the command, or a session with the HTTP server (and
+/// that server, when the client's `Authorization` goes on to it).
+fn server_of(backend: &Backend) -> anyhow::Result<(server::Server, Option<Arc<Upstream>>)> {
+    Ok(match backend {
+        Backend::Command { program, args } => {
+            let mut command = tokio::process::Command::new(program);
+            command.args(args);
+            (server::Server::Command(command), None)
+        }
+        Backend::Http {
+            url,
+            headers,
+            forward_authorization,
+        } => {
+            let (upstream, incoming) = Upstream::new(url, headers)?;
+            let forward_to = forward_authorization.then(|| upstream.clone());
+            (server::Server::Http(upstream, incoming), forward_to)
+        }
+    })
+}
+
+/// The session's proxy has ended: nothing more will come.
+fn end_routes(routes: &Mutex<Routes>) {
+    // Requests the server never answered learn it: a JSON one from its sender being
+    // dropped (502), one on an event stream from an error answer. The GET stream ends.
+    let mut routes = lock(routes);
+    routes.ended = true;
+    for (_, waiter) in routes.waiting.drain() {
+        if let Waiter::Events { tx, id, .. } = waiter {
+            let _ = tx.send(event(&jsonrpc::error_line(
+                Some(&id),
+                INTERNAL_ERROR,
+                &Text::McpServerExited.fill(&[]),
+            )));
+        }
+    }
+    routes.progress.clear();
+    routes.stream = None;
+    routes.queued.clear();
+}
+
+fn log_end(status: &anyhow::Result<std::process::ExitStatus>) {
+    match status {
+        Ok(status) => {
+            tracing::info!(target: "toolonce::mcp", %status, "a session's server exited");
+        }
+        Err(e) => {
+            tracing::warn!(target: "toolonce::mcp", error = %e, "a session's proxy failed");
+        }
+    }
 }

@@ -149,38 +149,15 @@ pub(super) fn entry_of(
         _ => None,
     };
     let (state, expires_at) = match &*wire.status {
-        "running" => match (wire.retention, wire.lease_until) {
-            (Some(retention), _) => {
-                let pttl = pttl
-                    .ok_or_else(|| Error::store("a running entry read without its key's expiry"))?;
-                // The key lives for the lease plus the retention: what is left above the
-                // retention is what is left of the lease (-1, no expiry, is not ours: unknown).
-                let left = if pttl < 0 {
-                    0.0
-                } else {
-                    pttl as f64 - retention
-                };
-                let deadline = Some(shifted(local_now, left));
-                if left > 0.0 {
-                    (EntryState::Running { owner: wire.owner }, deadline)
-                } else {
-                    (EntryState::Unknown { owner: wire.owner }, deadline)
-                }
-            }
-            (None, Some(until)) => {
-                let server_now = server_now.ok_or_else(|| {
-                    Error::store("unexpected reply from the script: a leaseUntil without TIME")
-                })?;
-                let left = until - server_now as f64;
-                let deadline = Some(shifted(local_now, left));
-                if left > 0.0 {
-                    (EntryState::Running { owner: wire.owner }, deadline)
-                } else {
-                    (EntryState::Unknown { owner: wire.owner }, deadline)
-                }
-            }
-            (None, None) => (EntryState::Running { owner: wire.owner }, key_expiry),
-        },
+        "running" => running(
+            wire.owner,
+            wire.retention,
+            wire.lease_until,
+            pttl,
+            server_now,
+            local_now,
+            key_expiry,
+        )?,
         "done" => (
             EntryState::Done {
                 result: wire
@@ -224,6 +201,52 @@ pub(super) fn entry_of(
             .with_settled_at(settled_at)
             .with_settled_by(settled_by),
     )
+}
+
+/// The state and deadline of a running entry: running while its lease lasts, else unknown.
+/// Today's writers keep the key for the lease plus `retention`; the previous version wrote a
+/// `lease_until` on the server's clock.
+fn running(
+    owner: Option<String>,
+    retention: Option<f64>,
+    lease_until: Option<f64>,
+    pttl: Option<i64>,
+    server_now: Option<i64>,
+    local_now: SystemTime,
+    key_expiry: Option<SystemTime>,
+) -> Result<(EntryState, Option<SystemTime>)> {
+    match (retention, lease_until) {
+        (Some(retention), _) => {
+            let pttl =
+                pttl.ok_or_else(|| Error::store("a running entry read without its key's expiry"))?;
+            // The key lives for the lease plus the retention: what is left above the
+            // retention is what is left of the lease (-1, no expiry, is not ours: unknown).
+            let left = if pttl < 0 {
+                0.0
+            } else {
+                pttl as f64 - retention
+            };
+            let deadline = Some(shifted(local_now, left));
+            if left > 0.0 {
+                Ok((EntryState::Running { owner }, deadline))
+            } else {
+                Ok((EntryState::Unknown { owner }, deadline))
+            }
+        }
+        (None, Some(until)) => {
+            let server_now = server_now.ok_or_else(|| {
+                Error::store("unexpected reply from the script: a leaseUntil without TIME")
+            })?;
+            let left = until - server_now as f64;
+            let deadline = Some(shifted(local_now, left));
+            if left > 0.0 {
+                Ok((EntryState::Running { owner }, deadline))
+            } else {
+                Ok((EntryState::Unknown { owner }, deadline))
+            }
+        }
+        (None, None) => Ok((EntryState::Running { owner }, key_expiry)),
+    }
 }
 
 /// Our `{"message","class","detail"?}`, or, from other writers, a bare message or an object

@@ -40,39 +40,18 @@ pub(super) fn entry_from(
 ) -> JobResult<Entry> {
     let key = match key {
         Some(k) => k.clone(),
-        None => {
-            let stored = r
-                .get_ref(0)?
-                .as_str()
-                .map_err(|e| Fault::Corrupt(Error::corrupt("(a key that is not text)", e)))?;
-            stored
-                .parse()
-                .map_err(|e: Error| Fault::Corrupt(Error::corrupt(stored, e)))?
-        }
+        None => key_of(r)?,
     };
-    let corrupt = |reason: String| Fault::Corrupt(Error::corrupt(&key, reason));
-    let text = |column: usize| -> JobResult<Option<&str>> {
-        r.get_ref(column)?
-            .as_str_or_null()
-            .map_err(|e| corrupt(format!("column {column}: {e}")))
-    };
+    let cells = Cells { r, key: &key };
+    let corrupt = |reason: String| cells.corrupt(reason);
+    let text = |column: usize| cells.text(column);
+    let time = |column: usize, what: &str| cells.time(column, what);
     let fingerprint = text(3)?
         .map(str::parse::<Fingerprint>)
         .transpose()
         .map_err(|e| corrupt(e.to_string()))?;
-    let millis = |column: usize| -> JobResult<Option<i64>> { Ok(r.get::<_, Option<i64>>(column)?) };
-    let time = |column: usize, what: &str| -> JobResult<Option<SystemTime>> {
-        let Some(ms) = millis(column)? else {
-            return Ok(None);
-        };
-        u64::try_from(ms)
-            .ok()
-            .and_then(|ms| UNIX_EPOCH.checked_add(Duration::from_millis(ms)))
-            .map(Some)
-            .ok_or_else(|| corrupt(format!("{what} {ms} is not a time")))
-    };
     let started_at = time(4, "started_at")?.ok_or_else(|| corrupt("no started_at".into()))?;
-    let lease_until = millis(5)?;
+    let lease_until = cells.millis(5)?;
     let settled_at = time(7, "settled_at")?;
     let state = text(1)?.unwrap_or_default();
     let payload = || -> JobResult<&str> {
@@ -112,7 +91,7 @@ pub(super) fn entry_from(
         .with_scope(text(9)?.map(str::to_owned))
         .with_tool(text(10)?.map(str::to_owned))
         .with_detail(text(11)?.map(str::to_owned));
-    let attempts = millis(13)?.unwrap_or(0);
+    let attempts = cells.millis(13)?.unwrap_or(0);
     let attempts = u32::try_from(attempts).map_err(|_| corrupt(format!("{attempts} attempts")))?;
     let first_started_at = time(12, "first_started_at")?;
     // A settled row keeps the owner of the attempt that settled it (older versions cleared it).
@@ -126,6 +105,52 @@ pub(super) fn entry_from(
         .with_attempts(attempts)
         .with_settled_at(settled_at)
         .with_settled_by(settled_by))
+}
+
+/// The key of a row listed (not asked for by key), parsed.
+fn key_of(r: &rusqlite::Row<'_>) -> JobResult<OperationKey> {
+    let stored = r
+        .get_ref(0)?
+        .as_str()
+        .map_err(|e| Fault::Corrupt(Error::corrupt("(a key that is not text)", e)))?;
+    stored
+        .parse()
+        .map_err(|e: Error| Fault::Corrupt(Error::corrupt(stored, e)))
+}
+
+/// The cells of one row of `key`, read by column; a cell that cannot be what its column holds
+/// makes the entry corrupt.
+struct Cells<'a, 'r> {
+    r: &'a rusqlite::Row<'r>,
+    key: &'a OperationKey,
+}
+
+impl<'a> Cells<'a, '_> {
+    fn corrupt(&self, reason: String) -> Fault {
+        Fault::Corrupt(Error::corrupt(self.key, reason))
+    }
+
+    fn text(&self, column: usize) -> JobResult<Option<&'a str>> {
+        self.r
+            .get_ref(column)?
+            .as_str_or_null()
+            .map_err(|e| self.corrupt(format!("column {column}: {e}")))
+    }
+
+    fn millis(&self, column: usize) -> JobResult<Option<i64>> {
+        Ok(self.r.get::<_, Option<i64>>(column)?)
+    }
+
+    fn time(&self, column: usize, what: &str) -> JobResult<Option<SystemTime>> {
+        let Some(ms) = self.millis(column)? else {
+            return Ok(None);
+        };
+        u64::try_from(ms)
+            .ok()
+            .and_then(|ms| UNIX_EPOCH.checked_add(Duration::from_millis(ms)))
+            .map(Some)
+            .ok_or_else(|| self.corrupt(format!("{what} {ms} is not a time")))
+    }
 }
 
 /// The live entry of `key`, read in one statement (so from one consistent snapshot).

@@ -107,27 +107,33 @@ impl fmt::Debug for SqliteStore {
     }
 }
 
+/// A path SQLite can open: not empty, and in a directory that exists (toolonce creates none).
+fn check_path(path: &Path, path_text: &str, memory: bool) -> Result<()> {
+    if path_text.is_empty() {
+        return Err(Error::Config(
+            "no SQLite database path: expected a file such as sqlite://toolonce.db or \
+             sqlite:///var/lib/toolonce.db"
+                .into(),
+        ));
+    }
+    if !memory
+        && let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+        && !dir.is_dir()
+    {
+        return Err(Error::Config(format!(
+            "cannot open SQLite database {path_text}: directory {} does not exist \
+             (toolonce does not create directories)",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
 impl SqliteStore {
     pub(super) fn open_with(path: &Path, options: &SqliteOptions) -> Result<SqliteStore> {
         let path_text: Arc<str> = path.to_string_lossy().into();
-        if path_text.is_empty() {
-            return Err(Error::Config(
-                "no SQLite database path: expected a file such as sqlite://toolonce.db or \
-                 sqlite:///var/lib/toolonce.db"
-                    .into(),
-            ));
-        }
         let memory = is_memory(&path_text);
-        if !memory
-            && let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
-            && !dir.is_dir()
-        {
-            return Err(Error::Config(format!(
-                "cannot open SQLite database {path_text}: directory {} does not exist \
-                 (toolonce does not create directories)",
-                dir.display()
-            )));
-        }
+        check_path(path, &path_text, memory)?;
         let text: &str = &path_text;
         let err = |doing| move |e| sql_error(text, doing, e);
 
