@@ -60,10 +60,14 @@ impl InlineWriter {
         work: impl FnOnce(&Connection) -> T,
     ) -> Option<T> {
         let conn = self.try_lock()?;
-        let done = in_autocommit(&conn).then(|| work(&conn));
+        // A panic in `work` must not leave the writes queued meanwhile without a holder to
+        // run them: they run, then the panic goes on.
+        let done = catch_unwind(AssertUnwindSafe(|| {
+            in_autocommit(&conn).then(|| work(&conn))
+        }));
         drop(conn);
         self.run_queued(thread);
-        done
+        done.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     }
 
     /// Queues `write` and runs the queue if the connection is free; otherwise its holder will.
@@ -247,6 +251,28 @@ mod tests {
         assert_eq!(keys(&path), ["a", "b", "c"]);
         assert!(jobs.try_recv().is_err(), "nothing went to the thread");
         assert!(writer.conn.lock().unwrap().is_autocommit());
+    }
+
+    #[test]
+    fn a_holder_that_panics_still_runs_the_writes_queued_behind_it() {
+        let (_dir, path) = file();
+        let writer = writer(&path);
+        let (thread, _jobs) = mpsc::channel();
+        let queued = Arc::clone(&writer);
+        let (to_thread, mut answer) = (thread.clone(), None);
+        let panicked = catch_unwind(AssertUnwindSafe(|| {
+            writer.try_with(&thread, |_| {
+                // Queued while the holder has the connection: only the holder can run it.
+                let (write, rx) = insert("a");
+                queued.submit(write, &to_thread);
+                answer = Some(rx);
+                panic!("a bug in the holder's own work");
+            })
+        }));
+        assert!(panicked.is_err());
+        let mut answer = answer.expect("the write was queued");
+        assert!(answer.try_recv().expect("answered").is_ok());
+        assert_eq!(keys(&path), ["a"]);
     }
 
     #[test]
