@@ -114,8 +114,8 @@ impl ToolResult {
     }
 }
 
-/// The text of a result: a JSON string as itself, anything else as compact JSON. The same
-/// stored value always gives the same text, so a replay reads exactly like the first answer.
+/// A read tool with its argument type erased, so that tools of every type share one map: the
+/// call parses the arguments into the tool's own type, or says why they do not fit.
 trait ErasedRead: Send + Sync {
     fn call(self: Arc<Self>, args: &Value) -> Result<BoxFuture<Result<Value, ToolError>>, String>;
 }
@@ -129,6 +129,7 @@ impl<T: ReadTool> ErasedRead for T {
     }
 }
 
+/// A write tool with its argument type erased, as `ErasedRead` is a read tool.
 trait ErasedWrite: Send + Sync {
     /// The run of the tool with these arguments, and the arguments as the tool sees them when
     /// its type ignores some of them (see `args`).
@@ -155,6 +156,7 @@ impl<T: WriteTool> ErasedWrite for T {
     }
 }
 
+/// A tool's output as the JSON value the store records.
 fn to_result<O: serde::Serialize + 'static>(out: Result<O, ToolError>) -> Result<Value, ToolError> {
     let out = out?;
     // A tool that already returns a `Value` needs no round through the serializer, which
