@@ -150,9 +150,9 @@ impl Layer {
     /// [`run_with_about`](Layer::run_with_about) with a verify probe, asked under
     /// [`OnExpired::Verify`] whether the interrupted earlier attempt of an `unknown` operation
     /// took effect: a read against the downstream system by the key (the context's
-    /// [`key`](WriteContext::key)). [`Verified::Done`] records its result (fenced, with
-    /// [`Store::resolve`]) and replays it; [`Verified::NotDone`] takes the operation over and
-    /// runs it; [`Verified::CannotTell`] holds, as [`OnExpired::Hold`]. The probe is asked at
+    /// [`key`](WriteContext::key)). [`Verified::Done`](crate::Verified::Done) records its result (fenced, with
+    /// [`Store::resolve`]) and replays it; [`Verified::NotDone`](crate::Verified::NotDone) takes the operation over and
+    /// runs it; [`Verified::CannotTell`](crate::Verified::CannotTell) holds, as [`OnExpired::Hold`]. The probe is asked at
     /// most once per call, and never under the other policies.
     ///
     /// ```

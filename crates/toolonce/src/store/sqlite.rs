@@ -435,9 +435,9 @@ impl Store for SqliteStore {
         .await
     }
 
-    /// Batches of [`sql::PURGE_BATCH`] rows, each one statement in a transaction of its own
-    /// under the write lock, using the index on `kept_until`, until a batch finds fewer: the
-    /// lock is released between batches, and memory and the WAL hold one batch at a time.
+    /// Batches of 10,000 rows (`sql::PURGE_BATCH`), each one statement in a transaction of its
+    /// own under the write lock, using the index on `kept_until`, until a batch finds fewer:
+    /// the lock is released between batches, and memory and the WAL hold one batch at a time.
     /// Only rows that already count as absent are deleted, so no live entry can be lost to a
     /// race, and an `unknown` entry is kept for its retention.
     async fn purge_expired(&self) -> Result<u64> {
