@@ -112,10 +112,8 @@ pub(super) fn serve(mut conn: Connection, jobs: mpsc::Receiver<Job>) {
                         Err(_) => break,
                     }
                 }
-                let failed = attempt(&conn, &mut batch).err();
-                for write in batch {
-                    write.answer(failed.as_ref());
-                }
+                let outcome = attempt(&conn, &mut batch);
+                answer_all(batch, outcome);
             }
         }
         if next.is_none() {
@@ -139,6 +137,15 @@ pub(super) fn attempt(conn: &Connection, batch: &mut [Box<dyn Write>]) -> rusqli
         }
     }
     tx.commit()
+}
+
+/// Answers every write of a batch once its outcome is known: each its own result, or the
+/// batch's error if it did not commit.
+pub(super) fn answer_all(batch: Vec<Box<dyn Write>>, outcome: rusqlite::Result<()>) {
+    let failed = outcome.err();
+    for write in batch {
+        write.answer(failed.as_ref());
+    }
 }
 
 /// The error that a batch SQLite rolled back reports when its write kept no error of its own.

@@ -21,7 +21,7 @@ use rusqlite::Connection;
 
 use super::checkpoint;
 use super::error::is_busy;
-use super::group_commit::{Job, MAX_BATCH, Write, attempt};
+use super::group_commit::{Job, MAX_BATCH, Write, answer_all, attempt};
 use super::transaction::in_autocommit;
 
 /// The inline writer connection, its queue of writes and its count of commits.
@@ -144,10 +144,7 @@ impl InlineWriter {
                     if outcome.is_ok() {
                         self.note_commit(thread);
                     }
-                    let failed = outcome.err();
-                    for write in batch {
-                        write.answer(failed.as_ref());
-                    }
+                    answer_all(batch, outcome);
                 }
             }
         }
@@ -307,10 +304,8 @@ mod tests {
                 Job::Run(_) => panic!("a write became a job of another kind"),
             })
             .collect();
-        let failed = attempt(&own, &mut batch).err();
-        for write in batch {
-            write.answer(failed.as_ref());
-        }
+        let outcome = attempt(&own, &mut batch);
+        answer_all(batch, outcome);
         for rx in &mut answers {
             assert!(rx.try_recv().expect("answered").is_ok());
         }

@@ -9,6 +9,18 @@ fn config_message(result: toolonce::Result<SqliteStore>) -> String {
     }
 }
 
+/// Claims a fresh operation, which must be won, and records `result` for it.
+async fn settle(store: &SqliteStore, key: &OperationKey, fp: &Fingerprint, result: Value) {
+    let owner = conformance::won(store.claim_fresh(key, fp, conformance::LONG).await.unwrap());
+    assert_eq!(
+        store
+            .complete(key, owner, &result, conformance::LONG)
+            .await
+            .unwrap(),
+        Fenced::Applied
+    );
+}
+
 #[tokio::test]
 async fn reopening_a_database_keeps_its_entries() {
     let dir = tempfile::tempdir().unwrap();
@@ -16,20 +28,7 @@ async fn reopening_a_database_keeps_its_entries() {
     let (key, fp) = conformance::op("keep");
     {
         let store = SqliteStore::open(&path).unwrap();
-        let owner = conformance::won(
-            store
-                .claim_fresh(&key, &fp, conformance::LONG)
-                .await
-                .unwrap(),
-        );
-        let result = json!({"receipt": "r_1", "ratio": 0.1});
-        assert_eq!(
-            store
-                .complete(&key, owner, &result, conformance::LONG)
-                .await
-                .unwrap(),
-            Fenced::Applied
-        );
+        settle(&store, &key, &fp, json!({"receipt": "r_1", "ratio": 0.1})).await;
     }
     let store = SqliteStore::open(&path).unwrap();
     match conformance::existing(
@@ -151,20 +150,7 @@ async fn a_store_written_without_pause_keeps_its_log_short() {
     let mut largest = 0;
     for n in 0..3_000 {
         let (key, fp) = conformance::op(&format!("busy-{n}"));
-        let owner = conformance::won(
-            store
-                .claim_fresh(&key, &fp, conformance::LONG)
-                .await
-                .unwrap(),
-        );
-        let result = json!({"receipt": format!("r_{n}")});
-        assert_eq!(
-            store
-                .complete(&key, owner, &result, conformance::LONG)
-                .await
-                .unwrap(),
-            Fenced::Applied
-        );
+        settle(&store, &key, &fp, json!({"receipt": format!("r_{n}")})).await;
         if n % 100 == 99 {
             largest = largest.max(std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0));
         }
